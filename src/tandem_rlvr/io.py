@@ -1,0 +1,57 @@
+"""Small file helpers: atomic writes and jsonl reading with line-numbered errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import TandemError
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
+    """Open a temporary file beside ``path`` and move it into place only on success.
+
+    A crash or an exception leaves the old file (or no file) behind, never a half-written one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    with atomic_write(path) as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a jsonl file; a malformed line is a ``TandemError`` naming file and line."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TandemError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise TandemError(f"{path}:{lineno}: expected a JSON object per line")
+            rows.append(row)
+    return rows
