@@ -1,0 +1,83 @@
+"""Temperature / top-k / top-p sampling driven by explicit uniforms.
+
+``sample(logits, u)`` is inverse-CDF sampling: one uniform per row picks the token whose
+cumulative probability first reaches it. With the uniforms from ``rng.uniform`` the choice
+is a pure function of (logits, seed, step), which lets the fast decoder and the slow
+reference decoder be compared token for token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..errors import TandemError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the active model turns logits into a token.
+
+    temperature: 0 means greedy (argmax); otherwise logits are divided by it.
+    top_k: keep the k most likely tokens (0 = off). top_p: keep the smallest set whose
+    probability reaches p (1.0 = off). max_new_tokens: per row, EOS included.
+    The paper trains at temperature 0.6 and evaluates at 0.7 / top-p 0.8 / top-k 20.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+
+    def __post_init__(self):
+        if not (self.temperature >= 0):
+            raise TandemError(f"temperature must be >= 0, got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise TandemError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise TandemError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise TandemError(f"max_new_tokens (--max-tokens) must be >= 1, got {self.max_new_tokens}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def scaled_logprobs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """log-softmax of temperature-scaled logits (B, V) in float32: the emitting model's
+    log-prob of a token, as TRL recomputes it (logits / temperature, no top-k/top-p)."""
+    logits = logits.float()
+    if params.temperature > 0:
+        logits = logits / params.temperature
+    return torch.log_softmax(logits, dim=-1)
+
+
+def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Temperature, then top-k, then top-p; removed tokens get -inf. (B, V) -> (B, V) float32."""
+    logits = logits.float()
+    if params.temperature > 0:
+        logits = logits / params.temperature
+    V = logits.shape[-1]
+    if 0 < params.top_k < V:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the mass strictly before it already reaches top_p (keeps >= 1).
+        drop_sorted = (torch.cumsum(probs, dim=-1) - probs) >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample(logits: torch.Tensor, u: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Pick one token per row. logits (B, V) raw; u (B,) uniforms in (0, 1). Returns (B,) int64."""
+    if params.temperature == 0:
+        return torch.argmax(logits, dim=-1)
+    probs = torch.softmax(filter_logits(logits, params), dim=-1)  # (B, V)
+    cdf = torch.cumsum(probs, dim=-1)  # (B, V)
+    target = (u.to(cdf.device, cdf.dtype) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
+    tok = torch.searchsorted(cdf, target).squeeze(-1)
+    return tok.clamp_(max=logits.shape[-1] - 1)

@@ -1,0 +1,266 @@
+"""Handoff schedules: who writes the next token, senior or junior.
+
+A schedule is vectorised over rows: ``start`` draws the first author of every row,
+``advance`` updates the authors after a token was emitted. Coins come from
+``rng.uniform(seed, step, COIN)``, so authorship is a pure function of the row's seed and
+the tokens it emitted. ``author`` is a (B,) bool tensor, True = senior.
+
+Registry (``make_schedule(name, ...)``):
+
+- ``senior`` / ``junior``: one model writes everything (vanilla GRPO = ``senior``).
+- ``token``: Bernoulli(p) redraw after every token.
+- ``word``: paper Algorithm 1. Redraw after emitting a word-initial token (surface begins
+  with the leading-space marker 'Ġ' or '▁') or after K tokens without a redraw. Literal
+  semantics: the word-initial token belongs to the outgoing author, so words can split.
+- ``word-atomic``: the author is redrawn *before* a word-initial token. The outgoing
+  author proposes the token; if it is word-initial (or K tokens passed) the coin is drawn,
+  and when the coin hands over, the incoming author writes that position itself, sampling
+  only among word-initial tokens and EOS. Each word then has exactly one author. Option only.
+- ``sentence``: Bernoulli(p) redraw after a token containing '.', '!', '?' or a newline.
+- ``paragraph-bernoulli``: Bernoulli(p) redraw after a token containing "\\n\\n".
+- ``paragraph-roundrobin``: authors alternate at every "\\n\\n"-containing token, senior first
+  (the handoff-robustness evaluation of paper section 4).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import TandemError
+from . import rng
+
+log = logging.getLogger("tandem_rlvr")
+
+BOUNDARY_KINDS = ("word", "sentence", "paragraph")
+
+
+# --------------------------------------------------------------------------- boundary sets
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode: printable stand-in char -> byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def token_surfaces(tokenizer) -> list[str]:
+    """The text each vocabulary id stands for (special tokens -> ''), indexed by id.
+
+    Byte-level BPE tokens are mapped back through the byte alphabet; SentencePiece pieces
+    get '▁' -> ' ' and '<0x0A>'-style byte pieces -> their byte.
+    """
+    vocab = tokenizer.get_vocab()
+    toks = [""] * (max(vocab.values()) + 1)
+    for tok, i in vocab.items():
+        toks[i] = tok
+    special = set(tokenizer.all_special_ids) | {
+        i for i, t in enumerate(toks) if t in getattr(tokenizer, "added_tokens_encoder", {})
+    }
+    byte_level = any(t.startswith("Ġ") for t in toks)
+    bd = _byte_decoder() if byte_level else None
+    out = []
+    for i, t in enumerate(toks):
+        if i in special or not t:
+            out.append("")
+        elif byte_level:
+            try:
+                out.append(bytes(bd[c] for c in t).decode("utf-8", errors="replace"))
+            except KeyError:  # an added non-byte token
+                out.append(t)
+        elif len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            out.append(chr(int(t[3:5], 16)))
+        else:
+            out.append(t.replace("▁", " "))
+    return out
+
+
+def boundary_mask(tokenizer, kind: str, vocab_size: int | None = None) -> torch.Tensor:
+    """(V,) bool: ids that trigger a handoff for ``kind`` in BOUNDARY_KINDS.
+
+    word: the raw token begins with 'Ġ' (byte-level BPE) or '▁' (SentencePiece).
+    sentence: the surface contains '.', '!', '?' or a newline. paragraph: contains "\\n\\n".
+    ``vocab_size`` pads with False up to the model's embedding size.
+    """
+    if kind not in BOUNDARY_KINDS:
+        raise TandemError(f"unknown boundary kind {kind!r}; valid: {', '.join(BOUNDARY_KINDS)}")
+    mask = _boundary_list(tokenizer, kind)
+    V = max(vocab_size or 0, len(mask))
+    out = torch.zeros(V, dtype=torch.bool)
+    out[: len(mask)] = torch.tensor(mask, dtype=torch.bool)
+    return out
+
+
+def _boundary_list(tokenizer, kind: str) -> list[bool]:
+    """Compute (once per tokenizer object, cached on it) the boundary flags of every id."""
+    cache = tokenizer.__dict__.setdefault("_tandem_boundary_cache", {})
+    if kind in cache:
+        return cache[kind]
+    surfaces = token_surfaces(tokenizer)
+    if kind == "word":
+        raw = [""] * len(surfaces)
+        for tok, i in tokenizer.get_vocab().items():
+            raw[i] = tok
+        mask = [bool(s) and r[:1] in ("Ġ", "▁") for r, s in zip(raw, surfaces)]
+    elif kind == "sentence":
+        mask = [any(c in s for c in ".!?\n") for s in surfaces]
+    else:
+        mask = ["\n\n" in s for s in surfaces]
+    log.info("boundary set %r: %d of %d ids", kind, sum(mask), len(mask))
+    cache[kind] = mask
+    return mask
+
+
+# --------------------------------------------------------------------------- schedules
+@dataclass
+class ScheduleState:
+    """Per-row schedule state. author: (B,) bool, True = senior writes the next token.
+    since: (B,) int64, tokens emitted since the last redraw (the paper's c)."""
+
+    author: torch.Tensor
+    since: torch.Tensor
+    seeds: torch.Tensor
+
+
+class Schedule:
+    """Base: subclasses set ``uses_senior``/``uses_junior`` and implement the two hooks."""
+
+    name = "base"
+    uses_senior = True
+    uses_junior = True
+    atomic = False  # word-atomic: the decoder asks ``handover_before`` before emitting
+
+    def start(self, seeds: torch.Tensor) -> ScheduleState:
+        """seeds (B,) int64 -> state with the authors of the first response token."""
+        raise NotImplementedError
+
+    def advance(self, state: ScheduleState, tokens: torch.Tensor, step: int) -> None:
+        """Update ``state.author`` for step+1 after ``tokens`` (B,) were emitted at ``step``."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"name": self.name}
+
+
+class Solo(Schedule):
+    def __init__(self, senior: bool):
+        self.senior = senior
+        self.name = "senior" if senior else "junior"
+        self.uses_senior, self.uses_junior = senior, not senior
+
+    def start(self, seeds):
+        B = seeds.shape[0]
+        return ScheduleState(torch.full((B,), self.senior, dtype=torch.bool, device=seeds.device),
+                             torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds)
+
+    def advance(self, state, tokens, step):
+        state.since += 1
+
+
+class BernoulliRedraw(Schedule):
+    """Redraw author ~ Bernoulli(p) (p = P(senior)) after a boundary token or K tokens.
+
+    ``boundary`` (V,) bool, or None for 'every token'. ``K`` None disables the backstop.
+    """
+
+    def __init__(self, name: str, p: float, boundary: torch.Tensor | None, K: int | None, atomic: bool = False):
+        if not 0.0 <= p <= 1.0:
+            raise TandemError(f"p (senior probability) must be in [0, 1], got {p}")
+        if K is not None and K < 1:
+            raise TandemError(f"K (tokens before a forced redraw) must be >= 1, got {K}")
+        self.name, self.p, self.boundary, self.K, self.atomic = name, p, boundary, K, atomic
+
+    def describe(self):
+        return {"name": self.name, "p": self.p, "K": self.K}
+
+    def _coin(self, seeds, step):
+        return rng.uniform(seeds, step, rng.COIN).to(seeds.device) < self.p
+
+    def start(self, seeds):
+        B = seeds.shape[0]
+        return ScheduleState(self._coin(seeds, 0), torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds)
+
+    def redraw_rows(self, state, tokens) -> torch.Tensor:
+        """(B,) bool: rows whose author is redrawn because of ``tokens`` (or the K backstop)."""
+        if self.boundary is None:
+            return torch.ones_like(state.author)
+        hit = self.boundary.to(tokens.device)[tokens]
+        if self.K is not None:
+            hit = hit | (state.since >= self.K)
+        return hit
+
+    def advance(self, state, tokens, step):
+        if self.atomic:  # the redraw already happened in handover_before
+            return
+        redraw = self.redraw_rows(state, tokens)
+        state.author = torch.where(redraw, self._coin(state.seeds, step + 1), state.author)
+        state.since = torch.where(redraw, torch.zeros_like(state.since), state.since + 1)
+
+    def handover_before(self, state, proposed, step) -> torch.Tensor:
+        """word-atomic only: redraw before emitting; returns (B,) bool rows that change author.
+
+        Updates ``state`` so that ``state.author`` is the author of the token at ``step``.
+        """
+        if step == 0:  # the first token's author is the initial coin
+            state.since += 1
+            return torch.zeros_like(state.author)
+        redraw = self.redraw_rows(state, proposed)
+        new = torch.where(redraw, self._coin(state.seeds, step), state.author)
+        changed = new != state.author
+        state.author = new
+        state.since = torch.where(redraw, torch.ones_like(state.since), state.since + 1)
+        return changed
+
+
+class RoundRobin(Schedule):
+    """Authors alternate after every boundary token, senior first."""
+
+    def __init__(self, name: str, boundary: torch.Tensor):
+        self.name, self.boundary = name, boundary
+
+    def start(self, seeds):
+        B = seeds.shape[0]
+        return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device),
+                             torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds)
+
+    def advance(self, state, tokens, step):
+        hit = self.boundary.to(tokens.device)[tokens]
+        state.author = state.author ^ hit
+        state.since = torch.where(hit, torch.zeros_like(state.since), state.since + 1)
+
+
+SCHEDULES = ("senior", "junior", "token", "word", "word-atomic", "sentence",
+             "paragraph-bernoulli", "paragraph-roundrobin")
+
+
+def make_schedule(name: str, tokenizer=None, *, p: float = 0.5, K: int = 32, vocab_size: int | None = None) -> Schedule:
+    """Build a schedule by name (see module docstring). ``tokenizer`` resolves boundary sets."""
+    if not 0.0 <= p <= 1.0:
+        raise TandemError(f"p (senior probability) must be in [0, 1], got {p}")
+    if K < 1:
+        raise TandemError(f"K (tokens before a forced redraw) must be >= 1, got {K}")
+    if name == "senior":
+        return Solo(True)
+    if name == "junior":
+        return Solo(False)
+    if name == "token":
+        return BernoulliRedraw(name, p, None, None)
+    if name not in SCHEDULES:
+        raise TandemError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
+    if tokenizer is None:
+        raise TandemError(f"schedule {name!r} needs a tokenizer to resolve its boundary set")
+    if name in ("word", "word-atomic"):
+        return BernoulliRedraw(name, p, boundary_mask(tokenizer, "word", vocab_size), K, atomic=name == "word-atomic")
+    if name == "sentence":
+        return BernoulliRedraw(name, p, boundary_mask(tokenizer, "sentence", vocab_size), None)
+    para = boundary_mask(tokenizer, "paragraph", vocab_size)
+    if name == "paragraph-bernoulli":
+        return BernoulliRedraw(name, p, para, None)
+    return RoundRobin(name, para)

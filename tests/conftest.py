@@ -1,0 +1,54 @@
+"""Shared fixtures: a small byte-level BPE tokenizer and a pair of random tiny Qwen3 models.
+
+Everything is built in memory in about a second; no downloads, no cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+TEXT = [
+    "Mia has 7 shells.\n\nShe finds 5 more, so 7 plus 5 is 12.\n\nThe answer is \\boxed{12}.",
+    "Leo has 9 cards. He gives away 4! Then? He has 5 cards left.\n\nThe answer is \\boxed{5}.",
+    "Tom buys 3 apples and eats 1 apple.\nSo 3 minus 1 is 2.\n\nThe answer is \\boxed{2}.",
+] * 20
+
+SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+
+def make_tokenizer(vocab_size: int = 300) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(SPLIT), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(TEXT, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+def make_model(vocab_size: int, seed: int, hidden: int = 64, layers: int = 2) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=512,
+                      tie_word_embeddings=False)
+    model = Qwen3ForCausalLM(cfg).eval()
+    # Sharpen the random output layer so sampled texts are not uniform noise.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def pair(tok):
+    """(senior, junior): two different random tiny Qwen3 models sharing ``tok``."""
+    return make_model(len(tok), 0), make_model(len(tok), 1)

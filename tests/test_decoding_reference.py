@@ -1,0 +1,58 @@
+"""The batched two-cache decoder equals the slow full-prefix reference, token for token."""
+
+import pytest
+import torch
+
+from tandem_rlvr.decoding.reference import reference_generate
+from tandem_rlvr.decoding.sampling import SamplingParams
+from tandem_rlvr.decoding.schedule import make_schedule
+from tandem_rlvr.decoding.tandem import TandemDecoder
+
+PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
+SCHEDULES = ["senior", "junior", "token", "word", "word-atomic", "sentence", "paragraph-bernoulli", "paragraph-roundrobin"]
+
+
+def _boundary_ids(tok, name):
+    sched = make_schedule(name, tok, vocab_size=len(tok))
+    b = getattr(sched, "boundary", None)
+    return set(torch.nonzero(b).flatten().tolist()) if b is not None else set()
+
+
+def _run_both(tok, pair, name, sampling, p=0.5, K=4):
+    senior, junior = pair
+    prompts = [tok.encode(x) for x in PROMPTS]
+    seeds = [11, 22, 33, 44]
+    dec = TandemDecoder(senior, junior, make_schedule(name, tok, p=p, K=K, vocab_size=len(tok)), sampling,
+                        eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    out = dec.generate(prompts, seeds)
+    for b, (prompt, seed) in enumerate(zip(prompts, seeds)):
+        ref_toks, ref_flags, ref_lps = reference_generate(
+            senior, junior, name, sampling, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=p, K=K)
+        assert out.row_tokens(b) == ref_toks, f"{name} row {b}"
+        assert out.row_mask(b) == [int(f) for f in ref_flags], f"{name} row {b} authorship"
+        torch.testing.assert_close(out.logprobs[b, : len(ref_lps)], torch.tensor(ref_lps), atol=1e-4, rtol=1e-4)
+    return out
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_fast_decoder_equals_reference_greedy(tok, pair, name):
+    _run_both(tok, pair, name, SamplingParams(temperature=0.0, max_new_tokens=24))
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_fast_decoder_equals_reference_seeded_sampling(tok, pair, name):
+    _run_both(tok, pair, name, SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_new_tokens=24))
+
+
+def test_senior_always_active_equals_plain_senior_sampling(tok, pair):
+    """'senior' schedule in a tandem decoder (junior loaded) = the solo decoder = reference solo."""
+    senior, junior = pair
+    sp = SamplingParams(temperature=0.8, max_new_tokens=20)
+    prompts = [tok.encode(x) for x in PROMPTS]
+    solo = TandemDecoder(senior, None, make_schedule("senior"), sp, [tok.eos_token_id], tok.pad_token_id)
+    tandem_p1 = TandemDecoder(senior, junior, make_schedule("word", tok, p=1.0), sp, [tok.eos_token_id], tok.pad_token_id)
+    a, b = solo.generate(prompts, [1, 2, 3, 4]), tandem_p1.generate(prompts, [1, 2, 3, 4])
+    assert torch.equal(a.tokens, b.tokens) and bool(b.senior_mask[b.response_mask].all())
+    for i, prompt in enumerate(prompts):
+        ref, _, _ = reference_generate(senior, None, "senior", sp, prompt, i + 1, [tok.eos_token_id])
+        assert a.row_tokens(i) == ref
