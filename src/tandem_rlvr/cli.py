@@ -1,0 +1,262 @@
+"""The ``tandem`` command: parse, call the library, print. No logic lives here.
+
+Bad input raises ``TandemError`` somewhere below; ``main`` prints it as one line
+(``tandem: error: ...``) and exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from .errors import TandemError
+
+log = logging.getLogger("tandem_rlvr")
+
+
+# --------------------------------------------------------------------------- shared flags
+def _model_flags(p: argparse.ArgumentParser, junior: bool = True) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--senior", default="tiny", help="senior: directory, .gguf file, hub id, or a built-in name "
+                   "(tiny = the tiny world's base model). Default: tiny")
+    if junior:
+        g.add_argument("--junior", default=None, help="junior (frozen), same tokenizer as the senior; "
+                       "default: the senior's checkpoint (self-pairing); tiny-junior = the tiny world's weaker junior")
+        g.add_argument("--junior-device", default=None, help="device of the junior (default: the senior's)")
+    g.add_argument("--device", default="auto", help="device of the senior: auto, cpu, cuda:0, ... (default: auto)")
+    g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
+
+
+def _sampling_flags(p: argparse.ArgumentParser, temperature=1.0, top_p=1.0, top_k=0, max_tokens=256) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", type=float, default=temperature, help=f"0 = greedy (default {temperature})")
+    g.add_argument("--top-p", type=float, default=top_p, help=f"nucleus mass (default {top_p})")
+    g.add_argument("--top-k", type=int, default=top_k, help=f"0 = off (default {top_k})")
+    g.add_argument("--max-tokens", type=int, default=max_tokens, help=f"new tokens per response (default {max_tokens})")
+
+
+def _schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
+    from .decoding.schedule import SCHEDULES
+
+    g = p.add_argument_group("handoff schedule")
+    g.add_argument("--schedule", default=default, choices=SCHEDULES, help=f"who writes each token (default {default})")
+    g.add_argument("--p", type=float, default=0.5, help="probability that the senior writes (default 0.5)")
+    g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw (default 32)")
+
+
+def _template_flag(p):
+    p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
+
+
+def _sampling(a):
+    from .decoding.sampling import SamplingParams
+
+    return SamplingParams(a.temperature, a.top_p, a.top_k, a.max_tokens)
+
+
+def _pair(a, need_junior: bool):
+    from .models import load_pair
+
+    junior = (a.junior or a.senior) if need_junior else None
+    return load_pair(a.senior, junior, a.device, getattr(a, "junior_device", None), a.dtype)
+
+
+def _decoder(pair, a, schedule_name):
+    from .decoding.schedule import make_schedule
+    from .decoding.tandem import TandemDecoder
+
+    sched = make_schedule(schedule_name, pair.tokenizer, p=a.p, K=a.K, vocab_size=pair.senior.config.vocab_size)
+    return TandemDecoder(pair.senior, pair.junior, sched, _sampling(a), pair.eos_ids, pair.tokenizer.pad_token_id)
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_generate(a):
+    from rich.console import Console
+    from rich.text import Text
+
+    from .decoding.render import author_segments
+    from .prompting import encode_prompt, format_prompt
+
+    sched = a.schedule
+    pair = _pair(a, need_junior=sched != "senior")
+    dec = _decoder(pair, a, sched)
+    text = format_prompt(pair.tokenizer, a.prompt, a.template)
+    roll = dec.generate([encode_prompt(pair.tokenizer, text)], [a.seed])
+    segs = author_segments(pair.tokenizer, roll.row_tokens(0), roll.row_mask(0))
+    con = Console(highlight=False, force_terminal=None if not a.no_color else False)
+    out = Text()
+    for piece, senior in segs:
+        out.append(piece, style="bold cyan" if senior else "magenta")
+    con.print(Text("senior", style="bold cyan"), Text(" / "), Text("junior", style="magenta"), f"  schedule={sched}")
+    con.print(out)
+    con.print(f"senior share: {float(roll.senior_share[0]):.2f}  tokens: {int(roll.lengths[0])}"
+              f"  {'(EOS)' if bool(roll.finished[0]) else '(max tokens)'}")
+
+
+def cmd_bench_decode(a):
+    from .bench import bench_decode
+    from .world.tasks import format_prompt as tiny_prompt, make_problems
+
+    pair = _pair(a, need_junior=True)
+    prompts = [tiny_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
+    res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats)
+    res["senior"], res["junior"] = a.senior, a.junior or a.senior
+    if a.json:
+        print(json.dumps(res))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"decode throughput, batch {a.batch} x {a.new_tokens} new tokens ({res['device']})")
+    t.add_column("decoder")
+    t.add_column("tokens/s", justify="right")
+    t.add_column("vs our solo", justify="right")
+    for k in ("solo", "tandem", "naive_tandem", "hf_generate"):
+        t.add_row(k, f"{res[k + '_tok_s']:.0f}", f"{res[k + '_tok_s'] / res['solo_tok_s']:.3f}")
+    Console().print(t)
+    print(f"FLOP bound tandem/solo: {res['bound']:.3f}; ours reaches {res['tandem_over_solo_vs_bound']:.3f} of it; "
+          f"our solo is {res['solo_over_hf_generate']:.2f}x generate()")
+
+
+def cmd_world_build(a):
+    from dataclasses import asdict
+
+    from .world.build import WorldConfig, build_world
+
+    cfg = WorldConfig(seed=a.seed, junior=a.junior_kind)
+    w = build_world(cfg, force=a.force)
+    print(json.dumps({"root": str(w.root), "senior": str(w.senior), "junior": str(w.junior),
+                      **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
+
+
+def cmd_eval(a, mode: str):
+    from .data.benchmarks import load_benchmarks
+    from .eval.sampler import HANDOFF_KS, SOLO_KS, EvalSpec, run_eval
+    from .prompting import resolve_template
+
+    if a.n < 1:
+        raise TandemError(f"--n must be >= 1, got {a.n}")
+    problems = load_benchmarks([b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit)
+    schedule = "senior" if mode == "solo" else a.schedule
+    pair = _pair(a, need_junior=schedule != "senior")
+    dec = _decoder(pair, a, schedule)
+    spec = EvalSpec(n=a.n, sampling=dec.sampling, schedule=dec.schedule.describe(),
+                    template=resolve_template(pair.tokenizer, a.template), seed=a.seed,
+                    models={"senior": a.senior, "junior": (a.junior or a.senior) if pair.junior is not None else None},
+                    ks=SOLO_KS if mode == "solo" else HANDOFF_KS)
+    metrics = run_eval(dec, pair.tokenizer, problems, spec, a.out, a.batch_size)
+    _print_metrics(metrics, a.out)
+
+
+def _print_metrics(metrics: dict, out: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    ks = [k for k in metrics["macro"] if k.startswith("pass@")]
+    t = Table(title=f"results in {out}")
+    t.add_column("benchmark")
+    t.add_column("problems", justify="right")
+    for k in ks:
+        t.add_column(k, justify="right")
+    for b, m in metrics.items():
+        if isinstance(m, dict) and "problems" in m:
+            t.add_row(b, str(m["problems"]), *[f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" for k in ks])
+    Console().print(t)
+    print(f"senior share {metrics['senior_share']['mean']:.3f} (sd {metrics['senior_share']['sd']:.3f})")
+
+
+def cmd_demo(a):
+    from .demo import run_demo
+
+    run_demo(a.out, quick=a.quick)
+
+
+# --------------------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    P = _Parser(prog="tandem", description="Tandem RLVR: train and evaluate a senior that a frozen "
+                                "junior can follow (arXiv 2606.28166).")
+    P.add_argument("-v", "--verbose", action="store_true", help="log details (boundary-set sizes, resumes, ...)")
+    sub = P.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    d = sub.add_parser("demo", help="the whole pipeline on the built-in tiny world")
+    d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
+    d.add_argument("--quick", action="store_true", help="a smaller, faster run (smoke test)")
+    d.set_defaults(fn=cmd_demo)
+
+    g = sub.add_parser("generate", help="one tandem completion, senior and junior words in two colours")
+    g.add_argument("--prompt", required=True, help="the problem or prompt text")
+    g.add_argument("--seed", type=int, default=0, help="row seed: same seed, same tokens and authors")
+    g.add_argument("--no-color", action="store_true", help="plain text output")
+    _model_flags(g)
+    _schedule_flags(g, "word")
+    _sampling_flags(g)
+    _template_flag(g)
+    g.set_defaults(fn=cmd_generate)
+
+    b = sub.add_parser("bench", help="benchmarks")
+    bsub = b.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
+    bd = bsub.add_parser("decode", help="tokens/s: our solo and tandem vs a naive tandem loop and generate()")
+    bd.add_argument("--json", action="store_true", help="print one JSON object")
+    bd.add_argument("--batch", type=int, default=64)
+    bd.add_argument("--new-tokens", type=int, default=128)
+    bd.add_argument("--p", type=float, default=0.5, help="senior probability of the word schedule")
+    bd.add_argument("--repeats", type=int, default=3, help="timed repeats per decoder (best is kept)")
+    _model_flags(bd)
+    bd.set_defaults(fn=cmd_bench_decode)
+
+    w = sub.add_parser("world", help="the built-in tiny world")
+    wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
+    wb = wsub.add_parser("build", help="build (or show) the cached tiny world")
+    wb.add_argument("--seed", type=int, default=0)
+    wb.add_argument("--junior-kind", default="early", choices=("early", "small"))
+    wb.add_argument("--force", action="store_true", help="rebuild even if cached")
+    wb.set_defaults(fn=cmd_world_build)
+
+    e = sub.add_parser("eval", help="evaluation battery")
+    esub = e.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
+    for mode, helptext in (("solo", "pass@k of the senior alone"), ("handoff", "pass@k with paragraph/word handoffs to a junior")):
+        x = esub.add_parser(mode, help=helptext)
+        x.add_argument("--benchmarks", default="tiny", help="comma-separated names, files or hub ids (default tiny)")
+        x.add_argument("--split", default=None, help="split for registered/hub benchmarks (tiny: test)")
+        x.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
+        x.add_argument("--n", type=int, default=8, help="samples per problem (default 8)")
+        x.add_argument("--out", required=True, help="run directory (resumes if it exists)")
+        x.add_argument("--seed", type=int, default=0)
+        x.add_argument("--batch-size", type=int, default=64, help="rows decoded together")
+        _model_flags(x)
+        _sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
+        _template_flag(x)
+        if mode == "handoff":
+            _schedule_flags(x, "paragraph-roundrobin")
+        else:
+            x.set_defaults(p=0.5, K=32)
+        x.set_defaults(fn=lambda a, m=mode: cmd_eval(a, m))
+    return P
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        a.fn(a)
+    except TandemError as e:
+        print(f"tandem: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tandem: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

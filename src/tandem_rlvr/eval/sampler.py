@@ -1,0 +1,173 @@
+"""Sample n responses per problem under a handoff schedule; resumable; writes the run dir.
+
+Used by ``tandem eval solo`` (schedule ``senior``), ``tandem eval handoff`` (paragraph or
+word schedules with any junior) and the demo. Output, in ``out``:
+
+- ``config.json``: models, schedule, sampling, template, n, benchmarks (written first; a
+  resume with a different config is refused).
+- ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
+  correct, senior_share, tokens (count), token_ids, senior_mask, seed. A problem's n rows
+  are appended together once all are done, so an interrupted run resumes at the first
+  unfinished problem without redoing finished ones.
+- ``metrics.json``: pass@k mean and bootstrap SE per benchmark and "macro", senior share
+  mean and sd, written atomically at the end.
+
+Row seeds are ``row_seed(seed, crc32(benchmark/problem_id), sample_idx)``: a sample's text
+does not depend on batch size or on which problems were already done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..data.benchmarks import Problem
+from ..decoding.rng import row_seed
+from ..decoding.sampling import SamplingParams
+from ..decoding.schedule import Schedule
+from ..decoding.tandem import TandemDecoder
+from ..errors import TandemError
+from ..io import write_json
+from ..progress import progress_bar
+from ..prompting import encode_prompt, format_prompt
+from ..rewards.math import score
+from .metrics import pass_at_k_summary
+
+log = logging.getLogger("tandem_rlvr")
+
+SOLO_KS = (1, 2, 4, 8, 16, 32)
+HANDOFF_KS = (1, 2, 4, 8)
+
+
+@dataclass
+class EvalSpec:
+    """What an evaluation run samples; recorded in config.json."""
+
+    n: int
+    sampling: SamplingParams
+    schedule: dict
+    template: str
+    seed: int
+    models: dict
+    ks: Sequence[int]
+
+    def to_dict(self, benchmarks: Sequence[str]) -> dict:
+        return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
+                "seed": self.seed, "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks)}
+
+
+def problem_key(p: Problem) -> int:
+    return zlib.crc32(f"{p.benchmark}/{p.problem_id}".encode())
+
+
+def read_samples(path: Path) -> list[dict]:
+    """Rows of samples.jsonl. A torn last line (a crash mid-write) is dropped with a
+    warning; any other malformed line is a TandemError naming file and line."""
+    if not path.exists():
+        return []
+    rows = []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == len(lines) and not text.endswith("\n"):
+                log.warning("%s:%d: dropping a torn last line from an interrupted run", path, i)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write("\n".join(lines[:-1]) + ("\n" if len(lines) > 1 else ""))
+                break
+            raise TandemError(f"{path}:{i}: malformed sample row ({e.msg})") from None
+    return rows
+
+
+def _check_config(out: Path, config: dict) -> None:
+    path = out / "config.json"
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+        if diff:
+            raise TandemError(f"{path}: existing run has a different {', '.join(diff)}; use a new --out directory")
+    else:
+        write_json(path, config)
+
+
+def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem]], spec: EvalSpec, out: str | os.PathLike,
+             batch_size: int = 64, progress: bool = True) -> dict:
+    """Sample ``spec.n`` responses per problem, score them, write the run dir; return metrics."""
+    out = Path(out)
+    if not problems or not any(problems.values()):
+        raise TandemError("no problems to evaluate (empty benchmark set)")
+    out.mkdir(parents=True, exist_ok=True)
+    _check_config(out, spec.to_dict(list(problems)))
+    samples_path = out / "samples.jsonl"
+    rows = read_samples(samples_path)
+    done = {(r["benchmark"], str(r["problem_id"])) for r in rows}
+    todo = [p for ps in problems.values() for p in ps if (p.benchmark, str(p.problem_id)) not in done]
+    if done:
+        log.info("resuming %s: %d problems done, %d to go", out, len(done), len(todo))
+
+    per_batch = max(1, batch_size // spec.n)
+    with progress_bar(progress) as bar, open(samples_path, "a", encoding="utf-8") as f:
+        task = bar.add_task(f"sampling ({decoder.schedule.name}, n={spec.n})", total=len(todo))
+        for start in range(0, len(todo), per_batch):
+            chunk = todo[start:start + per_batch]
+            new = _sample_chunk(decoder, tokenizer, chunk, spec)
+            f.write("".join(json.dumps(r) + "\n" for r in new))
+            f.flush()
+            os.fsync(f.fileno())
+            rows.extend(new)
+            bar.advance(task, len(chunk))
+    metrics = summarize(rows, problems, spec)
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
+    prompts, seeds, meta = [], [], []
+    for p in chunk:
+        ids = encode_prompt(tokenizer, format_prompt(tokenizer, p.problem, spec.template))
+        for s in range(spec.n):
+            prompts.append(ids)
+            seeds.append(row_seed(spec.seed, problem_key(p), s))
+            meta.append((p, s))
+    roll = decoder.generate(prompts, seeds)
+    share = roll.senior_share.tolist()
+    rows = []
+    for b, (p, s) in enumerate(meta):
+        toks = roll.row_tokens(b)
+        text = tokenizer.decode(toks, skip_special_tokens=True)
+        rows.append({"benchmark": p.benchmark, "problem_id": str(p.problem_id), "sample_idx": s, "response": text,
+                     "correct": bool(score(text, p.answer)), "senior_share": share[b], "tokens": len(toks),
+                     "finished": bool(roll.finished[b]), "token_ids": toks, "senior_mask": roll.row_mask(b),
+                     "seed": seeds[b]})
+    return rows
+
+
+def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSpec) -> dict:
+    """metrics.json content from sample rows (only the benchmarks and problems asked for)."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        n_c = counts.setdefault((r["benchmark"], str(r["problem_id"])), [0, 0])
+        n_c[0] += 1
+        n_c[1] += int(bool(r["correct"]))
+    per_bench = {}
+    for b, ps in problems.items():
+        nc = [counts.get((b, str(p.problem_id)), [0, 0]) for p in ps]
+        per_bench[b] = ([x[0] for x in nc], [x[1] for x in nc])
+    metrics = pass_at_k_summary(per_bench, spec.ks)
+    shares = np.array([r["senior_share"] for r in rows]) if rows else np.zeros(1)
+    lengths = np.array([r["tokens"] for r in rows]) if rows else np.zeros(1)
+    metrics["senior_share"] = {"mean": float(shares.mean()), "sd": float(shares.std())}
+    metrics["response_tokens"] = {"mean": float(lengths.mean())}
+    metrics["config"] = spec.to_dict(list(problems))
+    return metrics

@@ -1,0 +1,192 @@
+"""Load the senior and the junior: hub id, local directory or GGUF file.
+
+- ``load_model(spec, device, dtype)``: a directory with ``config.json``, a ``.gguf`` file
+  (converted once to safetensors in the cache, because loading a GGUF dequantises it
+  every time), or a Hugging Face hub id (needs the hub; offline it fails with a clear
+  error naming the id).
+- ``load_pair(senior, junior, ...)``: both models plus the one tokenizer they share; the
+  junior is frozen (``eval()``, ``requires_grad=False``) and may sit on another device.
+  Tokenizers must be identical (same token -> id map); otherwise a ``TandemError`` names
+  both vocabularies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import TandemError
+from .paths import cache_dir
+
+log = logging.getLogger("tandem_rlvr")
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """'auto' -> cuda:0 if available else cpu; an unavailable device is a TandemError."""
+    if device in (None, "", "auto"):
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise TandemError(f"unknown device {device!r}") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= n:
+            raise TandemError(f"device {device!r} does not exist on this machine ({n} CUDA device(s))")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise TandemError(f"device {device!r} is not available on this machine")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "", "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise TandemError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def gguf_to_dir(path: Path) -> Path:
+    """Convert a GGUF file once into a safetensors directory under the cache; return it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    st = path.stat()
+    key = hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir() / "gguf" / f"{path.stem}-{key}"
+    if (out / "config.json").exists():
+        return out
+    log.info("converting %s to safetensors in %s (once)", path, out)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except Exception as e:  # noqa: BLE001 - gguf metadata errors come in many types
+        raise TandemError(f"GGUF file {path} has no usable tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    if tokenizer is None or len(tokenizer) == 0:
+        raise TandemError(f"GGUF file {path} has no tokenizer")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001
+        raise TandemError(f"cannot load GGUF model {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _tiny(which: str) -> str:
+    from .world.build import load_world
+
+    return str(getattr(load_world(), which))
+
+
+# Built-in names a user can pass instead of a path: the tiny world's base and junior.
+NAMED_MODELS = {"tiny": lambda: _tiny("senior"), "tiny-junior": lambda: _tiny("junior")}
+
+
+def resolve_model_path(spec: str) -> str:
+    """A built-in name, a directory, a .gguf file (converted), or a hub id (returned as is)."""
+    if spec in NAMED_MODELS:
+        return NAMED_MODELS[spec]()
+    p = Path(spec).expanduser()
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise TandemError(f"model file not found: {spec}")
+        return str(gguf_to_dir(p))
+    if p.exists():
+        if not (p / "config.json").exists():
+            raise TandemError(f"model directory {spec} has no config.json")
+        return str(p)
+    if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise TandemError(f"model not found: {spec} (not a directory, a .gguf file or a hub id owner/name)")
+    return spec
+
+
+def _from_pretrained(loader, spec: str, **kw):
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor "Loading weights" bars; ours show real work
+    try:
+        return loader.from_pretrained(resolve_model_path(spec), **kw)
+    except TandemError:
+        raise
+    except OSError as e:
+        raise TandemError(f"cannot load model {spec}: {str(e).splitlines()[0][:200]}") from None
+
+
+def load_tokenizer(spec: str):
+    from transformers import AutoTokenizer
+
+    tok = _from_pretrained(AutoTokenizer, spec)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(spec: str, device: str | torch.device | None = None, dtype=None, trainable: bool = False):
+    """Load a causal LM onto ``device``; frozen (eval, no grad) unless ``trainable``."""
+    from transformers import AutoModelForCausalLM
+
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    model = _from_pretrained(AutoModelForCausalLM, spec, dtype=resolve_dtype(dtype, dev)).to(dev)
+    if not trainable:
+        model.eval()
+        model.requires_grad_(False)
+    return model
+
+
+def check_same_tokenizer(tok_a, tok_b, name_a: str = "senior", name_b: str = "junior") -> None:
+    """Raise a TandemError unless both tokenizers map every token to the same id."""
+    va, vb = tok_a.get_vocab(), tok_b.get_vocab()
+    if va != vb:
+        diff = len(set(va.items()) ^ set(vb.items()))
+        raise TandemError(
+            f"{name_a} and {name_b} do not share one tokenizer: {name_a} vocabulary "
+            f"{getattr(tok_a, 'name_or_path', '?')} ({len(va)} tokens) vs {name_b} vocabulary "
+            f"{getattr(tok_b, 'name_or_path', '?')} ({len(vb)} tokens), {diff} differing entries")
+
+
+@dataclass
+class Pair:
+    """A senior (trainable or not), a frozen junior and their shared tokenizer."""
+
+    senior: object
+    junior: object | None
+    tokenizer: object
+
+    @property
+    def eos_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        gen = getattr(self.senior, "generation_config", None)
+        extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+        ids |= set(extra if isinstance(extra, (list, tuple)) else [extra])
+        return sorted(i for i in ids if i is not None)
+
+
+def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,
+              trainable: bool = False) -> Pair:
+    """Load the senior, the junior (frozen; None = solo) and their shared tokenizer."""
+    tok = load_tokenizer(senior)
+    if junior is not None:
+        check_same_tokenizer(tok, load_tokenizer(junior))
+    s_dev = resolve_device(senior_device)
+    j_dev = resolve_device(junior_device) if junior_device else s_dev
+    s = load_model(senior, s_dev, dtype, trainable=trainable)
+    j = load_model(junior, j_dev, dtype) if junior is not None else None
+    return Pair(s, j, tok)
