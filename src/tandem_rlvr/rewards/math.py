@@ -1,0 +1,277 @@
+"""The binary math verifier: is the last ``\\boxed{}`` of a response equivalent to the gold answer?
+
+What: ``score(response, answer) -> 1.0 | 0.0``, the paper's verifiable reward, applied to the
+whole (tandem) response. It never raises: a missing, empty, malformed or timed-out answer is 0.0.
+
+How:
+
+1. ``extract_boxed`` takes the LAST ``\\boxed{...}`` (balanced nested braces, escaped braces
+   skipped), also ``\\fbox{...}`` and the brace-less ``\\boxed 5``. If that last box is unclosed
+   (a response cut at the token limit) the answer is missing: 0.0, no search for earlier boxes.
+2. A leading multiple-choice label is dropped, ``\\textbf{(B)}\\ 7`` -> ``7`` (AMC-style
+   solutions box label and value; the gold answer is the value). Fast path: if the box and the
+   gold answer are the same string up to spacing, ``$``, ``\\left``/``\\right``,
+   ``\\text{}``/``\\mathrm{}`` wrappers, ``\\dfrac``/``\\tfrac`` and a final period, the answer
+   is 1.0 with no sympy at all.
+3. Otherwise math-verify decides (``parse`` + ``verify``, see ``equivalent``; no equivalence
+   logic of our own), in a persistent subprocess (``_worker.py``) fed JSON lines over pipes.
+
+Why the subprocess: sympy can hang for minutes, often in C code, and math-verify's own timeout
+uses ``SIGALRM``, which only works on the main thread. Killing a process works everywhere: from
+any thread, in a ``multiprocessing`` pool worker (daemonic processes may not start
+multiprocessing children, but may ``Popen``), in a TRL reward function. On a timeout the worker
+is SIGKILLed, a fresh one is started at once (its ~0.4 s of imports overlap the caller's work), and
+the call returns 0.0.
+
+Costs and limits: one worker per process; calls from several threads are serialised by a lock
+(time spent waiting for the lock is not part of a call's limit; use processes for parallel
+scoring). Starting a worker (once per process, again after each timeout) is bounded separately
+by ``STARTUP_TIMEOUT``. Measured figures are in ``docs/verifier_and_data.md``. POSIX only
+(``select`` on pipes).
+
+    >>> score("so the answer is \\\\boxed{\\\\frac12}", "0.5")
+    1.0
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..errors import TandemError
+
+DEFAULT_TIMEOUT = 5.0
+STARTUP_TIMEOUT = 60.0
+logger = logging.getLogger("tandem_rlvr")
+
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_INVISIBLE = re.compile(r"\\(?:left|right)(?![A-Za-z])|\\[!,;: ]|\$")
+_UNNEEDED_SPACE = re.compile(r"(?<![A-Za-z]) | (?![A-Za-z])")  # keep only letter-space-letter
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm)\s*\{([^{}]*)\}")
+# AMC-style solutions box the choice label with the value, "\textbf{(B)}\ 7": grade the value.
+_SPACING = r"(?:\s|~|\\[ ,;:!]|\\q?quad)*"
+_LABEL = rf"\\(?:textbf|text|mathrm)\s*\{{{_SPACING}\(\s*[A-E]\s*\){_SPACING}"  # "\textbf{(B)" + spacing
+_LABEL_THEN_VALUE = re.compile(rf"(?:{_LABEL}\}}|\(\s*[A-E]\s*\)){_SPACING}")  # "\textbf{(B)}\ 7", "(B) 7"
+_VALUE_IN_LABEL = re.compile(rf"{_LABEL}([^{{}}]+)\}}")  # "\textbf{(E) 24}"
+
+
+def extract_boxed(text: str) -> str | None:
+    """Contents of the last ``\\boxed{}``/``\\fbox{}`` in ``text``; None if absent, empty or unclosed."""
+    if not isinstance(text, str):
+        return None
+    last = None
+    for last in _BOX.finditer(text):
+        pass
+    if last is None:
+        return None
+    start = last.end()
+    while start < len(text) and text[start].isspace():
+        start += 1
+    if not text.startswith("{", start):  # "\boxed 5": TeX-style, up to the end of the math or line
+        content = re.split(r"[$\n]", text[start:], maxsplit=1)[0]
+        return content.strip() or None
+    depth, i = 0, start
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":  # \{ \} \\ never open or close the box
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i].strip() or None
+        i += 1
+    return None
+
+
+def _strip_choice_label(pred: str) -> str:
+    """Drop a leading choice label, ``\\textbf{(B)}\\ 7`` -> ``7``; a bare label is left alone."""
+    inside = _VALUE_IN_LABEL.fullmatch(pred)
+    if inside:
+        return inside.group(1).strip()
+    label = _LABEL_THEN_VALUE.match(pred)
+    return pred[label.end() :] if label and pred[label.end() :].strip() else pred
+
+
+def _normalise(s: str) -> str:
+    """Spelling-only normalisation for the fast path; never changes what an expression means."""
+    s = _TEXT_WRAPPER.sub(r"\1", s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac"))
+    s = _INVISIBLE.sub("", s)
+    s = " ".join(s.split()).rstrip(".").strip()
+    return _UNNEEDED_SPACE.sub("", s)
+
+
+def _as_text(answer: object) -> str | None:
+    """A gold answer as text: strings stripped, 27.0 -> "27"; anything else -> None."""
+    if isinstance(answer, str):
+        return answer.strip() or None
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, int):
+        return str(answer)
+    if isinstance(answer, float) and answer == answer:
+        return str(int(answer)) if answer.is_integer() else repr(answer)
+    return None
+
+
+class _WorkerFailure(Exception):
+    """The worker died, timed out or answered out of protocol; it must be replaced."""
+
+
+class _Worker:
+    """One math-verify subprocess and the JSON-lines protocol to it. Callers hold ``_LOCK``."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self._buf = b""
+        self._ready = False
+        self._next_id = 0
+
+    def start(self) -> None:
+        """Spawn a worker without waiting for it: its imports overlap whatever the caller does next."""
+        env = dict(os.environ)
+        src = str(Path(__file__).resolve().parents[2])
+        if src not in {str(Path(p).resolve()) for p in sys.path if p}:  # e.g. an editable install
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        cmd = [sys.executable, "-m", "tandem_rlvr.rewards._worker"]
+        # The kernel's parent-death signal fires when the spawning *thread* exits; only the
+        # main thread lives as long as the process.
+        if threading.current_thread() is threading.main_thread():
+            cmd += ["--parent-pid", str(os.getpid())]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
+        self._buf, self._ready = b"", False
+
+    def stop(self) -> None:
+        """SIGKILL and reap the worker (it holds no state worth a graceful exit)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+
+    def abandon(self) -> None:
+        """In a forked child: drop our copies of the pipes; the process belongs to the parent."""
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.stdout.close()
+            self.proc.returncode = 0  # not our child: never wait for or kill it
+            self.proc = None
+
+    def ask(self, pred: str, gold: str, timeout: float) -> bool:
+        """math-verify's verdict within ``timeout`` seconds; raises ``_WorkerFailure`` otherwise."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        if not self._ready:
+            if json.loads(self._read_line(STARTUP_TIMEOUT, "start")).get("ready") is not True:
+                raise _WorkerFailure("worker did not announce itself")
+            self._ready = True
+        self._next_id += 1
+        self._send(json.dumps({"id": self._next_id, "pred": pred, "gold": gold}).encode() + b"\n")
+        reply = json.loads(self._read_line(timeout, "verify"))
+        if reply.get("id") != self._next_id:
+            raise _WorkerFailure(f"reply out of order: {reply!r:.80}")
+        return reply["ok"] is True
+
+    def _send(self, data: bytes) -> None:
+        view, fd = memoryview(data), self.proc.stdin.fileno()
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as e:
+            raise _WorkerFailure(f"worker pipe closed ({e})") from None
+
+    def _read_line(self, timeout: float, what: str) -> bytes:
+        deadline, fd = time.monotonic() + timeout, self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise _WorkerFailure(f"{what} timed out after {timeout:g} s")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise _WorkerFailure(f"worker exited (status {self.proc.wait()}) during {what}")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+
+_LOCK = threading.Lock()
+_WORKER = _Worker()
+
+
+def equivalent(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+    """math-verify's verdict on two bare answers (no extraction, no fast path), time-limited.
+
+    False on a timeout or a worker failure (logged as a warning; the worker is replaced).
+    """
+    with _LOCK:
+        try:
+            return _WORKER.ask(pred, gold, timeout)
+        except (_WorkerFailure, OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            logger.warning("math verifier: %s on %.80r vs gold %.80r; scored 0, worker restarted", e, pred, gold)
+            _WORKER.stop()
+            with contextlib.suppress(OSError):  # if it cannot start now, the next call tries again
+                _WORKER.start()
+            return False
+
+
+def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT) -> float:
+    """1.0 if the last ``\\boxed{}`` of ``response`` is equivalent to ``answer``, else 0.0.
+
+    Never raises. ``timeout`` (seconds) bounds the math-verify call; past it the answer is 0.0.
+    """
+    try:
+        pred, gold = extract_boxed(response), _as_text(answer)
+        if pred is None or gold is None:
+            return 0.0
+        pred = _strip_choice_label(pred)
+        if _normalise(pred) == _normalise(gold):
+            return 1.0
+        return 1.0 if equivalent(pred, gold, timeout=float(timeout)) else 0.0
+    except Exception:  # the contract is "never raises"; a bug here must not kill a training run
+        logger.exception("math verifier: unexpected error; scored 0")
+        return 0.0
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK, _WORKER
+    _LOCK = threading.Lock()
+    _WORKER.abandon()
+    _WORKER = _Worker()
+
+
+def _shutdown() -> None:
+    locked = _LOCK.acquire(timeout=1.0)  # a daemon thread may be stuck mid-call; kill regardless
+    try:
+        _WORKER.stop()
+    finally:
+        if locked:
+            _LOCK.release()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_shutdown)
+
+VERIFIERS: dict[str, Callable[..., float]] = {"math": score}
+
+
+def get_verifier(name: str) -> Callable[..., float]:
+    """The verifier registered as ``name``; a ``TandemError`` lists the valid names otherwise."""
+    try:
+        return VERIFIERS[name]
+    except KeyError:
+        raise TandemError(f"unknown verifier {name!r}; valid: {', '.join(sorted(VERIFIERS))}") from None
