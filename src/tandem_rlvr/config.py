@@ -1,0 +1,190 @@
+"""Training configuration: one dataclass, YAML presets, flag overrides, validation.
+
+``TrainConfig`` holds every knob of ``tandem train``; each field carries help text (shown
+by ``tandem train --help``, where every field is also a flag). Presets live in
+``presets/*.yaml``; ``load_train_config(preset, file, overrides)`` layers defaults <
+preset < file < flags, and rejects unknown keys naming the closest valid one.
+
+Units: a *step* is one optimiser step (TRL's ``global_step``), i.e. one mini-batch of
+``prompts_per_minibatch`` prompts x ``group_size`` rollouts. A rollout batch of
+``prompts_per_step`` prompts feeds ``prompts_per_step / prompts_per_minibatch`` steps
+(the paper: 16 prompts x 8 rollouts, mini-batches of 8 prompts, two updates per batch).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .decoding.schedule import SCHEDULES
+from .errors import TandemError
+
+METHODS = ("tandem", "grpo", "klreg")
+
+
+def _f(default, help: str, **kw):
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """All settings of one training run (see module docstring for units)."""
+
+    method: str = _f("tandem", "tandem (senior+junior co-write rollouts), grpo (senior alone) or klreg "
+                     "(senior alone + beta * KL(senior || junior))", choices=METHODS)
+    senior: str = _f("tiny", "senior initialisation: directory, .gguf, hub id, or tiny")
+    junior: str | None = _f(None, "frozen junior; default: the senior's initial checkpoint (self-pairing)")
+    senior_device: str = _f("auto", "device of the senior (auto: cuda:0 if available, else cpu)")
+    junior_device: str | None = _f(None, "device of the junior (default: the senior's)")
+    dtype: str = _f("auto", "float32, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
+    dataset: str = _f("tiny", "training problems: benchmark name, local file or hub id")
+    dataset_split: str | None = _f("train", "split of a registered or hub dataset")
+    val_dataset: str | None = _f(None, "validation problems (default: a held-out slice of the training data, "
+                                 "never a reported benchmark)")
+    val_split: str | None = _f("val", "split of the validation dataset (registered/hub datasets)")
+    val_size: int = _f(200, "validation problems (held out from training when val_dataset is unset)")
+    template: str = _f("auto", "prompt template: auto, plain or chat")
+    schedule: str = _f("word", "handoff schedule of tandem rollouts", choices=SCHEDULES)
+    p: float = _f(0.5, "probability that the senior writes after a redraw (paper: 0.5)")
+    K: int = _f(32, "word schedules: tokens before a forced redraw (paper: 32)")
+    lr: float = _f(1e-6, "learning rate (AdamW)")
+    clip: float = _f(0.2, "PPO/GRPO clip epsilon")
+    beta: float = _f(0.0, "KL(senior || junior) coefficient; klreg default 1e-3, must be 0 otherwise")
+    lambda_jun: float = _f(0.0, "junior-imitation coefficient on junior-written tokens (tandem only; paper: 0)")
+    group_size: int = _f(8, "rollouts per prompt (G)")
+    prompts_per_step: int = _f(16, "prompts per rollout batch")
+    prompts_per_minibatch: int = _f(8, "prompts per optimiser step (mini-batch)")
+    max_prompt_tokens: int = _f(1024, "longest prompt; longer prompts are an error")
+    max_new_tokens: int = _f(3000, "longest response")
+    temperature: float = _f(0.6, "rollout sampling temperature")
+    top_p: float = _f(1.0, "rollout top-p")
+    top_k: int = _f(0, "rollout top-k (0 = off)")
+    scale_rewards: bool = _f(True, "divide advantages by the group reward std (paper: yes)")
+    max_steps: int = _f(-1, "optimiser steps (-1: epochs x steps per epoch)")
+    epochs: float = _f(2.0, "passes over the training problems when max_steps is -1")
+    limit: int | None = _f(None, "use only the first N training problems")
+    eval_every: int = _f(20, "steps between validation tandem-rollout accuracy checks (0 = off)")
+    eval_n: int = _f(1, "samples per validation problem")
+    decline_drop: float = _f(0.10, "flag a decline when validation accuracy falls this far below its best")
+    save_every: int = _f(20, "steps between checkpoints (a multiple of the updates per rollout batch)")
+    save_total_limit: int | None = _f(2, "checkpoints kept besides the best")
+    kl_every: int = _f(1, "steps between KL-to-junior monitoring forwards (0 = off)")
+    seed: int = _f(0, "seed of data order, initial rollouts and authorship coins")
+    output_dir: str = _f("runs/tandem", "run directory: checkpoints, log.jsonl, best/")
+    report_to: str = _f("none", "TRL/transformers report_to: none, tensorboard, wandb")
+    rollout_batch_rows: int = _f(0, "rows decoded together (0: the whole per-process rollout batch)")
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise TandemError(f"unknown method {self.method!r}; valid: {', '.join(METHODS)}")
+        if self.schedule not in SCHEDULES:
+            raise TandemError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
+        if not self.lr > 0:
+            raise TandemError(f"lr must be > 0, got {self.lr}")
+        if self.group_size < 2:
+            raise TandemError(f"group_size must be >= 2 (GRPO compares rollouts of one prompt), got {self.group_size}")
+        if not 0.0 <= self.p <= 1.0:
+            raise TandemError(f"p must be in [0, 1], got {self.p}")
+        if self.K < 1:
+            raise TandemError(f"K must be >= 1, got {self.K}")
+        for name in ("prompts_per_step", "prompts_per_minibatch", "max_prompt_tokens", "max_new_tokens", "val_size"):
+            if getattr(self, name) < 1:
+                raise TandemError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.prompts_per_step % self.prompts_per_minibatch:
+            raise TandemError(f"prompts_per_step ({self.prompts_per_step}) must be a multiple of "
+                              f"prompts_per_minibatch ({self.prompts_per_minibatch})")
+        if self.save_every % self.updates_per_batch:
+            raise TandemError(f"save_every ({self.save_every}) must be a multiple of the updates per rollout batch "
+                              f"({self.updates_per_batch}) so a resumed run regenerates the same rollouts")
+        if self.clip <= 0 or self.temperature <= 0:
+            raise TandemError(f"clip and temperature must be > 0, got {self.clip}, {self.temperature}")
+        if self.beta < 0 or self.lambda_jun < 0:
+            raise TandemError(f"beta and lambda_jun must be >= 0, got {self.beta}, {self.lambda_jun}")
+        if self.method == "klreg" and self.beta == 0:
+            self.beta = 1e-3
+        if self.method != "klreg" and self.beta != 0:
+            raise TandemError(f"beta={self.beta} is only for --method klreg (got method {self.method})")
+        if self.lambda_jun > 0 and self.method != "tandem":
+            raise TandemError("lambda_jun > 0 needs --method tandem (there are no junior tokens otherwise)")
+
+    @property
+    def updates_per_batch(self) -> int:
+        return self.prompts_per_step // self.prompts_per_minibatch
+
+    @property
+    def rollout_schedule(self) -> str:
+        """The schedule that generates training rollouts: vanilla GRPO and KL-Reg use the senior alone."""
+        return self.schedule if self.method == "tandem" else "senior"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def config_fields() -> list:
+    return [f for f in fields(TrainConfig)]
+
+
+PRESETS_DIR = "presets"
+
+
+def preset_names() -> list[str]:
+    files = resources.files("tandem_rlvr").joinpath(PRESETS_DIR).iterdir()
+    return sorted(Path(str(f)).stem for f in files if str(f).endswith(".yaml"))
+
+
+def _read_yaml(text: str, origin: str) -> dict:
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise TandemError(f"{origin}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise TandemError(f"{origin}: expected a mapping of config keys")
+    return data
+
+
+def _check_keys(data: dict, origin: str) -> None:
+    valid = [f.name for f in config_fields()]
+    for k in data:
+        if k not in valid:
+            close = difflib.get_close_matches(k, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TandemError(f"{origin}: unknown config key {k!r}{hint}")
+
+
+def load_preset(name: str) -> dict:
+    if name not in preset_names():
+        raise TandemError(f"unknown preset {name!r}; valid: {', '.join(preset_names())}")
+    text = resources.files("tandem_rlvr").joinpath(PRESETS_DIR, f"{name}.yaml").read_text(encoding="utf-8")
+    data = _read_yaml(text, f"preset {name}")
+    _check_keys(data, f"preset {name}")
+    return data
+
+
+def load_train_config(preset: str | None = None, file: str | None = None, overrides: dict | None = None) -> TrainConfig:
+    """defaults < preset < YAML file < overrides (flags). Unknown keys are errors."""
+    data: dict = {}
+    if preset:
+        data.update(load_preset(preset))
+    if file:
+        p = Path(file)
+        if not p.is_file():
+            raise TandemError(f"config file not found: {file}")
+        extra = _read_yaml(p.read_text(encoding="utf-8"), file)
+        _check_keys(extra, file)
+        data.update(extra)
+    if overrides:
+        _check_keys(overrides, "flags")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+    for f in config_fields():  # YAML gives ints for floats and the like; coerce simple scalars
+        if f.name in data and data[f.name] is not None and f.default is not MISSING and f.default is not None:
+            t = type(f.default)
+            if t in (int, float) and not isinstance(data[f.name], bool):
+                try:
+                    data[f.name] = t(data[f.name])
+                except (TypeError, ValueError):
+                    raise TandemError(f"config key {f.name!r}: expected {t.__name__}, got {data[f.name]!r}") from None
+    return TrainConfig(**data)

@@ -1,0 +1,168 @@
+"""Trainer callbacks: the run log (jsonl + console line) and validation with best-checkpoint keeping.
+
+``RunLog`` writes every TRL log record to ``run_dir/log.jsonl`` with our namespaced keys
+(``reward/mean``, ``senior/token_share``, ``wall/step_s``, ``wall/total_s``) next to TRL's
+own, and prints one line per step. On resume it first drops records past the checkpoint,
+so the log continues without a gap or a duplicate, and carries the accumulated wall-clock on.
+
+``Validation`` measures validation accuracy every ``eval_every`` steps with the method's
+own rollout schedule (tandem rollouts for Tandem RLVR, the senior alone for GRPO and
+KL-Reg, as the paper selects checkpoints), keeps the best weights in ``run_dir/best``
+(written atomically) and flags a sharp decline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+from transformers import TrainerCallback
+
+from ..decoding.rng import row_seed
+from ..decoding.tandem import TandemDecoder
+from ..io import write_json
+from ..rewards.math import score
+
+log = logging.getLogger("tandem_rlvr")
+
+RENAME = {"reward": "reward/mean", "reward_std": "reward/std", "completions/mean_length": "response/mean_length",
+          "loss": "loss", "kl": "kl/beta_term"}
+
+
+def read_log(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a torn last line from a killed run
+    return rows
+
+
+class RunLog(TrainerCallback):
+    def __init__(self, run_dir: Path, resume_step: int, print_fn=print):
+        self.path = run_dir / "log.jsonl"
+        rows = [r for r in read_log(self.path) if r.get("step", 0) <= resume_step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self.total = max([r.get("wall/total_s", 0.0) for r in rows] or [0.0])
+        self.print = print_fn
+        self._t0 = None
+        self.step_s = None
+        self.is_main = True
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.is_main = state.is_world_process_zero
+
+    def on_step_begin(self, args, state, control, **kw):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        if self._t0 is not None:
+            self.step_s = time.perf_counter() - self._t0
+            self.total += self.step_s
+
+    def write(self, step: int, record: dict) -> None:
+        if not self.is_main:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, **record}) + "\n")
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not logs or "train_runtime" in logs:
+            return
+        rec = {RENAME.get(k, k): v for k, v in logs.items()}
+        if self.step_s is not None and "reward/mean" in rec:
+            rec["wall/step_s"] = self.step_s
+        rec["wall/total_s"] = self.total
+        self.write(state.global_step, rec)
+        if self.is_main and "reward/mean" in rec:
+            self.print(f"step {state.global_step:4d} | reward {rec['reward/mean']:.3f} | len "
+                       f"{rec.get('response/mean_length', float('nan')):6.1f} | senior {rec.get('senior/token_share', float('nan')):.2f} "
+                       f"| kl(jun) {rec.get('kl/junior', float('nan')):.4f} | clip {rec.get('clip_ratio/region_mean', 0.0):.3f} "
+                       f"| {rec.get('wall/step_s', 0.0) * 1000:.0f} ms")
+
+
+class Validation(TrainerCallback):
+    """Validation accuracy with the method's rollout schedule; keeps ``best/``."""
+
+    def __init__(self, run_dir: Path, problems, prompts: list[list[int]], junior, tokenizer, schedule, sampling,
+                 eos_ids, seed: int, every: int, n: int, decline_drop: float, runlog: RunLog, batch_rows: int = 256):
+        self.run_dir, self.problems, self.prompts = run_dir, problems, prompts
+        self.junior, self.tok, self.schedule, self.sampling = junior, tokenizer, schedule, sampling
+        self.eos_ids, self.seed, self.every, self.n = eos_ids, seed, every, n
+        self.decline_drop, self.runlog, self.batch_rows = decline_drop, runlog, batch_rows
+        best = run_dir / "best" / "best.json"
+        self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
+        self.trainer = None
+
+    def accuracy(self, model) -> float:
+        junior = self.junior if self.schedule.uses_junior else None
+        dec = TandemDecoder(model, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
+        rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.n)]
+        correct = []
+        was_training = model.training
+        model.eval()
+        try:
+            for s in range(0, len(rows), self.batch_rows):
+                chunk = rows[s:s + self.batch_rows]
+                roll = dec.generate([self.prompts[i] for i, _ in chunk], [row_seed(self.seed, 7_000_003, i, k) for i, k in chunk])
+                for b, (i, _) in enumerate(chunk):
+                    text = self.tok.decode(roll.row_tokens(b), skip_special_tokens=True)
+                    correct.append(score(text, self.problems[i].answer))
+        finally:
+            model.train(was_training)
+        return float(np.mean(correct))
+
+    def _run(self, state, model):
+        if not state.is_world_process_zero:
+            return
+        acc = self.accuracy(model)
+        step = state.global_step
+        if acc > self.best["accuracy"]:
+            self.best = {"accuracy": acc, "step": step}
+            self._save_best(model)
+        decline = self.best["accuracy"] - acc >= self.decline_drop
+        if decline:
+            log.warning("validation accuracy %.3f at step %d is %.3f below the best (%.3f at step %d): sharp decline",
+                        acc, step, self.best["accuracy"] - acc, self.best["accuracy"], self.best["step"])
+        rec = {"val/accuracy": acc, "val/best": self.best["accuracy"], "val/best_step": self.best["step"],
+               "val/decline": int(decline), "val/problems": len(self.prompts), "val/schedule": self.schedule.name,
+               "wall/total_s": self.runlog.total}
+        self.runlog.write(step, rec)
+        if self.runlog.is_main:
+            self.runlog.print(f"step {step:4d} | validation accuracy {acc:.3f} ({self.schedule.name}) | best "
+                              f"{self.best['accuracy']:.3f} at step {self.best['step']}" + ("  ** sharp decline **" if decline else ""))
+
+    def _save_best(self, model):
+        out = self.run_dir / "best"
+        tmp = self.run_dir / ".best.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        self.tok.save_pretrained(tmp)
+        write_json(tmp / "best.json", self.best)
+        old = self.run_dir / ".best.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def on_train_begin(self, args, state, control, model=None, **kw):
+        if self.every and state.global_step == 0 and self.best["step"] < 0:
+            self._run(state, self._unwrap(model))
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        if self.every and state.global_step % self.every == 0:
+            self._run(state, self._unwrap(model))
+
+    def _unwrap(self, model):
+        return self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model

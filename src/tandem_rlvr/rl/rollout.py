@@ -1,0 +1,142 @@
+"""TRL ``rollout_func``: our decoder generates the GRPO rollouts; the senior mask goes out as ``env_mask``.
+
+TRL's GRPOTrainer calls ``rollout(prompts, trainer)`` with this process's prompts (each
+already repeated ``group_size`` times by TRL's sampler) and multiplies ``env_mask`` into
+the loss mask, so the clipped surrogate touches only senior-written tokens. The mask is
+fail-closed: a completion without a mask, or with one of another length, is an error.
+
+Authorship coins and token samples derive from (seed, step, prompt, sample): the row seed
+is ``row_seed(seed, global_step, crc32(prompt), k)`` where k counts earlier copies of the
+same prompt in the *global* batch (gathered across processes), so a resumed run and a
+2-process run redraw exactly the rollouts of a 1-process run.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+
+import torch
+
+from ..decoding.rng import row_seed
+from ..decoding.sampling import SamplingParams
+from ..decoding.schedule import make_schedule
+from ..decoding.tandem import TandemDecoder
+from ..errors import TandemError
+from ..prompting import encode_prompt
+
+
+def check_env_mask(completion_ids: list[list[int]], env_mask) -> None:
+    """Fail closed: every completion needs a senior mask of its own length."""
+    if env_mask is None:
+        raise TandemError("tandem batch has no senior mask (env_mask); refusing to fall back to vanilla GRPO")
+    if len(env_mask) != len(completion_ids):
+        raise TandemError(f"senior mask has {len(env_mask)} rows for {len(completion_ids)} completions")
+    for i, (c, m) in enumerate(zip(completion_ids, env_mask)):
+        if len(c) != len(m):
+            raise TandemError(f"senior mask of completion {i} has length {len(m)}, completion has {len(c)} tokens")
+
+
+def occurrence_seeds(all_prompts: list[str], base_seed: int, step: int) -> list[int]:
+    """One seed per row of the global batch: (seed, step, prompt, k-th copy of that prompt)."""
+    seen: dict[int, int] = defaultdict(int)
+    seeds = []
+    for text in all_prompts:
+        key = zlib.crc32(text.encode())
+        seeds.append(row_seed(base_seed, step, key, seen[key]))
+        seen[key] += 1
+    return seeds
+
+
+class TandemRollout:
+    """Callable given to ``GRPOTrainer(rollout_func=...)``; see module docstring.
+
+    schedule: the rollout schedule name (``senior`` for GRPO and KL-Reg).
+    """
+
+    def __init__(self, junior, tokenizer, schedule: str, sampling: SamplingParams, eos_ids, seed: int,
+                 p: float = 0.5, K: int = 32, max_prompt_tokens: int = 1024, rows_per_batch: int = 0,
+                 kl_every: int = 0):
+        self.junior, self.tok, self.sampling = junior, tokenizer, sampling
+        self.eos_ids, self.seed, self.max_prompt_tokens = list(eos_ids), seed, max_prompt_tokens
+        self.rows_per_batch, self.kl_every = rows_per_batch, kl_every
+        self.schedule_args = (schedule, p, K)
+        self.schedule = None  # built on first call, when the model's vocabulary size is known
+        self.last = {}  # metrics of the last call, for tests and logging
+
+    def __call__(self, prompts: list[str], trainer) -> dict:
+        acc = trainer.accelerator
+        senior = acc.unwrap_model(trainer.model)
+        step = int(trainer.state.global_step)
+        all_prompts = prompts
+        offset = 0
+        if acc.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            sizes = gather_object([len(prompts)])
+            all_prompts = gather_object(list(prompts))
+            offset = sum(sizes[: acc.process_index])
+        seeds = occurrence_seeds(all_prompts, self.seed, step)[offset: offset + len(prompts)]
+        ids = [encode_prompt(self.tok, p) for p in prompts]
+        too_long = [len(x) for x in ids if len(x) > self.max_prompt_tokens]
+        if too_long:
+            raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={self.max_prompt_tokens}")
+
+        if self.schedule is None:
+            name, p, K = self.schedule_args
+            self.schedule = make_schedule(name, self.tok, p=p, K=K, vocab_size=senior.config.vocab_size)
+        was_training = senior.training
+        senior.eval()
+        try:
+            roll = self._generate(senior, ids, seeds)
+        finally:
+            senior.train(was_training)
+        completion_ids = [roll.row_tokens(b) for b in range(len(ids))]
+        env_mask = [roll.row_mask(b) for b in range(len(ids))]
+        logprobs = [roll.logprobs[b, : len(c)].tolist() for b, c in enumerate(completion_ids)]
+        check_env_mask(completion_ids, env_mask)
+
+        share = roll.senior_share
+        metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False))}
+        if self.kl_every and step % self.kl_every == 0 and self.junior is not None:
+            metrics["kl/junior"] = self._kl_to_junior(ids, completion_ids, env_mask, logprobs)
+        self.last = metrics
+        for k, v in metrics.items():
+            trainer._metrics["train"][k].append(v)
+        return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": logprobs, "env_mask": env_mask}
+
+    def _generate(self, senior, ids, seeds):
+        junior = self.junior if self.schedule.uses_junior else None
+        dec = TandemDecoder(senior, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
+        n = self.rows_per_batch or len(ids)
+        parts = [dec.generate(ids[i:i + n], seeds[i:i + n]) for i in range(0, len(ids), n)]
+        return parts[0] if len(parts) == 1 else _concat(parts, self.tok.pad_token_id)
+
+    @torch.no_grad()
+    def _kl_to_junior(self, ids, completion_ids, env_mask, logprobs) -> float:
+        """k3 estimate of KL(senior || junior) on senior-written tokens (temperature-scaled
+        distributions), from one teacher-forced junior forward. Monitoring only."""
+        from ..eval.teacher_forcing import response_logprobs
+
+        lj = response_logprobs(self.junior, ids, completion_ids, self.tok.pad_token_id, self.sampling.temperature)
+        tot, n = 0.0, 0
+        for b, c in enumerate(completion_ids):
+            m = torch.tensor(env_mask[b], dtype=torch.bool)
+            if not m.any():
+                continue
+            log_r = lj[b][m] - torch.tensor(logprobs[b])[m]  # log p_jun / p_sen at senior tokens
+            tot += float((torch.exp(log_r) - log_r - 1).sum())
+            n += int(m.sum())
+        return tot / max(n, 1)
+
+
+def _concat(parts, pad_id):
+    from ..decoding.tandem import Rollout
+
+    T = max(p.tokens.shape[1] for p in parts)
+
+    def padcat(name, value):
+        return torch.cat([torch.nn.functional.pad(getattr(p, name), (0, T - p.tokens.shape[1]), value=value) for p in parts])
+
+    return Rollout(padcat("tokens", pad_id), padcat("senior_mask", False), padcat("logprobs", 0.0),
+                   torch.cat([p.lengths for p in parts]), torch.cat([p.finished for p in parts]))

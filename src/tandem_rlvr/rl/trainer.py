@@ -1,0 +1,80 @@
+"""TRL's GRPOTrainer with the three things Tandem RLVR adds, and nothing else.
+
+1. Fail-closed senior mask: with ``require_senior_mask`` every loss batch must carry the
+   mask (TRL's ``tool_mask``, filled from our rollout's ``env_mask``) of the completion's
+   shape; TRL then multiplies it into the loss mask, so the clipped surrogate and the
+   token-mean ("dapo") aggregation see senior-written tokens only.
+2. KL-Reg's reference is the junior (also when it is not the senior's initial checkpoint):
+   TRL would build its reference from the policy's own path, so we construct the trainer
+   with beta = 0 (no reference load) and then install the junior as ``ref_model``.
+3. Optional junior imitation (``lambda_jun``): + lambda * mean NLL of junior-written tokens
+   under the senior, reusing the log-probs TRL already computed for the surrogate.
+
+Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backends,
+checkpointing and resume all stay TRL's / transformers'.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl import GRPOTrainer
+
+from ..errors import TandemError
+
+
+class TandemGRPOTrainer(GRPOTrainer):
+    def __init__(self, *args, junior=None, require_senior_mask: bool = False, lambda_jun: float = 0.0,
+                 ref_is_junior: bool = False, **kwargs):
+        grpo_args = kwargs.get("args")
+        beta = grpo_args.beta if grpo_args is not None else 0.0
+        if ref_is_junior and beta > 0:
+            if junior is None:
+                raise TandemError("KL-Reg needs a junior as its reference model")
+            grpo_args.beta = 0.0  # skip TRL's reference load from the policy path
+        super().__init__(*args, **kwargs)
+        self.require_senior_mask = require_senior_mask
+        self.lambda_jun = lambda_jun
+        self._last_logps = None
+        if ref_is_junior and beta > 0:
+            grpo_args.beta = beta
+            self.beta = beta
+            self.ref_model = self._prepare_reference(junior)
+
+    def _prepare_reference(self, junior):
+        from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
+
+        if self.args.disable_dropout:
+            disable_dropout_in_model(junior)
+        add_fused_lm_head(junior, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
+        if self.is_deepspeed_enabled:
+            from trl.models.utils import prepare_deepspeed
+
+            return prepare_deepspeed(junior, self.accelerator)
+        if self.is_fsdp_enabled:
+            from trl.models.utils import prepare_fsdp
+
+            return prepare_fsdp(junior, self.accelerator)
+        return junior  # already on its device, frozen; forwards need no wrapping
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if torch.is_grad_enabled():
+            self._last_logps = out[0]  # (B, T) of the loss forward, kept for the imitation term
+        return out
+
+    def _compute_loss(self, model, inputs):
+        if self.require_senior_mask:
+            mask = inputs.get("tool_mask")
+            if mask is None:
+                raise TandemError("tandem loss batch has no senior mask; refusing to fall back to vanilla GRPO")
+            if mask.shape != inputs["completion_ids"].shape:
+                raise TandemError(f"senior mask shape {tuple(mask.shape)} differs from completions "
+                                  f"{tuple(inputs['completion_ids'].shape)}")
+        loss = super()._compute_loss(model, inputs)
+        if self.lambda_jun > 0:
+            jmask = inputs["completion_mask"] * (1 - inputs["tool_mask"])  # (B, T) junior-written tokens
+            nll = -(self._last_logps * jmask).sum() / jmask.sum().clamp(min=1)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["junior_imitation/nll"].append(self.accelerator.gather(nll.detach()).mean().item())
+            loss = loss + self.lambda_jun * nll / self.current_gradient_accumulation_steps
+        return loss
