@@ -12,6 +12,7 @@ import logging
 import sys
 
 from .errors import TandemError
+from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -80,6 +81,7 @@ def cmd_generate(a):
     from .prompting import encode_prompt, format_prompt
 
     sched = a.schedule
+    configure_cpu_threads()
     pair = _pair(a, need_junior=sched != "senior")
     dec = _decoder(pair, a, sched)
     text = format_prompt(pair.tokenizer, a.prompt, a.template)
@@ -140,6 +142,7 @@ def cmd_eval(a, mode: str):
         raise TandemError(f"--n must be >= 1, got {a.n}")
     problems = load_benchmarks([b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit)
     schedule = "senior" if mode == "solo" else a.schedule
+    configure_cpu_threads()
     pair = _pair(a, need_junior=schedule != "senior")
     dec = _decoder(pair, a, schedule)
     spec = EvalSpec(n=a.n, sampling=dec.sampling, schedule=dec.schedule.describe(),
@@ -165,6 +168,49 @@ def _print_metrics(metrics: dict, out: str) -> None:
             t.add_row(b, str(m["problems"]), *[f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" for k in ks])
     Console().print(t)
     print(f"senior share {metrics['senior_share']['mean']:.3f} (sd {metrics['senior_share']['sd']:.3f})")
+
+
+def _train_flags(p: argparse.ArgumentParser) -> None:
+    """Every TrainConfig field as a flag (default None = keep the preset/file value)."""
+    from dataclasses import MISSING
+
+    from .config import config_fields
+
+    p.add_argument("--preset", default=None, help="preset name (tiny, qwen3-4b-deepscaler)")
+    p.add_argument("--config", default=None, help="YAML file of config keys (over the preset)")
+    g = p.add_argument_group("config keys (override preset and file)")
+    for f in config_fields():
+        default = f.default if f.default is not MISSING else None
+        kind = type(default) if default is not None and not isinstance(default, bool) else str
+        extra = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
+        if isinstance(default, bool):
+            g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=_parse_bool,
+                           metavar="BOOL", help=f"{f.metadata['help']} (default {default})")
+        else:
+            g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
+                           help=f"{f.metadata['help']} (default {default})", **extra)
+
+
+def _parse_bool(x: str) -> bool:
+    if x.lower() in ("1", "true", "yes", "on"):
+        return True
+    if x.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {x!r}")
+
+
+def cmd_train(a):
+    from .config import config_fields, load_train_config
+    from .rl.train import train
+
+    overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
+    cfg = load_train_config(a.preset, a.config, overrides)
+    if a.dry_run:
+        print(json.dumps(cfg.to_dict(), indent=2))
+        return
+    configure_cpu_threads()
+    summary = train(cfg)
+    print(json.dumps(summary, indent=2))
 
 
 def cmd_demo(a):
@@ -220,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     wb.add_argument("--junior-kind", default="early", choices=("early", "small"))
     wb.add_argument("--force", action="store_true", help="rebuild even if cached")
     wb.set_defaults(fn=cmd_world_build)
+
+    t = sub.add_parser("train", help="train a senior: --method tandem | grpo | klreg (TRL GRPOTrainer)")
+    t.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    _train_flags(t)
+    t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("eval", help="evaluation battery")
     esub = e.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)

@@ -123,10 +123,23 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
     )
 
 
-def train(cfg: TrainConfig, print_fn=print) -> dict:
-    """Run (or resume) one training run; returns a summary dict (also written to summary.json)."""
+@dataclass
+class Run:
+    """A ready-to-train run: the trainer and the pieces tests and benchmarks reach into."""
+
+    trainer: object
+    prep: Prepared
+    rollout: object
+    runlog: object
+    validation: object
+    resume_step: int
+
+
+def build_run(cfg: TrainConfig, print_fn=print) -> Run:
+    """Validate everything, then create the run directory and the trainer (nothing trained yet)."""
     import datasets
     from accelerate import PartialState
+    from transformers import PrinterCallback, ProgressCallback
 
     from .callbacks import RunLog, Validation
     from .rollout import TandemRollout
@@ -157,16 +170,28 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
                             cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*")
+        warnings.filterwarnings("ignore", category=FutureWarning)
         trainer = TandemGRPOTrainer(
             model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
             processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
             require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg")
+    for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
+        trainer.remove_callback(cb)
     validation.trainer = trainer
-    trainer.train(resume_from_checkpoint=str(out / f"checkpoint-{resume_step}") if resume_step else None)
-    summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": validation.best,
-               "wall_total_s": runlog.total, "output_dir": str(out)}
-    if state.is_main_process:
+    return Run(trainer, prep, rollout, runlog, validation, resume_step)
+
+
+def train(cfg: TrainConfig, print_fn=print) -> dict:
+    """Run (or resume) one training run; returns a summary dict (also written to summary.json)."""
+    run = build_run(cfg, print_fn)
+    trainer, out = run.trainer, Path(cfg.output_dir)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        trainer.train(resume_from_checkpoint=str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None)
+    summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
+               "wall_total_s": run.runlog.total, "output_dir": str(out)}
+    if trainer.accelerator.is_main_process:
         trainer.save_model(str(out / "final"))
-        tok.save_pretrained(out / "final")
+        run.prep.pair.tokenizer.save_pretrained(out / "final")
         write_json(out / "summary.json", summary)
     return summary

@@ -1,0 +1,213 @@
+"""Training on TRL's GRPOTrainer: the senior mask reaches the loss, junior tokens are inert,
+the junior stays frozen, the mask is fail-closed, configs validate, runs resume."""
+
+import json
+
+import pytest
+import torch
+
+from tandem_rlvr.config import load_train_config
+from tandem_rlvr.errors import TandemError
+from tandem_rlvr.rl.rollout import check_env_mask
+from tandem_rlvr.rl.train import build_run, train
+
+from conftest import make_model
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("train")
+    senior_dir = root / "senior"
+    make_model(len(tok), 0, hidden=32, layers=1).save_pretrained(senior_dir)
+    tok.save_pretrained(senior_dir)
+    junior_dir = root / "junior"
+    make_model(len(tok), 1, hidden=32, layers=1).save_pretrained(junior_dir)
+    tok.save_pretrained(junior_dir)
+    data = root / "data.jsonl"
+    with open(data, "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
+    return root, senior_dir, junior_dir, data
+
+
+def _cfg(setup, tmp_path, **kw):
+    root, senior, junior, data = setup
+    base = dict(senior=str(senior), junior=str(junior), dataset=str(data), dataset_split=None, val_size=4,
+                template="plain", lr=1e-2, group_size=4, prompts_per_step=2, prompts_per_minibatch=2,
+                max_prompt_tokens=64, max_new_tokens=12, temperature=1.0, max_steps=1, eval_every=0, save_every=1,
+                kl_every=1, output_dir=str(tmp_path / "run"))
+    base.update(kw)
+    return load_train_config(None, None, base)
+
+
+def _batch(run):
+    """One generation batch through TRL's own pipeline (prompt repetition, rewards, advantages)."""
+    trainer = run.trainer
+    seen = []
+    inner = trainer.rollout_func
+
+    def spy(prompts, tr):
+        seen.append(list(prompts))
+        return inner(prompts, tr)
+
+    trainer.rollout_func = spy
+    dl = trainer.get_train_dataloader()
+    inputs = next(iter(dl))
+    trainer.model.train()
+    batch = trainer._prepare_inputs(inputs)
+    return batch, seen[0]
+
+
+def test_trl_repeats_each_prompt_group_size_times_and_env_mask_reaches_the_loss(setup, tmp_path):
+    run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
+    batch, prompts = _batch(run)
+    # TRL's sampler hands the rollout G consecutive copies of each prompt
+    assert len(prompts) == 2 * 4 and all(prompts[i] == prompts[i - i % 4] for i in range(8))
+    mask = batch["tool_mask"]
+    assert mask.shape == batch["completion_ids"].shape
+    real = batch["completion_mask"].bool()
+    assert 0 < mask[real].float().mean() < 1  # a real mixture of senior and junior tokens
+
+
+def _loss_and_grad(trainer, batch):
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.training_step in a real step
+    trainer.model.zero_grad()
+    loss = trainer._compute_loss(trainer.model, batch)
+    loss.backward()
+    grads = [p.grad.detach().clone() for p in trainer.model.parameters() if p.grad is not None]
+    return loss.detach(), grads
+
+
+def test_junior_positions_change_neither_loss_nor_gradient(setup, tmp_path):
+    run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
+    trainer = run.trainer
+    batch, _ = _batch(run)
+    jun = (batch["completion_mask"] * (1 - batch["tool_mask"])).bool()  # (B, T) junior-written tokens
+    assert jun.any()
+    batch["old_per_token_logps"] = torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
+    loss_a, grads_a = _loss_and_grad(trainer, batch)
+
+    # 1) different old log-probs at junior positions
+    changed = dict(batch)
+    changed["old_per_token_logps"] = batch["old_per_token_logps"].masked_fill(jun, -7.0)
+    # 2) different current log-probs at junior positions (the senior's own forward, perturbed there)
+    orig = trainer._get_per_token_logps_and_entropies
+
+    def perturbed(*a, **k):
+        lp, ent, aux = orig(*a, **k)
+        return lp + 3.0 * jun * lp, ent, aux  # changes value and gradient at junior positions only
+
+    trainer._get_per_token_logps_and_entropies = perturbed
+    # 3) different tokens at junior positions after the row's last senior token (context of no senior token)
+    ids = changed["completion_ids"].clone()
+    for b in range(ids.shape[0]):
+        senior_pos = torch.nonzero(batch["tool_mask"][b] * batch["completion_mask"][b]).flatten()
+        last = int(senior_pos.max()) if senior_pos.numel() else -1
+        tail = jun[b].clone()
+        tail[: last + 1] = False
+        ids[b][tail] = (ids[b][tail] + 1) % 50
+    changed["completion_ids"] = ids
+    loss_b, grads_b = _loss_and_grad(trainer, changed)
+    trainer._get_per_token_logps_and_entropies = orig
+    torch.testing.assert_close(loss_a, loss_b)
+    for ga, gb in zip(grads_a, grads_b):
+        torch.testing.assert_close(ga, gb)
+
+
+def test_after_a_step_senior_changed_and_junior_bit_identical(setup, tmp_path):
+    run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
+    senior, junior = run.prep.pair.senior, run.prep.pair.junior
+    s0 = {k: v.clone() for k, v in senior.state_dict().items()}
+    j0 = {k: v.clone() for k, v in junior.state_dict().items()}
+    # random models never box the right answer: give the step a reward signal that varies in the group
+
+    def parity_reward(completions, **kw):
+        return [float(len(c) % 2) for c in completions]
+
+    parity_reward.__name__ = "accuracy_reward"
+    run.trainer.reward_funcs[0] = parity_reward
+    run.trainer.train()
+    assert any(not torch.equal(s0[k], v) for k, v in senior.state_dict().items())
+    assert all(torch.equal(j0[k], v) for k, v in junior.state_dict().items())
+    assert all(not p.requires_grad for p in junior.parameters())
+
+
+def test_klreg_reference_is_the_junior(setup, tmp_path):
+    run = build_run(_cfg(setup, tmp_path, method="klreg"), print_fn=lambda *_: None)
+    assert run.trainer.beta == 1e-3 and run.trainer.ref_model is run.prep.pair.junior
+    batch, _ = _batch(run)
+    assert "ref_per_token_logps" in batch
+
+
+def test_grpo_rollouts_are_senior_only(setup, tmp_path):
+    run = build_run(_cfg(setup, tmp_path, method="grpo"), print_fn=lambda *_: None)
+    batch, _ = _batch(run)
+    real = batch["completion_mask"].bool()
+    assert bool(batch["tool_mask"][real].all())
+
+
+def test_mask_is_fail_closed(setup, tmp_path):
+    with pytest.raises(TandemError, match="no senior mask"):
+        check_env_mask([[1, 2]], None)
+    with pytest.raises(TandemError, match="length 1"):
+        check_env_mask([[1, 2]], [[1]])
+    run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
+    batch, _ = _batch(run)
+    del batch["tool_mask"]
+    run.trainer.current_gradient_accumulation_steps = 1
+    with pytest.raises(TandemError, match="no senior mask"):
+        run.trainer._compute_loss(run.trainer.model, batch)
+
+
+def test_bad_config_is_refused_before_writing(setup, tmp_path):
+    with pytest.raises(TandemError, match="did you mean 'lr'"):
+        load_train_config(None, None, {"lrr": 1})
+    with pytest.raises(TandemError, match="group_size"):
+        _cfg(setup, tmp_path, group_size=1)
+    with pytest.raises(TandemError, match="lr must be"):
+        _cfg(setup, tmp_path, lr=0.0)
+    with pytest.raises(TandemError, match="unknown method"):
+        _cfg(setup, tmp_path, method="ppo")
+    bad = tmp_path / "noanswer.jsonl"
+    bad.write_text(json.dumps({"problem": "x"}) + "\n")
+    with pytest.raises(TandemError):
+        build_run(_cfg(setup, tmp_path, dataset=str(bad)))
+    other_tok = tmp_path / "other"
+    from conftest import make_tokenizer
+    t2 = make_tokenizer(280)
+    make_model(len(t2), 3, hidden=32, layers=1).save_pretrained(other_tok)
+    t2.save_pretrained(other_tok)
+    with pytest.raises(TandemError, match="do not share one tokenizer"):
+        build_run(_cfg(setup, tmp_path, junior=str(other_tok)))
+    assert not (tmp_path / "run").exists()
+
+
+def test_gpu_preset_loads_and_validates():
+    cfg = load_train_config("qwen3-4b-deepscaler")
+    assert cfg.senior == cfg.junior == "Qwen/Qwen3-4B-Instruct-2507"
+    assert (cfg.senior_device, cfg.junior_device) == ("cuda:0", "cuda:1")
+    assert (cfg.lr, cfg.clip, cfg.temperature, cfg.max_new_tokens, cfg.max_prompt_tokens) == (1e-6, 0.2, 0.6, 3000, 1024)
+    # 16 prompts x 8 rollouts per rollout batch, mini-batches of 8 prompts: two updates per batch
+    assert cfg.prompts_per_step * cfg.group_size == 128 and cfg.updates_per_batch == 2
+    from tandem_rlvr.rl.train import grpo_args
+    args = grpo_args(cfg, num_processes=1, on_cpu=True)
+    assert args.per_device_train_batch_size == 64 and args.steps_per_generation == 2 and args.loss_type == "dapo"
+    assert args.generation_batch_size == 128 and args.num_generations == 8
+
+
+def test_rerun_resumes_from_checkpoint_without_gaps(setup, tmp_path):
+    cfg = _cfg(setup, tmp_path, max_steps=2, save_every=1, eval_every=1)
+    train(cfg, print_fn=lambda *_: None)
+    cfg4 = _cfg(setup, tmp_path, max_steps=3, save_every=1, eval_every=1)
+    with pytest.raises(TandemError, match="different max_steps"):
+        train(cfg4, print_fn=lambda *_: None)
+    # simulate a kill after step 1: drop the checkpoint of step 2 and its log lines survive filtering
+    import shutil
+    shutil.rmtree(tmp_path / "run" / "checkpoint-2")
+    summary = train(cfg, print_fn=lambda *_: None)
+    assert summary["steps"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in rows if "reward/mean" in r]
+    assert train_steps == [1, 2]
+    totals = [r["wall/total_s"] for r in rows]
+    assert totals == sorted(totals)
