@@ -13,6 +13,7 @@ Run: ``tandem bench decode --json`` (defaults: tiny world, batch 64, 128 new tok
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import torch
 
@@ -120,4 +121,34 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
         "device": str(dev), "threads": torch.get_num_threads(),
     })
     res["tandem_over_solo_vs_bound"] = res["tandem_over_solo"] / res["bound"]
+    return res
+
+
+def bench_train_step(preset: str = "tiny", overrides: dict | None = None, steps: int = 4, methods=("grpo", "tandem"), print_fn=print) -> dict:
+    """Mean wall-clock of an optimiser step per method (first step dropped as warm-up), same
+    config otherwise; reports tandem / GRPO. Runs in throwaway directories."""
+    import shutil
+    import tempfile
+
+    from .config import load_train_config
+    from .rl.callbacks import read_log
+    from .rl.train import train
+
+    overrides = dict(overrides or {})
+    res = {}
+    for method in methods:
+        tmp = tempfile.mkdtemp(prefix=f"tandem-bench-{method}-")
+        try:
+            cfg = load_train_config(preset, overrides={**overrides, "method": method, "max_steps": steps,
+                                                       "eval_every": 0, "save_every": steps * 1000, "output_dir": tmp})
+            train(cfg, print_fn=lambda *_: None)
+            times = [r["wall/step_s"] for r in read_log(Path(tmp) / "log.jsonl") if "wall/step_s" in r][1:]
+            res[f"{method}_step_s"] = sum(times) / len(times)
+            print_fn(f"{method}: {res[f'{method}_step_s'] * 1000:.0f} ms per step")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if "tandem_step_s" in res and "grpo_step_s" in res:
+        res["tandem_over_grpo"] = res["tandem_step_s"] / res["grpo_step_s"]
+    res["steps_timed"] = steps - 1
+    res["threads"] = torch.get_num_threads()
     return res

@@ -101,6 +101,7 @@ def cmd_bench_decode(a):
     from .bench import bench_decode
     from .world.tasks import format_prompt as tiny_prompt, make_problems
 
+    configure_cpu_threads()
     pair = _pair(a, need_junior=True)
     prompts = [tiny_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
     res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats)
@@ -122,6 +123,16 @@ def cmd_bench_decode(a):
           f"our solo is {res['solo_over_hf_generate']:.2f}x generate()")
 
 
+def cmd_bench_train(a):
+    from .bench import bench_train_step
+
+    if a.steps < 2:
+        raise TandemError(f"--steps must be >= 2 (the first step is warm-up), got {a.steps}")
+    configure_cpu_threads()
+    res = bench_train_step(a.preset, steps=a.steps, print_fn=(lambda *_: None) if a.json else print)
+    print(json.dumps(res) if a.json else f"tandem step / GRPO step: {res['tandem_over_grpo']:.2f}x")
+
+
 def cmd_world_build(a):
     from dataclasses import asdict
 
@@ -134,22 +145,13 @@ def cmd_world_build(a):
 
 
 def cmd_eval(a, mode: str):
-    from .data.benchmarks import load_benchmarks
-    from .eval.sampler import HANDOFF_KS, SOLO_KS, EvalSpec, run_eval
-    from .prompting import resolve_template
+    from .eval.sampler import evaluate
 
-    if a.n < 1:
-        raise TandemError(f"--n must be >= 1, got {a.n}")
-    problems = load_benchmarks([b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit)
-    schedule = "senior" if mode == "solo" else a.schedule
     configure_cpu_threads()
-    pair = _pair(a, need_junior=schedule != "senior")
-    dec = _decoder(pair, a, schedule)
-    spec = EvalSpec(n=a.n, sampling=dec.sampling, schedule=dec.schedule.describe(),
-                    template=resolve_template(pair.tokenizer, a.template), seed=a.seed,
-                    models={"senior": a.senior, "junior": (a.junior or a.senior) if pair.junior is not None else None},
-                    ks=SOLO_KS if mode == "solo" else HANDOFF_KS)
-    metrics = run_eval(dec, pair.tokenizer, problems, spec, a.out, a.batch_size)
+    metrics = evaluate(a.senior, a.junior, a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
+                       benchmarks=[b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit, n=a.n,
+                       sampling=_sampling(a), template=a.template, seed=a.seed, p=a.p, K=a.K, device=a.device,
+                       junior_device=a.junior_device, dtype=a.dtype, batch_size=a.batch_size)
     _print_metrics(metrics, a.out)
 
 
@@ -258,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--repeats", type=int, default=3, help="timed repeats per decoder (best is kept)")
     _model_flags(bd)
     bd.set_defaults(fn=cmd_bench_decode)
+
+    bt = bsub.add_parser("train", help="optimiser-step wall-clock: tandem vs GRPO on a preset")
+    bt.add_argument("--preset", default="tiny")
+    bt.add_argument("--steps", type=int, default=6, help="steps per method (the first is dropped as warm-up)")
+    bt.add_argument("--json", action="store_true", help="print one JSON object")
+    bt.set_defaults(fn=cmd_bench_train)
 
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)

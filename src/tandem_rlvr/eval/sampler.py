@@ -132,6 +132,37 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
     return metrics
 
 
+def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: str = "solo",
+             schedule: str = "paragraph-roundrobin", benchmarks: Sequence[str] = ("tiny",), split: str | None = None,
+             limit: int | None = None, n: int = 8, sampling: SamplingParams | None = None, template: str = "auto",
+             seed: int = 0, p: float = 0.5, K: int = 32, device: str = "auto", junior_device: str | None = None,
+             dtype: str = "auto", batch_size: int = 64, progress: bool = True) -> dict:
+    """Load models and problems, then ``run_eval``: the library form of ``tandem eval solo|handoff``.
+
+    mode "solo" samples the senior alone; "handoff" uses ``schedule`` with ``junior``
+    (default: the senior's checkpoint).
+    """
+    from ..data.benchmarks import load_benchmarks
+    from ..decoding.schedule import make_schedule
+    from ..models import load_pair
+    from ..prompting import resolve_template
+
+    if mode not in ("solo", "handoff"):
+        raise TandemError(f"unknown evaluation mode {mode!r}; valid: solo, handoff")
+    if n < 1:
+        raise TandemError(f"n (samples per problem) must be >= 1, got {n}")
+    sampling = sampling or SamplingParams(0.7, 0.8, 20, 3000)
+    problems = load_benchmarks(list(benchmarks), split=split, limit=limit)
+    name = "senior" if mode == "solo" else schedule
+    pair = load_pair(senior, (junior or senior) if name != "senior" else None, device, junior_device, dtype)
+    sched = make_schedule(name, pair.tokenizer, p=p, K=K, vocab_size=pair.senior.config.vocab_size)
+    dec = TandemDecoder(pair.senior, pair.junior, sched, sampling, pair.eos_ids, pair.tokenizer.pad_token_id)
+    spec = EvalSpec(n=n, sampling=sampling, schedule=sched.describe(), template=resolve_template(pair.tokenizer, template),
+                    seed=seed, models={"senior": senior, "junior": (junior or senior) if pair.junior is not None else None},
+                    ks=SOLO_KS if mode == "solo" else HANDOFF_KS)
+    return run_eval(dec, pair.tokenizer, problems, spec, out, batch_size, progress)
+
+
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
     prompts, seeds, meta = [], [], []
     for p in chunk:
