@@ -152,3 +152,76 @@ def bench_train_step(preset: str = "tiny", overrides: dict | None = None, steps:
     res["steps_timed"] = steps - 1
     res["threads"] = torch.get_num_threads()
     return res
+
+
+def kv_bytes(model, tokens: int, rows: int) -> int:
+    """KV-cache bytes of one model: layers x 2 (K and V) x kv heads x head dim x tokens x rows x bytes."""
+    cfg = model.config
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return cfg.num_hidden_layers * 2 * heads * head_dim * tokens * rows * next(model.parameters()).element_size()
+
+
+def _memory_child(senior: str, junior: str, rows: int, new_tokens: int) -> dict:
+    """Runs in a fresh process: RSS before loading, after loading, and peak while decoding."""
+    import threading
+
+    import psutil
+
+    from .models import load_pair
+    from .world.tasks import format_prompt as tiny_prompt, make_problems
+
+    proc = psutil.Process()
+    rss0 = proc.memory_info().rss
+    pair = load_pair(senior, junior)
+    import gc
+
+    gc.collect()
+    rss_loaded = proc.memory_info().rss
+    tok = pair.tokenizer
+    prompts = [tok.encode(tiny_prompt(p.problem)) for p in make_problems(rows, split="test")]
+    dec = TandemDecoder(pair.senior, pair.junior, make_schedule("word", tok, vocab_size=pair.senior.config.vocab_size),
+                        SamplingParams(1.0, max_new_tokens=new_tokens), eos_ids=[], pad_id=tok.pad_token_id)
+    peak = [rss_loaded]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            stop.wait(0.005)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    out = dec.generate(prompts, list(range(rows)))
+    stop.set()
+    th.join()
+    peak[0] = max(peak[0], proc.memory_info().rss)
+    tokens = max(len(p) for p in prompts) + out.tokens.shape[1]
+    weights = sum(p.numel() * p.element_size() for m in {id(pair.senior): pair.senior, id(pair.junior): pair.junior}.values()
+                  for p in m.parameters())
+    kv = kv_bytes(pair.senior, tokens, rows) + kv_bytes(pair.junior, tokens, rows)
+    return {"new_tokens": new_tokens, "rows": rows, "context": tokens, "weights_mb": weights / 2**20,
+            "kv_mb": kv / 2**20, "rss_before_models_mb": rss0 / 2**20, "rss_loaded_mb": rss_loaded / 2**20,
+            "peak_mb": peak[0] / 2**20, "decode_extra_mb": (peak[0] - rss_loaded) / 2**20,
+            "ratio": (peak[0] - rss0) / (kv + weights), "decode_over_kv": (peak[0] - rss_loaded) / max(kv, 1)}
+
+
+def bench_memory(senior: str, junior: str, rows: int, lengths=(256, 512, 1024), print_fn=print) -> list[dict]:
+    """Peak memory of a tandem rollout batch per response length, each in a fresh process,
+    against the KV-cache arithmetic plus the weights."""
+    import json
+    import subprocess
+    import sys
+
+    out = []
+    for n in lengths:
+        code = ("import json,sys; from tandem_rlvr.bench import _memory_child; "
+                f"print(json.dumps(_memory_child({senior!r}, {junior!r}, {rows}, {n})))")
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "memory child failed")
+        row = json.loads(res.stdout.strip().splitlines()[-1])
+        print_fn(f"{n:5d} new tokens: peak {row['peak_mb']:.0f} MB, weights {row['weights_mb']:.0f} MB, "
+                 f"KV {row['kv_mb']:.0f} MB, (peak - pre-load RSS) / (KV + weights) = {row['ratio']:.2f}")
+        out.append(row)
+    return out

@@ -139,6 +139,21 @@ def cmd_models_fetch(a):
     print(fetch(a.name))
 
 
+def cmd_bench_memory(a):
+    from .bench import bench_memory
+    from .models import resolve_model_path
+
+    try:
+        lengths = [int(x) for x in a.lengths.split(",") if x]
+    except ValueError:
+        raise TandemError(f"--lengths must be comma-separated integers, got {a.lengths!r}") from None
+    senior = resolve_model_path(a.senior)
+    rows = bench_memory(senior, resolve_model_path(a.junior) if a.junior else senior, a.rows, lengths,
+                        print_fn=(lambda *_: None) if a.json else print)
+    if a.json:
+        print(json.dumps(rows))
+
+
 def cmd_world_build(a):
     from dataclasses import asdict
 
@@ -272,6 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--steps", type=int, default=6, help="steps per method (the first is dropped as warm-up)")
     bt.add_argument("--json", action="store_true", help="print one JSON object")
     bt.set_defaults(fn=cmd_bench_train)
+
+    bm = bsub.add_parser("memory", help="peak memory of a tandem rollout batch vs KV-cache arithmetic")
+    bm.add_argument("--senior", default="tiny")
+    bm.add_argument("--junior", default=None, help="default: the senior's checkpoint (loaded as a second copy)")
+    bm.add_argument("--rows", type=int, default=8)
+    bm.add_argument("--lengths", default="256,512,1024", help="comma-separated new-token counts")
+    bm.add_argument("--json", action="store_true")
+    bm.set_defaults(fn=cmd_bench_memory)
 
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
