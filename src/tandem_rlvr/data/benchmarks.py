@@ -328,3 +328,11 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], tuple[str, str | None, str] | None]
 }
 for _name, (_stems, _hub) in BENCHMARKS.items():
     register_benchmark(_name, _named(_name, _stems, _hub))
+
+
+def _register_builtin() -> None:
+    """The built-in tiny world registers ``tiny`` on import (stdlib-only; no torch)."""
+    from .. import world  # noqa: F401
+
+
+_register_builtin()

@@ -36,6 +36,9 @@ from ..rewards.math import score
 
 log = logging.getLogger("tandem_rlvr")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# transformers 5.x renames gradient_checkpointing -> activation_checkpointing and warns on every
+# TrainingArguments; TRL still uses the old name. Nothing for our users to act on.
+warnings.filterwarnings("ignore", message=".*(gradient|activation)_checkpointing.*", category=FutureWarning)
 
 
 def accuracy_reward(completions, answer, **kwargs) -> list[float]:

@@ -1,0 +1,27 @@
+"""`tandem demo --quick` runs the whole pipeline end to end and writes its outputs."""
+
+import json
+import subprocess
+import sys
+
+
+def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "demo"
+    res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "demo", "--quick", "--out", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["results"]) == {"base", "grpo", "tandem", "klreg"}
+    assert (out / "curves.png").stat().st_size > 10_000
+    for m in ("grpo", "tandem", "klreg"):
+        assert (out / "runs" / m / "final" / "config.json").exists()
+        rows = [json.loads(x) for x in (out / "runs" / m / "log.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2]
+    for name in summary["results"]:
+        for mode in ("solo", "handoff"):
+            assert (out / "eval" / name / mode / "metrics.json").exists()
+            assert (out / "eval" / name / mode / "samples.jsonl").read_text().count("\n") == 12
+    tandem_log = [json.loads(x) for x in (out / "runs" / "tandem" / "log.jsonl").read_text().splitlines()]
+    shares = [r["senior/token_share"] for r in tandem_log if "senior/token_share" in r]
+    assert all(0.0 < s < 1.0 for s in shares)  # tandem rollouts really mix both authors
