@@ -204,14 +204,21 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("config keys (override preset and file)")
     for f in config_fields():
         default = f.default if f.default is not MISSING else None
-        kind = type(default) if default is not None and not isinstance(default, bool) else str
+        kind = _parse_bool if "bool" in f.type else int if "int" in f.type else float if "float" in f.type else str
+        if "None" in f.type and kind is not str:
+            kind = _optional(kind)
         extra = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
-        if isinstance(default, bool):
-            g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=_parse_bool,
-                           metavar="BOOL", help=f"{f.metadata['help']} (default {default})")
-        else:
-            g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
-                           help=f"{f.metadata['help']} (default {default})", **extra)
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
+                       metavar="BOOL" if kind is _parse_bool else None,
+                       help=f"{f.metadata['help']} (default {default})", **extra)
+
+
+def _optional(kind):
+    def parse(x: str):
+        return None if x.lower() in ("none", "null") else kind(x)
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def _parse_bool(x: str) -> bool:
@@ -341,6 +348,9 @@ def main(argv=None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor load/save bars; ours show the real work
     try:
         a.fn(a)
     except TandemError as e:

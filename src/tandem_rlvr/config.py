@@ -179,6 +179,9 @@ def load_train_config(preset: str | None = None, file: str | None = None, overri
     if overrides:
         _check_keys(overrides, "flags")
         data.update({k: v for k, v in overrides.items() if v is not None})
+    for f in config_fields():  # "none" on the command line means None for optional keys
+        if "None" in f.type and isinstance(data.get(f.name), str) and data[f.name].lower() in ("none", "null"):
+            data[f.name] = None
     for f in config_fields():  # YAML gives ints for floats and the like; coerce simple scalars
         if f.name in data and data[f.name] is not None and f.default is not MISSING and f.default is not None:
             t = type(f.default)
