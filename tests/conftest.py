@@ -48,7 +48,20 @@ def tok():
     return make_tokenizer()
 
 
+def test_device() -> str:
+    """Where decoder tests run: $TANDEM_TEST_DEVICE (scripts/gpu_check.sh sets cuda), else cpu."""
+    import os
+
+    return os.environ.get("TANDEM_TEST_DEVICE", "cpu")
+
+
+test_device.__test__ = False  # a helper, not a test
+
+
 @pytest.fixture(scope="session")
 def pair(tok):
-    """(senior, junior): two different random tiny Qwen3 models sharing ``tok``."""
-    return make_model(len(tok), 0), make_model(len(tok), 1)
+    """(senior, junior): two different random tiny Qwen3 models sharing ``tok`` (float32)."""
+    if test_device().startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = False  # exact float32 on GPU for token equality
+        torch.backends.cudnn.allow_tf32 = False
+    return make_model(len(tok), 0).to(test_device()), make_model(len(tok), 1).to(test_device())

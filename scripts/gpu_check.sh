@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GPU readiness check, for a machine with CUDA GPUs and no internet.
+#   bash scripts/gpu_check.sh [MODEL]
+# 1. the decoder's reference-equality tests on cuda:0 (float32, TF32 off: tokens must be identical)
+# 2. a bfloat16 consistency check: tandem-decoded tokens re-scored by a full-prefix forward
+#    (tolerance: mean |delta log-prob| <= 0.02 nats, max <= 0.25)
+# 3. tandem bench decode on MODEL (default: the largest model directory found under
+#    $TANDEM_CACHE / ~/.cache/tandem-rlvr, else the tiny world), junior on cuda:1 when present
+# 4. a 2-step tandem training run of the tiny preset on the GPU
+# and prints one summary table. Exit status is non-zero if any step fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$(mktemp -d)}
+NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
+[ "$NGPU" -ge 1 ] || { echo "gpu_check: no CUDA device"; exit 2; }
+JDEV=cuda:0; [ "$NGPU" -ge 2 ] && JDEV=cuda:1
+MODEL=${1:-$(python - <<'PY'
+from pathlib import Path
+from tandem_rlvr.paths import cache_dir
+dirs = [p.parent for p in cache_dir().glob("**/config.json") if (p.parent / "model.safetensors").exists()]
+dirs.sort(key=lambda d: sum(f.stat().st_size for f in d.glob("*.safetensors")), reverse=True)
+print(dirs[0] if dirs else "tiny")
+PY
+)}
+declare -A STATUS
+run() { local name=$1; shift; echo "== $name"; if "$@" > "$OUT/$name.log" 2>&1; then STATUS[$name]=ok; else STATUS[$name]="FAILED (see $OUT/$name.log)"; fi; tail -3 "$OUT/$name.log"; }
+
+run reference_fp32 env TANDEM_TEST_DEVICE=cuda:0 python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py
+run bf16_consistency python scripts/bf16_check.py "$MODEL" cuda:0 "$JDEV"
+run bench_decode tandem bench decode --senior "$MODEL" --device cuda:0 --junior-device "$JDEV" --dtype bfloat16 --json
+run train_2_steps tandem train --preset tiny --senior-device cuda:0 --junior-device "$JDEV" --dtype float32 \
+    --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train"
+
+echo
+printf '%-18s %s\n' check status
+for k in reference_fp32 bf16_consistency bench_decode train_2_steps; do printf '%-18s %s\n' "$k" "${STATUS[$k]}"; done
+grep -h '"tandem_over_solo"' "$OUT/bench_decode.log" >/dev/null 2>&1 && python - "$OUT/bench_decode.log" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"decode: solo {r['solo_tok_s']:.0f} tok/s, tandem {r['tandem_tok_s']:.0f} tok/s, tandem/solo {r['tandem_over_solo']:.3f} "
+      f"(bound {r['bound']:.3f}), solo/generate() {r['solo_over_hf_generate']:.2f}")
+PY
+for k in "${!STATUS[@]}"; do [ "${STATUS[$k]}" = ok ] || exit 1; done
