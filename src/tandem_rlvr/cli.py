@@ -341,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             x.set_defaults(p=0.5, K=32)
         x.set_defaults(fn=lambda a, m=mode: cmd_eval(a, m))
+
+    from .eval.battery_cli import register
+
+    register(sub, _Parser)  # eval legibility, eval drift, compare, report
     return P
 
 

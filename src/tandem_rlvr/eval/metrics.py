@@ -1,17 +1,31 @@
-"""Pure metric functions over arrays: pass@k and bootstrap standard errors.
+"""Pure metric functions over numpy arrays: pass@k, bootstrap SEs, paired tests, drift.
 
-pass@k uses the unbiased estimator of Chen et al. (2021): for a problem with n samples
-of which c are correct, pass@k = 1 - C(n-c, k) / C(n, k), computed as a product to stay
-exact for large n. Bootstrap SEs resample problems with replacement (10,000 times by
-default), within each benchmark for the macro average, so a benchmark's weight in the
-macro is fixed as in the paper.
+What: every number of the evaluation battery that is not a model forward (those live in
+``eval/legibility.py``) is computed here from plain arrays, so each can be checked against
+an independent reference (``tests/test_metrics.py``: brute-force k-subsets, the analytic SE
+of a mean, scipy on the same arrays).
+
+- pass@k: the unbiased estimator of Chen et al. (2021): for a problem with n samples of
+  which c are correct, pass@k = 1 - C(n-c, k) / C(n, k), computed as a product to stay
+  exact for large n.
+- Bootstrap SEs resample problems with replacement (10,000 times by default), within each
+  benchmark for the macro average, so a benchmark's weight in the macro is fixed as in
+  the paper. ``mean_se_summary`` applies this to any per-problem statistic (CE, alpha).
+- Paired one-sided t-tests (paper Table 3): per-problem statistics of two models, matched
+  by (benchmark, problem id) and pooled over benchmarks, into ``scipy.stats.ttest_rel``.
+- Drift (paper section 5): token marginals with additive smoothing, signed log-ratios to
+  the junior, full-vocabulary KL, survival curves of |log-ratio|, and the recovery of a
+  reference senior's most over-emitted tokens by a candidate (share and Spearman rho).
+
+Shapes: P problems, V vocabulary, G grid points, N top tokens.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+from scipy import stats
 
 from ..errors import TandemError
 
@@ -70,3 +84,119 @@ def pass_at_k_summary(per_bench: Mapping[str, tuple[Sequence[int], Sequence[int]
         out["macro"][f"pass@{k}"] = {"mean": float(np.mean([v.mean() for v in vals.values()])),
                                      "se": macro_bootstrap_se(vals, n_boot, seed)}
     return out
+
+
+def mean_se_summary(per_bench: Mapping[str, Sequence[float]], n_boot: int = 10_000, seed: int = 0) -> dict:
+    """Per benchmark and "macro": {"mean", "se", "problems"} of a per-problem statistic.
+
+    per_bench maps benchmark -> (P_b,) values; the macro is the mean of benchmark means with
+    a bootstrap SE stratified by benchmark (as for pass@k).
+    """
+    vals = {b: np.asarray(v, dtype=np.float64) for b, v in per_bench.items() if len(v)}
+    if not vals:
+        raise TandemError("no per-problem values to summarise")
+    out = {b: {"mean": float(v.mean()), "se": bootstrap_se(v, n_boot, seed), "problems": int(v.size)}
+           for b, v in vals.items()}
+    out["macro"] = {"mean": float(np.mean([v.mean() for v in vals.values()])),
+                    "se": macro_bootstrap_se(vals, n_boot, seed), "problems": sum(v.size for v in vals.values())}
+    return out
+
+
+# --------------------------------------------------------------------------- paired tests
+def _num(x: float) -> float | None:
+    """A float for JSON: NaN (e.g. a t-test on identical arrays) becomes None."""
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def pair_by_key(candidate: Mapping, baseline: Mapping) -> tuple[np.ndarray, np.ndarray, list]:
+    """Match two {key: value} maps (key = (benchmark, problem_id)) on their common keys.
+
+    Returns (P,) candidate values, (P,) baseline values and the sorted keys: the problems
+    of all benchmarks pooled into one paired sample.
+    """
+    keys = sorted(set(candidate) & set(baseline))
+    return (np.array([candidate[k] for k in keys], dtype=np.float64),
+            np.array([baseline[k] for k in keys], dtype=np.float64), keys)
+
+
+def paired_ttest(candidate: Sequence[float], baseline: Sequence[float], alternative: str = "greater") -> dict:
+    """One-sided paired t-test of (P,) candidate vs (P,) baseline statistics of the same problems.
+
+    alternative "greater": H1 is mean(candidate - baseline) > 0; "less": < 0. Returns n,
+    both means, the mean difference, t, df and p (None where undefined: n < 2 or zero
+    variance of the differences).
+    """
+    a, b = np.asarray(candidate, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise TandemError(f"paired t-test needs two equal-length vectors, got shapes {a.shape} and {b.shape}")
+    if alternative not in ("greater", "less"):
+        raise TandemError(f"alternative must be 'greater' or 'less', got {alternative!r}")
+    out = {"n": int(a.size), "alternative": alternative, "mean_candidate": _num(a.mean()) if a.size else None,
+           "mean_baseline": _num(b.mean()) if b.size else None, "mean_diff": _num((a - b).mean()) if a.size else None,
+           "t": None, "df": max(int(a.size) - 1, 0), "p": None}
+    if a.size >= 2 and np.ptp(a - b) > 0:
+        res = stats.ttest_rel(a, b, alternative=alternative)
+        out["t"], out["p"] = _num(res.statistic), _num(res.pvalue)
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> dict:
+    """Spearman rank correlation of (N,) x and (N,) y: {"rho", "p", "n"} (two-sided p)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return {"rho": None, "p": None, "n": int(x.size)}
+    res = stats.spearmanr(x, y)
+    return {"rho": _num(res.statistic), "p": _num(res.pvalue), "n": int(x.size)}
+
+
+# --------------------------------------------------------------------------- drift
+def token_counts(sequences: Iterable[Sequence[int]], vocab_size: int) -> np.ndarray:
+    """(V,) int64 number of times each token id occurs in ``sequences``."""
+    seqs = [np.asarray(s, dtype=np.int64) for s in sequences]
+    flat = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() >= vocab_size):
+        raise TandemError(f"token id {int(flat.max() if flat.max() >= vocab_size else flat.min())} outside the "
+                          f"vocabulary of size {vocab_size}")
+    return np.bincount(flat, minlength=vocab_size).astype(np.int64)
+
+
+def smoothed_distribution(counts: Sequence[int], smoothing: float = 1.0) -> np.ndarray:
+    """(V,) add-``smoothing`` (Laplace for 1.0) estimate of a token distribution from (V,) counts."""
+    c = np.asarray(counts, dtype=np.float64)
+    if smoothing <= 0:
+        raise TandemError(f"smoothing must be > 0 (log-ratios and KL need every token to have mass), got {smoothing}")
+    return (c + smoothing) / (c.sum() + smoothing * c.size)
+
+
+def log_ratio(p_model: np.ndarray, p_junior: np.ndarray) -> np.ndarray:
+    """(V,) signed log(p_model / p_junior): > 0 where the model over-emits a token."""
+    return np.log(p_model) - np.log(p_junior)
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """KL(p || q) = sum_v p(v) log(p(v)/q(v)) in nats over the full vocabulary (both smoothed)."""
+    return float(np.sum(p * (np.log(p) - np.log(q))))
+
+
+def survival_curve(values: Sequence[float], grid: Sequence[float]) -> np.ndarray:
+    """(G,) fraction of ``values`` strictly greater than each threshold of (G,) ``grid``."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    if v.size == 0:
+        return np.zeros(len(grid))
+    return 1.0 - np.searchsorted(v, np.asarray(grid, dtype=np.float64), side="right") / v.size
+
+
+def drift_recovery(ref_log_ratio: np.ndarray, cand_log_ratio: np.ndarray, top_n: int = 500) -> dict:
+    """How far a candidate moves the reference's most over-emitted tokens back toward the junior.
+
+    Takes the top_n tokens (fewer if fewer have ref_log_ratio > 0) by reference drift
+    r_ref = log(p_ref/p_jun), and the candidate's shift relative to the reference,
+    s = r_cand - r_ref = log(p_cand/p_ref). A token is moved back when s < 0. Returns the
+    (N,) ids, drifts and shifts, the share moved back and Spearman(r_ref, s).
+    """
+    order = np.argsort(-ref_log_ratio, kind="stable")
+    top = order[: min(top_n, int((ref_log_ratio > 0).sum()))]
+    drift, shift = ref_log_ratio[top], cand_log_ratio[top] - ref_log_ratio[top]
+    return {"top_n": int(top.size), "share_moved_back": _num((shift < 0).mean()) if top.size else None,
+            "spearman": spearman(drift, shift), "token_ids": top.tolist(), "ref_drift": drift.tolist(),
+            "cand_shift": shift.tolist()}

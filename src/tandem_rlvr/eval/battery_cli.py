@@ -1,0 +1,155 @@
+"""Commands of the evaluation battery, added to ``tandem``'s parser by ``cli.build_parser``.
+
+- ``tandem eval legibility --samples RUN_DIR --junior M [--senior M] --out DIR``
+- ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
+- ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
+- ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] --out DIR``
+
+Thin, like ``cli.py``: parse, call ``eval.legibility/drift/compare/report``, print.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import TandemError
+
+RUN_HELP = ("[NAME=]DIR of one senior's results: an eval dir, or a dir whose subdirs are eval dirs (solo run = "
+            "schedule 'senior'; other sampling runs = handoff, labelled by dir name; legibility.json; drift.json)")
+
+
+def _print(tables) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    con = Console()
+    for t in tables:
+        rt = RichTable(title=t.title, title_justify="left")
+        for i, c in enumerate(t.columns):
+            rt.add_column(c, justify="left" if i == 0 else "right")
+        for r in t.rows:
+            rt.add_row(*r)
+        con.print(rt)
+
+
+def _ks(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError:
+        raise TandemError(f"--ks must be comma-separated integers, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise TandemError(f"--ks must be positive integers, got {text!r}")
+    return ks
+
+
+def cmd_legibility(a) -> None:
+    from .compare import Table
+    from .legibility import run_legibility
+
+    benchmarks = [b for b in (a.benchmarks or "").split(",") if b] or None
+    res = run_legibility(a.samples, a.junior, a.out, a.senior, benchmarks, a.split, a.device, a.dtype, a.batch_tokens)
+    s = res["summary"]
+    _print([Table(f"junior legibility of {res['config']['senior']} for {a.junior} ({res['samples']} samples)",
+                  ["benchmark", "problems", "CE (nats)", "alpha"],
+                  [[b, str(s["ce"][b]["problems"]), f"{s['ce'][b]['mean']:.3f} ± {s['ce'][b]['se']:.3f}",
+                    f"{s['alpha'][b]['mean']:.3f} ± {s['alpha'][b]['se']:.3f}"] for b in s["ce"]])])
+    t = res["timing"]
+    print(f"scored {res['scored_tokens']} response tokens in {t['seconds']:.2f} s ({t['tokens_per_s']:.0f} tok/s, "
+          f"{t['device']}); results in {a.out}")
+
+
+def cmd_drift(a) -> None:
+    from .compare import drift_tables
+    from .drift import run_drift
+
+    res = run_drift(a.junior_samples, a.seniors, a.out, a.reference, a.candidate, a.smoothing, a.min_count, a.top_n)
+    _print(drift_tables(res))
+    print(f"results in {a.out}")
+
+
+def _compare_flags(p) -> None:
+    p.add_argument("--solo", action="append", default=[], metavar="NAME=DIR", help="a senior's solo run (repeatable)")
+    p.add_argument("--handoff", action="append", default=[], metavar="NAME[:LABEL]=DIR",
+                   help="a senior's handoff run; LABEL defaults to DIR's name (repeatable)")
+    p.add_argument("--legibility", action="append", default=[], metavar="NAME=DIR",
+                   help="a senior's legibility dir (repeatable)")
+    p.add_argument("--drift", default=None, metavar="DIR", help="a `tandem eval drift` output dir")
+    p.add_argument("--baseline", default=None, metavar="NAME", help="senior the t-tests compare against (default: the first)")
+    p.add_argument("--ks", default=None, metavar="K,K,...", help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
+                   "a k above the samples per problem is an error")
+    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+
+
+def _compare_kw(a) -> dict:
+    return dict(solo=a.solo, handoff=a.handoff, legibility=a.legibility, drift=a.drift, baseline=a.baseline,
+                ks=_ks(a.ks), n_boot=a.n_boot)
+
+
+def cmd_compare(a) -> None:
+    from .compare import run_compare
+
+    _, tables = run_compare(a.runs, a.out, **_compare_kw(a))
+    _print(tables)
+    print(f"compare.json and compare.md in {a.out}")
+
+
+def cmd_report(a) -> None:
+    from .report import run_report
+
+    path = run_report(a.out, a.compare, a.runs, a.train_log, a.samples_per_run, **_compare_kw(a))
+    print(f"report: {path}")
+
+
+def _eval_subparsers(sub) -> argparse._SubParsersAction:
+    """The subparsers object of ``tandem eval`` (argparse keeps it among the parser's actions)."""
+    return next(x for x in sub.choices["eval"]._actions if isinstance(x, argparse._SubParsersAction))
+
+
+def register(sub, parser_class) -> None:
+    """Add ``eval legibility``, ``eval drift``, ``compare`` and ``report`` to ``tandem``'s subparsers ``sub``."""
+    esub = _eval_subparsers(sub)
+    lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
+    lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
+    lg.add_argument("--junior", required=True, help="the junior (dir, .gguf, hub id, or tiny-junior), same tokenizer")
+    lg.add_argument("--senior", default=None, help="the senior (default: models.senior of the run's config.json)")
+    lg.add_argument("--benchmarks", default=None, help="comma-separated benchmark specs to re-make the prompts "
+                    "(default: the names in config.json; give the files for benchmarks sampled from local files)")
+    lg.add_argument("--split", default=None, help="split of registered/hub benchmarks, as given to `eval solo`")
+    lg.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward batch (default 16384)")
+    lg.add_argument("--device", default="auto", help="auto, cpu, cuda:0, ... (default auto)")
+    lg.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
+    lg.add_argument("--out", required=True, help="output dir: legibility.json, per_problem.jsonl, per_sample.jsonl")
+    lg.set_defaults(fn=cmd_legibility)
+
+    dr = esub.add_parser("drift", help="token-distribution drift of seniors from the junior (solo samples)")
+    dr.add_argument("--junior-samples", required=True, help="a `tandem eval solo` run dir of the junior")
+    dr.add_argument("--seniors", required=True, help="NAME=DIR,NAME=DIR: solo run dirs of the seniors")
+    dr.add_argument("--reference", default=None,
+                    help="senior whose over-emitted tokens are tracked, e.g. GRPO (default: first)")
+    dr.add_argument("--candidate", default=None, help="senior whose recovery is measured, e.g. TRL (default: second)")
+    dr.add_argument("--smoothing", type=float, default=1.0, help="additive pseudo-count per token (default 1.0)")
+    dr.add_argument("--min-count", type=int, default=10, help="junior count for a token to be frequent (default 10)")
+    dr.add_argument("--top-n", type=int, default=500, help="over-emitted tokens tracked for recovery (default 500)")
+    dr.add_argument("--out", required=True, help="output dir: drift.json, drift.md, over_emitted.csv, counts.npz")
+    dr.set_defaults(fn=cmd_drift)
+
+    cp = sub.add_parser("compare", help="the paper's tables from several evaluated seniors",
+                        description="Solo/handoff pass@k, legibility, drift and paired one-sided t-tests of several "
+                        "seniors; writes compare.json and compare.md.")
+    cp.add_argument("runs", nargs="*", metavar="RUN", help=RUN_HELP)
+    _compare_flags(cp)
+    cp.add_argument("--out", required=True, help="output dir: compare.json, compare.md")
+    cp.set_defaults(fn=cmd_compare)
+
+    rp = sub.add_parser("report", help="self-contained HTML report: figures, tables, author-coloured samples",
+                        description="From a `tandem compare` dir (--compare) or from RUN dirs read like compare.")
+    rp.add_argument("runs", nargs="*", metavar="RUN", help=RUN_HELP)
+    rp.add_argument("--compare", default=None, metavar="DIR", help="a `tandem compare` output dir")
+    _compare_flags(rp)
+    rp.add_argument("--train-log", action="append", default=[], metavar="[NAME=]LOG",
+                    help="training log jsonl (step, reward/mean, completions/mean_length, senior/token_share, wall/step_s)")
+    rp.add_argument("--samples-per-run", type=int, default=3, help="coloured sample solutions per senior (default 3)")
+    rp.add_argument("--out", required=True, help="output dir: report.html, figures/*.png")
+    rp.set_defaults(fn=cmd_report)

@@ -1,0 +1,162 @@
+"""Distributional drift: how far each senior's token usage moved away from the junior's.
+
+What (paper section 5, Figure 4): from solo samples of the junior and of one or more seniors
+on the same benchmarks (the responses' token_ids, EOS included):
+
+- marginal token distributions, add-``smoothing`` estimates over the full vocabulary
+  (without smoothing a token one model never emits has an infinite log-ratio and KL);
+- the per-token signed log-ratio r_m(v) = log(p_m(v) / p_jun(v)) (> 0: over-emitted);
+- the full-vocabulary KL(p_m || p_jun) in nats;
+- survival curves S_m(tau): the share of the tokens frequent in the junior's outputs (count
+  >= ``min_count``) whose |r_m| exceeds tau;
+- recovery: the ``top_n`` (500) tokens most over-emitted by the reference senior (GRPO),
+  the share of them the candidate (TRL) moves back toward the junior (r_cand < r_ref), and
+  the Spearman correlation, with its p-value, between the reference's drift r_ref and the
+  candidate's shift relative to it, r_cand - r_ref (paper: 87%, rho = -0.58);
+- a table of the most over-emitted tokens with counts per model.
+
+Token strings come from the tokenizer of the junior run's model (config.json models.senior);
+if it cannot be loaded, only ids are stored and the vocabulary size is the largest id + 1.
+
+Run:  tandem eval drift --junior-samples J_DIR --seniors grpo=G_DIR,tandem=T_DIR \\
+          --reference grpo --candidate tandem --out DIR
+Writes DIR/drift.json, DIR/drift.md, DIR/over_emitted.csv and DIR/counts.npz (names, (M, V) counts).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import TandemError
+from ..io import atomic_write, write_json
+from .compare import EvalRun, check_same_benchmarks, drift_tables, read_run, split_named, to_markdown
+from .legibility import check_tokenizer
+from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
+
+log = logging.getLogger("tandem_rlvr")
+
+JUNIOR = "junior"
+GRID_POINTS = 101
+
+
+def drift_statistics(counts: dict[str, np.ndarray], junior: str = JUNIOR, reference: str | None = None,
+                     candidate: str | None = None, smoothing: float = 1.0, min_count: int = 10, top_n: int = 500,
+                     table_rows: int = 50, token_str=None) -> dict:
+    """drift.json's statistics from {model: (V,) counts}; ``junior`` names the reference distribution.
+
+    token_str(id) -> str gives token strings for the table (None: ids only).
+    """
+    seniors = [n for n in counts if n != junior]
+    if not seniors:
+        raise TandemError("drift needs at least one senior besides the junior")
+    p = {n: smoothed_distribution(c, smoothing) for n, c in counts.items()}  # (V,) each
+    lr = {n: log_ratio(p[n], p[junior]) for n in seniors}
+    frequent = counts[junior] >= min_count  # (V,)
+    if not frequent.any():
+        log.warning("no token occurs %d times in the junior's outputs; survival curves are empty", min_count)
+    hi = max([float(np.abs(lr[n][frequent]).max()) for n in seniors if frequent.any()] or [1.0])
+    grid = np.linspace(0.0, hi, GRID_POINTS)
+    models = {n: {"tokens": int(counts[n].sum()), "kl_to_junior": kl_divergence(p[n], p[junior]),
+                  "share_abs_log_ratio_gt_1": float((np.abs(lr[n][frequent]) > 1).mean()) if frequent.any() else None}
+              for n in seniors}
+    reference = reference or seniors[0]
+    recovery = None
+    if candidate is not None:
+        recovery = {"reference": reference, "candidate": candidate, **drift_recovery(lr[reference], lr[candidate], top_n)}
+    order = np.argsort(-lr[reference], kind="stable")[:table_rows]
+    rows = [{"id": int(v), "token": token_str(int(v)) if token_str else None,
+             "counts": {n: int(c[v]) for n, c in counts.items()}, "log_ratio": {n: float(lr[n][v]) for n in seniors}}
+            for v in order if counts[reference][v] > 0]
+    return {"junior_tokens": int(counts[junior].sum()), "models": models,
+            "survival": {"grid": grid.tolist(), "min_count": min_count, "frequent_tokens": int(frequent.sum()),
+                         "curves": {n: survival_curve(np.abs(lr[n][frequent]), grid).tolist() for n in seniors}},
+            "recovery": recovery, "over_emitted": {"reference": reference, "rows": rows}}
+
+
+def _parse_seniors(spec: str) -> dict[str, Path]:
+    out = {}
+    for item in (s for s in spec.split(",") if s.strip()):
+        name, path = split_named(item.strip(), "--seniors entry")
+        if name in out or name == JUNIOR:
+            raise TandemError(f"--seniors: name {name!r} is {'reserved' if name == JUNIOR else 'given twice'}")
+        out[name] = path
+    if not out:
+        raise TandemError("--seniors needs at least one NAME=DIR")
+    return out
+
+
+def _tokenizer(run: EvalRun):
+    """The tokenizer of the run's model, or None (with a warning) if it cannot be loaded."""
+    from ..models import load_tokenizer
+
+    spec = (run.config.get("models") or {}).get("senior")
+    if not spec:
+        return None
+    try:
+        return load_tokenizer(spec)
+    except Exception as e:  # noqa: BLE001 - a missing tokenizer degrades the table to ids, nothing else
+        log.warning("cannot load the tokenizer of %s (%s); storing token ids only", spec, str(e).splitlines()[0][:200])
+        return None
+
+
+def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str | os.PathLike, reference: str | None = None,
+              candidate: str | None = None, smoothing: float = 1.0, min_count: int = 10, top_n: int = 500,
+              table_rows: int = 50) -> dict:
+    """Read the runs, compute ``drift_statistics``, write ``out``; return drift.json's content."""
+    dirs = _parse_seniors(seniors) if isinstance(seniors, str) else {k: Path(v) for k, v in seniors.items()}
+    for flag, name in (("--reference", reference), ("--candidate", candidate)):
+        if name is not None and name not in dirs:
+            raise TandemError(f"{flag} {name!r} is not among --seniors ({', '.join(dirs)})")
+    reference = reference or next((n for n in dirs if n != candidate), None)
+    if candidate is None and len(dirs) > 1:
+        candidate = next(n for n in dirs if n != reference)
+    if candidate is not None and candidate == reference:
+        raise TandemError("--candidate must differ from --reference")
+    if top_n < 1 or min_count < 1:
+        raise TandemError(f"--top-n and --min-count must be >= 1, got {top_n} and {min_count}")
+    runs = {JUNIOR: read_run(junior_samples), **{n: read_run(d) for n, d in dirs.items()}}
+    for n, run in runs.items():
+        if run.schedule != "senior":
+            raise TandemError(f"{run.path / 'config.json'}: {n}'s run is a {run.schedule!r} handoff run; "
+                              "drift needs solo samples")
+    check_same_benchmarks(runs)
+    tok = _tokenizer(runs[JUNIOR])
+    if tok is not None:
+        for n, run in runs.items():
+            check_tokenizer(run, tok, f"{runs[JUNIOR].config['models']['senior']} (junior run)", len(tok))
+        V = len(tok)
+    else:
+        V = 1 + max(int(r["token_ids"].max()) for run in runs.values() for r in run.rows if r["token_ids"].size)
+    counts = {n: token_counts((r["token_ids"] for r in run.rows), V) for n, run in runs.items()}
+    token_str = (lambda v: tok.decode([v])) if tok is not None else None
+    result = drift_statistics(counts, JUNIOR, reference, candidate, smoothing, min_count, top_n, table_rows, token_str)
+    result["config"] = {"junior_samples": str(runs[JUNIOR].path), "seniors": {n: str(d) for n, d in dirs.items()},
+                        "smoothing": smoothing, "min_count": min_count, "top_n": top_n, "vocab_size": V,
+                        "tokenizer": runs[JUNIOR].config["models"]["senior"] if tok is not None else None}
+    _write(Path(out), result, counts)
+    return result
+
+
+def _write(out: Path, result: dict, counts: dict[str, np.ndarray]) -> None:
+    rows = result["over_emitted"]["rows"]
+    names, seniors = list(counts), list(result["models"])
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["token", "id", *[f"count_{n}" for n in names], *[f"log_ratio_{n}" for n in seniors]])
+    for r in rows:
+        w.writerow([r["token"] or "", r["id"], *[r["counts"][n] for n in names],
+                    *[f"{r['log_ratio'][n]:.4f}" for n in seniors]])
+    with atomic_write(out / "over_emitted.csv") as f:
+        f.write(buf.getvalue())
+    with atomic_write(out / "counts.npz", "wb") as f:
+        np.savez_compressed(f, names=np.array(names), counts=np.stack([counts[n] for n in names]))
+    with atomic_write(out / "drift.md") as f:
+        f.write("# Drift to the junior\n\n" + to_markdown(drift_tables(result, top=len(rows))))
+    write_json(out / "drift.json", result)
+

@@ -1,0 +1,276 @@
+"""Self-contained HTML report of a comparison: figures, tables and author-coloured samples.
+
+What: ``tandem report --compare DIR --out OUT`` (or ``tandem report RUN... --out OUT``, read
+like ``tandem compare``) writes OUT/report.html, one file with every figure embedded as a
+base64 PNG (the same PNGs also go to OUT/figures/), containing:
+
+- pass@k curves per benchmark and macro: solo (paper Figure 2) and per handoff set-up (Figure 3);
+- drift survival curves and the top-500 recovery scatter (Figure 4), if drift was compared;
+- training dynamics (Figure 5) from ``--train-log [NAME=]log.jsonl`` files: reward, response
+  length, senior token share, wall-clock per step and accumulated, and the accumulated
+  wall-clock to the best validation step; whichever of these keys a log has;
+- every table of ``tandem compare``;
+- sample solutions with every word coloured by the model that wrote it (samples.jsonl
+  token_ids + senior_mask, decoded with the run's tokenizer by ``author_segments``).
+
+Figures are drawn on ``matplotlib.figure.Figure`` directly (no pyplot, no display backend).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..errors import TandemError
+from ..io import atomic_write
+from .compare import Table, comparison_tables, read_run, run_compare, split_named
+
+log = logging.getLogger("tandem_rlvr")
+
+# Lenient training-log keys: the first present of each list is plotted.
+TRAIN_KEYS = {"reward": ("reward/mean", "reward", "train/reward"),
+              "response length (tokens)": ("completions/mean_length", "completion_length", "response_length/mean"),
+              "senior token share": ("senior/token_share", "senior_share"),
+              "wall-clock per step (s)": ("wall/step_s", "step_time", "time/step_s")}
+VAL_PREFIXES = ("val/", "eval/", "validation/")
+
+
+# --------------------------------------------------------------------------- figures
+def pass_at_k_figure(metrics: dict[str, dict], title: str) -> Figure:
+    """pass@k vs k (log2 axis) with SE bars, one panel per benchmark and one for the macro."""
+    first = next(iter(metrics.values()))
+    panels = [b for b, m in first.items() if isinstance(m, dict) and "problems" in m and b != "macro"] + ["macro"]
+    fig = Figure(figsize=(3.6 * len(panels), 3.2), layout="constrained")
+    for ax, b in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+        for name, m in metrics.items():
+            ks = [int(k[5:]) for k in m.get(b, {}) if k.startswith("pass@")]
+            ax.errorbar(ks, [m[b][f"pass@{k}"]["mean"] for k in ks], yerr=[m[b][f"pass@{k}"]["se"] for k in ks],
+                        marker="o", capsize=3, label=name)
+        ax.set_xscale("log", base=2)
+        ks = sorted({int(k[5:]) for m in metrics.values() for k in m.get(b, {}) if k.startswith("pass@")})
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set(title=b, xlabel="k", ylabel="pass@k")
+        ax.grid(alpha=0.3)
+    fig.axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    return fig
+
+
+def survival_figure(drift: dict) -> Figure:
+    """Share of the junior's frequent tokens with |log-ratio| above each threshold, per senior."""
+    s = drift["survival"]
+    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+    ax = fig.subplots()
+    for name, curve in s["curves"].items():
+        ax.plot(s["grid"], curve, label=name)
+    ax.set(xlabel="|log(p_model / p_junior)|", ylabel="share of tokens above",
+           title=f"Drift survival over {s['frequent_tokens']} frequent junior tokens", yscale="log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def recovery_figure(rec: dict) -> Figure:
+    """Reference drift r_ref vs the candidate's shift r_cand - r_ref over the top-N tokens."""
+    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+    ax = fig.subplots()
+    ax.scatter(rec["ref_drift"], rec["cand_shift"], s=8, alpha=0.6)
+    ax.axhline(0, color="grey", lw=0.8)
+    sp = rec["spearman"]
+    rho = "n/a" if sp["rho"] is None else f"{sp['rho']:.2f} (p={sp['p']:.2g})"
+    share = "n/a" if rec["share_moved_back"] is None else f"{rec['share_moved_back']:.0%}"
+    ax.set(xlabel=f"{rec['reference']} drift log(p_ref / p_junior)", ylabel=f"{rec['candidate']} shift log(p_cand / p_ref)",
+           title=f"top-{rec['top_n']}: {share} moved back, Spearman rho {rho}")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def read_train_log(path: str | os.PathLike) -> list[dict]:
+    """Rows of a training log (jsonl); rows without numbers are skipped, a malformed line is an error."""
+    from ..io import read_jsonl
+
+    if not Path(path).is_file():
+        raise TandemError(f"{path}: no such training log")
+    rows = [r for r in read_jsonl(path) if any(isinstance(v, (int, float)) for v in r.values())]
+    if not rows:
+        raise TandemError(f"{path}: no numeric rows in the training log")
+    return rows
+
+
+def _series(rows: list[dict], keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    key = next((k for k in keys if any(isinstance(r.get(k), (int, float)) for r in rows)), None)
+    if key is None:
+        return None
+    pts = [(r.get("step", i), r[key]) for i, r in enumerate(rows) if isinstance(r.get(key), (int, float))]
+    return np.array([p[0] for p in pts], dtype=float), np.array([p[1] for p in pts], dtype=float)
+
+
+def training_summary(rows: list[dict]) -> dict:
+    """Total wall-clock, and the best validation step with the wall-clock accumulated up to it."""
+    wall = _series(rows, TRAIN_KEYS["wall-clock per step (s)"])
+    out = {"steps": len({r.get("step", i) for i, r in enumerate(rows)}), "wall_s": float(wall[1].sum()) if wall else None}
+    val_key = next((k for r in rows for k in r if k.startswith(VAL_PREFIXES) and isinstance(r[k], (int, float))), None)
+    if val_key:
+        steps, vals = _series(rows, (val_key,))
+        best = float(steps[int(np.argmax(vals))])
+        out.update(best_key=val_key, best_step=best, best_value=float(vals.max()),
+                   wall_to_best_s=float(wall[1][wall[0] <= best].sum()) if wall else None)
+    return out
+
+
+def training_figure(logs: dict[str, list[dict]]) -> Figure | None:
+    """One panel per training quantity any log has (plus accumulated wall-clock); None if none."""
+    panels = [(t, keys) for t, keys in TRAIN_KEYS.items() if any(_series(rows, keys) for rows in logs.values())]
+    if not panels:
+        return None
+    wall = TRAIN_KEYS["wall-clock per step (s)"]
+    extra = any(_series(rows, wall) for rows in logs.values())
+    n = len(panels) + extra
+    cols = min(n, 3)
+    fig = Figure(figsize=(4.2 * cols, 3.2 * -(-n // cols)), layout="constrained")
+    axes = fig.subplots(-(-n // cols), cols, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    axes = axes[:n]
+    for ax, (title, keys) in zip(axes, panels):
+        for name, rows in logs.items():
+            if (s := _series(rows, keys)) is not None:
+                ax.plot(*s, label=name)
+        ax.set(title=title, xlabel="step")
+        ax.grid(alpha=0.3)
+    if extra:
+        for name, rows in logs.items():
+            if (s := _series(rows, wall)) is not None:
+                axes[-1].plot(s[0], np.cumsum(s[1]) / 60, label=name)
+        axes[-1].set(title="accumulated wall-clock (min)", xlabel="step")
+        axes[-1].grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------- html
+CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}img{max-width:100%}
+.sample{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.85em;border:1px solid #ddd;
+padding:0.6em;margin:0.4em 0 1em}
+.sen{background:#cfe8ff}.jun{background:#ffd9ec}"""
+
+
+def _table_html(t: Table) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in t.rows)
+    return f"<h3>{html.escape(t.title)}</h3>\n<table><tr>{head}</tr>{body}</table>"
+
+
+def _samples_html(comp: dict, per_run: int) -> str:
+    """Per senior, sample 0 of the first ``per_run`` problems of its first handoff run (solo run if none)."""
+    from ..decoding.render import author_segments
+    from ..models import load_tokenizer
+
+    parts = ['<p>Words written by the <span class="sen">senior</span> and by the <span class="jun">junior</span>.</p>']
+    for name, dirs in comp["runs"].items():
+        path = next(iter(dirs["handoff"].values()), None) or dirs["solo"]
+        if not path:
+            continue
+        run = read_run(path)
+        try:
+            tok = load_tokenizer(run.config["models"]["senior"])
+        except Exception as e:  # noqa: BLE001 - without a tokenizer the text is shown uncoloured
+            log.warning("cannot load the tokenizer of %s (%s); samples shown uncoloured", path, str(e).splitlines()[0][:200])
+            tok = None
+        parts.append(f"<h3>{html.escape(name)}: {html.escape(Path(path).name)} "
+                     f"({html.escape(str((run.config.get('schedule') or {}).get('name')))})</h3>")
+        for r in [r for r in run.rows if r["sample_idx"] == 0][:per_run]:
+            segs = (author_segments(tok, r["token_ids"].tolist(), r["senior_mask"].tolist()) if tok is not None
+                    else [(r.get("response", ""), True)])
+            text = "".join(f'<span class="{"sen" if s else "jun"}">{html.escape(t)}</span>' for t, s in segs)
+            mark = "correct" if r["correct"] else "wrong"
+            parts.append(f"<p>{html.escape(r['benchmark'])} / {html.escape(str(r['problem_id']))} sample {r['sample_idx']}"
+                         f" ({mark}, senior share {r.get('senior_share', 1.0):.2f})</p><div class=\"sample\">{text}</div>")
+    return "\n".join(parts)
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None,
+                 samples_per_run: int = 3) -> tuple[str, dict[str, bytes]]:
+    """(report.html text, {figure file name: PNG bytes}) of a comparison."""
+    figs: dict[str, Figure] = {}
+    if comp["solo"]:
+        figs["pass_at_k_solo.png"] = pass_at_k_figure(comp["solo"], "Solo reasoning: pass@k")
+    for lb, metrics in comp["handoff"].items():
+        figs[f"pass_at_k_handoff_{lb}.png"] = pass_at_k_figure(metrics, f"Handoff robustness ({lb}): pass@k")
+    if comp.get("drift"):
+        figs["drift_survival.png"] = survival_figure(comp["drift"])
+        if comp["drift"].get("recovery"):
+            figs["drift_recovery.png"] = recovery_figure(comp["drift"]["recovery"])
+    summaries = {}
+    if train_logs:
+        if (f := training_figure(train_logs)) is not None:
+            figs["training.png"] = f
+        summaries = {n: training_summary(rows) for n, rows in train_logs.items()}
+    pngs = {name: _png(f) for name, f in figs.items()}
+    tables = comparison_tables(comp)
+    if summaries:
+        best = {n: f"{s['best_step']:g} ({s['best_key']})" if "best_step" in s else "-" for n, s in summaries.items()}
+        tables.append(Table("Training", ["run", "steps", "wall-clock (min)", "best validation step", "wall-clock to best (min)"],
+                            [[n, str(s["steps"]), _minutes(s["wall_s"]), best[n], _minutes(s.get("wall_to_best_s"))]
+                             for n, s in summaries.items()]))
+    body = ["<h1>Tandem RLVR evaluation report</h1>", f"<p>Baseline for the t-tests: {html.escape(comp['baseline'])}.</p>",
+            "<h2>Figures</h2>"]
+    body += [f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(b).decode()}"></figure>'
+             for n, b in pngs.items()]
+    body += ["<h2>Tables</h2>", *map(_table_html, tables), "<h2>Sample solutions</h2>", _samples_html(comp, samples_per_run)]
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Tandem RLVR report</title><style>{CSS}</style>"
+            f"</head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return page, pngs
+
+
+def _minutes(s: float | None) -> str:
+    return "-" if s is None else f"{s / 60:.1f}"
+
+
+def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Sequence[str] = (), train_logs: Sequence[str] = (),
+               samples_per_run: int = 3, **compare_kw) -> Path:
+    """Write OUT/report.html and OUT/figures/*.png from a compare dir or from RUN specs; return the html path."""
+    out = Path(out)
+    if compare_dir and runs:
+        raise TandemError("give either --compare DIR or RUN directories, not both")
+    if compare_dir:
+        path = Path(compare_dir) / "compare.json"
+        if not path.is_file():
+            raise TandemError(f"{compare_dir}: not a compare directory (no compare.json); run `tandem compare` first")
+        try:
+            comp = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise TandemError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
+    elif runs or any(compare_kw.get(k) for k in ("solo", "handoff", "legibility")):
+        comp, _ = run_compare(runs, out, **compare_kw)
+    else:
+        raise TandemError("nothing to report: give --compare DIR or RUN directories")
+    logs = {}
+    for spec in train_logs:
+        name, path = split_named(spec, "--train-log")
+        logs[name if "=" in spec else path.parent.name] = read_train_log(path)
+    page, pngs = build_report(comp, logs, samples_per_run)
+    for name, data in pngs.items():
+        with atomic_write(out / "figures" / name, "wb") as f:
+            f.write(data)
+    with atomic_write(out / "report.html") as f:
+        f.write(page)
+    return out / "report.html"

@@ -1,0 +1,207 @@
+"""Legibility and drift: batched scores equal a direct per-sample computation with transformers,
+drift statistics equal a recount from the rows, and bad input fails with file:line, writing nothing."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tandem_rlvr.cli import main
+from tandem_rlvr.eval.legibility import pack_batches, score_sequences, token_ce_alpha
+from tandem_rlvr.eval.metrics import drift_recovery, kl_divergence, smoothed_distribution, token_counts
+from tandem_rlvr.prompting import encode_prompt, format_prompt
+
+
+def direct_ce_alpha(senior, junior, prompt, response):
+    """Unpadded single-sequence forward of each model; CE by F.cross_entropy, alpha by its definition."""
+    ids = torch.tensor([prompt + response], device=senior.device)
+    P = len(prompt)
+    with torch.no_grad():
+        ls, lj = senior(ids).logits[0, P - 1:-1], junior(ids).logits[0, P - 1:-1]  # (T, V)
+    ce = F.cross_entropy(lj, torch.tensor(response, device=lj.device), reduction="none")
+    alpha = torch.minimum(ls.softmax(-1), lj.softmax(-1)).sum(-1)
+    return ce.mean().item(), alpha.mean().item()
+
+
+def rows_for(tok, problems, n, rng, benchmark="bench", pick=None):
+    """Sample rows whose token_ids decode to their response; pick(rng) -> (T,) ids."""
+    pick = pick or (lambda r: r.integers(1, len(tok), r.integers(2, 25)))
+    rows = []
+    for p in problems:
+        for s in range(n):
+            ids = [int(i) for i in pick(rng)]
+            rows.append({"benchmark": benchmark, "problem_id": str(p), "sample_idx": s, "correct": bool(rng.random() < 0.5),
+                         "response": tok.decode(ids, skip_special_tokens=True), "senior_share": 1.0, "tokens": len(ids),
+                         "token_ids": ids, "senior_mask": [1] * len(ids)})
+    return rows
+
+
+def write_run(d, rows, senior, schedule="senior", benchmarks=("bench",)):
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = {"n": 2, "schedule": {"name": schedule}, "template": "plain", "models": {"senior": senior, "junior": None},
+           "benchmarks": list(benchmarks), "ks": [1, 2]}
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tok, pair):
+    """Saved senior/junior dirs and a 6-problem benchmark file."""
+    root = tmp_path_factory.mktemp("world")
+    dirs = {}
+    for name, model in zip(("senior", "junior"), pair):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        dirs[name] = str(root / name)
+    bench = root / "bench.jsonl"
+    bench.write_text("".join(json.dumps({"id": str(p), "problem": f"Mia has {p} shells.", "answer": str(p)}) + "\n"
+                             for p in range(6)))
+    return dirs, bench
+
+
+def test_token_ce_alpha_matches_definitions():
+    g = torch.Generator().manual_seed(0)
+    ls, lj = torch.randn(7, 11, generator=g), torch.randn(7, 11, generator=g)
+    y = torch.randint(0, 11, (7,), generator=g)
+    ce, alpha = token_ce_alpha(ls, lj, y)
+    assert ce.shape == alpha.shape == (7,)
+    assert torch.allclose(ce, F.cross_entropy(lj, y, reduction="none"), atol=1e-6)
+    ps, pj = ls.softmax(-1), lj.softmax(-1)
+    ref = torch.tensor([sum(min(ps[i, v], pj[i, v]) for v in range(11)) for i in range(7)])
+    assert torch.allclose(alpha, ref, atol=1e-6)
+    _, same = token_ce_alpha(ls, ls, y)
+    assert torch.allclose(same, torch.ones(7), atol=1e-6)
+
+
+def test_pack_batches_covers_every_row_once_within_budget():
+    lengths = [5, 40, 12, 12, 3, 80, 7]
+    batches = pack_batches(lengths, 48)
+    assert sorted(i for b in batches for i in b) == list(range(7))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 48
+
+
+def test_batched_scores_equal_direct_transformers_computation(pair):
+    senior, junior = pair
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 300, (int(n),), generator=g).tolist() for n in (3, 9, 1, 6, 4)]
+    responses = [torch.randint(1, 300, (int(n),), generator=g).tolist() for n in (8, 2, 15, 0, 5)]
+    # Small budgets force several padded batches and several output-layer chunks per batch.
+    res = score_sequences(senior, junior, prompts, responses, pad_id=0, batch_tokens=40, chunk=4)
+    assert res["tokens"].tolist() == [8, 2, 15, 0, 5]
+    assert np.isnan(res["ce"][3]) and np.isnan(res["alpha"][3])
+    for i in (0, 1, 2, 4):
+        ce, alpha = direct_ce_alpha(senior, junior, prompts[i], responses[i])
+        assert res["ce"][i] == pytest.approx(ce, abs=1e-4)
+        assert res["alpha"][i] == pytest.approx(alpha, abs=1e-5)
+
+
+def test_eval_legibility_command(tmp_path, tok, pair, world):
+    dirs, bench = world
+    rows = rows_for(tok, range(6), 2, np.random.default_rng(0))
+    run = write_run(tmp_path / "solo", rows, dirs["senior"])
+    out = tmp_path / "leg"
+    assert main(["eval", "legibility", "--samples", str(run), "--junior", dirs["junior"], "--benchmarks", str(bench),
+                 "--out", str(out), "--batch-tokens", "64", "--device", "cpu"]) == 0
+    res = json.loads((out / "legibility.json").read_text())
+    per_sample = [json.loads(x) for x in (out / "per_sample.jsonl").read_text().splitlines()]
+    per_problem = [json.loads(x) for x in (out / "per_problem.jsonl").read_text().splitlines()]
+    assert res["samples"] == 12 and len(per_sample) == 12 and len(per_problem) == 6
+    for s, r in list(zip(per_sample, rows))[:3]:
+        prompt = encode_prompt(tok, format_prompt(tok, f"Mia has {r['problem_id']} shells.", "plain"))
+        ce, alpha = direct_ce_alpha(*pair, prompt, r["token_ids"])
+        assert s["ce"] == pytest.approx(ce, abs=1e-4) and s["alpha"] == pytest.approx(alpha, abs=1e-5)
+    macro = res["summary"]["ce"]["macro"]
+    assert macro["mean"] == pytest.approx(np.mean([p["ce"] for p in per_problem])) and macro["se"] > 0
+    assert res["timing"]["tokens_per_s"] > 0
+
+
+def _fails(capsys, argv, *needles):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_legibility_bad_input_names_file_and_line_and_writes_nothing(tmp_path, tok, capsys, world):
+    dirs, bench = world
+    out = tmp_path / "leg"
+    out.mkdir()
+    (out / "legibility.json").write_text("old")
+    args = ["--junior", dirs["junior"], "--benchmarks", str(bench), "--out", str(out), "--device", "cpu"]
+    rng = np.random.default_rng(1)
+
+    rows = rows_for(tok, [0, 1, 42], 1, rng)  # problem 42 is not in the benchmark file
+    _fails(capsys, ["eval", "legibility", "--samples", str(write_run(tmp_path / "a", rows, dirs["senior"]))] + args,
+           "a/samples.jsonl:3", "another benchmark set")
+    rows = rows_for(tok, [0, 1], 1, rng, benchmark="gsm8k")
+    _fails(capsys, ["eval", "legibility", "--samples", str(write_run(tmp_path / "b", rows, dirs["senior"]))] + args,
+           "b/samples.jsonl:1", "another benchmark set")
+    rows = rows_for(tok, [0, 1], 1, rng)
+    rows[1]["response"] += " tail"  # what a different tokenizer's ids would decode to
+    _fails(capsys, ["eval", "legibility", "--samples", str(write_run(tmp_path / "c", rows, dirs["senior"]))] + args,
+           "c/samples.jsonl:2", "another tokenizer")
+    run = write_run(tmp_path / "d", rows_for(tok, [0, 1], 1, rng), dirs["senior"])
+    text = (run / "samples.jsonl").read_text()
+    (run / "samples.jsonl").write_text(text[: len(text) - 20])
+    _fails(capsys, ["eval", "legibility", "--samples", str(run)] + args, "d/samples.jsonl:2", "truncated")
+    (tmp_path / "e").mkdir()
+    _fails(capsys, ["eval", "legibility", "--samples", str(tmp_path / "e")] + args, "empty run directory")
+    assert (out / "legibility.json").read_text() == "old" and sorted(p.name for p in out.iterdir()) == ["legibility.json"]
+
+
+def _drift_runs(tmp_path, tok, senior):
+    """Junior emits ids 1..99; grpo moves half its mass to ids 100..119; trl a quarter."""
+    def pick(over):
+        return lambda r: np.where(r.random(30) < over, r.integers(100, 120, 30), r.integers(1, 100, 30))
+
+    rng = np.random.default_rng(2)
+    return {name: write_run(tmp_path / name, rows_for(tok, range(6), 4, rng, pick=pick(over)), senior)
+            for name, over in (("junior", 0.0), ("grpo", 0.5), ("trl", 0.25))}
+
+
+def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, world):
+    dirs, _ = world
+    runs = _drift_runs(tmp_path, tok, dirs["senior"])
+    out = tmp_path / "drift"
+    assert main(["eval", "drift", "--junior-samples", str(runs["junior"]), "--seniors",
+                 f"grpo={runs['grpo']},trl={runs['trl']}", "--reference", "grpo", "--candidate", "trl",
+                 "--top-n", "20", "--min-count", "5", "--out", str(out)]) == 0
+    res = json.loads((out / "drift.json").read_text())
+    counts = {n: token_counts((json.loads(x)["token_ids"] for x in (d / "samples.jsonl").read_text().splitlines()), len(tok))
+              for n, d in runs.items()}
+    p = {n: smoothed_distribution(c) for n, c in counts.items()}
+    for n in ("grpo", "trl"):
+        assert res["models"][n]["kl_to_junior"] == pytest.approx(kl_divergence(p[n], p["junior"]))
+        assert res["models"][n]["tokens"] == 6 * 4 * 30
+    lr = {n: np.log(p[n] / p["junior"]) for n in ("grpo", "trl")}
+    ref = drift_recovery(lr["grpo"], lr["trl"], 20)
+    rec = res["recovery"]
+    assert rec["token_ids"] == ref["token_ids"] and set(rec["token_ids"]) == set(range(100, 120))
+    assert rec["share_moved_back"] == 1.0 and rec["spearman"]["rho"] == pytest.approx(ref["spearman"]["rho"])
+    assert res["models"]["grpo"]["kl_to_junior"] > res["models"]["trl"]["kl_to_junior"] > 0
+    assert res["survival"]["frequent_tokens"] > 50 and len(res["survival"]["curves"]["grpo"]) == len(res["survival"]["grid"])
+    top = res["over_emitted"]["rows"][0]
+    assert 100 <= top["id"] < 120 and top["token"] == tok.decode([top["id"]]) and top["counts"]["junior"] == 0
+    header = (out / "over_emitted.csv").read_text().splitlines()[0]
+    assert header == "token,id,count_junior,count_grpo,count_trl,log_ratio_grpo,log_ratio_trl"
+    assert "Recovery" in (out / "drift.md").read_text()
+
+
+def test_drift_bad_input(tmp_path, tok, capsys, world):
+    dirs, _ = world
+    runs = _drift_runs(tmp_path, tok, dirs["senior"])
+    out = tmp_path / "drift"
+    base = ["eval", "drift", "--junior-samples", str(runs["junior"]), "--out", str(out)]
+    _fails(capsys, base + ["--seniors", f"grpo={runs['grpo']}", "--candidate", "ppo"], "--candidate 'ppo'")
+    other = write_run(tmp_path / "other", rows_for(tok, [0], 1, np.random.default_rng(3), benchmark="gsm8k"),
+                      dirs["senior"], benchmarks=("gsm8k",))
+    _fails(capsys, base + ["--seniors", f"grpo={runs['grpo']},x={other}"], "other/samples.jsonl:1", "another benchmark set")
+    hand = write_run(tmp_path / "hand", rows_for(tok, range(6), 1, np.random.default_rng(4)), dirs["senior"],
+                     schedule="paragraph-roundrobin")
+    _fails(capsys, base + ["--seniors", f"grpo={hand}"], "handoff run")
+    assert not out.exists()
