@@ -14,6 +14,9 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["results"]) == {"base", "grpo", "tandem", "klreg"}
     assert (out / "curves.png").stat().st_size > 10_000
+    html = (out / "report" / "report.html").read_text()
+    assert "<table" in html and "data:image/png;base64" in html
+    assert json.loads((out / "compare" / "compare.json").read_text())
     for m in ("grpo", "tandem", "klreg"):
         assert (out / "runs" / m / "final" / "config.json").exists()
         rows = [json.loads(x) for x in (out / "runs" / m / "log.jsonl").read_text().splitlines()]

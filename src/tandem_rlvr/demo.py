@@ -6,8 +6,9 @@
 3. Evaluate the base and each senior's best checkpoint: solo pass@k and paragraph
    round-robin handoff pass@k with the base as junior, on held-out test problems.
 4. Write training curves side by side (``curves.png``), a summary table
-   (``summary.md``/``summary.json``) and, when the evaluation battery is installed, the
-   HTML report.
+   (``summary.md``/``summary.json``), then run the rest of the battery (junior
+   legibility, drift against the base, comparison tables with paired t-tests against
+   GRPO) and write the HTML report (``report/report.html``).
 
 ``--quick`` runs a seconds-long version on a throwaway world (a smoke test of the wiring;
 its numbers mean nothing).
@@ -110,9 +111,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print) 
     summary = {"wall_s": time.perf_counter() - t0, "quick": quick, "world": str(world.root),
                "world_accuracy": world.meta.get("accuracy"), "curves": str(curves), "results": results}
     _write_summary(out, summary)
-    report = _maybe_report(out, seniors, runs)
-    if report:
-        summary["report"] = str(report)
+    summary["report"] = str(run_battery(out, list(seniors), runs, junior=base))
     summary["wall_s"] = time.perf_counter() - t0
     write_json(out / "summary.json", summary)
     print_fn((out / "summary.md").read_text(encoding="utf-8"))
@@ -131,10 +130,20 @@ def _write_summary(out: Path, summary: dict) -> None:
         f.write(text)
 
 
-def _maybe_report(out: Path, seniors: dict, runs: dict):
-    """The HTML report of the evaluation battery, when that module is present."""
-    try:
-        from .eval.report import demo_report
-    except ImportError:
-        return None
-    return demo_report(out, seniors=list(seniors), runs={m: str(r) for m, r in runs.items()})
+def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior: str, split: str = "test") -> Path:
+    """Legibility, drift, comparison tables and the HTML report over the demo's eval dirs."""
+    from .eval.compare import run_compare
+    from .eval.drift import run_drift
+    from .eval.legibility import run_legibility
+    from .eval.report import run_report
+
+    ev = out / "eval"
+    for name in names:
+        run_legibility(ev / name / "solo", junior, ev / name / "legibility", benchmarks=["tiny"], split=split)
+    trained = [n for n in names if n != "base"]
+    run_drift(ev / "base" / "solo", {n: ev / n / "solo" for n in trained}, ev / "drift",
+              reference="grpo" if "grpo" in trained else None, candidate="tandem" if "tandem" in trained else None)
+    run_compare([f"{n}={ev / n}" for n in names], out / "compare", drift=str(ev / "drift"),
+                baseline="grpo" if "grpo" in names else None)
+    return run_report(out / "report", compare_dir=str(out / "compare"),
+                      train_logs=[f"{m}={r / 'log.jsonl'}" for m, r in runs.items()])

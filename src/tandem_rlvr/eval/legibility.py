@@ -44,6 +44,7 @@ from ..io import atomic_write, write_json
 from ..progress import progress_bar
 from .compare import EvalRun, read_run
 from .metrics import mean_se_summary
+from .teacher_forcing import collate, hidden_states, pack_batches
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -62,43 +63,6 @@ def token_ce_alpha(logits_sen: torch.Tensor, logits_jun: torch.Tensor,
     p_sen = torch.softmax(logits_sen.float(), dim=-1)[:, :V]
     alpha = torch.minimum(p_sen, logp_jun[:, :V].exp()).sum(-1)  # (N,)
     return ce, alpha
-
-
-def pack_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
-    """Row indices grouped longest first so that rows x longest row <= batch_tokens per batch
-    (a single row longer than the budget forms its own batch)."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
-
-
-def _collate(prompts, responses, idx, pad_id):
-    """Right-padded ids (B, L), mask (B, L) and, for the N response tokens of the batch, the
-    predicting positions (rows (N,), cols (N,)), targets (N,) and owning sample (N,)."""
-    seqs = [list(prompts[i]) + list(responses[i]) for i in idx]
-    L = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), L), dtype=torch.long)
-    rows, cols, owner = [], [], []
-    for b, (i, s) in enumerate(zip(idx, seqs)):
-        ids[b, : len(s)] = torch.tensor(s)
-        attn[b, : len(s)] = 1
-        P, T = len(prompts[i]), len(responses[i])
-        rows.append(torch.full((T,), b))
-        cols.append(torch.arange(P - 1, P - 1 + T))  # position t predicts token t + 1
-        owner.append(torch.full((T,), i))
-    rows, cols, owner = torch.cat(rows), torch.cat(cols), torch.cat(owner)
-    return ids, attn, rows, cols, ids[rows, cols + 1], owner
-
-
-def _hidden(model, ids, attn) -> torch.Tensor:
-    dev = next(model.parameters()).device
-    return model.get_decoder()(input_ids=ids.to(dev), attention_mask=attn.to(dev), use_cache=False).last_hidden_state
 
 
 @torch.no_grad()
@@ -122,9 +86,9 @@ def score_sequences(senior, junior, prompts: Sequence[Sequence[int]], responses:
         task = bar.add_task("legibility (teacher-forced)", total=len(live))
         for batch in batches:
             idx = [live[j] for j in batch]
-            ids, attn, rows, cols, targets, owner = _collate(prompts, responses, idx, pad_id)
-            h_s = _hidden(senior, ids, attn)[rows.to(dev), cols.to(dev)]  # (N, H_s)
-            h_j = _hidden(junior, ids, attn)
+            ids, attn, rows, cols, targets, owner = collate(prompts, responses, idx, pad_id)
+            h_s = hidden_states(senior, ids, attn)[rows.to(dev), cols.to(dev)]  # (N, H_s)
+            h_j = hidden_states(junior, ids, attn)
             h_j = h_j[rows.to(h_j.device), cols.to(h_j.device)]  # (N, H_j)
             for c in range(0, targets.numel(), chunk):
                 ce, alpha = token_ce_alpha(head_s(h_s[c:c + chunk]), head_j(h_j[c:c + chunk]).to(dev),
