@@ -1,0 +1,327 @@
+"""Build the tiny world: a tokenizer, a base model (the senior's start) and a junior, on CPU.
+
+What: a ``Qwen3ForCausalLM`` of 0.36M parameters (hidden 128, 2 layers) is pretrained by
+supervised next-token training on the word problems of ``tasks.py`` (loss on the solution
+tokens only, the prompt masked). Its training solutions carry an arithmetic slip with
+probability ``slip_prob``, so the base model slips too and its solo accuracy at temperature 1
+sits well inside (0, 1): RL has room to improve it. The junior is either an earlier
+checkpoint of the same run (``junior="early"``, default) or a smaller model trained the same
+way (``junior="small"``). Both are saved with the identical tokenizer, loadable by
+``AutoModelForCausalLM.from_pretrained(dir)`` and ``AutoTokenizer.from_pretrained(dir)``.
+
+Why: every command of the project must run end to end on a laptop with no downloads; a
+real architecture keeps the code paths (KV caches, generate, TRL) those of Qwen3 at scale.
+
+How: ``build_world(WorldConfig())`` trains in a few minutes on 2 cores and caches the result
+under ``cache_dir()/worlds/<config hash>``; the build happens in a temporary sibling folder
+renamed into place when complete, so an interrupted build leaves no half world and a complete
+one is reused. At the end it measures solo accuracies on held-out test problems and writes
+them, with sizes and timings, to ``world.json``. Run: ``python -m tandem_rlvr.world.build``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from ..errors import TandemError
+from ..io import write_json
+from ..paths import cache_dir
+from ..runtime import pick_threads
+from .evaluate import solo_accuracy
+from .tasks import WorldProblem, format_prompt, make_problems, noisy_solution
+from .tokenizer import boundary_ids, train_tokenizer
+
+FORMAT_VERSION = 1  # bump when the generator, tokenizer or training changes what a config builds
+JUNIORS = ("early", "small")
+
+
+@dataclass
+class WorldConfig:
+    """Everything that determines a tiny world; its hash names the cache folder."""
+
+    seed: int = 0  # problems, initialisation, noise and evaluation sampling
+    n_train: int = 20000  # distinct training problems
+    vocab_size: int = 512  # BPE vocabulary (256 bytes + merges + eos)
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 32
+    intermediate: int = 256  # MLP width
+    steps: int = 600  # optimiser steps of the base model
+    batch: int = 32  # sequences per step
+    lr: float = 3e-3  # AdamW peak; linear warm-up then cosine decay to lr/10
+    warmup: int = 30
+    slip_prob: float = 0.15  # chance a training solution carries an arithmetic slip
+    junior: str = "early"  # "early": base checkpoint at junior_at*steps; "small": smaller model
+    junior_at: float = 0.5
+    small_hidden: int = 64  # the "small" junior: hidden size and layers (heads: 2, kv: 1)
+    small_layers: int = 2
+    n_eval: int = 200  # held-out test problems for the accuracies in world.json
+
+    def __post_init__(self) -> None:
+        for name in ("n_train", "hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate",
+                     "steps", "batch", "small_hidden", "small_layers", "n_eval"):
+            if getattr(self, name) < 1:
+                raise TandemError(f"WorldConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.heads % self.kv_heads:
+            raise TandemError(f"WorldConfig.heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.vocab_size < 260:
+            raise TandemError(f"WorldConfig.vocab_size must be >= 260, got {self.vocab_size}")
+        if not 0.0 <= self.slip_prob < 1.0:
+            raise TandemError(f"WorldConfig.slip_prob must be in [0, 1), got {self.slip_prob}")
+        if self.lr <= 0 or self.warmup < 0:
+            raise TandemError(f"WorldConfig.lr must be > 0 and warmup >= 0, got {self.lr}, {self.warmup}")
+        if self.junior not in JUNIORS:
+            raise TandemError(f"WorldConfig.junior must be one of {', '.join(JUNIORS)}, got {self.junior!r}")
+        if not 0.0 < self.junior_at < 1.0:
+            raise TandemError(f"WorldConfig.junior_at must be in (0, 1), got {self.junior_at}")
+
+    @classmethod
+    def for_tests(cls, **overrides) -> WorldConfig:
+        """A world that builds in seconds: mechanics only, its accuracy means nothing."""
+        fast = dict(n_train=300, vocab_size=300, hidden=32, layers=1, heads=2, kv_heads=1, head_dim=16,
+                    intermediate=64, steps=6, batch=8, warmup=2, n_eval=4, small_hidden=16,
+                    small_layers=1)
+        return cls(**{**fast, **overrides})
+
+    def key(self) -> str:
+        """Short hash of the fields that shape the build (and the format): the world's folder name.
+
+        The other junior kind's fields are left out, so changing them never invalidates a world.
+        """
+        fields = dataclasses.asdict(self)
+        for name in ("small_hidden", "small_layers") if self.junior == "early" else ("junior_at",):
+            del fields[name]
+        blob = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+@dataclass
+class WorldPaths:
+    """A built world: ``senior`` is the base model (the senior's initialisation)."""
+
+    root: Path
+    senior: Path
+    junior: Path
+    meta: dict = field(default_factory=dict)  # the contents of root/world.json
+
+
+def world_root(cfg: WorldConfig, cache: str | os.PathLike | None = None) -> Path:
+    """Where the world of ``cfg`` lives: ``<cache or cache_dir()>/worlds/<cfg.key()>``."""
+    return Path(cache if cache is not None else cache_dir()).expanduser() / "worlds" / cfg.key()
+
+
+def _paths(root: Path) -> WorldPaths:
+    meta = json.loads((root / "world.json").read_text(encoding="utf-8"))
+    return WorldPaths(root, root / "senior", root / "junior", meta)
+
+
+def load_world(cfg: WorldConfig | None = None, build_if_missing: bool = True,
+               cache: str | os.PathLike | None = None) -> WorldPaths:
+    """The cached world of ``cfg``; built first if missing (else a ``TandemError``)."""
+    cfg = cfg or WorldConfig()
+    root = world_root(cfg, cache)
+    if (root / "world.json").is_file():
+        return _paths(root)
+    if not build_if_missing:
+        raise TandemError(f"no tiny world for this config at {root}; build it with build_world()")
+    return build_world(cfg, cache=cache)
+
+
+def build_world(cfg: WorldConfig | None = None, cache: str | os.PathLike | None = None,
+                force: bool = False, progress: bool = True) -> WorldPaths:
+    """Build (or reuse) the world of ``cfg``; ``force=True`` rebuilds and replaces it."""
+    cfg = cfg or WorldConfig()
+    root = world_root(cfg, cache)
+    if (root / "world.json").is_file() and not force:
+        return _paths(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.build-", dir=root.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the world is an ordinary shared cache entry
+        _build_into(tmp, cfg, progress)
+        if root.exists() and force:
+            old = Path(tempfile.mkdtemp(prefix=f".{root.name}.old-", dir=root.parent))
+            os.replace(root, old / "world")  # move aside, then swap in; never a moment with half a world
+            os.replace(tmp, root)
+            shutil.rmtree(old, ignore_errors=True)
+        elif root.exists():  # a concurrent build finished first: keep that one
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            os.replace(tmp, root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _paths(root)
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
+    """Train tokenizer, base model and junior into ``out``; measure them; write world.json."""
+    t0 = time.perf_counter()
+    train = make_problems(cfg.n_train, cfg.seed, "train")
+    test = make_problems(cfg.n_eval, cfg.seed, "test")
+    tok = train_tokenizer((format_prompt(p.problem) + p.solution for p in train), cfg.vocab_size)
+    threads = pick_threads()
+    with _torch_threads(threads):
+        torch.manual_seed(cfg.seed)
+        senior = _new_model(tok, cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate)
+        if cfg.junior == "early":
+            at = max(1, round(cfg.junior_at * cfg.steps))
+
+            def save_early(step: int, model: Qwen3ForCausalLM) -> None:
+                if step == at:
+                    _save(model, tok, out / "junior")
+
+            train_lm(senior, tok, train, cfg, "base model", progress, on_step=save_early)
+        else:
+            train_lm(senior, tok, train, cfg, "base model", progress)
+            torch.manual_seed(cfg.seed + 1)
+            small = _new_model(tok, cfg.small_hidden, cfg.small_layers, 2, 1, cfg.head_dim, 2 * cfg.small_hidden)
+            train_lm(small, tok, train, cfg, "small junior", progress)
+            _save(small, tok, out / "junior")
+        _save(senior, tok, out / "senior")
+        train_s = time.perf_counter() - t0
+        junior = Qwen3ForCausalLM.from_pretrained(out / "junior")
+        acc = {}
+        for who, model in (("senior", senior), ("junior", junior)):
+            for mode, temp in (("t1", 1.0), ("greedy", 0.0)):
+                acc[f"{who}/acc_{mode}"] = solo_accuracy(model, tok, test, temperature=temp, seed=cfg.seed)
+    write_json(out / "world.json", {
+        "key": cfg.key(), "format": FORMAT_VERSION, "config": dataclasses.asdict(cfg),
+        "accuracy": acc, "n_eval": len(test), "eval_split": "test",
+        "params": {"senior": _n_params(senior), "junior": _n_params(junior)},
+        "tokenizer": {"vocab": len(tok), "word_initial_ids": len(boundary_ids(tok)),
+                      "paragraph_id": tok.convert_tokens_to_ids("ĊĊ")},
+        "seconds": {"train": round(train_s, 1), "eval": round(time.perf_counter() - t0 - train_s, 1),
+                    "total": round(time.perf_counter() - t0, 1)},
+        "threads": threads,
+    })
+
+
+def _new_model(tok, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+               intermediate: int) -> Qwen3ForCausalLM:
+    """A randomly initialised Qwen3 of the given shape over ``tok``'s vocabulary (eos = pad = bos)."""
+    eos = tok.eos_token_id
+    config = Qwen3Config(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+        max_position_embeddings=512, tie_word_embeddings=True, max_window_layers=layers,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+    )
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = eos
+    return model
+
+
+def _n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+
+
+def _save(model: Qwen3ForCausalLM, tok, path: Path) -> None:
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+
+
+def make_batch(problems: list[WorldProblem], tok, rng: random.Random, slip_prob: float) -> dict[str, torch.Tensor]:
+    """Right-padded (B, T) input_ids / attention_mask / labels; labels are -100 off the solution.
+
+    Each solution (plus eos) is drawn fresh with ``noisy_solution``, so the model sees slips
+    at rate ``slip_prob`` without memorising which problems carry one.
+    """
+    prompts = tok([format_prompt(p.problem) for p in problems])["input_ids"]
+    sols = tok([noisy_solution(p, rng, slip_prob) for p in problems])["input_ids"]
+    seqs = [pr + so + [tok.eos_token_id] for pr, so in zip(prompts, sols)]
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), tok.pad_token_id)  # (B, T)
+    labels = torch.full((len(seqs), T), -100)  # (B, T)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
+    for b, (pr, s) in enumerate(zip(prompts, seqs)):
+        ids[b, : len(s)] = torch.tensor(s)
+        labels[b, len(pr): len(s)] = ids[b, len(pr): len(s)]
+        mask[b, : len(s)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def train_lm(model: Qwen3ForCausalLM, tok, problems: list[WorldProblem], cfg: WorldConfig, label: str,
+             progress: bool, on_step: Callable[[int, Qwen3ForCausalLM], object] | None = None) -> float:
+    """Supervised next-token training on noisy solutions; returns the last step's loss.
+
+    ``on_step(step, model)`` runs after every optimiser step (1-based); the build saves the
+    early junior from it.
+    """
+    rng = random.Random(f"tiny-world:{cfg.seed}:batches")  # same data order for every model
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)
+
+    def lr_at(step: int) -> float:  # linear warm-up, cosine decay to lr/10
+        if step < cfg.warmup:
+            return (step + 1) / cfg.warmup
+        frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    loss_val = float("nan")
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task(f"tiny world: {label}", total=cfg.steps, loss=loss_val)
+        for step in range(1, cfg.steps + 1):
+            batch = make_batch(rng.sample(problems, min(cfg.batch, len(problems))), tok, rng, cfg.slip_prob)
+            loss = model(**batch).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            loss_val = loss.item()
+            bar.update(task, advance=1, loss=loss_val)
+            if on_step is not None:
+                on_step(step, model)
+    model.eval()
+    return loss_val
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tandem_rlvr.world.build [--force] [--junior small] [--steps N]``: build, print world.json."""
+    ap = argparse.ArgumentParser(description="Build (or reuse) the tiny world and print its world.json.")
+    ap.add_argument("--force", action="store_true", help="rebuild even if cached")
+    ap.add_argument("--junior", default="early", choices=JUNIORS, help="junior kind")
+    ap.add_argument("--steps", type=int, default=WorldConfig.steps, help="optimiser steps of the base model")
+    ap.add_argument("--seed", type=int, default=0, help="world seed")
+    args = ap.parse_args(argv)
+    paths = build_world(WorldConfig(seed=args.seed, steps=args.steps, junior=args.junior), force=args.force)
+    print(json.dumps({"root": str(paths.root), **paths.meta}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
