@@ -38,7 +38,8 @@ log = logging.getLogger("tandem_rlvr")
 
 # Lenient training-log keys: the first present of each list is plotted.
 TRAIN_KEYS = {"reward": ("reward/mean", "reward", "train/reward"),
-              "response length (tokens)": ("completions/mean_length", "completion_length", "response_length/mean"),
+              "response length (tokens)": ("response/mean_length", "completions/mean_length", "completion_length",
+                                           "response_length/mean"),
               "senior token share": ("senior/token_share", "senior_share"),
               "wall-clock per step (s)": ("wall/step_s", "step_time", "time/step_s")}
 VAL_PREFIXES = ("val/", "eval/", "validation/")

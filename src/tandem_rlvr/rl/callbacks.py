@@ -30,8 +30,10 @@ from ..rewards.math import score
 
 log = logging.getLogger("tandem_rlvr")
 
-RENAME = {"reward": "reward/mean", "reward_std": "reward/std", "completions/mean_length": "response/mean_length",
-          "loss": "loss", "kl": "kl/beta_term"}
+# TRL's completion lengths count env_mask = 1 tokens only (senior tokens in a tandem run);
+# ``response/mean_length`` (all tokens) comes from our rollout.
+RENAME = {"reward": "reward/mean", "reward_std": "reward/std", "completions/mean_length": "response/senior_mean_length",
+          "kl": "kl/beta_term"}
 
 
 def read_log(path: Path) -> list[dict]:

@@ -97,7 +97,8 @@ class TandemRollout:
         check_env_mask(completion_ids, env_mask)
 
         share = roll.senior_share
-        metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False))}
+        metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
+                   "response/mean_length": float(roll.lengths.float().mean())}
         if self.kl_every and step % self.kl_every == 0 and self.junior is not None:
             metrics["kl/junior"] = self._kl_to_junior(ids, completion_ids, env_mask, logprobs)
         self.last = metrics
