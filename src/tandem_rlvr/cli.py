@@ -345,12 +345,18 @@ def build_parser() -> argparse.ArgumentParser:
     from .eval.battery_cli import register
 
     register(sub, _Parser)  # eval legibility, eval drift, compare, report
+    from .study import register as register_study
+
+    register_study(sub, _Parser)  # study drift (docs/drift_world.md)
     return P
 
 
 def main(argv=None) -> int:
     parser = build_parser()
-    a = parser.parse_args(argv)
+    try:
+        a = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, already printed as one line)
+        return int(e.code or 0)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     from transformers.utils import logging as hf_logging
 

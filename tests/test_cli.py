@@ -1,0 +1,96 @@
+"""Bad input through the `tandem` command: one line naming it, exit status 2, nothing written."""
+
+import json
+
+import pytest
+
+from tandem_rlvr.cli import main
+
+from conftest import make_model, make_tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tok):
+    d = tmp_path_factory.mktemp("m") / "model"
+    make_model(len(tok), 0, hidden=32, layers=1).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def other_tok_dir(tmp_path_factory):
+    t = make_tokenizer(280)
+    d = tmp_path_factory.mktemp("o") / "other"
+    make_model(len(t), 1, hidden=32, layers=1).save_pretrained(d)
+    t.save_pretrained(d)
+    return d
+
+
+def _err(capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    return rc, err
+
+
+def _one_line_error(capsys, argv, *needles):
+    rc, err = _err(capsys, argv)
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("tandem: error:"), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+def test_unknown_model_path(capsys, tmp_path):
+    _one_line_error(capsys, ["generate", "--prompt", "x", "--senior", str(tmp_path / "nope")], "nope")
+
+
+def test_mismatched_tokenizers_name_both(capsys, model_dir, other_tok_dir):
+    _one_line_error(capsys, ["generate", "--prompt", "x", "--senior", str(model_dir), "--junior", str(other_tok_dir)],
+                    "do not share one tokenizer", str(model_dir), str(other_tok_dir))
+
+
+@pytest.mark.parametrize("flags,needle", [(["--max-tokens", "0"], "max_new_tokens"), (["--p", "1.5"], "p "),
+                                          (["--K", "0"], "K "), (["--temperature", "-1"], "temperature")])
+def test_bad_sampling_and_schedule_flags(capsys, model_dir, flags, needle):
+    _one_line_error(capsys, ["generate", "--prompt", "x", "--senior", str(model_dir), *flags], needle)
+
+
+def test_prompt_longer_than_context(capsys, model_dir):
+    _one_line_error(capsys, ["generate", "--prompt", "Mia has 7 shells. " * 200, "--senior", str(model_dir),
+                             "--schedule", "senior"], "does not fit the model context")
+
+
+def test_empty_dataset_and_malformed_row_leave_no_output(capsys, caplog, model_dir, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = tmp_path / "ev"
+    _one_line_error(capsys, ["eval", "solo", "--senior", str(model_dir), "--benchmarks", str(empty), "--out", str(out)],
+                    "empty.jsonl")
+    assert not out.exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "a", "answer": "1"}\n{"problem": \n')
+    rc = main(["eval", "solo", "--senior", str(model_dir), "--benchmarks", str(bad), "--n", "1", "--max-tokens", "4",
+               "--out", str(out)])
+    assert rc == 0 and "bad.jsonl:2" in caplog.text  # the malformed row is reported by file and line, then skipped
+    assert len(open(out / "samples.jsonl").read().splitlines()) == 1
+
+
+def test_unknown_command_flag_and_train_key(capsys, tmp_path):
+    _one_line_error(capsys, ["bogus"], "bogus")
+    _one_line_error(capsys, ["train", "--method", "ppo"], "ppo")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("lrr: 1\n")
+    _one_line_error(capsys, ["train", "--config", str(cfg), "--dry-run"], "'lrr'", "did you mean 'lr'")
+
+
+def test_eval_resume_refuses_a_different_config(capsys, model_dir, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"p{i}", "answer": str(i)}) + "\n" for i in range(3)))
+    out = tmp_path / "ev"
+    base = ["eval", "solo", "--senior", str(model_dir), "--benchmarks", str(data), "--max-tokens", "4", "--out", str(out)]
+    assert main(base + ["--n", "2"]) == 0
+    before = (out / "samples.jsonl").read_text()
+    _one_line_error(capsys, base + ["--n", "3"], "config.json", "different n")
+    assert (out / "samples.jsonl").read_text() == before
