@@ -35,7 +35,7 @@ def _err(capsys, argv):
 def _one_line_error(capsys, argv, *needles):
     rc, err = _err(capsys, argv)
     assert rc == 2, err
-    assert len(err.splitlines()) == 1 and err.startswith("tandem: error:"), err
+    assert len(err.splitlines()) == 1 and err.startswith("tandem") and ": error: " in err, err
     assert "Traceback" not in err
     for n in needles:
         assert n in err, err
