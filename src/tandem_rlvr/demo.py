@@ -16,7 +16,6 @@ its numbers mean nothing).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path

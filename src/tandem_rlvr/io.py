@@ -43,6 +43,18 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         f.write("\n")
 
 
+def read_json(path: str | os.PathLike, missing: str | None = None) -> Any:
+    """Parse a JSON file. Missing: TandemError(``missing``, or a default naming the file);
+    malformed: TandemError naming file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise TandemError(missing or f"file not found: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise TandemError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read a jsonl file; a malformed line is a ``TandemError`` naming file and line."""
     rows = []

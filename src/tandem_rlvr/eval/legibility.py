@@ -204,15 +204,9 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def read_legibility(path: str | os.PathLike) -> tuple[dict, dict[tuple[str, str], dict]]:
     """legibility.json's content and {(benchmark, problem_id): per-problem row} of a legibility dir."""
-    from ..io import read_jsonl
+    from ..io import read_json, read_jsonl
 
     path = Path(path)
-    summary_path = path / "legibility.json"
-    if not summary_path.is_file():
-        raise TandemError(f"{path}: not a legibility directory (no legibility.json)")
-    try:
-        result = json.loads(summary_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise TandemError(f"{summary_path}:{e.lineno}: malformed JSON ({e.msg})") from None
+    result = read_json(path / "legibility.json", f"{path}: not a legibility directory (no legibility.json)")
     rows = read_jsonl(path / "per_problem.jsonl") if (path / "per_problem.jsonl").is_file() else []
     return result, {(r["benchmark"], str(r["problem_id"])): r for r in rows}

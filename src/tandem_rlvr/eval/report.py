@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import logging
 import os
 from pathlib import Path
@@ -31,7 +30,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..errors import TandemError
-from ..io import atomic_write
+from ..io import atomic_write, read_json
 from .compare import Table, comparison_tables, read_run, run_compare, split_named
 
 log = logging.getLogger("tandem_rlvr")
@@ -253,13 +252,8 @@ def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Seq
     if compare_dir and runs:
         raise TandemError("give either --compare DIR or RUN directories, not both")
     if compare_dir:
-        path = Path(compare_dir) / "compare.json"
-        if not path.is_file():
-            raise TandemError(f"{compare_dir}: not a compare directory (no compare.json); run `tandem compare` first")
-        try:
-            comp = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise TandemError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
+        comp = read_json(Path(compare_dir) / "compare.json",
+                         f"{compare_dir}: not a compare directory (no compare.json); run `tandem compare` first")
     elif runs or any(compare_kw.get(k) for k in ("solo", "handoff", "legibility")):
         comp, _ = run_compare(runs, out, **compare_kw)
     else:

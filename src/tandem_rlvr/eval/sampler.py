@@ -31,10 +31,9 @@ import numpy as np
 from ..data.benchmarks import Problem
 from ..decoding.rng import row_seed
 from ..decoding.sampling import SamplingParams
-from ..decoding.schedule import Schedule
 from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
-from ..io import write_json
+from ..io import read_json, write_json
 from ..progress import progress_bar
 from ..prompting import encode_prompt, format_prompt
 from ..rewards.math import score
@@ -93,7 +92,7 @@ def read_samples(path: Path) -> list[dict]:
 def _check_config(out: Path, config: dict) -> None:
     path = out / "config.json"
     if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = read_json(path)
         diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
         if diff:
             raise TandemError(f"{path}: existing run has a different {', '.join(diff)}; use a new --out directory")

@@ -14,7 +14,6 @@ Run: ``tandem train --preset tiny --method tandem --output-dir runs/tiny-tandem`
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -22,14 +21,13 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 
 from ..config import TrainConfig
 from ..data.benchmarks import Problem, load_benchmark
 from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import make_schedule
 from ..errors import TandemError
-from ..io import write_json
+from ..io import read_json, write_json
 from ..models import Pair, load_pair
 from ..prompting import encode_prompt, format_prompt, resolve_template
 from ..rewards.math import score
@@ -95,7 +93,7 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     out = Path(cfg.output_dir)
     saved = out / "config.json"
     if saved.exists():
-        old = json.loads(saved.read_text(encoding="utf-8"))
+        old = read_json(saved)
         diff = sorted(k for k in set(old) | set(cfg.to_dict()) if old.get(k) != cfg.to_dict().get(k))
         if diff:
             raise TandemError(f"{saved}: existing run has a different {', '.join(diff)}; use another --output-dir")
