@@ -97,10 +97,10 @@ def gguf_to_dir(path: Path) -> Path:
     return out
 
 
-def _tiny(which: str) -> str:
-    from .world.build import load_world
+def _tiny(which: str, world: str = "tiny") -> str:
+    from .world.build import load_world, named_world
 
-    return str(getattr(load_world(), which))
+    return str(getattr(load_world(named_world(world)), which))
 
 
 # Built-in names a user can pass instead of a path: the tiny world's base and junior.
@@ -110,7 +110,8 @@ def _fetched(name: str) -> str:
     return str(fetch(name))
 
 
-NAMED_MODELS = {"tiny": lambda: _tiny("senior"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol")}
+NAMED_MODELS = {"tiny": lambda: _tiny("senior"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol"),
+                "tiny-drift": lambda: _tiny("senior", "tiny-drift"), "tiny-drift-junior": lambda: _tiny("junior", "tiny-drift")}
 
 
 def resolve_model_path(spec: str) -> str:

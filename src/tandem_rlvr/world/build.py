@@ -44,8 +44,8 @@ from ..errors import TandemError
 from ..io import write_json
 from ..paths import cache_dir
 from ..runtime import pick_threads
-from .evaluate import solo_accuracy
-from .tasks import WorldProblem, format_prompt, make_problems, noisy_solution
+from .evaluate import solo_accuracy, style_measure
+from .tasks import WorldProblem, draw_solutions, format_prompt, make_problems, render_shorthand
 from .tokenizer import boundary_ids, train_tokenizer
 
 FORMAT_VERSION = 1  # bump when the generator, tokenizer or training changes what a config builds
@@ -75,6 +75,11 @@ class WorldConfig:
     small_hidden: int = 64  # the "small" junior: hidden size and layers (heads: 2, kv: 1)
     small_layers: int = 2
     n_eval: int = 200  # held-out test problems for the accuracies in world.json
+    # Style axis (the drift world, docs/drift_world.md). shorthand_frac = 0: the default
+    # single-style world; these three fields then do not enter the cache key.
+    shorthand_frac: float = 0.0  # share of training solutions written in the compact shorthand
+    shorthand_slip_prob: float = 0.02  # slip chance of a shorthand solution (word: slip_prob)
+    shorthand_from: float = 0.0  # shorthand appears only after this fraction of the steps
 
     def __post_init__(self) -> None:
         for name in ("n_train", "hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate",
@@ -93,6 +98,19 @@ class WorldConfig:
             raise TandemError(f"WorldConfig.junior must be one of {', '.join(JUNIORS)}, got {self.junior!r}")
         if not 0.0 < self.junior_at < 1.0:
             raise TandemError(f"WorldConfig.junior_at must be in (0, 1), got {self.junior_at}")
+        for name in ("shorthand_frac", "shorthand_slip_prob", "shorthand_from"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise TandemError(f"WorldConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+
+    @classmethod
+    def drift(cls, **overrides) -> WorldConfig:
+        """The drift world (``tiny-drift``): two solution styles, the shorthand rewarded more often.
+
+        Word solutions slip at 0.35, shorthand ones at 0.02; half the solutions are shorthand,
+        but only after 35% of pretraining, so the early junior (saved at that point, step 210 of
+        600) has never seen the shorthand. See docs/drift_world.md.
+        """
+        return cls(**{**DRIFT_WORLD, **overrides})
 
     @classmethod
     def for_tests(cls, **overrides) -> WorldConfig:
@@ -110,8 +128,22 @@ class WorldConfig:
         fields = dataclasses.asdict(self)
         for name in ("small_hidden", "small_layers") if self.junior == "early" else ("junior_at",):
             del fields[name]
+        if self.shorthand_frac == 0.0:  # single-style world: keys as before the style axis existed
+            for name in ("shorthand_frac", "shorthand_slip_prob", "shorthand_from"):
+                del fields[name]
         blob = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+DRIFT_WORLD = dict(slip_prob=0.35, shorthand_frac=0.5, shorthand_slip_prob=0.02, shorthand_from=0.35, junior_at=0.35)
+# Built-in world names (model names "<world>" / "<world>-junior" in models.NAMED_MODELS).
+NAMED_WORLDS = {"tiny": lambda: WorldConfig(), "tiny-drift": lambda: WorldConfig.drift()}
+
+
+def named_world(name: str) -> WorldConfig:
+    if name not in NAMED_WORLDS:
+        raise TandemError(f"unknown world {name!r}; valid: {', '.join(NAMED_WORLDS)}")
+    return NAMED_WORLDS[name]()
 
 
 @dataclass
@@ -188,7 +220,10 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
     t0 = time.perf_counter()
     train = make_problems(cfg.n_train, cfg.seed, "train")
     test = make_problems(cfg.n_eval, cfg.seed, "test")
-    tok = train_tokenizer((format_prompt(p.problem) + p.solution for p in train), cfg.vocab_size)
+    texts = [format_prompt(p.problem) + p.solution for p in train]
+    if cfg.shorthand_frac > 0:  # the tokenizer must know the second style too
+        texts += [format_prompt(p.problem) + render_shorthand(p)[0] for p in train]
+    tok = train_tokenizer(texts, cfg.vocab_size)
     threads = pick_threads()
     with _torch_threads(threads):
         torch.manual_seed(cfg.seed)
@@ -214,6 +249,10 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
         for who, model in (("senior", senior), ("junior", junior)):
             for mode, temp in (("t1", 1.0), ("greedy", 0.0)):
                 acc[f"{who}/acc_{mode}"] = solo_accuracy(model, tok, test, temperature=temp, seed=cfg.seed)
+        styles = {}
+        if cfg.shorthand_frac > 0:  # which style each model writes at temperature 1, and how often it is right
+            for who, model in (("senior", senior), ("junior", junior)):
+                styles[who] = style_measure(model, tok, test, seed=cfg.seed)
     write_json(out / "world.json", {
         "key": cfg.key(), "format": FORMAT_VERSION, "config": dataclasses.asdict(cfg),
         "accuracy": acc, "n_eval": len(test), "eval_split": "test",
@@ -223,6 +262,7 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
         "seconds": {"train": round(train_s, 1), "eval": round(time.perf_counter() - t0 - train_s, 1),
                     "total": round(time.perf_counter() - t0, 1)},
         "threads": threads,
+        **({"styles": styles} if styles else {}),
     })
 
 
@@ -252,14 +292,18 @@ def _save(model: Qwen3ForCausalLM, tok, path: Path) -> None:
     tok.save_pretrained(path)
 
 
-def make_batch(problems: list[WorldProblem], tok, rng: random.Random, slip_prob: float) -> dict[str, torch.Tensor]:
+def make_batch(problems: list[WorldProblem], tok, rng: random.Random, slip_prob: float,
+               shorthand_frac: float = 0.0, shorthand_slip_prob: float = 0.0) -> dict[str, torch.Tensor]:
     """Right-padded (B, T) input_ids / attention_mask / labels; labels are -100 off the solution.
 
     Each solution (plus eos) is drawn fresh with ``noisy_solution``, so the model sees slips
-    at rate ``slip_prob`` without memorising which problems carry one.
+    at rate ``slip_prob`` without memorising which problems carry one. With
+    ``shorthand_frac > 0`` each solution is first given a style (shorthand with that chance,
+    slipping at ``shorthand_slip_prob``); at 0 no extra random draw is made, so the default
+    world's data stream is unchanged.
     """
     prompts = tok([format_prompt(p.problem) for p in problems])["input_ids"]
-    sols = tok([noisy_solution(p, rng, slip_prob) for p in problems])["input_ids"]
+    sols = tok(draw_solutions(problems, rng, slip_prob, shorthand_frac, shorthand_slip_prob))["input_ids"]
     seqs = [pr + so + [tok.eos_token_id] for pr, so in zip(prompts, sols)]
     T = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), T), tok.pad_token_id)  # (B, T)
@@ -296,7 +340,9 @@ def train_lm(model: Qwen3ForCausalLM, tok, problems: list[WorldProblem], cfg: Wo
     with Progress(*columns, disable=not progress, transient=False) as bar:
         task = bar.add_task(f"tiny world: {label}", total=cfg.steps, loss=loss_val)
         for step in range(1, cfg.steps + 1):
-            batch = make_batch(rng.sample(problems, min(cfg.batch, len(problems))), tok, rng, cfg.slip_prob)
+            frac = cfg.shorthand_frac if step > round(cfg.shorthand_from * cfg.steps) else 0.0
+            batch = make_batch(rng.sample(problems, min(cfg.batch, len(problems))), tok, rng, cfg.slip_prob,
+                               frac, cfg.shorthand_slip_prob)
             loss = model(**batch).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -318,8 +364,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--junior", default="early", choices=JUNIORS, help="junior kind")
     ap.add_argument("--steps", type=int, default=WorldConfig.steps, help="optimiser steps of the base model")
     ap.add_argument("--seed", type=int, default=0, help="world seed")
+    ap.add_argument("--world", default="tiny", choices=sorted(NAMED_WORLDS), help="tiny or tiny-drift (style axis)")
     args = ap.parse_args(argv)
-    paths = build_world(WorldConfig(seed=args.seed, steps=args.steps, junior=args.junior), force=args.force)
+    cfg = dataclasses.replace(named_world(args.world), seed=args.seed, steps=args.steps, junior=args.junior)
+    paths = build_world(cfg, force=args.force)
     print(json.dumps({"root": str(paths.root), **paths.meta}, indent=2))
 
 

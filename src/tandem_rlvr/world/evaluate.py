@@ -38,3 +38,23 @@ def solo_accuracy(model, tok, problems: list[WorldProblem], temperature: float =
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         correct += sum(score(t, p.answer) for t, p in zip(texts, chunk))
     return correct / len(problems)
+
+
+@torch.no_grad()
+def style_measure(model, tok, problems: list[WorldProblem], seed: int = 0, batch_size: int = 256) -> dict:
+    """Temperature-1 samples of ``model``: their style mix and accuracy per style (``style.style_summary``)."""
+    from .style import style_summary
+
+    max_new = int(1.5 * max(len(ids) for ids in tok([p.solution for p in problems])["input_ids"])) + 8
+    model.eval()
+    torch.manual_seed(seed)
+    texts, correct = [], []
+    for i in range(0, len(problems), batch_size):
+        chunk = problems[i: i + batch_size]
+        enc = tok([format_prompt(p.problem) for p in chunk], return_tensors="pt", padding=True, padding_side="left")
+        out = model.generate(**enc, max_new_tokens=max_new, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                             do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+        batch_texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        texts += batch_texts
+        correct += [score(t, p.answer) for t, p in zip(batch_texts, chunk)]
+    return style_summary(texts, correct)

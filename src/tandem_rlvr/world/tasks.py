@@ -84,11 +84,44 @@ class WorldProblem:
     steps: tuple[Step, ...] = field(default=())
 
 
-def render_solution(p: WorldProblem, slip_step: int | None = None, slip_delta: int = 0) -> tuple[str, int]:
+STYLES = ("word", "shorthand")
+
+
+def render_shorthand(p: WorldProblem, slip_step: int | None = None, slip_delta: int = 0) -> tuple[str, int]:
+    """The compact "private shorthand" solution of ``p`` (the drift world's second style).
+
+    Same paragraphs and the same arithmetic as the word style, no words::
+
+        13
+
+        13 + 10 = 23
+
+        23 - 9 = 14
+
+        \\boxed{14}
+
+    Slips work as in ``render_solution``. Returns (text, final value).
+    """
+    paras, value = [str(p.start)], p.start
+    for i, s in enumerate(p.steps):
+        result = value + s.sign * s.amount + (slip_delta if i == slip_step else 0)
+        paras.append(f"{value} {'+' if s.sign > 0 else '-'} {s.amount} = {result}")
+        value = result
+    paras.append(f"\\boxed{{{value}}}")
+    return "\n\n".join(paras), value
+
+
+def render_solution(p: WorldProblem, slip_step: int | None = None, slip_delta: int = 0,
+                    style: str = "word") -> tuple[str, int]:
     """Write the solution of ``p``; step ``slip_step`` gets its result off by ``slip_delta``.
 
     The slip propagates: later steps start from the wrong value. Returns (text, final value).
+    ``style="shorthand"`` writes the drift world's compact style (``render_shorthand``).
     """
+    if style == "shorthand":
+        return render_shorthand(p, slip_step, slip_delta)
+    if style != "word":
+        raise TandemError(f"unknown solution style {style!r}; valid: {', '.join(STYLES)}")
     paras, value = [p.intro], p.start
     for i, s in enumerate(p.steps):
         result = value + s.sign * s.amount + (slip_delta if i == slip_step else 0)
@@ -99,16 +132,20 @@ def render_solution(p: WorldProblem, slip_step: int | None = None, slip_delta: i
     return "\n\n".join(paras), value
 
 
-def noisy_solution(problem: WorldProblem, rng: random.Random, slip_prob: float) -> str:
+def noisy_solution(problem: WorldProblem, rng: random.Random, slip_prob: float, style: str = "word") -> str:
     """The solution of ``problem``, with one arithmetic slip with probability ``slip_prob``.
 
     The slip (result off by +-1 or +-2, never below zero anywhere down the chain) lands on a
     uniformly chosen step and propagates, so a slipped solution always boxes a wrong answer.
+    ``style`` picks the wording ("word": the reference solution; "shorthand": the drift
+    world's compact style); the random draws are the same for both.
     """
     if not 0.0 <= slip_prob <= 1.0:
         raise TandemError(f"slip_prob must be in [0, 1], got {slip_prob}")
+    if style not in STYLES:
+        raise TandemError(f"unknown solution style {style!r}; valid: {', '.join(STYLES)}")
     if not problem.steps or rng.random() >= slip_prob:
-        return problem.solution
+        return problem.solution if style == "word" else render_shorthand(problem)[0]
     i = rng.randrange(len(problem.steps))
     value = problem.start
     for s in problem.steps[: i + 1]:
@@ -119,7 +156,25 @@ def noisy_solution(problem: WorldProblem, rng: random.Random, slip_prob: float) 
         v += s.sign * s.amount
         low = min(low, v)
     deltas = [d for d in (-2, -1, 1, 2) if low + d >= 0]
-    return render_solution(problem, i, rng.choice(deltas))[0]
+    return render_solution(problem, i, rng.choice(deltas), style=style)[0]
+
+
+def draw_solutions(problems: list[WorldProblem], rng: random.Random, slip_prob: float,
+                   shorthand_frac: float = 0.0, shorthand_slip_prob: float = 0.0) -> list[str]:
+    """One fresh training solution per problem (the pretraining stream of ``build.make_batch``).
+
+    With ``shorthand_frac > 0`` each solution is first given a style: shorthand with that
+    chance (slipping at ``shorthand_slip_prob``), else words (slipping at ``slip_prob``). At
+    0 no extra random draw is made, so the default world's stream is exactly as before.
+    """
+    if shorthand_frac <= 0:
+        return [noisy_solution(p, rng, slip_prob) for p in problems]
+    texts = []
+    for p in problems:
+        short = rng.random() < shorthand_frac
+        texts.append(noisy_solution(p, rng, shorthand_slip_prob if short else slip_prob,
+                                    style="shorthand" if short else "word"))
+    return texts
 
 
 def _bucket(text: str) -> int:
