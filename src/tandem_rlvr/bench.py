@@ -22,6 +22,7 @@ from .decoding.schedule import make_schedule
 from .decoding.tandem import ModelRunner, TandemDecoder, left_pad
 from .decoding import rng
 from .decoding.sampling import sample
+from .runtime import configure_cpu_threads
 
 
 def flops_per_token(model, context: float) -> tuple[float, float]:
@@ -170,6 +171,10 @@ def _memory_child(senior: str, junior: str, rows: int, new_tokens: int) -> dict:
 
     from .models import load_pair
     from .world.tasks import format_prompt as tiny_prompt, make_problems
+
+    configure_cpu_threads()  # a fresh process: same thread choice as the CLI (TANDEM_THREADS)
+    import transformers  # noqa: F401 - library code is not model memory: import it before the baseline
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
     proc = psutil.Process()
     rss0 = proc.memory_info().rss

@@ -64,20 +64,61 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # Drop a token when the mass strictly before it already reaches top_p (keeps >= 1).
-        drop_sorted = (torch.cumsum(probs, dim=-1) - probs) >= params.top_p
+        drop_sorted = _top_p_drop(sorted_logits, params.top_p)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
 
 
-def sample(logits: torch.Tensor, u: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Pick one token per row. logits (B, V) raw; u (B,) uniforms in (0, 1). Returns (B,) int64."""
-    if params.temperature == 0:
-        return torch.argmax(logits, dim=-1)
+def _top_p_drop(sorted_logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Given logits sorted descending, True where top-p drops the token: the mass strictly
+    before it already reaches ``top_p`` (the most likely token is always kept)."""
+    probs = torch.softmax(sorted_logits, dim=-1)
+    return (torch.cumsum(probs, dim=-1) - probs) >= top_p
+
+
+def _sample_full(logits: torch.Tensor, u: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     probs = torch.softmax(filter_logits(logits, params), dim=-1)  # (B, V)
     cdf = torch.cumsum(probs, dim=-1)  # (B, V)
     target = (u.to(cdf.device, cdf.dtype) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
     tok = torch.searchsorted(cdf, target).squeeze(-1)
     return tok.clamp_(max=logits.shape[-1] - 1)
+
+
+def _sample_top_k(logits: torch.Tensor, u: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Same distribution and the same inverse-CDF order (ascending token id) as ``_sample_full``,
+    computed on the k candidates only: no (B, V) sort, softmax or cumsum. Rows whose k-th logit
+    is tied with tokens outside the top k (top-k keeps every tied token) go the full way, so a
+    row's token never depends on the other rows of its batch."""
+    x = logits.float()
+    if params.temperature > 0:
+        x = x / params.temperature
+    k = params.top_k
+    vals, idx = torch.topk(x, k, dim=-1)  # (B, k), descending
+    kth = vals[:, -1:]
+    ties = (x >= kth).sum(-1) > k  # (B,)
+    if params.top_p < 1.0:
+        vals = vals.masked_fill(_top_p_drop(vals, params.top_p), float("-inf"))
+    # Inverse CDF over the candidates in ascending token-id order, as over the full vocabulary.
+    idx_sorted, order = torch.sort(idx, dim=-1)
+    probs = torch.softmax(vals.gather(-1, order), dim=-1)  # (B, k)
+    cdf = torch.cumsum(probs, dim=-1)
+    target = (u.to(cdf.device, cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    pos = torch.searchsorted(cdf, target).clamp_(max=k - 1)
+    tok = idx_sorted.gather(-1, pos).squeeze(-1)
+    if bool(ties.any()):
+        rows = ties.nonzero().squeeze(1)
+        tok[rows] = _sample_full(logits.index_select(0, rows), u.to(logits.device).index_select(0, rows), params)
+    return tok
+
+
+def sample(logits: torch.Tensor, u: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Pick one token per row. logits (B, V) raw; u (B,) uniforms in (0, 1). Returns (B,) int64.
+
+    With top-k on, only the k candidates are sorted and normalised (at a 49k-151k vocabulary
+    the full-vocabulary sort for top-p dominated a small model's decoding step)."""
+    if params.temperature == 0:
+        return torch.argmax(logits, dim=-1)
+    if 0 < params.top_k < logits.shape[-1]:
+        return _sample_top_k(logits, u, params)
+    return _sample_full(logits, u, params)
