@@ -49,6 +49,14 @@ def uniform(seeds: torch.Tensor, step: int | torch.Tensor, stream: int) -> torch
     return ((h >> 8).to(torch.float32) + 0.5) / float(1 << 24)
 
 
+def uniform_table(seeds: torch.Tensor, steps: int, stream: int) -> torch.Tensor:
+    """(B, steps) uniforms: column t equals ``uniform(seeds, t, stream)``. One vectorised pass,
+    so a decoding loop indexes a column per step instead of hashing per step."""
+    B = seeds.shape[0]
+    t = torch.arange(steps, dtype=torch.int64, device=seeds.device)
+    return uniform(seeds.to(torch.int64)[:, None].expand(B, steps), t[None, :].expand(B, steps), stream)
+
+
 def _splitmix64(x: int) -> int:
     x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF

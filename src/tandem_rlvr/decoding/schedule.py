@@ -122,11 +122,13 @@ def _boundary_list(tokenizer, kind: str) -> list[bool]:
 @dataclass
 class ScheduleState:
     """Per-row schedule state. author: (B,) bool, True = senior writes the next token.
-    since: (B,) int64, tokens emitted since the last redraw (the paper's c)."""
+    since: (B,) int64, tokens emitted since the last redraw (the paper's c).
+    coins: (B, S) uniforms of the authorship coins of steps 0..S-1, or None (computed per step)."""
 
     author: torch.Tensor
     since: torch.Tensor
     seeds: torch.Tensor
+    coins: torch.Tensor | None = None
 
 
 class Schedule:
@@ -137,8 +139,9 @@ class Schedule:
     uses_junior = True
     atomic = False  # word-atomic: the decoder asks ``handover_before`` before emitting
 
-    def start(self, seeds: torch.Tensor) -> ScheduleState:
-        """seeds (B,) int64 -> state with the authors of the first response token."""
+    def start(self, seeds: torch.Tensor, steps: int | None = None) -> ScheduleState:
+        """seeds (B,) int64 -> state with the authors of the first response token.
+        ``steps``: the most tokens the caller will emit (precomputes the coins)."""
         raise NotImplementedError
 
     def advance(self, state: ScheduleState, tokens: torch.Tensor, step: int) -> None:
@@ -155,7 +158,7 @@ class Solo(Schedule):
         self.name = "senior" if senior else "junior"
         self.uses_senior, self.uses_junior = senior, not senior
 
-    def start(self, seeds):
+    def start(self, seeds, steps=None):
         B = seeds.shape[0]
         return ScheduleState(torch.full((B,), self.senior, dtype=torch.bool, device=seeds.device),
                              torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds)
@@ -180,12 +183,19 @@ class BernoulliRedraw(Schedule):
     def describe(self):
         return {"name": self.name, "p": self.p, "K": self.K}
 
-    def _coin(self, seeds, step):
-        return rng.uniform(seeds, step, rng.COIN).to(seeds.device) < self.p
+    def _coin(self, state, step):
+        """(B,) bool: the coin of ``step`` says senior."""
+        if state.coins is not None and step < state.coins.shape[1]:
+            return state.coins[:, step] < self.p
+        return rng.uniform(state.seeds, step, rng.COIN) < self.p
 
-    def start(self, seeds):
+    def start(self, seeds, steps=None):
         B = seeds.shape[0]
-        return ScheduleState(self._coin(seeds, 0), torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds)
+        coins = rng.uniform_table(seeds, steps + 1, rng.COIN) if steps else None
+        state = ScheduleState(torch.zeros(B, dtype=torch.bool, device=seeds.device),
+                              torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds, coins)
+        state.author = self._coin(state, 0)
+        return state
 
     def redraw_rows(self, state, tokens) -> torch.Tensor:
         """(B,) bool: rows whose author is redrawn because of ``tokens`` (or the K backstop)."""
@@ -200,7 +210,7 @@ class BernoulliRedraw(Schedule):
         if self.atomic:  # the redraw already happened in handover_before
             return
         redraw = self.redraw_rows(state, tokens)
-        state.author = torch.where(redraw, self._coin(state.seeds, step + 1), state.author)
+        state.author = torch.where(redraw, self._coin(state, step + 1), state.author)
         state.since = torch.where(redraw, torch.zeros_like(state.since), state.since + 1)
 
     def handover_before(self, state, proposed, step) -> torch.Tensor:
@@ -212,7 +222,7 @@ class BernoulliRedraw(Schedule):
             state.since += 1
             return torch.zeros_like(state.author)
         redraw = self.redraw_rows(state, proposed)
-        new = torch.where(redraw, self._coin(state.seeds, step), state.author)
+        new = torch.where(redraw, self._coin(state, step), state.author)
         changed = new != state.author
         state.author = new
         state.since = torch.where(redraw, torch.ones_like(state.since), state.since + 1)
@@ -225,7 +235,7 @@ class RoundRobin(Schedule):
     def __init__(self, name: str, boundary: torch.Tensor):
         self.name, self.boundary = name, boundary
 
-    def start(self, seeds):
+    def start(self, seeds, steps=None):
         B = seeds.shape[0]
         return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device),
                              torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds)

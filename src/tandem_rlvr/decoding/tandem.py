@@ -171,7 +171,8 @@ class TandemDecoder:
         ids, attn, pos = ids.to(self.device), attn.to(self.device), pos.to(self.device)
         hidden = {id(r): r.prefill(ids, attn, pos) for r in self._runners()}  # each (B, H)
 
-        state = self.schedule.start(seeds)
+        state = self.schedule.start(seeds, max_new)
+        u_sample = rng.uniform_table(seeds, max_new, rng.SAMPLE)  # (B, T): no hashing inside the loop
         eos = self.eos_ids.to(self.device)
         tokens = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=self.device)
         smask = torch.zeros((B, max_new), dtype=torch.bool, device=self.device)
@@ -179,9 +180,10 @@ class TandemDecoder:
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         lengths = torch.full((B,), max_new, dtype=torch.long, device=self.device)
         last_pos = pos[:, -1]  # (B,)
+        attn_full = torch.cat([attn, torch.ones((B, max_new), dtype=attn.dtype, device=attn.device)], dim=1)
         T = 0
         for t in range(max_new):
-            tok, lp = self._step(hidden, state, seeds, t)
+            tok, lp = self._step(hidden, state, seeds, t, u_sample[:, t])
             tok = torch.where(done, self.pad_id, tok)
             tokens[:, t], smask[:, t], logps[:, t] = tok, state.author & ~done, torch.where(done, 0.0, lp)
             ended = ~done & torch.isin(tok, eos)
@@ -191,7 +193,7 @@ class TandemDecoder:
             if bool(done.all()) or t + 1 == max_new:
                 break
             self.schedule.advance(state, tok, t)
-            attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=attn.device)], dim=1)
+            attn = attn_full[:, : P + t + 1]
             last_pos = last_pos + 1
             for r in self._runners():
                 hidden[id(r)] = r.forward(tok[:, None], attn, last_pos[:, None])
@@ -215,11 +217,11 @@ class TandemDecoder:
         out[s_rows], out[j_rows] = ls, lj
         return out
 
-    def _step(self, hidden, state, seeds, t):
-        """Sample the token at step t for every row. Returns tokens (B,), logprobs (B,)."""
+    def _step(self, hidden, state, seeds, t, u):
+        """Sample the token at step t for every row (u: (B,) its uniforms). Returns tokens (B,), logprobs (B,)."""
         p = self.sampling
         logits = self._logits_for(hidden, state.author)  # (B, V)
-        tok = sample(logits, rng.uniform(seeds, t, rng.SAMPLE), p)
+        tok = sample(logits, u, p)
         if self.schedule.atomic:
             changed = self.schedule.handover_before(state, tok, t)
             if bool(changed.any()):
