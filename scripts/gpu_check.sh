@@ -14,14 +14,34 @@ OUT=${OUT:-$(mktemp -d)}
 NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
 [ "$NGPU" -ge 1 ] || { echo "gpu_check: no CUDA device"; exit 2; }
 JDEV=cuda:0; [ "$NGPU" -ge 2 ] && JDEV=cuda:1
+mkdir -p "$OUT" || { echo "gpu_check: cannot create OUT=$OUT"; exit 2; }
+# The largest causal-LM directory with safetensors weights (sharded or not) in our cache or
+# the Hugging Face hub cache; the tiny world when there is none.
 MODEL=${1:-$(python - <<'PY'
+import json
 from pathlib import Path
 from tandem_rlvr.paths import cache_dir
-dirs = [p.parent for p in cache_dir().glob("**/config.json") if (p.parent / "model.safetensors").exists()]
-dirs.sort(key=lambda d: sum(f.stat().st_size for f in d.glob("*.safetensors")), reverse=True)
-print(dirs[0] if dirs else "tiny")
+roots = [cache_dir()]
+try:
+    from huggingface_hub.constants import HF_HUB_CACHE
+    roots.append(Path(HF_HUB_CACHE))
+except Exception:
+    pass
+dirs = set()
+for root in roots:
+    for cfg in root.glob("**/config.json"):
+        d = cfg.parent
+        try:
+            arch = json.loads(cfg.read_text()).get("architectures") or []
+        except Exception:
+            continue
+        if any(a.endswith("ForCausalLM") for a in arch) and any(d.glob("*.safetensors")):
+            dirs.add(d.resolve())
+size = lambda d: sum(f.stat().st_size for f in d.glob("*.safetensors"))
+print(max(dirs, key=size) if dirs else "tiny")
 PY
 )}
+echo "gpu_check: $NGPU GPU(s), junior on $JDEV, model $MODEL, logs in $OUT"
 declare -A STATUS
 run() { local name=$1; shift; echo "== $name"; if "$@" > "$OUT/$name.log" 2>&1; then STATUS[$name]=ok; else STATUS[$name]="FAILED (see $OUT/$name.log)"; fi; tail -3 "$OUT/$name.log"; }
 
