@@ -94,3 +94,20 @@ def test_eval_resume_refuses_a_different_config(capsys, model_dir, tmp_path):
     before = (out / "samples.jsonl").read_text()
     _one_line_error(capsys, base + ["--n", "3"], "config.json", "different n")
     assert (out / "samples.jsonl").read_text() == before
+
+
+def test_generate_prints_both_authors_and_the_senior_share(capsys, model_dir):
+    rc = main(["generate", "--prompt", "Mia has 7 shells.", "--senior", str(model_dir), "--max-tokens", "12",
+               "--schedule", "token", "--seed", "3", "--no-color"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "senior share:" in out and "schedule=token" in out
+
+
+def test_bench_decode_json_has_the_contract_keys(capsys, model_dir):
+    rc = main(["bench", "decode", "--json", "--senior", str(model_dir), "--batch", "2", "--new-tokens", "4",
+               "--repeats", "1"])
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0
+    for key in ("solo_tok_s", "tandem_tok_s", "naive_tandem_tok_s", "hf_generate_tok_s", "bound"):
+        assert res[key] > 0
+    assert 0 < res["bound"] < 1
