@@ -17,7 +17,7 @@ from __future__ import annotations
 from .tasks import WorldProblem, format_prompt, make_problems, noisy_solution
 
 # Problems per split when a caller asks for the whole "tiny" benchmark (no limit).
-BENCHMARK_SIZES = {"train": 20000, "val": 500, "test": 500}
+BENCHMARK_SIZES = {"train": 20000, "val": 500, "test": 2000}
 _SPLIT_ALIASES = {"validation": "val", "dev": "val"}
 _LAZY = {"WorldConfig", "WorldPaths", "build_world", "load_world"}
 
