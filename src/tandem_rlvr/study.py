@@ -8,8 +8,8 @@ What it does, per seed s (the RL seed; the world is fixed):
 1. trains, with the project's own trainer and the ``tiny-drift`` preset, from the drift
    world's base model: ``grpo`` (senior alone; the junior only enters its KL monitor, so one
    run serves both juniors), ``tandem-self`` / ``klreg-self`` (junior = the base model,
-   self-pairing) and ``tandem-weak`` / ``klreg-weak`` (junior = the world's early checkpoint,
-   which never saw the shorthand);
+   self-pairing) and ``tandem-weak`` / ``klreg-weak`` (junior = the world's junior: a smaller
+   model trained on the word style only, which never saw the shorthand);
 2. evaluates every senior's best checkpoint (and, once for all seeds, the base model and
    the weak junior) with the battery: solo pass@k, paragraph round-robin handoff pass@k with
    each junior, junior legibility (CE, alpha) for each junior, drift against each junior
@@ -54,7 +54,7 @@ VARIANTS = ("grpo", "tandem-self", "klreg-self", "tandem-weak", "klreg-weak")
 class StudySettings:
     """Everything that shapes a study's numbers; written to OUT/settings.json (a resume must match)."""
 
-    world: str = "tiny-drift"  # built-in world: its base model is the senior, its early checkpoint the weak junior
+    world: str = "tiny-drift"  # built-in world: its base model is the senior, its junior the weak junior
     preset: str = "tiny-drift"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     juniors: list[str] = field(default_factory=lambda: list(JUNIORS))
@@ -368,7 +368,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", choices=["drift"], help="which study (drift: the drift world, issue 6)")
     p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
-    p.add_argument("--juniors", default="self,weak", help="self (the base), weak (early checkpoint) or both")
+    p.add_argument("--juniors", default="self,weak", help="self (the base), weak (the world's small word-only junior) or both")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
     p.add_argument("--limit", type=int, default=200, help="test problems per evaluation (default 200)")
     p.add_argument("--n", type=int, default=4, help="samples per problem (default 4)")

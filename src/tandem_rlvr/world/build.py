@@ -80,6 +80,7 @@ class WorldConfig:
     shorthand_frac: float = 0.0  # share of training solutions written in the compact shorthand
     shorthand_slip_prob: float = 0.02  # slip chance of a shorthand solution (word: slip_prob)
     shorthand_from: float = 0.0  # shorthand appears only after this fraction of the steps
+    junior_shorthand: bool = True  # False: the "small" junior is trained on the word style only
 
     def __post_init__(self) -> None:
         for name in ("n_train", "hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate",
@@ -106,9 +107,9 @@ class WorldConfig:
     def drift(cls, **overrides) -> WorldConfig:
         """The drift world (``tiny-drift``): two solution styles, the shorthand rewarded more often.
 
-        Word solutions slip at 0.35, shorthand ones at 0.02; half the solutions are shorthand,
-        but only after 35% of pretraining, so the early junior (saved at that point, step 210 of
-        600) has never seen the shorthand. See docs/drift_world.md.
+        Word solutions slip at 0.7, shorthand ones at 0.02; 60% of the base model's solutions
+        are shorthand; the junior is the small model trained on the word style only
+        (``junior_shorthand=False``), so it never learned the shorthand. See docs/drift_world.md.
         """
         return cls(**{**DRIFT_WORLD, **overrides})
 
@@ -129,13 +130,13 @@ class WorldConfig:
         for name in ("small_hidden", "small_layers") if self.junior == "early" else ("junior_at",):
             del fields[name]
         if self.shorthand_frac == 0.0:  # single-style world: keys as before the style axis existed
-            for name in ("shorthand_frac", "shorthand_slip_prob", "shorthand_from"):
+            for name in ("shorthand_frac", "shorthand_slip_prob", "shorthand_from", "junior_shorthand"):
                 del fields[name]
         blob = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-DRIFT_WORLD = dict(slip_prob=0.35, shorthand_frac=0.5, shorthand_slip_prob=0.02, shorthand_from=0.35, junior_at=0.35)
+DRIFT_WORLD = dict(slip_prob=0.7, shorthand_frac=0.6, shorthand_slip_prob=0.02, junior="small", junior_shorthand=False)
 # Built-in world names (model names "<world>" / "<world>-junior" in models.NAMED_MODELS).
 NAMED_WORLDS = {"tiny": lambda: WorldConfig(), "tiny-drift": lambda: WorldConfig.drift()}
 
@@ -240,7 +241,8 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
             train_lm(senior, tok, train, cfg, "base model", progress)
             torch.manual_seed(cfg.seed + 1)
             small = _new_model(tok, cfg.small_hidden, cfg.small_layers, 2, 1, cfg.head_dim, 2 * cfg.small_hidden)
-            train_lm(small, tok, train, cfg, "small junior", progress)
+            jcfg = cfg if cfg.junior_shorthand else dataclasses.replace(cfg, shorthand_frac=0.0)
+            train_lm(small, tok, train, jcfg, "small junior", progress)
             _save(small, tok, out / "junior")
         _save(senior, tok, out / "senior")
         train_s = time.perf_counter() - t0
@@ -361,12 +363,13 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m tandem_rlvr.world.build [--force] [--junior small] [--steps N]``: build, print world.json."""
     ap = argparse.ArgumentParser(description="Build (or reuse) the tiny world and print its world.json.")
     ap.add_argument("--force", action="store_true", help="rebuild even if cached")
-    ap.add_argument("--junior", default="early", choices=JUNIORS, help="junior kind")
-    ap.add_argument("--steps", type=int, default=WorldConfig.steps, help="optimiser steps of the base model")
+    ap.add_argument("--junior", default=None, choices=JUNIORS, help="junior kind (default: the world's)")
+    ap.add_argument("--steps", type=int, default=None, help="optimiser steps of the base model (default: the world's)")
     ap.add_argument("--seed", type=int, default=0, help="world seed")
     ap.add_argument("--world", default="tiny", choices=sorted(NAMED_WORLDS), help="tiny or tiny-drift (style axis)")
     args = ap.parse_args(argv)
-    cfg = dataclasses.replace(named_world(args.world), seed=args.seed, steps=args.steps, junior=args.junior)
+    over = {k: v for k, v in (("steps", args.steps), ("junior", args.junior)) if v is not None}
+    cfg = dataclasses.replace(named_world(args.world), seed=args.seed, **over)
     paths = build_world(cfg, force=args.force)
     print(json.dumps({"root": str(paths.root), **paths.meta}, indent=2))
 
