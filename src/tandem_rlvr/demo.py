@@ -35,7 +35,7 @@ def _settings(quick: bool) -> dict:
     if quick:
         return dict(train=dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=200, max_new_tokens=48),
                     eval=dict(limit=6, n=2), max_tokens=48)
-    return dict(train=dict(), eval=dict(limit=500, n=4), max_tokens=96)
+    return dict(train=dict(), eval=dict(limit=1000, n=2), max_tokens=96)
 
 
 def _senior_checkpoint(run_dir: Path) -> Path:
