@@ -201,20 +201,23 @@ class TandemDecoder:
             r.cache = None
         return Rollout(tokens[:, :T], smask[:, :T], logps[:, :T], lengths.clamp(max=T), done)
 
-    def _logits_for(self, hidden, author: torch.Tensor) -> torch.Tensor:
-        """(B, V) logits where each row comes from its author's output layer only."""
+    def _logits_for(self, hidden, author: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(R, V) logits of ``rows`` (default: all B rows), each from its author's output layer only."""
+        if rows is None:
+            rows = torch.arange(author.shape[0], device=author.device)
+        author = author[rows]
         if self.junior is None or (self.senior is not None and bool(author.all())):
-            return self.senior.logits(hidden[id(self.senior)], torch.arange(author.shape[0], device=author.device)).to(self.device)
+            return self.senior.logits(hidden[id(self.senior)], rows).to(self.device)
         if self.senior is None or not bool(author.any()):
-            return self.junior.logits(hidden[id(self.junior)], torch.arange(author.shape[0], device=author.device)).to(self.device)
-        s_rows, j_rows = author.nonzero().squeeze(1), (~author).nonzero().squeeze(1)
-        ls = self.senior.logits(hidden[id(self.senior)], s_rows)  # (Rs, V)
-        lj = self.junior.logits(hidden[id(self.junior)], j_rows).to(ls.device)  # (Rj, V)
+            return self.junior.logits(hidden[id(self.junior)], rows).to(self.device)
+        s_pos, j_pos = author.nonzero().squeeze(1), (~author).nonzero().squeeze(1)
+        ls = self.senior.logits(hidden[id(self.senior)], rows[s_pos])  # (Rs, V)
+        lj = self.junior.logits(hidden[id(self.junior)], rows[j_pos]).to(ls.device)  # (Rj, V)
         if ls.shape[1] != lj.shape[1]:
             V = min(ls.shape[1], lj.shape[1])
             ls, lj = ls[:, :V], lj[:, :V]
-        out = torch.empty((author.shape[0], ls.shape[1]), dtype=ls.dtype, device=ls.device)
-        out[s_rows], out[j_rows] = ls, lj
+        out = torch.empty((rows.shape[0], ls.shape[1]), dtype=ls.dtype, device=ls.device)
+        out[s_pos], out[j_pos] = ls, lj
         return out
 
     def _step(self, hidden, state, seeds, t, u):
@@ -231,10 +234,12 @@ class TandemDecoder:
         return tok, lp
 
     def _rewrite_word_start(self, hidden, state, seeds, t, logits, changed, tok):
-        """word-atomic: rows in ``changed`` get the incoming author's logits, restricted to
-        word-initial tokens and EOS (the incoming author starts the new word)."""
-        new = self._logits_for(hidden, state.author)
+        """word-atomic: rows in ``changed`` get the incoming author's logits (its output layer
+        on those rows only), restricted to word-initial tokens and EOS: it starts the new word."""
+        rows = changed.nonzero().squeeze(1)
+        new = self._logits_for(hidden, state.author, rows)[:, : logits.shape[1]]  # (R, V)
         allowed = self.schedule.boundary.to(new.device).clone()[: new.shape[1]]
         allowed[self.eos_ids[self.eos_ids < new.shape[1]].to(new.device)] = True
-        new = new.masked_fill(~allowed, float("-inf"))
-        return torch.where(changed[:, None], new, logits)
+        logits = logits.clone()
+        logits[rows] = new.masked_fill(~allowed, float("-inf"))
+        return logits
