@@ -10,9 +10,9 @@ What it does, per seed s (the RL seed; the world is fixed):
    run serves both juniors), ``tandem-self`` / ``klreg-self`` (junior = the base model,
    self-pairing) and ``tandem-weak`` / ``klreg-weak`` (junior = the world's junior: a smaller
    model trained on the word style only, which never saw the shorthand);
-2. evaluates every senior's best checkpoint (and, once for all seeds, the base model and
-   the weak junior) with the battery: solo pass@k, paragraph round-robin handoff pass@k with
-   each junior, junior legibility (CE, alpha) for each junior, drift against each junior
+2. evaluates every senior's final checkpoint (``--checkpoint best``: the validation-best)
+   and, once for all seeds, the base model and the weak junior, with the battery: solo
+   pass@k, paragraph round-robin handoff pass@k with each junior, junior legibility (CE, alpha) for each junior, drift against each junior
    (KL, survival, top over-emitted tokens, recovery), ``compare`` tables with paired
    one-sided t-tests against GRPO (per seed and junior), and the style of every solo
    response (``world.style``);
@@ -65,6 +65,9 @@ class StudySettings:
     max_tokens: int = 96
     split: str = "test"
     quick: bool = False  # a throwaway for-tests world (mechanics only)
+    # Which checkpoint is evaluated: "final" (default: drift is what training does to the
+    # senior, and at 40 steps the validation-best is often step 0, the base itself) or "best".
+    checkpoint: str = "final"
 
 
 def _done(path: Path) -> bool:
@@ -139,7 +142,7 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
                             output_dir=str(run), **settings.train)
                 train(load_train_config(settings.preset, overrides=over), print_fn=lambda *a, **k: None)
                 print_fn(f"study: seed {seed}: {v} trained in {time.perf_counter() - t1:.0f} s")
-            ckpt = run / "best" if (run / "best").is_dir() else run / "final"
+            ckpt = run / settings.checkpoint if (run / settings.checkpoint).is_dir() else run / "final"
             t1 = time.perf_counter()
             eval_senior(str(ckpt), sd / "eval" / v)
             print_fn(f"study: seed {seed}: {v} evaluated ({time.perf_counter() - t1:.0f} s)")
@@ -372,6 +375,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
     p.add_argument("--limit", type=int, default=200, help="test problems per evaluation (default 200)")
     p.add_argument("--n", type=int, default=4, help="samples per problem (default 4)")
+    p.add_argument("--checkpoint", default="final", choices=["final", "best"],
+                   help="evaluate each run's final (default) or validation-best checkpoint")
     p.add_argument("--quick", action="store_true", help="seconds-long smoke version on a throwaway world")
 
 
@@ -387,8 +392,9 @@ def settings_from_args(a) -> StudySettings:
     train = {"max_steps": a.steps} if a.steps else {}
     if a.quick:
         train = dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=200, max_new_tokens=48)
-        return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=4, n=2, max_tokens=48, quick=True)
-    return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=a.limit, n=a.n)
+        return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=4, n=2, max_tokens=48, quick=True,
+                             checkpoint=a.checkpoint)
+    return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=a.limit, n=a.n, checkpoint=a.checkpoint)
 
 
 def register(sub, parser_class) -> None:
