@@ -16,7 +16,6 @@ checkpointing and resume all stay TRL's / transformers'.
 
 from __future__ import annotations
 
-import torch
 from trl import GRPOTrainer
 
 from ..errors import TandemError
@@ -58,8 +57,7 @@ class TandemGRPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if torch.is_grad_enabled():
-            self._last_logps = out[0]  # (B, T) of the loss forward, kept for the imitation term
+        self._last_logps = out[0]  # (B, T); inside _compute_loss this is the loss forward's
         return out
 
     def _compute_loss(self, model, inputs):
