@@ -227,3 +227,14 @@ def test_junior_imitation_term_adds_lambda_times_junior_token_nll(setup, tmp_pat
     nll = -(trainer._last_logps * jmask).sum() / jmask.sum()
     torch.testing.assert_close(with_term - base, 0.5 * nll)
     assert trainer._metrics["train"]["junior_imitation/nll"]
+
+
+def test_rollout_seeds_derive_from_seed_step_prompt_and_copy():
+    from tandem_rlvr.rl.rollout import occurrence_seeds
+
+    prompts = ["a", "a", "b", "a", "b"]
+    s = occurrence_seeds(prompts, 0, 7)
+    assert len(set(s)) == 5  # every copy of a prompt gets its own seed
+    assert s == occurrence_seeds(prompts, 0, 7)  # a resumed step redraws the same rollouts
+    assert occurrence_seeds(["b", "a"], 0, 7) == [s[2], s[0]]  # independent of batch order
+    assert occurrence_seeds(prompts, 0, 8) != s and occurrence_seeds(prompts, 1, 7) != s
