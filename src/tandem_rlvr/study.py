@@ -320,14 +320,18 @@ def _top_tokens(out: Path, seeds: list[int], juniors: list[str], rows: int = 10)
             p = out / f"seed{seed}" / f"drift-{j}" / "drift.json"
             if p.is_file():
                 dr = json.loads(p.read_text(encoding="utf-8"))
-                res[j] = {"seed": seed, "rows": dr["over_emitted"]["rows"][:rows], "recovery": dr.get("recovery")}
+                # Tokens GRPO emitted at least 10 times: with add-one smoothing, a token seen once
+                # by GRPO and never by the junior otherwise tops the list.
+                frequent = [r for r in dr["over_emitted"]["rows"] if r["counts"].get("grpo", 0) >= 10]
+                rec = {k: v for k, v in (dr.get("recovery") or {}).items() if not isinstance(v, list)}
+                res[j] = {"seed": seed, "rows": frequent[:rows], "recovery": rec}
                 break
     return res
 
 
 COLUMNS = [("solo_pass@1", "solo p@1"), ("solo_pass@4", "solo p@4"), ("handoff_self_pass@1", "handoff self p@1"),
            ("handoff_weak_pass@1", "handoff weak p@1"), ("shorthand_share", "shorthand share"),
-           ("acc_word", "acc | word"), ("acc_shorthand", "acc | shorthand"), ("kl_to_self", "KL to base"),
+           ("acc_word", "acc (word)"), ("acc_shorthand", "acc (shorthand)"), ("kl_to_self", "KL to base"),
            ("kl_to_weak", "KL to weak"), ("ce_self", "CE base"), ("alpha_self", "alpha base"),
            ("ce_weak", "CE weak"), ("alpha_weak", "alpha weak")]
 
@@ -355,7 +359,8 @@ def to_markdown(res: dict) -> str:
             continue  # CE against the other junior: in study.json
         lines.append(f"| {name} | {t['mean_diff']:+.4f} | {_fmt(t.get('t'))} | {_fmt(t.get('p'))} |")
     for j, top in res["top_over_emitted"].items():
-        lines += ["", f"Top tokens GRPO over-emits vs the {j} junior (seed {top['seed']}):", "",
+        lines += ["", f"Top tokens GRPO over-emits vs the {j} junior (seed {top['seed']}; GRPO count >= 10; "
+                  "'junior' = the junior's solo samples):", "",
                   "| token | counts | log-ratio grpo |", "|---|---|---|"]
         for r in top["rows"]:
             lines.append(f"| {json.dumps(r.get('token'))} | {r['counts']} | {r['log_ratio'].get('grpo', float('nan')):.2f} |")
