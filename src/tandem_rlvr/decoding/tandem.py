@@ -4,7 +4,10 @@ One decoding loop co-generates B rows. Each model keeps its own KV cache; after 
 the emitted token is fed to both, so both caches advance in lockstep over the same
 context x . y<t. Per row only the *active* model's output layer runs (the body of both
 must run: the inactive one still needs its cache), which is the physical lower bound on
-tandem cost: 2 x body + 1 x head per token. The junior may live on another device.
+tandem cost: 2 x body + 1 x head per token. The junior may live on another device. The
+two bodies are independent work, so the junior's runs in a second thread (torch releases
+the GIL inside its kernels): on CUDA the two devices overlap, on a CPU with two free cores
+the two bodies do.
 
 Nothing in the loop does Python work per row: authors, boundary tests, coins and sampling
 are tensor ops over the batch. Randomness is counter-based (see ``rng``), so a row's
@@ -150,9 +153,25 @@ class TandemDecoder:
         self.device = lead.device
         limits = [context_limit(r.model) for r in (self.senior, self.junior) if r is not None]
         self.context = min([x for x in limits if x] or [None]) if any(limits) else None
+        self._pool = None
 
     def _runners(self):
         return [r for r in (self.senior, self.junior) if r is not None]
+
+    def _advance(self, hidden, ids, attn, pos) -> None:
+        """Feed the step's token to every body. Two bodies run in two threads: their work is
+        independent (own weights, own cache) and torch releases the GIL inside its kernels."""
+        runners = self._runners()
+        if len(runners) == 1:
+            hidden[id(runners[0])] = runners[0].forward(ids, attn, pos)
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tandem-junior")
+        fut = self._pool.submit(runners[1].forward, ids, attn, pos)
+        hidden[id(runners[0])] = runners[0].forward(ids, attn, pos)
+        hidden[id(runners[1])] = fut.result()
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor) -> Rollout:
@@ -195,10 +214,12 @@ class TandemDecoder:
             self.schedule.advance(state, tok, t)
             attn = attn_full[:, : P + t + 1]
             last_pos = last_pos + 1
-            for r in self._runners():
-                hidden[id(r)] = r.forward(tok[:, None], attn, last_pos[:, None])
+            self._advance(hidden, tok[:, None], attn, last_pos[:, None])
         for r in self._runners():
             r.cache = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
         return Rollout(tokens[:, :T], smask[:, :T], logps[:, :T], lengths.clamp(max=T), done)
 
     def _logits_for(self, hidden, author: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
