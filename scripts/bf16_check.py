@@ -11,8 +11,6 @@ import sys
 import torch
 
 from tandem_rlvr.decoding.sampling import SamplingParams, scaled_logprobs
-from tandem_rlvr.decoding.schedule import make_schedule
-from tandem_rlvr.decoding.tandem import TandemDecoder
 from tandem_rlvr.models import load_pair
 from tandem_rlvr.prompting import encode_prompt, format_prompt
 
@@ -23,8 +21,7 @@ problems = ["Mia has 7 shells. She finds 5 more. How many shells does Mia have n
             "What is the sum of the first 10 positive integers?"] * 4
 prompts = [encode_prompt(tok, format_prompt(tok, p, "auto")) for p in problems]
 sp = SamplingParams(1.0, max_new_tokens=64)
-dec = TandemDecoder(pair.senior, pair.junior, make_schedule("word", tok, vocab_size=pair.senior.config.vocab_size), sp,
-                    pair.eos_ids, tok.pad_token_id)
+dec = pair.decoder("word", sp)
 roll = dec.generate(prompts, list(range(len(prompts))))
 diffs = []
 with torch.no_grad():

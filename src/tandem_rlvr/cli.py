@@ -65,11 +65,7 @@ def _pair(a, need_junior: bool):
 
 
 def _decoder(pair, a, schedule_name):
-    from .decoding.schedule import make_schedule
-    from .decoding.tandem import TandemDecoder
-
-    sched = make_schedule(schedule_name, pair.tokenizer, p=a.p, K=a.K, vocab_size=pair.senior.config.vocab_size)
-    return TandemDecoder(pair.senior, pair.junior, sched, _sampling(a), pair.eos_ids, pair.tokenizer.pad_token_id)
+    return pair.decoder(schedule_name, _sampling(a), p=a.p, K=a.K)
 
 
 # --------------------------------------------------------------------------- commands

@@ -192,6 +192,14 @@ class Pair:
         ids |= set(extra if isinstance(extra, (list, tuple)) else [extra])
         return sorted(i for i in ids if i is not None)
 
+    def decoder(self, schedule: str, sampling, p: float = 0.5, K: int = 32):
+        """A TandemDecoder for this pair under the named schedule (boundary sets from the tokenizer)."""
+        from .decoding.schedule import make_schedule
+        from .decoding.tandem import TandemDecoder
+
+        sched = make_schedule(schedule, self.tokenizer, p=p, K=K, vocab_size=self.senior.config.vocab_size)
+        return TandemDecoder(self.senior, self.junior, sched, sampling, self.eos_ids, self.tokenizer.pad_token_id)
+
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,
               trainable: bool = False) -> Pair:

@@ -142,7 +142,6 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     (default: the senior's checkpoint).
     """
     from ..data.benchmarks import load_benchmarks
-    from ..decoding.schedule import make_schedule
     from ..models import load_pair
     from ..prompting import resolve_template
 
@@ -154,9 +153,8 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     problems = load_benchmarks(list(benchmarks), split=split, limit=limit)
     name = "senior" if mode == "solo" else schedule
     pair = load_pair(senior, (junior or senior) if name != "senior" else None, device, junior_device, dtype)
-    sched = make_schedule(name, pair.tokenizer, p=p, K=K, vocab_size=pair.senior.config.vocab_size)
-    dec = TandemDecoder(pair.senior, pair.junior, sched, sampling, pair.eos_ids, pair.tokenizer.pad_token_id)
-    spec = EvalSpec(n=n, sampling=sampling, schedule=sched.describe(), template=resolve_template(pair.tokenizer, template),
+    dec = pair.decoder(name, sampling, p=p, K=K)
+    spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(pair.tokenizer, template),
                     seed=seed, models={"senior": senior, "junior": (junior or senior) if pair.junior is not None else None},
                     ks=SOLO_KS if mode == "solo" else HANDOFF_KS)
     return run_eval(dec, pair.tokenizer, problems, spec, out, batch_size, progress)
