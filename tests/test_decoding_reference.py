@@ -5,7 +5,7 @@ import torch
 
 from tandem_rlvr.decoding.reference import reference_generate
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.decoding.schedule import make_schedule
+from tandem_rlvr.decoding.schedule import make_schedule, token_surfaces
 from tandem_rlvr.decoding.tandem import TandemDecoder
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
@@ -15,6 +15,8 @@ SCHEDULES = ["senior", "junior", "token", "word", "word-atomic", "sentence", "pa
 def _boundary_ids(tok, name):
     sched = make_schedule(name, tok, vocab_size=len(tok))
     b = getattr(sched, "boundary", None)
+    if name.startswith("paragraph"):
+        return set()  # the reference finds paragraph breaks on the text itself
     return set(torch.nonzero(b).flatten().tolist()) if b is not None else set()
 
 
@@ -27,7 +29,8 @@ def _run_both(tok, pair, name, sampling, p=0.5, K=4):
     out = dec.generate(prompts, seeds)
     for b, (prompt, seed) in enumerate(zip(prompts, seeds)):
         ref_toks, ref_flags, ref_lps = reference_generate(
-            senior, junior, name, sampling, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=p, K=K)
+            senior, junior, name, sampling, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=p, K=K,
+            surfaces=token_surfaces(tok))
         assert out.row_tokens(b) == ref_toks, f"{name} row {b}"
         assert out.row_mask(b) == [int(f) for f in ref_flags], f"{name} row {b} authorship"
         torch.testing.assert_close(out.logprobs[b, : len(ref_lps)], torch.tensor(ref_lps), atol=1e-4, rtol=1e-4)

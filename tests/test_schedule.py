@@ -59,13 +59,56 @@ def test_word_redraws_exactly_after_boundary_tokens():
 
 def test_paragraph_roundrobin_alternates_exactly(tok):
     sched = make_schedule("paragraph-roundrobin", tok, vocab_size=len(tok))
-    para = int(torch.nonzero(sched.boundary)[0])
+    para = int(torch.nonzero(sched.boundary.mask)[0])
     other = tok.encode("Mia")[0]
     stream = [other, para, other, other, para, para, other]
     authors, _ = _drive(sched, torch.tensor([stream, stream]))
     # senior first; the author flips on the token after every paragraph token
     assert authors[0].tolist() == [True, True, False, False, False, True, False]
     assert torch.equal(authors[0], authors[1])
+
+
+def _ids(tok, *surfaces):
+    from tandem_rlvr.decoding.schedule import token_surfaces
+
+    table = token_surfaces(tok)
+    return [table.index(s) for s in surfaces]
+
+
+def test_paragraph_break_written_as_two_newline_tokens_fires_once(tok):
+    """SmolLM2 writes a blank line as two single-newline tokens; a longer run is one break."""
+    nl, dot_nl, dot_nn, word, eos = *_ids(tok, "\n", ".\n", ".\n\n", "M"), tok.eos_token_id
+    sched = make_schedule("paragraph-roundrobin", tok, vocab_size=len(tok))
+    stream = [word, nl, word, nl, nl, word, dot_nl, nl, nl, word, dot_nn, nl, word, nl, eos, nl, word, dot_nl, dot_nl]
+    authors, _ = _drive(sched, torch.tensor([stream]))
+    # breaks: "\n","\n" (idx 4); ".\n","\n" (idx 7; idx 8 only lengthens the run);
+    # ".\n\n" (idx 10; idx 11 lengthens it); "\n",<eos>,"\n" (idx 15: special tokens are invisible).
+    # ".\n",".\n" (idx 17, 18) is two line ends, no blank line.
+    flips = [t for t in range(1, len(stream)) if authors[0, t] != authors[0, t - 1]]
+    assert [t - 1 for t in flips] == [4, 7, 10, 15]
+
+
+@pytest.mark.parametrize("name", ["paragraph-roundrobin", "paragraph-bernoulli"])
+def test_paragraph_automaton_equals_text_rule_on_random_streams(tok, name):
+    """The vectorised automaton against the reference decoder's character-level rule."""
+    from tandem_rlvr.decoding.reference import _coin, _ends_paragraph
+    from tandem_rlvr.decoding.schedule import token_surfaces
+
+    surfaces = token_surfaces(tok)
+    pool = [i for i, s in enumerate(surfaces) if "\n" in s] * 3 + _ids(tok, "M", " ", ".", "7") + [tok.eos_token_id]
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.tensor(pool)[torch.randint(0, len(pool), (64, 50), generator=g)]
+    sched = make_schedule(name, tok, p=0.5, vocab_size=len(tok))
+    authors, _ = _drive(sched, tokens)
+    seeds = torch.arange(64, dtype=torch.long) * 7919 + 1
+    for b in range(64):
+        text, author = "", True if name.endswith("roundrobin") else _coin(int(seeds[b]), 0, 0.5)
+        for t, i in enumerate(tokens[b].tolist()):
+            assert bool(authors[b, t]) == author, (b, t)
+            hit = _ends_paragraph(text, surfaces[i])
+            text += surfaces[i]
+            if hit:
+                author = (not author) if name.endswith("roundrobin") else _coin(int(seeds[b]), t + 1, 0.5)
 
 
 def test_token_schedule_redraws_every_token_with_share_p():
@@ -80,7 +123,7 @@ def test_boundary_sets_from_markers(tok):
     word = boundary_mask(tok, "word")
     toks = tok.convert_ids_to_tokens(list(range(len(tok))))
     assert [i for i, t in enumerate(toks) if t.startswith("Ġ")] == torch.nonzero(word).flatten().tolist()
-    para = boundary_mask(tok, "paragraph")
+    para = boundary_mask(tok, "paragraph")  # the stateless part of the paragraph rule
     assert all("ĊĊ" in toks[i] for i in torch.nonzero(para).flatten().tolist()) and para.any()
     assert not word[tok.eos_token_id] and boundary_mask(tok, "word", vocab_size=len(tok) + 5).shape == (len(tok) + 5,)
 

@@ -23,14 +23,29 @@ def _u(seed: int, step: int, stream: int) -> torch.Tensor:
     return rng.uniform(torch.tensor([seed]), step, stream)
 
 
+def _ends_paragraph(before: str, surface: str) -> bool:
+    """Does appending ``surface`` to the response text ``before`` write the second newline of a
+    run of newlines (a blank line)? Checked character by character on the text itself."""
+    text = before + surface
+    return any(text[j] == "\n" and text[j - 1] == "\n" and (j < 2 or text[j - 2] != "\n")
+               for j in range(max(len(before), 1), len(text)))
+
+
 @torch.no_grad()
 def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, prompt: list[int], seed: int,
-                       eos_ids, boundary: set[int] = frozenset(), p: float = 0.5, K: int | None = 32):
-    """Generate one response. ``boundary``: ids that trigger a redraw / alternation.
+                       eos_ids, boundary: set[int] = frozenset(), p: float = 0.5, K: int | None = 32,
+                       surfaces: list[str] | None = None):
+    """Generate one response. ``boundary``: ids that trigger a redraw / alternation (word and
+    sentence schedules). Paragraph schedules detect blank lines on the decoded response text
+    instead and need ``surfaces`` (the text of every id, see ``schedule.token_surfaces``).
 
     Returns (tokens, senior_flags, logprobs) as Python lists.
     """
     eos_ids = set(int(e) for e in eos_ids)
+    paragraph = schedule.startswith("paragraph")
+    if paragraph and surfaces is None:
+        raise ValueError(f"schedule {schedule!r} needs the token surfaces")
+    text = ""
     if schedule in ("senior", "junior"):
         author = schedule == "senior"
     elif schedule == "paragraph-roundrobin":
@@ -72,12 +87,17 @@ def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, 
         if tok in eos_ids:
             break
         ids.append(tok)
+        if paragraph:
+            hit = _ends_paragraph(text, surfaces[tok] if tok < len(surfaces) else "")
+            text += surfaces[tok] if tok < len(surfaces) else ""
+        else:
+            hit = tok in boundary
         if schedule in ("senior", "junior", "word-atomic"):
             pass
         elif schedule == "paragraph-roundrobin":
-            if tok in boundary:
+            if hit:
                 author = not author
-        elif redraw_every or tok in boundary or (use_K and since >= K):
+        elif redraw_every or hit or (use_K and since >= K):
             author = _coin(seed, t + 1, p)
             since = 0
         else:

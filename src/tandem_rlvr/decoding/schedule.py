@@ -17,9 +17,15 @@ Registry (``make_schedule(name, ...)``):
   and when the coin hands over, the incoming author writes that position itself, sampling
   only among word-initial tokens and EOS. Each word then has exactly one author. Option only.
 - ``sentence``: Bernoulli(p) redraw after a token containing '.', '!', '?' or a newline.
-- ``paragraph-bernoulli``: Bernoulli(p) redraw after a token containing "\\n\\n".
-- ``paragraph-roundrobin``: authors alternate at every "\\n\\n"-containing token, senior first
+- ``paragraph-bernoulli``: Bernoulli(p) redraw after a paragraph break.
+- ``paragraph-roundrobin``: authors alternate at every paragraph break, senior first
   (the handoff-robustness evaluation of paper section 4).
+
+A paragraph break is a blank line: the token that writes the second newline of a run of
+newlines fires, whether the run is one token (Qwen's ``.\\n\\n``) or two (SmolLM2 writes a
+blank line as two single-newline tokens). A longer run fires once. This needs one piece of
+per-row state, the number of newlines the response currently ends with (0, 1, 2+); see
+``ParagraphBoundary``.
 """
 
 from __future__ import annotations
@@ -111,11 +117,68 @@ def _boundary_list(tokenizer, kind: str) -> list[bool]:
         mask = [bool(s) and r[:1] in ("Ġ", "▁") for r, s in zip(raw, surfaces)]
     elif kind == "sentence":
         mask = [any(c in s for c in ".!?\n") for s in surfaces]
-    else:
+    else:  # the stateless part of the paragraph rule (see ParagraphBoundary)
         mask = ["\n\n" in s for s in surfaces]
     log.info("boundary set %r: %d of %d ids", kind, sum(mask), len(mask))
     cache[kind] = mask
     return mask
+
+
+class ParagraphBoundary:
+    """Paragraph breaks as a two-table automaton over the newlines a response ends with.
+
+    ``tail`` in {0, 1, 2} is how many newlines the text emitted so far ends with (2 = two or
+    more). A token fires when one of its characters is the second newline of a run, i.e. a
+    newline arriving while the running count is 1. ``fire[tail, id]`` and ``next[tail, id]``
+    tabulate that for every id; empty surfaces (special tokens, padding ids) leave the tail
+    as it is and never fire. ``mask`` is ``fire[0]``: the ids containing "\\n\\n".
+    """
+
+    def __init__(self, tokenizer, vocab_size: int | None = None):
+        cache = tokenizer.__dict__.setdefault("_tandem_boundary_cache", {})
+        if "paragraph-automaton" not in cache:
+            surfaces = token_surfaces(tokenizer)
+            n = len(surfaces)
+            fire = torch.zeros(3, n, dtype=torch.bool)
+            nxt = torch.zeros(3, n, dtype=torch.int64)
+            for i, s in enumerate(surfaces):
+                if not s:
+                    nxt[:, i] = torch.arange(3)
+                elif "\n" in s:
+                    for tail in range(3):
+                        t, f = tail, False
+                        for c in s:
+                            if c == "\n":
+                                f = f or t == 1
+                                t = min(t + 1, 2)
+                            else:
+                                t = 0
+                        fire[tail, i], nxt[tail, i] = f, t
+            cache["paragraph-automaton"] = (fire, nxt)
+            log.info("boundary set 'paragraph': %d ids contain a blank line, %d more end one begun by "
+                     "the previous token", int(fire[0].sum()), int((fire[1] & ~fire[0]).sum()))
+        fire, nxt = cache["paragraph-automaton"]
+        V = max(vocab_size or 0, fire.shape[1])
+        self.fire = torch.zeros(3, V, dtype=torch.bool)
+        self.fire[:, : fire.shape[1]] = fire
+        self.next = torch.arange(3).unsqueeze(1).repeat(1, V)  # padding ids: tail unchanged
+        self.next[:, : nxt.shape[1]] = nxt
+        self.mask = self.fire[0]
+
+    def hits(self, state: "ScheduleState", tokens: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: rows whose emitted ``tokens`` end a paragraph; advances ``state.tail``."""
+        if self.fire.device != tokens.device:
+            self.fire, self.next = self.fire.to(tokens.device), self.next.to(tokens.device)
+        hit = self.fire[state.tail, tokens]
+        state.tail = self.next[state.tail, tokens]
+        return hit
+
+
+def _hits(boundary, state, tokens) -> torch.Tensor:
+    """(B,) bool: rows whose emitted ``tokens`` are boundaries (mask lookup or automaton)."""
+    if isinstance(boundary, ParagraphBoundary):
+        return boundary.hits(state, tokens)
+    return boundary.to(tokens.device)[tokens]
 
 
 # --------------------------------------------------------------------------- schedules
@@ -123,12 +186,14 @@ def _boundary_list(tokenizer, kind: str) -> list[bool]:
 class ScheduleState:
     """Per-row schedule state. author: (B,) bool, True = senior writes the next token.
     since: (B,) int64, tokens emitted since the last redraw (the paper's c).
-    coins: (B, S) uniforms of the authorship coins of steps 0..S-1, or None (computed per step)."""
+    coins: (B, S) uniforms of the authorship coins of steps 0..S-1, or None (computed per step).
+    tail: (B,) int64, newlines the response ends with (paragraph schedules only)."""
 
     author: torch.Tensor
     since: torch.Tensor
     seeds: torch.Tensor
     coins: torch.Tensor | None = None
+    tail: torch.Tensor | None = None
 
 
 class Schedule:
@@ -170,7 +235,8 @@ class Solo(Schedule):
 class BernoulliRedraw(Schedule):
     """Redraw author ~ Bernoulli(p) (p = P(senior)) after a boundary token or K tokens.
 
-    ``boundary`` (V,) bool, or None for 'every token'. ``K`` None disables the backstop.
+    ``boundary`` (V,) bool, a ParagraphBoundary, or None for 'every token'. ``K`` None
+    disables the backstop.
     """
 
     def __init__(self, name: str, p: float, boundary: torch.Tensor | None, K: int | None, atomic: bool = False):
@@ -193,7 +259,8 @@ class BernoulliRedraw(Schedule):
         B = seeds.shape[0]
         coins = rng.uniform_table(seeds, steps + 1, rng.COIN) if steps else None
         state = ScheduleState(torch.zeros(B, dtype=torch.bool, device=seeds.device),
-                              torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds, coins)
+                              torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds, coins,
+                              torch.zeros(B, dtype=torch.int64, device=seeds.device))
         state.author = self._coin(state, 0)
         return state
 
@@ -201,7 +268,7 @@ class BernoulliRedraw(Schedule):
         """(B,) bool: rows whose author is redrawn because of ``tokens`` (or the K backstop)."""
         if self.boundary is None:
             return torch.ones_like(state.author)
-        hit = self.boundary.to(tokens.device)[tokens]
+        hit = _hits(self.boundary, state, tokens)
         if self.K is not None:
             hit = hit | (state.since >= self.K)
         return hit
@@ -230,18 +297,18 @@ class BernoulliRedraw(Schedule):
 
 
 class RoundRobin(Schedule):
-    """Authors alternate after every boundary token, senior first."""
+    """Authors alternate after every boundary (mask or ParagraphBoundary), senior first."""
 
-    def __init__(self, name: str, boundary: torch.Tensor):
+    def __init__(self, name: str, boundary):
         self.name, self.boundary = name, boundary
 
     def start(self, seeds, steps=None):
         B = seeds.shape[0]
-        return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device),
-                             torch.zeros(B, dtype=torch.int64, device=seeds.device), seeds)
+        zeros = torch.zeros(B, dtype=torch.int64, device=seeds.device)
+        return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device), zeros, seeds, None, zeros.clone())
 
     def advance(self, state, tokens, step):
-        hit = self.boundary.to(tokens.device)[tokens]
+        hit = _hits(self.boundary, state, tokens)
         state.author = state.author ^ hit
         state.since = torch.where(hit, torch.zeros_like(state.since), state.since + 1)
 
@@ -270,7 +337,7 @@ def make_schedule(name: str, tokenizer=None, *, p: float = 0.5, K: int = 32, voc
         return BernoulliRedraw(name, p, boundary_mask(tokenizer, "word", vocab_size), K, atomic=name == "word-atomic")
     if name == "sentence":
         return BernoulliRedraw(name, p, boundary_mask(tokenizer, "sentence", vocab_size), None)
-    para = boundary_mask(tokenizer, "paragraph", vocab_size)
+    para = ParagraphBoundary(tokenizer, vocab_size)
     if name == "paragraph-bernoulli":
         return BernoulliRedraw(name, p, para, None)
     return RoundRobin(name, para)
