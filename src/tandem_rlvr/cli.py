@@ -242,7 +242,7 @@ def cmd_train(a):
 def cmd_demo(a):
     from .demo import run_demo
 
-    run_demo(a.out, quick=a.quick)
+    run_demo(a.out, quick=a.quick, world=a.world)
 
 
 # --------------------------------------------------------------------------- parser
@@ -259,8 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     P.add_argument("-v", "--verbose", action="store_true", help="log details (boundary-set sizes, resumes, ...)")
     sub = P.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    d = sub.add_parser("demo", help="the whole pipeline on the built-in tiny world")
+    d = sub.add_parser("demo", help="the whole pipeline on a built-in tiny world")
     d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
+    d.add_argument("--world", default="tiny-drift", choices=["tiny-drift", "tiny"],
+                   help="tiny-drift (default): two styles and a weak junior, where GRPO drifts and Tandem "
+                        "anchors; tiny: one style, self-paired")
     d.add_argument("--quick", action="store_true", help="a smaller, faster run (smoke test)")
     d.set_defaults(fn=cmd_demo)
 

@@ -1,14 +1,25 @@
-"""``tandem demo``: the whole pipeline on the built-in tiny world, on a laptop CPU.
+"""``tandem demo``: the whole pipeline on a built-in tiny world, on a laptop CPU.
 
-1. Build (or reuse) the tiny world: tokenizer, base model, weaker junior.
-2. Train three seniors from the base, self-paired with it: vanilla GRPO, Tandem RLVR
-   (word-level handoffs, p = 0.5, K = 32) and KL-Reg (beta = 1e-3 to the junior).
-3. Evaluate the base and each senior's best checkpoint: solo pass@k and paragraph
-   round-robin handoff pass@k with the base as junior, on held-out test problems.
+Two worlds (``--world``):
+
+- ``tiny-drift`` (default): the drift world (docs/drift_world.md), where the paper's claim
+  can show. Its base model writes two styles, legible words and a compact shorthand that
+  the senior alone gets right more often; the junior is a smaller model that learned the
+  word style only. All three methods pair the senior with that weak junior.
+- ``tiny``: the single-style world, every method self-paired with the base (the paper's
+  default pairing). Nothing there lets GRPO drift, so the three seniors end alike.
+
+1. Build (or reuse) the world: tokenizer, base model, junior.
+2. Train three seniors from the base: vanilla GRPO, Tandem RLVR (word-level handoffs,
+   p = 0.5, K = 32) and KL-Reg (beta = 1e-3 to the junior).
+3. Evaluate the base, each senior's best checkpoint (the final one in the drift world,
+   where drift is the point) and, in the drift world, the junior alone: solo pass@k and
+   paragraph round-robin handoff pass@k with the junior, on held-out test problems, and
+   (drift world) the share of shorthand paragraphs in the solo responses.
 4. Write training curves side by side (``curves.png``), a summary table
    (``summary.md``/``summary.json``), then run the rest of the battery (junior
-   legibility, drift against the base, comparison tables with paired t-tests against
-   GRPO) and write the HTML report (``report/report.html``).
+   legibility, drift against the junior's own samples, comparison tables with paired
+   t-tests against GRPO) and write the HTML report (``report/report.html``).
 
 ``--quick`` runs a seconds-long version on a throwaway world (a smoke test of the wiring;
 its numbers mean nothing).
@@ -29,17 +40,28 @@ from .runtime import configure_cpu_threads
 log = logging.getLogger("tandem_rlvr")
 
 METHODS = ("grpo", "tandem", "klreg")
+WORLDS = ("tiny-drift", "tiny")
 
 
-def _settings(quick: bool) -> dict:
+def _settings(quick: bool, world: str) -> dict:
     if quick:
         return dict(train=dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=200, max_new_tokens=48),
                     eval=dict(limit=6, n=2), max_tokens=48)
+    if world == "tiny-drift":  # the drift study's evaluation, on more problems
+        return dict(train=dict(), eval=dict(limit=500, n=4), max_tokens=96)
     return dict(train=dict(), eval=dict(limit=1000, n=2), max_tokens=96)
 
 
-def _senior_checkpoint(run_dir: Path) -> Path:
-    return run_dir / "best" if (run_dir / "best").is_dir() else run_dir / "final"
+def _senior_checkpoint(run_dir: Path, prefer: str = "best") -> Path:
+    return run_dir / prefer if (run_dir / prefer).is_dir() else run_dir / "final"
+
+
+def _world_config(world: str, quick: bool):
+    from .world.build import DRIFT_WORLD, WorldConfig, named_world
+
+    if not quick:
+        return named_world(world)
+    return WorldConfig.for_tests(**DRIFT_WORLD) if world == "tiny-drift" else WorldConfig.for_tests()
 
 
 def plot_curves(runs: dict[str, Path], out: Path) -> Path:
@@ -71,46 +93,60 @@ def plot_curves(runs: dict[str, Path], out: Path) -> Path:
     return path
 
 
-def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print) -> dict:
+def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, world: str = "tiny-drift") -> dict:
+    """Run the demo into ``out`` (see the module docstring); return the summary."""
     from .eval.sampler import evaluate
     from .rl.train import train
-    from .world.build import WorldConfig, build_world
+    from .world.build import build_world
 
     t0 = time.perf_counter()
+    if world not in WORLDS:
+        raise TandemError(f"unknown demo world {world!r}; valid: {', '.join(WORLDS)}")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TandemError(f"--out {out} exists and is not a directory")
     threads = configure_cpu_threads()
-    s = _settings(quick)
-    print_fn(f"[1/4] tiny world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
-    world = build_world(WorldConfig.for_tests() if quick else WorldConfig())
-    base = str(world.senior)
+    drift = world == "tiny-drift"
+    s = _settings(quick, world)
+    print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
+    built = build_world(_world_config(world, quick))
+    base = str(built.senior)
+    junior = str(built.junior) if drift else base
 
     runs = {}
     for i, method in enumerate(METHODS, 1):
         print_fn(f"[2/4] training {method} ({i}/{len(METHODS)})")
-        cfg = load_train_config("tiny", overrides=dict(method=method, senior=base, junior=base,
-                                                       output_dir=str(out / "runs" / method), **s["train"]))
+        cfg = load_train_config(world, overrides=dict(method=method, senior=base, junior=junior,
+                                                      output_dir=str(out / "runs" / method), **s["train"]))
         train(cfg, print_fn=print_fn)
         runs[method] = out / "runs" / method
 
-    print_fn("[3/4] evaluating base and seniors: solo and paragraph-handoff pass@k on held-out problems")
+    print_fn(f"[3/4] evaluating base{', junior' if drift else ''} and seniors: solo and paragraph-handoff "
+             "pass@k on held-out problems")
     sampling = SamplingParams(temperature=1.0, max_new_tokens=s["max_tokens"])
-    seniors = {"base": base, **{m: str(_senior_checkpoint(r)) for m, r in runs.items()}}
+    ckpt = "final" if drift else "best"
+    seniors = {"base": base, **{m: str(_senior_checkpoint(r, ckpt)) for m, r in runs.items()}}
+    ev = dict(benchmarks=["tiny"], split="test", sampling=sampling, template="plain", **s["eval"])
     results = {}
+    if drift:  # the junior alone: its accuracy, and the reference samples of the drift metrics
+        solo = evaluate(junior, None, out / "eval" / "junior" / "solo", mode="solo", **ev)
+        results["junior"] = {"solo": solo["macro"], **_style(out / "eval" / "junior" / "solo")}
     for name, path in seniors.items():
-        solo = evaluate(path, None, out / "eval" / name / "solo", mode="solo", benchmarks=["tiny"], split="test",
-                        sampling=sampling, template="plain", **s["eval"])
-        hand = evaluate(path, base, out / "eval" / name / "handoff", mode="handoff", schedule="paragraph-roundrobin",
-                        benchmarks=["tiny"], split="test", sampling=sampling, template="plain", **s["eval"])
+        solo = evaluate(path, None, out / "eval" / name / "solo", mode="solo", **ev)
+        hand = evaluate(path, junior, out / "eval" / name / "handoff", mode="handoff", schedule="paragraph-roundrobin",
+                        **ev)
         results[name] = {"solo": solo["macro"], "handoff": hand["macro"], "handoff_senior_share": hand["senior_share"]}
+        if drift:
+            results[name].update(_style(out / "eval" / name / "solo"))
 
     print_fn("[4/4] curves, summary and report")
     curves = plot_curves(runs, out)
-    summary = {"wall_s": time.perf_counter() - t0, "quick": quick, "world": str(world.root),
-               "world_accuracy": world.meta.get("accuracy"), "curves": str(curves), "results": results}
+    summary = {"wall_s": time.perf_counter() - t0, "quick": quick, "world_name": world, "world": str(built.root),
+               "junior": junior, "checkpoint": ckpt, "world_accuracy": built.meta.get("accuracy"),
+               "curves": str(curves), "results": results}
     _write_summary(out, summary)
-    summary["report"] = str(run_battery(out, list(seniors), runs, junior=base))
+    drift_ref = out / "eval" / "junior" / "solo" if drift else None
+    summary["report"] = str(run_battery(out, list(seniors), runs, junior=junior, junior_samples=drift_ref))
     summary["wall_s"] = time.perf_counter() - t0
     write_json(out / "summary.json", summary)
     print_fn((out / "summary.md").read_text(encoding="utf-8"))
@@ -118,19 +154,42 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print) 
     return summary
 
 
+def _style(solo_dir: Path) -> dict:
+    """Drift world: how much of a model's solo output is in the shorthand style."""
+    import json
+
+    from .world.style import style_summary
+
+    with open(solo_dir / "samples.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    sty = style_summary([r["response"] for r in rows])
+    return {"shorthand_share": sty["shorthand_share"]}
+
+
 def _write_summary(out: Path, summary: dict) -> None:
-    lines = ["| senior | solo pass@1 | solo pass@2 | handoff pass@1 | handoff senior share |", "|---|---|---|---|---|"]
+    drift = summary.get("world_name") == "tiny-drift"
+    head = "| senior | solo pass@1 | solo pass@2 | handoff pass@1 | handoff senior share |"
+    lines = [head + (" shorthand share |" if drift else ""), "|---|---|---|---|---|" + ("---|" if drift else "")]
+    cell = lambda m, k: f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" if k in m else "-"  # noqa: E731
     for name, r in summary["results"].items():
-        cell = lambda m, k: f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" if k in m else "-"  # noqa: E731
-        lines.append(f"| {name} | {cell(r['solo'], 'pass@1')} | {cell(r['solo'], 'pass@2')} | "
-                     f"{cell(r['handoff'], 'pass@1')} | {r['handoff_senior_share']['mean']:.2f} |")
-    text = "\n".join(lines) + "\n"
+        hand = r.get("handoff", {})
+        share = f"{r['handoff_senior_share']['mean']:.2f}" if "handoff_senior_share" in r else "-"
+        line = f"| {name} | {cell(r['solo'], 'pass@1')} | {cell(r['solo'], 'pass@2')} | {cell(hand, 'pass@1')} | {share} |"
+        if drift:
+            sh = r.get("shorthand_share")
+            line += f" {sh:.2f} |" if sh is not None else " - |"
+        lines.append(line)
+    text = f"{summary.get('world_name', 'tiny')} world, junior {summary.get('junior', '-')}\n\n" + "\n".join(lines) + "\n"
     with atomic_write(out / "summary.md") as f:
         f.write(text)
 
 
-def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior: str, split: str = "test") -> Path:
-    """Legibility, drift, comparison tables and the HTML report over the demo's eval dirs."""
+def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior: str, split: str = "test",
+                junior_samples: Path | None = None) -> Path:
+    """Legibility, drift, comparison tables and the HTML report over the demo's eval dirs.
+
+    Drift compares each senior with ``junior_samples`` (a solo eval dir of the junior; default
+    the base's, which is the junior under self-pairing)."""
     from .eval.compare import run_compare
     from .eval.drift import run_drift
     from .eval.legibility import run_legibility
@@ -140,7 +199,8 @@ def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior: str,
     for name in names:
         run_legibility(ev / name / "solo", junior, ev / name / "legibility", benchmarks=["tiny"], split=split)
     trained = [n for n in names if n != "base"]
-    run_drift(ev / "base" / "solo", {n: ev / n / "solo" for n in trained}, ev / "drift",
+    compared = names if junior_samples is not None else trained  # the base drifts from a weaker junior too
+    run_drift(junior_samples or ev / "base" / "solo", {n: ev / n / "solo" for n in compared}, ev / "drift",
               reference="grpo" if "grpo" in trained else None, candidate="tandem" if "tandem" in trained else None)
     run_compare([f"{n}={ev / n}" for n in names], out / "compare", drift=str(ev / "drift"),
                 baseline="grpo" if "grpo" in names else None)
