@@ -3,17 +3,26 @@
 #   bash scripts/gpu_check.sh [MODEL]
 # 1. the decoder's reference-equality tests on cuda:0 (float32, TF32 off: tokens must be identical)
 # 2. a bfloat16 consistency check: tandem-decoded tokens re-scored by a full-prefix forward
-#    (tolerance: mean |delta log-prob| <= 0.02 nats, max <= 0.25)
+#    (tolerance: mean and max |delta log-prob| within twice those of transformers' own cached
+#    bf16 generate() on the same batch, measured in the same run, and at least 0.02 / 0.25 nats)
 # 3. tandem bench decode on MODEL (default: the largest model directory found under
 #    $TANDEM_CACHE / ~/.cache/tandem-rlvr, else the tiny world), junior on cuda:1 when present
 # 4. a 2-step tandem training run of the tiny preset on the GPU
 # and prints one summary table. Exit status is non-zero if any step fails.
+# GPU_CHECK_CPU=1 rehearses the same steps on the CPU (small bench sizes), to check the script
+# itself on a machine without a GPU; its figures mean nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
-NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
-[ "$NGPU" -ge 1 ] || { echo "gpu_check: no CUDA device"; exit 2; }
-JDEV=cuda:0; [ "$NGPU" -ge 2 ] && JDEV=cuda:1
+BENCH_EXTRA=()
+if [ "${GPU_CHECK_CPU:-0}" = 1 ]; then
+  NGPU=0; SDEV=cpu; JDEV=cpu; BENCH_EXTRA=(--batch 4 --new-tokens 16 --repeats 1)
+  echo "gpu_check: CPU rehearsal (GPU_CHECK_CPU=1): the steps run, the figures mean nothing"
+else
+  NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
+  [ "$NGPU" -ge 1 ] || { echo "gpu_check: no CUDA device (GPU_CHECK_CPU=1 rehearses the script on the CPU)"; exit 2; }
+  SDEV=cuda:0; JDEV=cuda:0; [ "$NGPU" -ge 2 ] && JDEV=cuda:1
+fi
 mkdir -p "$OUT" || { echo "gpu_check: cannot create OUT=$OUT"; exit 2; }
 # The largest causal-LM directory with safetensors weights (sharded or not) in our cache or
 # the Hugging Face hub cache; the tiny world when there is none.
@@ -45,10 +54,11 @@ echo "gpu_check: $NGPU GPU(s), junior on $JDEV, model $MODEL, logs in $OUT"
 declare -A STATUS
 run() { local name=$1; shift; echo "== $name"; if "$@" > "$OUT/$name.log" 2>&1; then STATUS[$name]=ok; else STATUS[$name]="FAILED (see $OUT/$name.log)"; fi; tail -3 "$OUT/$name.log"; }
 
-run reference_fp32 env TANDEM_TEST_DEVICE=cuda:0 python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py
-run bf16_consistency python scripts/bf16_check.py "$MODEL" cuda:0 "$JDEV"
-run bench_decode tandem bench decode --senior "$MODEL" --device cuda:0 --junior-device "$JDEV" --dtype bfloat16 --json
-run train_2_steps tandem train --preset tiny --senior-device cuda:0 --junior-device "$JDEV" --dtype float32 \
+run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py
+run bf16_consistency python scripts/bf16_check.py "$MODEL" "$SDEV" "$JDEV"
+run bench_decode tandem bench decode --senior "$MODEL" --device "$SDEV" --junior-device "$JDEV" --dtype bfloat16 \
+    "${BENCH_EXTRA[@]}" --json
+run train_2_steps tandem train --preset tiny --senior-device "$SDEV" --junior-device "$JDEV" --dtype float32 \
     --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train"
 
 echo
