@@ -153,9 +153,12 @@ def cmd_bench_memory(a):
 def cmd_world_build(a):
     from dataclasses import asdict
 
-    from .world.build import WorldConfig, build_world
+    from dataclasses import replace
 
-    cfg = WorldConfig(seed=a.seed, junior=a.junior_kind)
+    from .world.build import build_world, named_world
+
+    cfg = named_world(a.world)
+    cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}))
     w = build_world(cfg, force=a.force)
     print(json.dumps({"root": str(w.root), "senior": str(w.senior), "junior": str(w.junior),
                       **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
@@ -304,9 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
-    wb = wsub.add_parser("build", help="build (or show) the cached tiny world")
+    wb = wsub.add_parser("build", help="build (or show) a cached built-in world")
+    wb.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift"),
+                    help="tiny (default) or tiny-drift (two styles, a word-only small junior)")
     wb.add_argument("--seed", type=int, default=0)
-    wb.add_argument("--junior-kind", default="early", choices=("early", "small"))
+    wb.add_argument("--junior-kind", default=None, choices=("early", "small"),
+                    help="override the world's junior kind (tiny: early, tiny-drift: small)")
     wb.add_argument("--force", action="store_true", help="rebuild even if cached")
     wb.set_defaults(fn=cmd_world_build)
 
