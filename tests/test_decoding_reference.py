@@ -59,3 +59,29 @@ def test_senior_always_active_equals_plain_senior_sampling(tok, pair):
     for i, prompt in enumerate(prompts):
         ref, _, _ = reference_generate(senior, None, "senior", sp, prompt, i + 1, [tok.eos_token_id])
         assert a.row_tokens(i) == ref
+
+
+def _other_family(name: str, vocab: int, seed: int):
+    """A tiny random model of a family whose logits are rescaled after the LM head."""
+    from transformers import CohereConfig, CohereForCausalLM, GraniteConfig, GraniteForCausalLM
+
+    torch.manual_seed(seed)
+    kw = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)
+    if name == "cohere":
+        model = CohereForCausalLM(CohereConfig(logit_scale=0.25, **kw))
+    else:
+        model = GraniteForCausalLM(GraniteConfig(logits_scaling=4.0, **kw))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", ["cohere", "granite"])
+def test_fast_decoder_applies_the_family_logit_scale_like_transformers(tok, family):
+    """Cohere multiplies the logits by logit_scale, Granite divides by logits_scaling: sampled
+    tokens and log-probs must match the full-prefix forward of transformers itself."""
+    from conftest import test_device
+
+    pair = (_other_family(family, len(tok), 0).to(test_device()), _other_family(family, len(tok), 1).to(test_device()))
+    _run_both(tok, pair, "word", SamplingParams(temperature=1.0, max_new_tokens=16))

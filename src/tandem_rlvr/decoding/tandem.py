@@ -77,7 +77,9 @@ class ModelRunner:
 
     Works for any transformers decoder whose ``get_decoder()`` returns hidden states and
     whose ``get_output_embeddings()`` is the LM head (Llama, Qwen2/3, Mistral, SmolLM,
-    GPT-2 style models); Gemma-2 style final logit soft-capping is applied when configured.
+    GPT-2 style models). Output-logit transforms that transformers applies after the LM head
+    are applied here too: Cohere's ``logit_scale`` (multiply), Granite's ``logits_scaling``
+    (divide), then Gemma-2 style final soft-capping.
     """
 
     def __init__(self, model):
@@ -88,7 +90,9 @@ class ModelRunner:
             raise TandemError(f"model {type(model).__name__} has no separable decoder body and LM head")
         params = inspect.signature(self.body.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        cfg = model.config
+        self.scale = float(getattr(cfg, "logit_scale", None) or 1.0) / float(getattr(cfg, "logits_scaling", None) or 1.0)
+        self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.device = next(model.parameters()).device
         self.cache = None
 
@@ -108,6 +112,8 @@ class ModelRunner:
     def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Output layer on the selected rows only: hidden (B, H), rows (R,) -> (R, V) float32."""
         x = self.head(hidden.index_select(0, rows.to(hidden.device))).float()
+        if self.scale != 1.0:
+            x = x * self.scale
         if self.softcap:
             x = torch.tanh(x / self.softcap) * self.softcap
         return x
