@@ -111,3 +111,16 @@ def test_bench_decode_json_has_the_contract_keys(capsys, model_dir):
     for key in ("solo_tok_s", "tandem_tok_s", "naive_tandem_tok_s", "hf_generate_tok_s", "bound"):
         assert res[key] > 0
     assert 0 < res["bound"] < 1
+
+
+def test_legibility_of_a_run_sampled_from_a_local_file_needs_no_benchmarks_flag(model_dir, tmp_path, monkeypatch):
+    data = tmp_path / "probs.jsonl"
+    data.write_text('{"problem": "Mia has 7 shells.", "answer": "7"}\n{"problem": "Tom has 3.", "answer": "3"}\n')
+    monkeypatch.chdir(tmp_path)  # a relative path, recorded as an absolute one
+    assert main(["eval", "solo", "--senior", str(model_dir), "--benchmarks", "probs.jsonl", "--n", "2",
+                 "--max-tokens", "6", "--template", "plain", "--out", "ev"]) == 0
+    assert json.loads((tmp_path / "ev" / "sources.json").read_text())["benchmarks"] == [str(data)]
+    monkeypatch.chdir(tmp_path.parent)  # scored from elsewhere: the recorded path still resolves
+    assert main(["eval", "legibility", "--samples", str(tmp_path / "ev"), "--junior", str(model_dir),
+                 "--out", str(tmp_path / "leg")]) == 0
+    assert json.loads((tmp_path / "leg" / "legibility.json").read_text())["summary"]["ce"]

@@ -109,7 +109,11 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
     template = run.config.get("template")
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
-    specs = list(benchmarks or run.config.get("benchmarks") or [])
+    sources = run.path / "sources.json"  # written by `tandem eval`: file benchmarks as paths
+    recorded = json.loads(sources.read_text(encoding="utf-8")) if sources.is_file() else {}
+    specs = list(benchmarks or recorded.get("benchmarks") or run.config.get("benchmarks") or [])
+    if split is None:
+        split = recorded.get("split")
     problems = {(p.benchmark, str(p.problem_id)): p for ps in load_benchmarks(specs, split=split).values() for p in ps}
     cache: dict[tuple[str, str], list[int]] = {}
     out = []

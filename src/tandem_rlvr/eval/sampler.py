@@ -157,7 +157,16 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(pair.tokenizer, template),
                     seed=seed, models={"senior": senior, "junior": (junior or senior) if pair.junior is not None else None},
                     ks=SOLO_KS if mode == "solo" else HANDOFF_KS)
-    return run_eval(dec, pair.tokenizer, problems, spec, out, batch_size, progress)
+    metrics = run_eval(dec, pair.tokenizer, problems, spec, out, batch_size, progress)
+    write_sources(out, benchmarks, split)
+    return metrics
+
+
+def write_sources(out: str | os.PathLike, benchmarks: Sequence[str], split: str | None) -> None:
+    """``sources.json``: where the problems came from (a local file as an absolute path), so the
+    legibility scorer can re-make the prompts without being told the benchmark files again."""
+    specs = [str(Path(b).resolve()) if Path(b).is_file() else b for b in benchmarks]
+    write_json(Path(out) / "sources.json", {"benchmarks": specs, "split": split})
 
 
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
