@@ -358,7 +358,8 @@ def comparison_tables(comp: dict) -> list[Table]:
     tables = _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
     for lb, metrics in comp["handoff"].items():
         cfg = next(iter(metrics.values()))["config"]
-        tables += _pass_tables(f"Handoff {lb} (junior {cfg['models'].get('junior')}, "
+        label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
+        tables += _pass_tables(f"{label} (junior {cfg['models'].get('junior')}, "
                                f"{(cfg['schedule'] or {}).get('name')})", metrics)
     if comp["legibility"]:
         tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
