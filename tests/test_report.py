@@ -88,7 +88,7 @@ def test_compare_tables_and_ttests_match_scipy(runs, tmp_path, capsys):
     ce = [np.array([r["ce"] for r in data[n]["legibility"]]) for n in ("trl", "grpo")]
     assert tests["junior CE"]["p"] == pytest.approx(stats.ttest_rel(*ce, alternative="less").pvalue)
     md = (out / "compare.md").read_text()
-    for title in ("Solo: pass@k", "Solo: pass@1 per benchmark", "Handoff handoff", "Junior legibility", "Paired one-sided"):
+    for title in ("Solo: pass@k", "Solo: pass@1 per benchmark", "Handoff (junior", "Junior legibility", "Paired one-sided"):
         assert title in md
 
 
