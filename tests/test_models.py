@@ -233,3 +233,27 @@ def test_smol_loads_with_chat_template_and_boundary_marker():
     assert tok.chat_template and len(tok) == 49152
     assert sum(1 for s in tok.get_vocab() if s.startswith("Ġ")) > 10000
     assert "<|im_start|>assistant" in format_prompt(tok, "What is 2+2?", "chat")
+
+
+@pytest.mark.slow
+def test_smol_blank_line_of_two_newline_tokens_is_a_paragraph_break():
+    import torch
+
+    from tandem_rlvr.decoding.schedule import make_schedule
+    from tandem_rlvr.fetch import fetched_dir
+    from tandem_rlvr.models import load_tokenizer
+
+    os.environ.pop("TANDEM_CACHE", None)
+    if not (fetched_dir("smol") / "model" / "config.json").exists():
+        pytest.skip("smol not fetched (tandem models fetch smol)")
+    tok = load_tokenizer("smol")
+    ids = tok.encode("Step 1: add.\n\nStep 2: multiply.\n\n\nStep 3.\nDone.")
+    assert tok.convert_ids_to_tokens(ids).count("Ċ") >= 2  # SmolLM2 writes the first blank line as Ċ, Ċ
+    sched = make_schedule("paragraph-roundrobin", tok, vocab_size=len(tok))
+    st = sched.start(torch.tensor([1]))
+    authors = []
+    for t, i in enumerate(ids):
+        authors.append(bool(st.author))
+        sched.advance(st, torch.tensor([i]), t)
+    flips = sum(a != b for a, b in zip(authors, authors[1:]))
+    assert flips == 2  # two blank lines (the second one three newlines long), one line break that is not
