@@ -85,3 +85,18 @@ def test_fast_decoder_applies_the_family_logit_scale_like_transformers(tok, fami
 
     pair = (_other_family(family, len(tok), 0).to(test_device()), _other_family(family, len(tok), 1).to(test_device()))
     _run_both(tok, pair, "word", SamplingParams(temperature=1.0, max_new_tokens=16))
+
+
+def test_preallocated_layer_equals_concatenation_even_past_capacity():
+    from transformers.cache_utils import DynamicLayer
+
+    from tandem_rlvr.decoding.kvcache import PreallocatedLayer
+
+    g = torch.Generator().manual_seed(0)
+    pre, cat = PreallocatedLayer(capacity=4), DynamicLayer()
+    for S in (3, 1, 1, 2, 5):  # 3 + 1 fits; the rest grows the buffer twice
+        k, v = torch.randn(2, 2, S, 8, generator=g), torch.randn(2, 2, S, 8, generator=g)
+        kp, vp = pre.update(k, v)
+        kc, vc = cat.update(k, v)
+        assert torch.equal(kp, kc) and torch.equal(vp, vc) and pre.get_seq_length() == cat.get_seq_length()
+    assert pre.get_mask_sizes(1) == cat.get_mask_sizes(1)

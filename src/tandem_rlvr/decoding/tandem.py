@@ -31,6 +31,7 @@ import torch
 
 from ..errors import TandemError
 from . import rng
+from .kvcache import preallocated_cache
 from .sampling import SamplingParams, sample, scaled_logprobs
 from .schedule import Schedule
 
@@ -72,6 +73,9 @@ class Rollout:
         return self.senior_mask[b, : int(self.lengths[b])].int().tolist()
 
 
+PREALLOCATE = True  # kvcache.PreallocatedLayer instead of transformers' concatenating cache
+
+
 class ModelRunner:
     """One causal LM split into body (with its KV cache) and output layer.
 
@@ -96,9 +100,12 @@ class ModelRunner:
         self.device = next(model.parameters()).device
         self.cache = None
 
-    def prefill(self, ids, attn, pos) -> torch.Tensor:
-        """ids/attn/pos (B, P) -> last hidden state (B, H); starts a fresh cache."""
+    def prefill(self, ids, attn, pos, capacity: int | None = None) -> torch.Tensor:
+        """ids/attn/pos (B, P) -> last hidden state (B, H); starts a fresh cache, written in
+        place up to ``capacity`` positions (``kvcache.py``) when given."""
         self.cache = None
+        if capacity is not None and PREALLOCATE:
+            self.cache = preallocated_cache(self.model.config, capacity)
         return self.forward(ids, attn, pos)
 
     def forward(self, ids, attn, pos) -> torch.Tensor:
@@ -194,7 +201,7 @@ class TandemDecoder:
             max_new = min(max_new, self.context - P)
         ids, attn, pos = left_pad(prompts, self.pad_id)
         ids, attn, pos = ids.to(self.device), attn.to(self.device), pos.to(self.device)
-        hidden = {id(r): r.prefill(ids, attn, pos) for r in self._runners()}  # each (B, H)
+        hidden = {id(r): r.prefill(ids, attn, pos, P + max_new) for r in self._runners()}  # each (B, H)
 
         state = self.schedule.start(seeds, max_new)
         u_sample = rng.uniform_table(seeds, max_new, rng.SAMPLE)  # (B, T): no hashing inside the loop
