@@ -151,9 +151,7 @@ def cmd_bench_memory(a):
 
 
 def cmd_world_build(a):
-    from dataclasses import asdict
-
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from .world.build import build_world, named_world
 

@@ -156,12 +156,10 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
 
 def _style(solo_dir: Path) -> dict:
     """Drift world: how much of a model's solo output is in the shorthand style."""
-    import json
-
+    from .eval.sampler import read_samples
     from .world.style import style_summary
 
-    with open(solo_dir / "samples.jsonl", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_samples(solo_dir / "samples.jsonl")
     sty = style_summary([r["response"] for r in rows])
     return {"shorthand_share": sty["shorthand_share"]}
 

@@ -88,8 +88,9 @@ def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, 
             break
         ids.append(tok)
         if paragraph:
-            hit = _ends_paragraph(text, surfaces[tok] if tok < len(surfaces) else "")
-            text += surfaces[tok] if tok < len(surfaces) else ""
+            surface = surfaces[tok] if tok < len(surfaces) else ""
+            hit = _ends_paragraph(text, surface)
+            text += surface
         else:
             hit = tok in boundary
         if schedule in ("senior", "junior", "word-atomic"):

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import TandemError
-from ..io import atomic_write, write_json
+from ..io import atomic_write, read_json, write_json
 from ..progress import progress_bar
 from .compare import EvalRun, read_run
 from .metrics import mean_se_summary
@@ -110,7 +110,7 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
     sources = run.path / "sources.json"  # written by `tandem eval`: file benchmarks as paths
-    recorded = json.loads(sources.read_text(encoding="utf-8")) if sources.is_file() else {}
+    recorded = read_json(sources) if sources.is_file() else {}
     specs = list(benchmarks or recorded.get("benchmarks") or run.config.get("benchmarks") or [])
     if split is None:
         split = recorded.get("split")
