@@ -47,6 +47,41 @@ def _schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
     g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw (default 32)")
 
 
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings)."""
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                   help="hf: our transformers decoder (default, the reference); vllm: stock vLLM with the tandem "
+                        "plugin (pip install -e \".[vllm]\")")
+    g.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85,
+                   help="vllm: share of GPU memory for weights + KV cache (default 0.85)")
+    g.add_argument("--vllm-kv-cache-gib", type=float, default=None,
+                   help="vllm: KV-cache size in GiB (default: from the memory share on GPU, 1 GiB on CPU)")
+    g.add_argument("--vllm-max-model-len", type=int, default=None, help="vllm: context length (default: the models')")
+    g.add_argument("--vllm-block-size", type=int, default=None, help="vllm: tokens per KV block (default: vLLM's)")
+    g.add_argument("--vllm-tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model (default 1)")
+    g.add_argument("--vllm-max-num-seqs", type=int, default=256, help="vllm: most sequences decoded at once (default 256)")
+
+
+def _vllm_settings(a):
+    if getattr(a, "engine", "hf") != "vllm":
+        return None
+    from .engines.vllm_engine import VLLMSettings
+
+    return VLLMSettings(gpu_memory_utilization=a.vllm_gpu_memory_utilization, kv_cache_gib=a.vllm_kv_cache_gib,
+                        max_model_len=a.vllm_max_model_len, block_size=a.vllm_block_size,
+                        tensor_parallel_size=a.vllm_tensor_parallel_size, max_num_seqs=a.vllm_max_num_seqs)
+
+
+def _open_decoder(a, schedule: str):
+    """(decoder, tokenizer, close) for the command's models, schedule and engine."""
+    from .engines import open_decoder
+
+    return open_decoder(a.engine, a.senior, a.junior or a.senior, schedule, _sampling(a), p=a.p, K=a.K,
+                        device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
+                        seed=getattr(a, "seed", 0), vllm_settings=_vllm_settings(a))
+
+
 def _template_flag(p):
     p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
 
@@ -64,10 +99,6 @@ def _pair(a, need_junior: bool):
     return load_pair(a.senior, junior, a.device, getattr(a, "junior_device", None), a.dtype)
 
 
-def _decoder(pair, a, schedule_name):
-    return pair.decoder(schedule_name, _sampling(a), p=a.p, K=a.K)
-
-
 # --------------------------------------------------------------------------- commands
 def cmd_generate(a):
     from rich.console import Console
@@ -78,11 +109,13 @@ def cmd_generate(a):
 
     sched = a.schedule
     configure_cpu_threads()
-    pair = _pair(a, need_junior=sched != "senior")
-    dec = _decoder(pair, a, sched)
-    text = format_prompt(pair.tokenizer, a.prompt, a.template)
-    roll = dec.generate([encode_prompt(pair.tokenizer, text)], [a.seed])
-    segs = author_segments(pair.tokenizer, roll.row_tokens(0), roll.row_mask(0))
+    dec, tok, close = _open_decoder(a, sched)
+    try:
+        text = format_prompt(tok, a.prompt, a.template)
+        roll = dec.generate([encode_prompt(tok, text)], [a.seed])
+    finally:
+        close()
+    segs = author_segments(tok, roll.row_tokens(0), roll.row_mask(0))
     con = Console(highlight=False, force_terminal=None if not a.no_color else False)
     out = Text()
     for piece, senior in segs:
@@ -169,7 +202,8 @@ def cmd_eval(a, mode: str):
     metrics = evaluate(a.senior, a.junior, a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
                        benchmarks=[b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit, n=a.n,
                        sampling=_sampling(a), template=a.template, seed=a.seed, p=a.p, K=a.K, device=a.device,
-                       junior_device=a.junior_device, dtype=a.dtype, batch_size=a.batch_size)
+                       junior_device=a.junior_device, dtype=a.dtype, batch_size=a.batch_size, engine=a.engine,
+                       vllm_settings=_vllm_settings(a))
     _print_metrics(metrics, a.out)
 
 
@@ -276,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     _schedule_flags(g, "word")
     _sampling_flags(g)
     _template_flag(g)
+    _engine_flags(g)
     g.set_defaults(fn=cmd_generate)
 
     b = sub.add_parser("bench", help="benchmarks")
@@ -335,10 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
         x.add_argument("--n", type=int, default=8, help="samples per problem (default 8)")
         x.add_argument("--out", required=True, help="run directory (resumes if it exists)")
         x.add_argument("--seed", type=int, default=0)
-        x.add_argument("--batch-size", type=int, default=64, help="rows decoded together")
+        x.add_argument("--batch-size", type=int, default=64,
+                       help="rows decoded together (vllm: rows handed to the engine at once; finished problems are "
+                            "saved after each batch)")
         _model_flags(x)
         _sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
         _template_flag(x)
+        _engine_flags(x)
         if mode == "handoff":
             _schedule_flags(x, "paragraph-roundrobin")
         else:

@@ -176,6 +176,14 @@ def check_same_tokenizer(tok_a, tok_b, name_a: str = "senior", name_b: str = "ju
             f"{getattr(tok_b, 'name_or_path', '?')} ({len(vb)} tokens), {diff} differing entries")
 
 
+def eos_ids(tokenizer, generation_config=None) -> list[int]:
+    """Ids that end a response: the tokenizer's EOS plus the generation config's EOS id(s)."""
+    ids = {tokenizer.eos_token_id}
+    extra = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+    ids |= set(extra if isinstance(extra, (list, tuple)) else [extra])
+    return sorted(i for i in ids if i is not None)
+
+
 @dataclass
 class Pair:
     """A senior (trainable or not), a frozen junior and their shared tokenizer."""
@@ -186,11 +194,7 @@ class Pair:
 
     @property
     def eos_ids(self) -> list[int]:
-        ids = {self.tokenizer.eos_token_id}
-        gen = getattr(self.senior, "generation_config", None)
-        extra = getattr(gen, "eos_token_id", None) if gen is not None else None
-        ids |= set(extra if isinstance(extra, (list, tuple)) else [extra])
-        return sorted(i for i in ids if i is not None)
+        return eos_ids(self.tokenizer, getattr(self.senior, "generation_config", None))
 
     def decoder(self, schedule: str, sampling, p: float = 0.5, K: int = 32):
         """A TandemDecoder for this pair under the named schedule (boundary sets from the tokenizer)."""

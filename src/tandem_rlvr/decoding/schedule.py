@@ -341,3 +341,27 @@ def make_schedule(name: str, tokenizer=None, *, p: float = 0.5, K: int = 32, voc
     if name == "paragraph-bernoulli":
         return BernoulliRedraw(name, p, para, None)
     return RoundRobin(name, para)
+
+
+def replay(schedule: Schedule, seeds: torch.Tensor, tokens: list[list[int]]) -> list[list[bool]]:
+    """Authorship of finished responses, recomputed from (seed, tokens) alone.
+
+    seeds (B,) int64; tokens: B lists of response ids. Returns B lists of bools (True =
+    senior wrote the token), the same masks the decoder recorded: the schedule's state after
+    token t depends only on the row's seed and tokens 0..t. Engines that sample outside our
+    decoder (vLLM) use this to return the senior mask.
+    """
+    if schedule.atomic:
+        raise TandemError(f"schedule {schedule.name!r} decides authors before sampling; it cannot be replayed")
+    B = len(tokens)
+    T = max((len(t) for t in tokens), default=0)
+    ids = torch.zeros((B, max(T, 1)), dtype=torch.int64)
+    for b, t in enumerate(tokens):
+        ids[b, : len(t)] = torch.tensor(t, dtype=torch.int64)
+    state = schedule.start(seeds.to(torch.int64), T)
+    authors = torch.zeros((B, max(T, 1)), dtype=torch.bool)
+    for t in range(T):
+        authors[:, t] = state.author
+        if t + 1 < T:
+            schedule.advance(state, ids[:, t], t)
+    return [authors[b, : len(t)].tolist() for b, t in enumerate(tokens)]

@@ -56,10 +56,12 @@ class EvalSpec:
     seed: int
     models: dict
     ks: Sequence[int]
+    engine: str = "hf"
 
     def to_dict(self, benchmarks: Sequence[str]) -> dict:
         return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
-                "seed": self.seed, "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks)}
+                "seed": self.seed, "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks),
+                "engine": self.engine}
 
 
 def problem_key(p: Problem) -> int:
@@ -93,6 +95,7 @@ def _check_config(out: Path, config: dict) -> None:
     path = out / "config.json"
     if path.exists():
         old = read_json(path)
+        old.setdefault("engine", "hf")  # runs written before --engine existed
         diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
         if diff:
             raise TandemError(f"{path}: existing run has a different {', '.join(diff)}; use a new --out directory")
@@ -135,14 +138,15 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
              schedule: str = "paragraph-roundrobin", benchmarks: Sequence[str] = ("tiny",), split: str | None = None,
              limit: int | None = None, n: int = 8, sampling: SamplingParams | None = None, template: str = "auto",
              seed: int = 0, p: float = 0.5, K: int = 32, device: str = "auto", junior_device: str | None = None,
-             dtype: str = "auto", batch_size: int = 64, progress: bool = True) -> dict:
+             dtype: str = "auto", batch_size: int = 64, progress: bool = True, engine: str = "hf",
+             vllm_settings=None) -> dict:
     """Load models and problems, then ``run_eval``: the library form of ``tandem eval solo|handoff``.
 
     mode "solo" samples the senior alone; "handoff" uses ``schedule`` with ``junior``
-    (default: the senior's checkpoint).
+    (default: the senior's checkpoint). ``engine`` "hf" (our decoder) or "vllm".
     """
     from ..data.benchmarks import load_benchmarks
-    from ..models import load_pair
+    from ..engines import open_decoder
     from ..prompting import resolve_template
 
     if mode not in ("solo", "handoff"):
@@ -152,12 +156,15 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     sampling = sampling or SamplingParams(0.7, 0.8, 20, 3000)
     problems = load_benchmarks(list(benchmarks), split=split, limit=limit)
     name = "senior" if mode == "solo" else schedule
-    pair = load_pair(senior, (junior or senior) if name != "senior" else None, device, junior_device, dtype)
-    dec = pair.decoder(name, sampling, p=p, K=K)
-    spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(pair.tokenizer, template),
-                    seed=seed, models={"senior": senior, "junior": (junior or senior) if pair.junior is not None else None},
-                    ks=SOLO_KS if mode == "solo" else HANDOFF_KS)
-    metrics = run_eval(dec, pair.tokenizer, problems, spec, out, batch_size, progress)
+    dec, tok, close = open_decoder(engine, senior, junior or senior, name, sampling, p=p, K=K, device=device,
+                                   junior_device=junior_device, dtype=dtype, seed=seed, vllm_settings=vllm_settings)
+    try:
+        spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(tok, template),
+                        seed=seed, models={"senior": senior, "junior": (junior or senior) if name != "senior" else None},
+                        ks=SOLO_KS if mode == "solo" else HANDOFF_KS, engine=engine)
+        metrics = run_eval(dec, tok, problems, spec, out, batch_size, progress)
+    finally:
+        close()
     write_sources(out, benchmarks, split)
     return metrics
 

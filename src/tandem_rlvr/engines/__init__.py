@@ -1,0 +1,55 @@
+"""Generation engines behind ``--engine hf|vllm``.
+
+``hf`` is our transformers decoder (``decoding.tandem.TandemDecoder``): the CPU default and
+the reference every other engine is tested against. ``vllm`` runs the same schedules inside
+stock vLLM through a plugin (``vllm_model``: a model class holding vLLM's own senior and
+junior; ``vllm_logits``: a V1 logits processor that replays each request's schedule), never
+a fork. Both engines expose ``schedule`` and ``generate(prompts, seeds) -> Rollout``, so
+everything downstream of a rollout is engine-blind.
+"""
+
+ENGINES = ("hf", "vllm")
+
+
+def open_decoder(engine: str, senior: str, junior: str | None, schedule: str, sampling, *, p: float = 0.5,
+                 K: int = 32, device: str | None = "auto", junior_device: str | None = None, dtype: str | None = "auto",
+                 seed: int = 0, vllm_settings=None):
+    """(decoder, tokenizer, close) for ``schedule`` on the chosen engine.
+
+    ``decoder`` has ``schedule`` and ``generate(prompts, seeds) -> Rollout``; ``close()``
+    frees the engine. ``junior`` is ignored for the solo schedule ``senior``.
+    """
+    from ..errors import TandemError
+
+    if engine not in ENGINES:
+        raise TandemError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if schedule == "senior":
+        junior = None
+    if engine == "vllm" and schedule == "word-atomic":
+        raise TandemError("schedule 'word-atomic' is not available on the vLLM engine (use --engine hf)")
+    if engine == "hf":
+        from ..models import load_pair
+
+        pair = load_pair(senior, junior, device, junior_device, dtype)
+        return pair.decoder(schedule, sampling, p=p, K=K), pair.tokenizer, lambda: None
+
+    from dataclasses import replace
+
+    from ..models import check_same_tokenizer, load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
+    from .vllm_engine import VLLMEngine, VLLMSettings, model_eos_ids
+
+    if junior_device not in (None, "", device):
+        raise TandemError("--junior-device is not supported by --engine vllm (both models share the engine's devices; "
+                          "use --vllm-tensor-parallel-size to spread them)")
+    settings = vllm_settings or VLLMSettings()
+    if settings.dtype == "auto":  # 'auto' means what it means on --engine hf: float32 on CPU, bfloat16 on CUDA
+        dt = resolve_dtype(dtype, resolve_device(device))
+        settings = replace(settings, dtype=str(dt).replace("torch.", ""))
+    tok = load_tokenizer(senior)
+    s_path = resolve_model_path(senior)
+    j_path = resolve_model_path(junior) if junior is not None else None
+    if junior is not None:
+        check_same_tokenizer(tok, load_tokenizer(junior))
+    eng = VLLMEngine(s_path, j_path, tok, model_eos_ids(tok, s_path), tandem=junior is not None, seed=seed,
+                     settings=settings)
+    return eng.decoder(schedule, sampling, p=p, K=K), tok, eng.close
