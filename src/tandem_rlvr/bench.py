@@ -125,6 +125,55 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
     return res
 
 
+def meta_model(path: str):
+    """The model's module tree on the meta device: parameter counts for FLOPs, no weights loaded."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+
+
+def bench_decode_vllm(senior: str, junior: str, tokenizer, prompts: list[str], batch: int = 64,
+                      new_tokens: int = 128, p: float = 0.5, repeats: int = 3, temperature: float = 1.0,
+                      settings=None, progress=None) -> dict:
+    """Tokens/s inside vLLM: the senior's own vLLM model (solo) vs ``TandemForCausalLM`` under the
+    word schedule (tandem), same prompts, every row exactly ``new_tokens`` (EOS ignored). The
+    engines run one after the other on the same devices. The bound is that of a decoder that
+    runs both output layers on every token, as the plugin does: (bs + hs) / (bs + bj + hs + hj)."""
+    from .engines.vllm_engine import VLLMEngine
+
+    enc = [tokenizer.encode(prompts[i % len(prompts)]) for i in range(batch)]
+    seeds = list(range(batch))
+    sp = SamplingParams(temperature=temperature, max_new_tokens=new_tokens)
+    secs = {}
+    for name, tandem in (("solo", False), ("tandem", True)):
+        eng = VLLMEngine(senior, junior, tokenizer, [], tandem=tandem, settings=settings)
+        try:
+            dec = eng.decoder("word" if tandem else "senior", sp, p=p, ignore_eos=True)
+            dec.generate(enc, seeds)  # warm-up
+            secs[name] = _time(lambda: dec.generate(enc, seeds), repeats)
+            device = str(eng.llm.llm_engine.vllm_config.device_config.device)
+        finally:
+            eng.close()
+        if progress:
+            progress(name)
+    toks = batch * new_tokens
+    res = {f"{k}_tok_s": toks / v for k, v in secs.items()}
+    ms, mj = meta_model(senior), meta_model(junior)
+    avg_ctx = sum(len(e) for e in enc) / batch + new_tokens / 2
+    bs, hs = flops_per_token(ms, avg_ctx)
+    bj, hj = flops_per_token(mj, avg_ctx)
+    res.update({
+        "engine": "vllm", "bound": (bs + hs) / (bs + bj + hs + hj),
+        "bound_active_head_only": flop_bound(ms, mj, p, avg_ctx),
+        "tandem_over_solo": res["tandem_tok_s"] / res["solo_tok_s"],
+        "batch": batch, "new_tokens": new_tokens, "p": p, "repeats": repeats, "device": device,
+        "threads": torch.get_num_threads(), "note": "solo and tandem each ran alone on the same device(s)",
+    })
+    res["tandem_over_solo_vs_bound"] = res["tandem_over_solo"] / res["bound"]
+    return res
+
+
 def bench_train_step(preset: str = "tiny", overrides: dict | None = None, steps: int = 4, methods=("grpo", "tandem"), print_fn=print) -> dict:
     """Mean wall-clock of an optimiser step per method (first step dropped as warm-up), same
     config otherwise; reports tandem / GRPO. Runs in throwaway directories."""

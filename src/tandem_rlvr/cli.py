@@ -127,12 +127,28 @@ def cmd_generate(a):
 
 
 def cmd_bench_decode(a):
-    from .bench import bench_decode
     from .world.tasks import format_prompt as tiny_prompt, make_problems
 
     configure_cpu_threads()
-    pair = _pair(a, need_junior=True)
     prompts = [tiny_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
+    if a.engine == "vllm":
+        from .bench import bench_decode_vllm
+        from .models import load_tokenizer, resolve_model_path
+
+        res = bench_decode_vllm(resolve_model_path(a.senior), resolve_model_path(a.junior or a.senior),
+                                load_tokenizer(a.senior), prompts, a.batch, a.new_tokens, a.p, a.repeats,
+                                settings=_vllm_settings(a))
+        res["senior"], res["junior"] = a.senior, a.junior or a.senior
+        if a.json:
+            print(json.dumps(res))
+        else:
+            print(f"vLLM engine ({res['device']}), batch {a.batch} x {a.new_tokens}: solo {res['solo_tok_s']:.0f} tok/s, "
+                  f"tandem {res['tandem_tok_s']:.0f} tok/s; tandem/solo {res['tandem_over_solo']:.3f} = "
+                  f"{res['tandem_over_solo_vs_bound']:.3f} of the bound {res['bound']:.3f} (both output layers)")
+        return
+    from .bench import bench_decode
+
+    pair = _pair(a, need_junior=True)
     res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats)
     res["senior"], res["junior"] = a.senior, a.junior or a.senior
     if a.json:
@@ -322,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--p", type=float, default=0.5, help="senior probability of the word schedule")
     bd.add_argument("--repeats", type=int, default=3, help="timed repeats per decoder (best is kept)")
     _model_flags(bd)
+    _engine_flags(bd)
     bd.set_defaults(fn=cmd_bench_decode)
 
     bt = bsub.add_parser("train", help="optimiser-step wall-clock: tandem vs GRPO on a preset")

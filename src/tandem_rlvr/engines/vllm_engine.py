@@ -143,14 +143,16 @@ class VLLMEngine:
                             use_tqdm_on_load=False, **kw)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
 
-    def decoder(self, schedule: str, sampling: SamplingParams, *, p: float = 0.5, K: int = 32) -> "VLLMDecoder":
-        """A decoder view: ``schedule`` and ``generate(prompts, seeds) -> Rollout``."""
+    def decoder(self, schedule: str, sampling: SamplingParams, *, p: float = 0.5, K: int = 32,
+                ignore_eos: bool = False) -> "VLLMDecoder":
+        """A decoder view: ``schedule`` and ``generate(prompts, seeds) -> Rollout``.
+        ``ignore_eos``: every row runs to ``max_new_tokens`` (benchmarks)."""
         if schedule == "word-atomic":
             raise TandemError("schedule 'word-atomic' is not available on the vLLM engine (use --engine hf)")
         if not self.tandem and schedule != "senior":
             raise TandemError(f"schedule {schedule!r} needs a tandem vLLM engine (senior + junior)")
         return VLLMDecoder(self, make_schedule(schedule, self.tokenizer, p=p, K=K, vocab_size=self.vocab_size),
-                           sampling, p, K)
+                           sampling, p, K, ignore_eos)
 
     def describe(self) -> dict:
         return {"engine": "vllm", **asdict(self.settings)}
@@ -166,8 +168,10 @@ class VLLMEngine:
 class VLLMDecoder:
     """One schedule and sampling setting on a ``VLLMEngine``; the TandemDecoder interface."""
 
-    def __init__(self, engine: VLLMEngine, schedule, sampling: SamplingParams, p: float, K: int):
+    def __init__(self, engine: VLLMEngine, schedule, sampling: SamplingParams, p: float, K: int,
+                 ignore_eos: bool = False):
         self.engine, self.schedule, self.sampling, self.p, self.K = engine, schedule, sampling, p, K
+        self.ignore_eos = ignore_eos
 
     def _params(self, prompt_len: int, seed: int):
         from vllm import SamplingParams as VSP
@@ -179,7 +183,8 @@ class VLLMDecoder:
         extra = {"tandem": {"schedule": self.schedule.name, "p": self.p, "K": self.K, "seed": int(seed)}} \
             if e.tandem else None
         return VSP(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=max_tokens,
-                   seed=int(seed), logprobs=0, stop_token_ids=e.eos_ids, detokenize=False, extra_args=extra)
+                   seed=int(seed), logprobs=0, stop_token_ids=[] if self.ignore_eos else e.eos_ids,
+                   ignore_eos=self.ignore_eos, detokenize=False, extra_args=extra)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor) -> Rollout:
