@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from tandem_rlvr.errors import TandemError
+from tandem_rlvr.paths import PACKAGE_DATA as DATA
 from tandem_rlvr.rewards import math as verifier
 from tandem_rlvr.rewards import VERIFIERS, extract_boxed, get_verifier, score
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MATH500 = DATA / "math500.jsonl"
 HANG = r"\boxed{9^{9^{9^{9}}}}"
 # Gold pairs of MATH-500 (answer vs the last \boxed{} of the solution) that genuinely differ;
@@ -204,8 +204,6 @@ def test_worker_does_not_outlive_its_process(how):
 
 
 def _math500(n: int | None):
-    if not MATH500.exists():
-        pytest.skip(f"{MATH500} not present")
     rows = [json.loads(line) for line in MATH500.read_text().splitlines() if line.strip()]
     return rows[:n]
 
@@ -244,8 +242,6 @@ def test_math500_different_answers_are_not_equivalent():
 def test_deepscaler_sample_solutions_verify():
     """The training data's solutions box AMC labels, letters and some wrong values; see the docs."""
     path = DATA / "deepscaler_sample.json"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
     rows = json.loads(path.read_text())
     boxes = [extract_boxed(r["solution"]) for r in rows]
     letter_only = [re.fullmatch(r"[\s(]*(?:\\text(?:bf)?|\\mathrm)?[{(\s]*[A-E][)}\s]*", b) is not None for b in boxes]
