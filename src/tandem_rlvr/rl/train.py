@@ -175,7 +175,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         trainer = TandemGRPOTrainer(
             model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
             processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
-            require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg")
+            require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg",
+            junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer)
     for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
         trainer.remove_callback(cb)
     validation.trainer = trainer
