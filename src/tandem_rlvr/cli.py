@@ -48,7 +48,19 @@ def _schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def _template_flag(p):
+    from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
+
     p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
+    p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, choices=list(INSTRUCTIONS),
+                   help=f"instruction after the problem in chat prompts (default {DEFAULT_INSTRUCTION}: the paper's)")
+
+
+def _answer_mode_flag(p):
+    from .rewards.math import ANSWER_MODES
+
+    p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
+                   help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
+                        "joined, for multi-answer problems answered one box per answer)")
 
 
 def _sampling(a):
@@ -80,7 +92,7 @@ def cmd_generate(a):
     configure_cpu_threads()
     pair = _pair(a, need_junior=sched != "senior")
     dec = _decoder(pair, a, sched)
-    text = format_prompt(pair.tokenizer, a.prompt, a.template)
+    text = format_prompt(pair.tokenizer, a.prompt, a.template, a.instruction)
     roll = dec.generate([encode_prompt(pair.tokenizer, text)], [a.seed])
     segs = author_segments(pair.tokenizer, roll.row_tokens(0), roll.row_mask(0))
     con = Console(highlight=False, force_terminal=None if not a.no_color else False)
@@ -168,7 +180,8 @@ def cmd_eval(a, mode: str):
     configure_cpu_threads()
     metrics = evaluate(a.senior, a.junior, a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
                        benchmarks=[b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit, n=a.n,
-                       sampling=_sampling(a), template=a.template, seed=a.seed, p=a.p, K=a.K, device=a.device,
+                       sampling=_sampling(a), template=a.template, instruction=a.instruction,
+                       answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K, device=a.device,
                        junior_device=a.junior_device, dtype=a.dtype, batch_size=a.batch_size)
     _print_metrics(metrics, a.out)
 
@@ -339,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         _model_flags(x)
         _sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
         _template_flag(x)
+        _answer_mode_flag(x)
         if mode == "handoff":
             _schedule_flags(x, "paragraph-roundrobin")
         else:

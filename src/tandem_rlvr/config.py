@@ -22,6 +22,7 @@ import yaml
 
 from .decoding.schedule import SCHEDULES
 from .errors import TandemError
+from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
 
 METHODS = ("tandem", "grpo", "klreg")
@@ -49,6 +50,9 @@ class TrainConfig:
     val_split: str | None = _f("val", "split of the validation dataset (registered/hub datasets)")
     val_size: int = _f(200, "validation problems (held out from training when val_dataset is unset)")
     template: str = _f("auto", "prompt template: auto, plain or chat")
+    instruction: str = _f(DEFAULT_INSTRUCTION, "instruction after the problem in chat prompts: paper (the paper's "
+                          "exact text, default), reason-step (this project's earlier wording) or none",
+                          choices=tuple(INSTRUCTIONS))
     schedule: str = _f("word", "handoff schedule of tandem rollouts", choices=SCHEDULES)
     p: float = _f(0.5, "probability that the senior writes after a redraw (paper: 0.5)")
     K: int = _f(32, "word schedules: tokens before a forced redraw (paper: 32)")
@@ -115,6 +119,8 @@ class TrainConfig:
             self.beta = 1e-3
         if self.method != "klreg" and self.beta != 0:
             raise TandemError(f"beta={self.beta} is only for --method klreg (got method {self.method})")
+        if self.instruction not in INSTRUCTIONS:
+            raise TandemError(f"unknown instruction {self.instruction!r}; valid: {', '.join(INSTRUCTIONS)}")
         if self.loss_normalizer not in LOSS_NORMALIZERS:
             raise TandemError(f"unknown loss_normalizer {self.loss_normalizer!r}; valid: {', '.join(LOSS_NORMALIZERS)}")
         if not 0.0 <= self.junior_token_weight <= 1.0:
