@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -186,7 +187,9 @@ def _named(name: str, stems: tuple[str, ...], hub: tuple[str, str | None, str] |
                 for suffix in FILE_SUFFIXES:
                     if (folder / f"{stem}{suffix}").is_file():
                         return load_file(folder / f"{stem}{suffix}", benchmark=name, limit=limit)
-        where = ", ".join(str(d) for d in data_dirs()) or "no data folder exists; set $TANDEM_DATA"
+        where = ", ".join(str(d) for d in data_dirs()) or "no data folder exists"
+        if not os.environ.get("TANDEM_DATA"):
+            where += "; $TANDEM_DATA, a folder of further files, is not set"
         if hub is None:
             raise TandemError(f"benchmark {name!r}: no file {stems[0]}.jsonl/.json/.parquet found locally ({where})")
         hub_id, config, default_split = hub
