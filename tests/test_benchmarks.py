@@ -1,4 +1,4 @@
-"""Benchmark loaders: the shared data files, every file format, bad rows, errors, the registry."""
+"""Benchmark loaders: the packaged data files, every file format, bad rows, errors, the registry."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import pytest
 from tandem_rlvr.data import benchmarks
 from tandem_rlvr.data.benchmarks import Problem, load_benchmark, load_benchmarks, register_benchmark
 from tandem_rlvr.errors import TandemError
+from tandem_rlvr.paths import PACKAGE_DATA as DATA
 from tandem_rlvr.rewards import extract_boxed
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # name: (file, rows in the file, rows without an answer that must be reported and skipped)
 SHARED = {
     "aime24": ("aime24.jsonl", 30, 0),
@@ -32,16 +31,13 @@ SHARED = {
 
 @pytest.fixture
 def shared(monkeypatch):
-    if not DATA.is_dir():
-        pytest.skip(f"{DATA} not present")
-    monkeypatch.setenv("TANDEM_DATA", str(DATA))
+    """The packaged files, with ``$TANDEM_DATA`` unset: nothing outside the package is read."""
+    monkeypatch.delenv("TANDEM_DATA", raising=False)
 
 
 @pytest.mark.parametrize("name", sorted(SHARED))
 def test_shared_file_loads_with_documented_rows(name, shared, caplog):
     file, rows, bad = SHARED[name]
-    if not (DATA / file).exists():
-        pytest.skip(f"{file} not present")
     with caplog.at_level(logging.WARNING, logger="tandem_rlvr"):
         problems = load_benchmark(name)
     assert len(problems) == rows - bad
@@ -78,6 +74,28 @@ def test_ids_and_meta(shared):
     assert len(math500) == 3 and math500[0].problem_id == "test/precalculus/807.json"
     assert set(math500[0].meta) == {"subject", "level"} and math500[0].solution
     assert load_benchmark("aime24")[0].problem_id == "60"
+
+
+def test_package_data_is_read_first_then_tandem_data(tmp_path, monkeypatch):
+    """A name resolves to the packaged file even when ``$TANDEM_DATA`` holds one of the same name;
+    a name the package lacks is read from ``$TANDEM_DATA`` before the hub is tried."""
+    _write(tmp_path / "gsm8k.jsonl", [{"problem": "decoy", "answer": "1"}])
+    _write(tmp_path / "olympiadbench.jsonl", [{"problem": "local", "answer": "2"}])
+    monkeypatch.setenv("TANDEM_DATA", str(tmp_path))
+    assert benchmarks.data_dirs() == [DATA.resolve(), tmp_path.resolve()]
+    assert load_benchmark("gsm8k", limit=1)[0].problem != "decoy"
+    assert [p.problem for p in load_benchmark("olympiadbench")] == ["local"]
+
+
+def test_pooled_aime_is_the_three_years_in_order(shared):
+    """The paper's AIME: 2024, 2025 and 2026 as one 90-problem set, each problem once, ids kept per year."""
+    pooled = load_benchmark("aime")
+    years = [load_benchmark(y) for y in ("aime24", "aime25", "aime26")]
+    assert len(pooled) == 90 == sum(len(y) for y in years)
+    assert [(p.problem, p.answer) for p in pooled] == [(p.problem, p.answer) for y in years for p in y]
+    assert pooled[0].problem_id == "aime24/60" and pooled[30].problem_id == "aime25/0"
+    assert {p.benchmark for p in pooled} == {"aime"} and len({p.problem_id for p in pooled}) == 90
+    assert len(load_benchmark("aime", limit=31)) == 31
 
 
 ROWS = [

@@ -124,3 +124,36 @@ def test_legibility_of_a_run_sampled_from_a_local_file_needs_no_benchmarks_flag(
     assert main(["eval", "legibility", "--samples", str(tmp_path / "ev"), "--junior", str(model_dir),
                  "--out", str(tmp_path / "leg")]) == 0
     assert json.loads((tmp_path / "leg" / "legibility.json").read_text())["summary"]["ce"]
+
+
+_OFFLINE_HUB = """
+import logging, sys, warnings
+import datasets
+
+def offline(*args, **kwargs):  # what an unreachable hub does: client warnings per retry, then an error
+    for attempt in range(3):
+        logging.getLogger("huggingface_hub.utils._http").warning(
+            "'[Errno -2] Name or service not known' thrown while requesting HEAD https://huggingface.co/x")
+    warnings.warn("the hub is unreachable")
+    raise ConnectionError("Couldn't reach 'math-ai/olympiadbench' on the Hub (LocalEntryNotFoundError)")
+
+datasets.load_dataset = offline
+from tandem_rlvr.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_unfindable_benchmark_stderr_is_exactly_one_line(tmp_path):
+    """A benchmark in neither the package, $TANDEM_DATA nor the (unreachable) hub: the hub clients'
+    retry warnings are not shown; stderr is the one error line and nothing else."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TANDEM_DATA"}
+    res = subprocess.run([sys.executable, "-c", _OFFLINE_HUB, "eval", "solo", "--senior", "tiny", "--benchmarks",
+                          "olympiadbench", "--out", str(tmp_path / "ev")], capture_output=True, text=True,
+                         timeout=120, env=dict(env, TANDEM_THREADS="1"))
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("tandem: error: benchmark 'olympiadbench'"), res.stderr
+    assert "hub is unreachable" in res.stderr and not (tmp_path / "ev").exists()

@@ -5,7 +5,7 @@ import torch
 
 from tandem_rlvr.decoding.reference import reference_generate
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.decoding.schedule import make_schedule, token_surfaces
+from tandem_rlvr.decoding.schedule import BernoulliRedraw, make_schedule, token_surfaces
 from tandem_rlvr.decoding.tandem import TandemDecoder
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
@@ -45,6 +45,28 @@ def test_fast_decoder_equals_reference_greedy(tok, pair, name):
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_fast_decoder_equals_reference_seeded_sampling(tok, pair, name):
     _run_both(tok, pair, name, SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_new_tokens=24))
+
+
+@pytest.mark.parametrize("name", ["word", "word-atomic"])
+def test_k_backstop_hands_over_only_at_multiples_of_K_in_both_decoders(tok, pair, name):
+    """No boundary ids: only the backstop redraws, after each run of K = 4 tokens (paper: c += 1, redraw
+    at c >= K), so a row's author can change only at positions 4, 8, 12, ... in the fast decoder and
+    in the reference alike (word-atomic: the incoming author may write only EOS there)."""
+    senior, junior = pair
+    K, B = 4, 12
+    sp = SamplingParams(temperature=1.0, max_new_tokens=18)
+    sched = BernoulliRedraw(name, 0.5, torch.zeros(len(tok), dtype=torch.bool), K, atomic=name == "word-atomic")
+    dec = TandemDecoder(senior, junior, sched, sp, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    prompts, seeds = [tok.encode(PROMPTS[b % len(PROMPTS)]) for b in range(B)], list(range(100, 100 + B))
+    out = dec.generate(prompts, seeds)
+    changes = set()
+    for b in range(B):
+        _, ref_flags, _ = reference_generate(senior, junior, name, sp, prompts[b], seeds[b], [tok.eos_token_id],
+                                             set(), p=0.5, K=K)
+        flags = out.row_mask(b)
+        assert flags == [int(f) for f in ref_flags], f"row {b}"
+        changes |= {t for t in range(1, len(flags)) if flags[t] != flags[t - 1]}
+    assert changes and all(t % K == 0 for t in changes), sorted(changes)
 
 
 def test_senior_always_active_equals_plain_senior_sampling(tok, pair):

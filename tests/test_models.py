@@ -107,8 +107,49 @@ def test_chat_template_missing_is_named_and_auto_falls_back(tmp_path, tok):
     chat = make_tokenizer()
     chat.chat_template = CHAT_TEMPLATE
     text = format_prompt(chat, "What is 2+2?", "chat")
-    assert text.startswith("<|im_start|>user\nWhat is 2+2?\n\nPlease reason step by step") and \
+    assert text.startswith("<|im_start|>user\nWhat is 2+2? Solve the following") and \
         text.endswith("<|im_start|>assistant\n")
+    assert format_prompt(chat, "What is 2+2?", "chat", "reason-step").startswith(
+        "<|im_start|>user\nWhat is 2+2?\n\nPlease reason step by step")  # the earlier wording, by name
+
+
+# The paper's released code: the problem, one space, then this sentence (typed here, not imported).
+PAPER_USER_TURN = ("What is 2+2? Solve the following math problem step by step. Put your final answer inside "
+                   "\\boxed{}, like \\boxed{42} or \\boxed{\\frac{1}{2}}.")
+
+
+def test_default_chat_prompt_is_the_papers_exact_text():
+    chat = make_tokenizer()
+    chat.chat_template = CHAT_TEMPLATE
+    assert format_prompt(chat, "What is 2+2?", "chat") == \
+        f"<|im_start|>user\n{PAPER_USER_TURN}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_paper_preset_prompts_with_the_papers_exact_text():
+    from tandem_rlvr.config import load_train_config
+    from tandem_rlvr.prompting import user_message
+
+    cfg = load_train_config("qwen3-4b-deepscaler")
+    assert cfg.template == "chat" and user_message("What is 2+2?", cfg.instruction) == PAPER_USER_TURN
+
+
+def test_default_evaluation_prompts_with_the_papers_exact_text(tmp_path, tok, monkeypatch):
+    """``tandem eval solo`` with default flags: the prompt it encodes and the instruction it records."""
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.eval import sampler
+
+    d = _save_dir(tmp_path / "m", make_tokenizer(), make_model(len(tok), 0), chat_template=CHAT_TEMPLATE)
+    bench = tmp_path / "one.jsonl"
+    bench.write_text(json.dumps({"problem": "What is 2+2?", "answer": "4"}) + "\n")
+    seen = []
+    encode = sampler.encode_prompt
+    monkeypatch.setattr(sampler, "encode_prompt", lambda t, text: seen.append(text) or encode(t, text))
+    res = main(["eval", "solo", "--senior", d, "--benchmarks", str(bench), "--n", "1", "--max-tokens", "2",
+                          "--device", "cpu", "--out", str(tmp_path / "ev")])
+    assert res == 0
+    assert seen == [f"<|im_start|>user\n{PAPER_USER_TURN}<|im_end|>\n<|im_start|>assistant\n"]
+    config = json.loads((tmp_path / "ev" / "config.json").read_text())
+    assert config["instruction"] == "paper" and config["answer_mode"] == "last-box" and config["template"] == "chat"
 
 
 def test_cli_chat_template_missing_one_line_error(tmp_path, tok):

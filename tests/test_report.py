@@ -90,6 +90,17 @@ def test_compare_tables_and_ttests_match_scipy(runs, tmp_path, capsys):
     md = (out / "compare.md").read_text()
     for title in ("Solo: pass@k", "Solo: pass@1 per benchmark", "Handoff (junior", "Junior legibility", "Paired one-sided"):
         assert title in md
+    assert "Solo: pass@k, macro over 2 benchmarks: alpha, beta (10 problems)" in md
+    assert comp["solo"]["grpo"]["macro"]["sets"] == ["alpha", "beta"]
+
+
+def test_macro_coverage_names_the_sets_and_the_papers_aime_pooling():
+    from tandem_rlvr.eval.compare import macro_coverage
+
+    assert macro_coverage(["aime", "amc23", "minerva"]) == "macro over 3 benchmarks: aime, amc23, minerva"
+    text = macro_coverage(["aime24", "aime25", "aime26", "amc23"])
+    assert text.startswith("macro over 4 benchmarks: aime24, aime25, aime26, amc23 (aime24, aime25, aime26 as 3 sets;")
+    assert "pools AIME 2024-2026 as one set, 'aime'" in text
 
 
 def test_compare_bad_input_is_one_line_and_overwrites_nothing(runs, tmp_path, tok, capsys):

@@ -42,9 +42,28 @@ def test_no_run_longer_than_K_without_redraw(K, atomic):
     boundary = torch.zeros(V, dtype=torch.bool)  # no boundary tokens at all: only the backstop redraws
     tokens = torch.randint(0, V, (64, 100), generator=torch.Generator().manual_seed(1))
     _, since = _drive(BernoulliRedraw("word", 0.5, boundary, K=K, atomic=atomic), tokens)
-    assert int(since.max()) <= K
-    # and the backstop really fires: the counter reaches K and drops again
-    assert int(since.max()) == K and bool((since == 0).any() if not atomic else (since == 1).any())
+    # ``since`` as seen before a token is written: word counts the tokens before it (0..K-1), word-atomic
+    # counts them including it (1..K); either way no author writes more than K tokens between redraws
+    top = K if atomic else K - 1
+    assert int(since.max()) <= top
+    # and the backstop really fires: the counter reaches its top and drops again
+    assert int(since.max()) == top and bool((since == 0).any() if not atomic else (since == 1).any())
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+@pytest.mark.parametrize("K", [1, 4, 32])
+def test_k_backstop_alone_changes_authors_only_at_multiples_of_K(K, atomic):
+    """Paper: c += 1 after each token, redraw when c >= K. With no word-initial token in the stream,
+    the first author writes positions 0..K-1, the redraw after position K-1 picks the author of
+    position K, the next one of position 2K, and so on: authorship can change only at positions
+    K, 2K, 3K, ... (K = 4: 4, 8, 12, never 5; K = 32: 32, 64, 96, never 33 or 66)."""
+    V, T, B = 50, 4 * K + 3, 256
+    boundary = torch.zeros(V, dtype=torch.bool)  # no boundary ids: only the backstop redraws
+    tokens = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(3))
+    authors, _ = _drive(BernoulliRedraw("word", 0.5, boundary, K=K, atomic=atomic), tokens)
+    changed = (authors[:, 1:] != authors[:, :-1]).any(0)  # (T-1,): position t+1 has a new author in some row
+    positions = [t + 1 for t in torch.nonzero(changed).flatten().tolist()]
+    assert positions == [K * m for m in range(1, (T - 1) // K + 1)], positions
 
 
 def test_word_redraws_exactly_after_boundary_tokens():

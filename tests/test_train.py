@@ -238,3 +238,80 @@ def test_rollout_seeds_derive_from_seed_step_prompt_and_copy():
     assert s == occurrence_seeds(prompts, 0, 7)  # a resumed step redraws the same rollouts
     assert occurrence_seeds(["b", "a"], 0, 7) == [s[2], s[0]]  # independent of batch order
     assert occurrence_seeds(prompts, 0, 8) != s and occurrence_seeds(prompts, 1, 7) != s
+
+
+# --------------------------------------------------------------------------- loss aggregation (issue 10)
+RATIOS = (0.5, 1.0, 1.1, 1.5)  # importance ratios cycled over positions: below, inside and above [0.8, 1.2]
+
+
+def _fixed_ratio_loss(trainer, batch):
+    """The trainer's loss with old log-probs 0 and current log-probs log(RATIOS[t % 4]), so the
+    per-token ratio r is known without a model; returns (loss, r) with r (B, T)."""
+    B, T = batch["completion_ids"].shape
+    r = torch.tensor([RATIOS[t % len(RATIOS)] for t in range(T)]).expand(B, T)
+    orig = trainer._get_per_token_logps_and_entropies
+
+    def fixed(*a, **k):
+        lp, ent, aux = orig(*a, **k)
+        return r.log().to(lp.dtype) + 0 * lp, ent, aux
+
+    trainer._get_per_token_logps_and_entropies = fixed
+    trainer.current_gradient_accumulation_steps = 1
+    try:
+        with torch.no_grad():
+            loss = trainer._compute_loss(trainer.model, {**batch, "old_per_token_logps": torch.zeros(B, T)})
+    finally:
+        trainer._get_per_token_logps_and_entropies = orig
+    return loss, r
+
+
+def _by_hand(batch, r, weight, denominator):
+    """Clipped surrogate by hand, eps = 0.2: per token -min(r A, clip(r, 0.8, 1.2) A), weighted, summed, divided."""
+    A = batch["advantages"].unsqueeze(1)  # (B, 1)
+    per_token = -torch.minimum(r * A, r.clamp(0.8, 1.2) * A)
+    return (per_token * weight).sum() / denominator
+
+
+@pytest.mark.parametrize("normalizer", ["response_tokens", "senior_tokens"])
+def test_loss_normalizer_matches_hand_computed_token_mean(setup, tmp_path, normalizer):
+    """response_tokens (the paper's verl gate): senior tokens in the numerator, every response token of the
+    batch in the denominator. senior_tokens (TRL's env_mask alone): senior tokens in both."""
+    kw = {} if normalizer == "response_tokens" else {"loss_normalizer": normalizer}  # the default is the paper's
+    run = build_run(_cfg(setup, tmp_path, **kw), print_fn=lambda *_: None)
+    batch, _ = _batch(run)
+    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -2.0] * 2)  # (B,) fixed so every branch of min() is hit
+    response = batch["completion_mask"].float()  # (B, T)
+    senior = response * batch["tool_mask"].float()
+    assert 0 < senior.sum() < response.sum()
+    loss, r = _fixed_ratio_loss(run.trainer, batch)
+    expected = _by_hand(batch, r, senior, response.sum() if normalizer == "response_tokens" else senior.sum())
+    torch.testing.assert_close(loss, expected)
+
+
+def test_junior_token_weight_one_is_the_grpo_loss_on_the_same_batch(setup, tmp_path):
+    """w = 1: junior tokens enter the clipped objective like senior ones, so the loss is vanilla GRPO's
+    token mean over every response token (by hand, and TRL's own loss with no senior mask)."""
+    run = build_run(_cfg(setup, tmp_path, junior_token_weight=1.0), print_fn=lambda *_: None)
+    trainer = run.trainer
+    batch, _ = _batch(run)
+    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -2.0] * 2)
+    response = batch["completion_mask"].float()
+    assert (response * (1 - batch["tool_mask"].float())).sum() > 0  # junior tokens present
+    loss, r = _fixed_ratio_loss(trainer, batch)
+    torch.testing.assert_close(loss, _by_hand(batch, r, response, response.sum()))
+    vanilla = {k: v for k, v in batch.items() if k != "tool_mask"}
+    vanilla["num_items_in_batch"] = response.sum()
+    trainer.require_senior_mask, trainer.junior_token_weight = False, 0.0
+    grpo, _ = _fixed_ratio_loss(trainer, vanilla)
+    torch.testing.assert_close(loss, grpo)
+
+
+def test_junior_token_weight_scales_junior_tokens(setup, tmp_path):
+    """0 < w < 1: a junior token counts w times a senior token in the numerator; the denominator stays."""
+    run = build_run(_cfg(setup, tmp_path, junior_token_weight=0.25), print_fn=lambda *_: None)
+    batch, _ = _batch(run)
+    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -2.0] * 2)
+    response = batch["completion_mask"].float()
+    senior = response * batch["tool_mask"].float()
+    loss, r = _fixed_ratio_loss(run.trainer, batch)
+    torch.testing.assert_close(loss, _by_hand(batch, r, senior + 0.25 * (response - senior), response.sum()))

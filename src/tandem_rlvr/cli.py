@@ -83,7 +83,19 @@ def _open_decoder(a, schedule: str):
 
 
 def _template_flag(p):
+    from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
+
     p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
+    p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, choices=list(INSTRUCTIONS),
+                   help=f"instruction after the problem in chat prompts (default {DEFAULT_INSTRUCTION}: the paper's)")
+
+
+def _answer_mode_flag(p):
+    from .rewards.math import ANSWER_MODES
+
+    p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
+                   help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
+                        "joined, for multi-answer problems answered one box per answer)")
 
 
 def _sampling(a):
@@ -111,7 +123,7 @@ def cmd_generate(a):
     configure_cpu_threads()
     dec, tok, close = _open_decoder(a, sched)
     try:
-        text = format_prompt(tok, a.prompt, a.template)
+        text = format_prompt(tok, a.prompt, a.template, a.instruction)
         roll = dec.generate([encode_prompt(tok, text)], [a.seed])
     finally:
         close()
@@ -217,7 +229,8 @@ def cmd_eval(a, mode: str):
     configure_cpu_threads()
     metrics = evaluate(a.senior, a.junior, a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
                        benchmarks=[b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit, n=a.n,
-                       sampling=_sampling(a), template=a.template, seed=a.seed, p=a.p, K=a.K, device=a.device,
+                       sampling=_sampling(a), template=a.template, instruction=a.instruction,
+                       answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K, device=a.device,
                        junior_device=a.junior_device, dtype=a.dtype, batch_size=a.batch_size, engine=a.engine,
                        vllm_settings=_vllm_settings(a))
     _print_metrics(metrics, a.out)
@@ -393,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         _model_flags(x)
         _sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
         _template_flag(x)
+        _answer_mode_flag(x)
         _engine_flags(x)
         if mode == "handoff":
             _schedule_flags(x, "paragraph-roundrobin")

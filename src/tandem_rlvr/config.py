@@ -22,6 +22,8 @@ import yaml
 
 from .decoding.schedule import SCHEDULES
 from .errors import TandemError
+from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
+from .rl.losses import LOSS_NORMALIZERS
 
 METHODS = ("tandem", "grpo", "klreg")
 
@@ -48,13 +50,22 @@ class TrainConfig:
     val_split: str | None = _f("val", "split of the validation dataset (registered/hub datasets)")
     val_size: int = _f(200, "validation problems (held out from training when val_dataset is unset)")
     template: str = _f("auto", "prompt template: auto, plain or chat")
+    instruction: str = _f(DEFAULT_INSTRUCTION, "instruction after the problem in chat prompts: paper (the paper's "
+                          "exact text, default), reason-step (this project's earlier wording) or none",
+                          choices=tuple(INSTRUCTIONS))
     schedule: str = _f("word", "handoff schedule of tandem rollouts", choices=SCHEDULES)
     p: float = _f(0.5, "probability that the senior writes after a redraw (paper: 0.5)")
     K: int = _f(32, "word schedules: tokens before a forced redraw (paper: 32)")
     lr: float = _f(1e-6, "learning rate (AdamW)")
     clip: float = _f(0.2, "PPO/GRPO clip epsilon")
     beta: float = _f(0.0, "KL(senior || junior) coefficient; klreg default 1e-3, must be 0 otherwise")
-    lambda_jun: float = _f(0.0, "junior-imitation coefficient on junior-written tokens (tandem only; paper: 0)")
+    junior_token_weight: float = _f(0.0, "weight w of junior-written tokens in the clipped GRPO objective (the "
+                                    "paper's tandem_jr_tkn_weight; paper: 0; 1 = vanilla GRPO on tandem rollouts)")
+    loss_normalizer: str = _f("response_tokens", "token-mean denominator: response_tokens (every response token of "
+                              "the batch, junior ones included: the paper's) or senior_tokens (the tokens in the "
+                              "loss only; about 1/senior-share larger gradients)", choices=LOSS_NORMALIZERS)
+    lambda_jun: float = _f(0.0, "junior-imitation coefficient on junior-written tokens (tandem only; our extension, "
+                           "not in the paper: 0 = off)")
     group_size: int = _f(8, "rollouts per prompt (G)")
     prompts_per_step: int = _f(16, "prompts per rollout batch")
     prompts_per_minibatch: int = _f(8, "prompts per optimiser step (mini-batch)")
@@ -108,6 +119,14 @@ class TrainConfig:
             self.beta = 1e-3
         if self.method != "klreg" and self.beta != 0:
             raise TandemError(f"beta={self.beta} is only for --method klreg (got method {self.method})")
+        if self.instruction not in INSTRUCTIONS:
+            raise TandemError(f"unknown instruction {self.instruction!r}; valid: {', '.join(INSTRUCTIONS)}")
+        if self.loss_normalizer not in LOSS_NORMALIZERS:
+            raise TandemError(f"unknown loss_normalizer {self.loss_normalizer!r}; valid: {', '.join(LOSS_NORMALIZERS)}")
+        if not 0.0 <= self.junior_token_weight <= 1.0:
+            raise TandemError(f"junior_token_weight must be in [0, 1], got {self.junior_token_weight}")
+        if self.junior_token_weight > 0 and self.method != "tandem":
+            raise TandemError("junior_token_weight > 0 needs --method tandem (there are no junior tokens otherwise)")
         if self.lambda_jun > 0 and self.method != "tandem":
             raise TandemError("lambda_jun > 0 needs --method tandem (there are no junior tokens otherwise)")
 

@@ -1,9 +1,11 @@
-"""Where things live on disk: the build cache and the shared benchmark data."""
+"""Where things live on disk: the build cache and the benchmark data."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+PACKAGE_DATA = Path(__file__).resolve().parent / "data" / "files"
 
 
 def cache_dir() -> Path:
@@ -15,14 +17,13 @@ def cache_dir() -> Path:
 def data_dirs() -> list[Path]:
     """Folders searched for named benchmark files, in order.
 
-    ``$TANDEM_DATA`` first, then ``../shared/data`` beside the project checkout and beside
-    the current directory (the layout of developer and CI machines). Missing ones are skipped.
+    The package's own data (``tandem_rlvr/data/files``, shipped in the wheel; see its README),
+    then ``$TANDEM_DATA`` (a folder of further files, e.g. ``olympiadbench.jsonl``). A name found
+    in neither falls back to its hub id (``data.benchmarks``). Missing folders are skipped.
     """
-    cands = []
+    cands = [PACKAGE_DATA]
     if os.environ.get("TANDEM_DATA"):
         cands.append(Path(os.environ["TANDEM_DATA"]).expanduser())
-    repo_root = Path(__file__).resolve().parents[2]
-    cands += [repo_root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "data"]
     seen, out = set(), []
     for c in cands:
         c = c.resolve()

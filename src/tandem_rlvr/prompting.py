@@ -1,19 +1,32 @@
 """How a problem becomes a prompt: one definition, recorded in every output.
 
 - ``plain``: the problem, then a blank line (the tiny world's training format; also a
-  reasonable default for base models).
-- ``chat``: the tokenizer's chat template with one user turn, the problem followed by the
-  paper's instruction to reason step by step and box the final answer; Qwen3 templates get
+  reasonable default for base models). No instruction.
+- ``chat``: the tokenizer's chat template with one user turn: the problem, then the named
+  instruction (``INSTRUCTIONS``) after its separator; Qwen3 templates get
   ``enable_thinking=False`` (the paper uses Qwen3-4B-Instruct-2507, a non-thinking model).
 - ``auto``: ``chat`` when the tokenizer has a chat template, else ``plain``.
+
+Instructions: ``paper`` (the default) is the paper's released code exactly: the problem, one
+space, ``Solve the following math problem step by step. Put your final answer inside
+\\boxed{}, like \\boxed{42} or \\boxed{\\frac{1}{2}}.``. ``reason-step`` is the wording this
+project used before (the problem, a blank line, the common "Please reason step by step ..."
+instruction of math evaluation harnesses); ``none`` sends the problem alone.
 """
 
 from __future__ import annotations
 
 from .errors import TandemError
 
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TEMPLATES = ("auto", "plain", "chat")
+INSTRUCTIONS: dict[str, tuple[str, str]] = {
+    # name: (separator after the problem, instruction text)
+    "paper": (" ", "Solve the following math problem step by step. Put your final answer inside \\boxed{}, "
+                   "like \\boxed{42} or \\boxed{\\frac{1}{2}}."),
+    "reason-step": ("\n\n", "Please reason step by step, and put your final answer within \\boxed{}."),
+    "none": ("", ""),
+}
+DEFAULT_INSTRUCTION = "paper"
 
 
 def resolve_template(tokenizer, template: str) -> str:
@@ -26,13 +39,22 @@ def resolve_template(tokenizer, template: str) -> str:
     return template
 
 
-def format_prompt(tokenizer, problem: str, template: str = "auto", instruction: str = INSTRUCTION) -> str:
-    """The prompt text for ``problem`` under ``template`` (see module docstring)."""
+def user_message(problem: str, instruction: str = DEFAULT_INSTRUCTION) -> str:
+    """The chat user turn: ``problem`` + separator + the named instruction."""
+    if instruction not in INSTRUCTIONS:
+        raise TandemError(f"unknown prompt instruction {instruction!r}; valid: {', '.join(INSTRUCTIONS)}")
+    sep, text = INSTRUCTIONS[instruction]
+    return f"{problem}{sep}{text}"
+
+
+def format_prompt(tokenizer, problem: str, template: str = "auto", instruction: str = DEFAULT_INSTRUCTION) -> str:
+    """The prompt text for ``problem`` under ``template`` and the named ``instruction`` (module docstring)."""
+    content = user_message(problem, instruction)
     template = resolve_template(tokenizer, template)
     if template == "plain":
         return problem + "\n\n"
-    messages = [{"role": "user", "content": f"{problem}\n\n{instruction}" if instruction else problem}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:

@@ -3,8 +3,10 @@
 What: ``load_benchmark(spec)`` where ``spec`` is
 
 - a registered name (``aime24``, ``math500``, ``minerva``, ``gsm8k``, ...; ``BENCHMARKS`` lists
-  them): the file ``<stem>.jsonl|.json|.parquet`` in ``tandem_rlvr.paths.data_dirs()``, else the
-  Hugging Face hub id known for it; or a Python loader added with ``register_benchmark``;
+  them): the file ``<stem>.jsonl|.json|.parquet`` in ``tandem_rlvr.paths.data_dirs()`` (the
+  package's own data first, then ``$TANDEM_DATA``), else the Hugging Face hub id known for it;
+  a pooled set (``POOLED``: ``aime`` = AIME 2024-2026, 90 problems, as the paper's tables report
+  AIME); or a Python loader added with ``register_benchmark``;
 - a local path ending ``.jsonl``, ``.json`` (a list of objects, or JSON lines) or ``.parquet``;
 - a hub id ``owner/name`` or ``owner/name:split`` (``datasets.load_dataset``; needs the network
   or the local HF cache).
@@ -25,10 +27,13 @@ to registered loaders; a local file is a single split.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -47,6 +52,7 @@ _ID_KEYS = ("id", "idx", "unique_id")
 _HUB_SPEC = re.compile(r"[\w.-]+/[\w.-]+(?::[\w.-]+)?")
 _SPLIT_NAMES = {"test", "train", "validation", "val", "dev", "data"}
 _NUMBER_WITH_COMMAS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_HUB_LOGGERS = ("huggingface_hub", "datasets", "fsspec", "filelock", "urllib3")
 
 
 @dataclass(frozen=True)
@@ -144,9 +150,27 @@ def _fetch_hub(hub_id: str, config: str | None, split: str):
     try:
         import datasets
 
-        return datasets.load_dataset(hub_id, config, split=split)
+        with _quiet_hub_clients():
+            return datasets.load_dataset(hub_id, config, split=split)
     except Exception as e:  # offline, missing dataset, bad split or config: all one message
         raise TandemError(f"could not load hub dataset {hub_id}:{split} ({_one_line(e)})") from None
+
+
+@contextlib.contextmanager
+def _quiet_hub_clients():
+    """Silence the hub clients' own retry warnings ("... thrown while requesting HEAD ...", one per
+    retry): a failed fetch is reported once, as the one-line ``TandemError`` above."""
+    loggers = [logging.getLogger(n) for n in _HUB_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def _hub_problems(ds, source: str, benchmark: str, limit: int | None) -> list[Problem]:
@@ -163,7 +187,9 @@ def _named(name: str, stems: tuple[str, ...], hub: tuple[str, str | None, str] |
                 for suffix in FILE_SUFFIXES:
                     if (folder / f"{stem}{suffix}").is_file():
                         return load_file(folder / f"{stem}{suffix}", benchmark=name, limit=limit)
-        where = ", ".join(str(d) for d in data_dirs()) or "no data folder exists; set $TANDEM_DATA"
+        where = ", ".join(str(d) for d in data_dirs()) or "no data folder exists"
+        if not os.environ.get("TANDEM_DATA"):
+            where += "; $TANDEM_DATA, a folder of further files, is not set"
         if hub is None:
             raise TandemError(f"benchmark {name!r}: no file {stems[0]}.jsonl/.json/.parquet found locally ({where})")
         hub_id, config, default_split = hub
@@ -328,6 +354,26 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], tuple[str, str | None, str] | None]
 }
 for _name, (_stems, _hub) in BENCHMARKS.items():
     register_benchmark(_name, _named(_name, _stems, _hub))
+
+POOLED: dict[str, tuple[str, ...]] = {
+    # name: member benchmarks, in order; the paper's tables report AIME 2024-2026 as one set
+    "aime": ("aime24", "aime25", "aime26"),
+}
+
+
+def _pooled(name: str, members: tuple[str, ...]) -> Loader:
+    """Loader for one set made of several: problem ids become ``<member>/<id>`` (unique across members)."""
+
+    def load(split: str | None, limit: int | None) -> list[Problem]:
+        out = [Problem(name, f"{m}/{p.problem_id}", p.problem, p.answer, p.solution, p.meta)
+               for m in members for p in load_benchmark(m, split=split)]
+        return out[:limit]
+
+    return load
+
+
+for _name, _members in POOLED.items():
+    register_benchmark(_name, _pooled(_name, _members))
 
 
 def _register_builtin() -> None:

@@ -98,9 +98,9 @@ def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, 
         elif schedule == "paragraph-roundrobin":
             if hit:
                 author = not author
-        elif redraw_every or hit or (use_K and since >= K):
-            author = _coin(seed, t + 1, p)
-            since = 0
         else:
-            since += 1
+            since += 1  # the paper's c: tokens written since the last redraw, this one included
+            if redraw_every or hit or (use_K and since >= K):
+                author = _coin(seed, t + 1, p)
+                since = 0
     return toks, flags, lps

@@ -10,8 +10,10 @@ Registry (``make_schedule(name, ...)``):
 - ``senior`` / ``junior``: one model writes everything (vanilla GRPO = ``senior``).
 - ``token``: Bernoulli(p) redraw after every token.
 - ``word``: paper Algorithm 1. Redraw after emitting a word-initial token (surface begins
-  with the leading-space marker 'Ġ' or '▁') or after K tokens without a redraw. Literal
-  semantics: the word-initial token belongs to the outgoing author, so words can split.
+  with the leading-space marker 'Ġ' or '▁') or once the author has written K tokens since the
+  last redraw (c += 1; redraw if c >= K: an author writes at most K tokens in a row without a
+  redraw, as in the paper's code). Literal semantics: the word-initial token belongs to the
+  outgoing author, so words can split.
 - ``word-atomic``: the author is redrawn *before* a word-initial token. The outgoing
   author proposes the token; if it is word-initial (or K tokens passed) the coin is drawn,
   and when the coin hands over, the incoming author writes that position itself, sampling
@@ -185,7 +187,8 @@ def _hits(boundary, state, tokens) -> torch.Tensor:
 @dataclass
 class ScheduleState:
     """Per-row schedule state. author: (B,) bool, True = senior writes the next token.
-    since: (B,) int64, tokens emitted since the last redraw (the paper's c).
+    since: (B,) int64, tokens emitted since the last redraw (the paper's c before its increment;
+    word-atomic: after it, as that schedule redraws before the next token).
     coins: (B, S) uniforms of the authorship coins of steps 0..S-1, or None (computed per step).
     tail: (B,) int64, newlines the response ends with (paragraph schedules only)."""
 
@@ -264,19 +267,23 @@ class BernoulliRedraw(Schedule):
         state.author = self._coin(state, 0)
         return state
 
-    def redraw_rows(self, state, tokens) -> torch.Tensor:
-        """(B,) bool: rows whose author is redrawn because of ``tokens`` (or the K backstop)."""
+    def redraw_rows(self, state, tokens, count) -> torch.Tensor:
+        """(B,) bool: rows whose author is redrawn because of ``tokens`` or the K backstop.
+
+        ``count`` (B,) int64 is the paper's c: tokens the current author has written since the last
+        redraw, the one just emitted included; the backstop fires when c reaches K (paper's code and
+        its test: with K = 4 the redraw comes on the 4th token, not the 5th)."""
         if self.boundary is None:
             return torch.ones_like(state.author)
         hit = _hits(self.boundary, state, tokens)
         if self.K is not None:
-            hit = hit | (state.since >= self.K)
+            hit = hit | (count >= self.K)
         return hit
 
     def advance(self, state, tokens, step):
         if self.atomic:  # the redraw already happened in handover_before
             return
-        redraw = self.redraw_rows(state, tokens)
+        redraw = self.redraw_rows(state, tokens, state.since + 1)
         state.author = torch.where(redraw, self._coin(state, step + 1), state.author)
         state.since = torch.where(redraw, torch.zeros_like(state.since), state.since + 1)
 
@@ -288,7 +295,9 @@ class BernoulliRedraw(Schedule):
         if step == 0:  # the first token's author is the initial coin
             state.since += 1
             return torch.zeros_like(state.author)
-        redraw = self.redraw_rows(state, proposed)
+        # here ``since`` already counts every token written since the last redraw (the proposed one
+        # is not written yet), so it is the paper's c after the previous token
+        redraw = self.redraw_rows(state, proposed, state.since)
         new = torch.where(redraw, self._coin(state, step), state.author)
         changed = new != state.author
         state.author = new

@@ -323,12 +323,22 @@ def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
     first = next(iter(metrics.values()))
     ks = [k for k in first["macro"] if k.startswith("pass@")]
     benches = [b for b, m in first.items() if isinstance(m, dict) and "problems" in m and b != "macro"]
-    macro = Table(f"{title}: pass@k, macro over {len(benches)} benchmark(s) ({first['macro']['problems']} problems)",
+    macro = Table(f"{title}: pass@k, {macro_coverage(benches)} ({first['macro']['problems']} problems)",
                   ["senior", *ks, "senior share"],
                   [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"] for n, m in metrics.items()])
     per = Table(f"{title}: pass@1 per benchmark", ["senior", *benches, "macro"],
                 [[n, *[_pm(m.get(b, {}).get("pass@1")) for b in [*benches, "macro"]]] for n, m in metrics.items()])
     return [macro, per] if len(benches) > 1 else [macro]
+
+
+def macro_coverage(benches: Sequence[str]) -> str:
+    """Which sets a macro average covers, e.g. "macro over 3 benchmarks: aime, amc23, math500"; names
+    the paper's pooling when the AIME years are separate sets (each then weighs as much as AMC)."""
+    text = f"macro over {len(benches)} benchmark{'s' if len(benches) != 1 else ''}: {', '.join(benches)}"
+    years = [b for b in ("aime24", "aime25", "aime26") if b in benches]
+    if len(years) > 1 and "aime" not in benches:
+        text += f" ({', '.join(years)} as {len(years)} sets; the paper pools AIME 2024-2026 as one set, 'aime')"
+    return text
 
 
 def drift_tables(drift: dict, top: int = 20) -> list[Table]:

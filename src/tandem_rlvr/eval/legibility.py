@@ -107,6 +107,7 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
     from ..prompting import encode_prompt, format_prompt
 
     template = run.config.get("template")
+    instruction = run.config.get("instruction", "reason-step")  # runs from before it was recorded used that
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
     sources = run.path / "sources.json"  # written by `tandem eval`: file benchmarks as paths
@@ -123,7 +124,7 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
             raise TandemError(f"{run.where(i)}: problem {key[1]!r} of benchmark {key[0]!r} is not in the loaded "
                               f"benchmarks ({', '.join(specs)}): a samples file from another benchmark set?")
         if key not in cache:
-            cache[key] = encode_prompt(tokenizer, format_prompt(tokenizer, problems[key].problem, template))
+            cache[key] = encode_prompt(tokenizer, format_prompt(tokenizer, problems[key].problem, template, instruction))
         out.append(cache[key])
     return out
 

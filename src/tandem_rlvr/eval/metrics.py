@@ -71,12 +71,14 @@ def pass_at_k_summary(per_bench: Mapping[str, tuple[Sequence[int], Sequence[int]
                       n_boot: int = 10_000, seed: int = 0) -> dict:
     """Per benchmark and "macro": {"pass@k": {"mean": .., "se": ..}} for each k <= min n.
 
-    per_bench maps benchmark -> (n per problem, correct per problem).
+    per_bench maps benchmark -> (n per problem, correct per problem). The macro is the mean of
+    the benchmark means; ``macro["sets"]`` names the benchmarks it covers, in order.
     """
     min_n = min(min(n) for n, _ in per_bench.values())
     ks = [k for k in ks if k <= min_n]
     out: dict[str, dict] = {b: {"problems": len(n)} for b, (n, _) in per_bench.items()}
-    out["macro"] = {"problems": sum(len(n) for n, _ in per_bench.values()), "benchmarks": len(per_bench)}
+    out["macro"] = {"problems": sum(len(n) for n, _ in per_bench.values()), "benchmarks": len(per_bench),
+                    "sets": list(per_bench)}
     for k in ks:
         vals = {b: pass_at_k_per_problem(n, c, k) for b, (n, c) in per_bench.items()}
         for b, v in vals.items():

@@ -3,8 +3,8 @@
 Used by ``tandem eval solo`` (schedule ``senior``), ``tandem eval handoff`` (paragraph or
 word schedules with any junior) and the demo. Output, in ``out``:
 
-- ``config.json``: models, schedule, sampling, template, n, benchmarks (written first; a
-  resume with a different config is refused).
+- ``config.json``: models, schedule, sampling, template, instruction, answer mode, n,
+  benchmarks (written first; a resume with a different config is refused).
 - ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
   correct, senior_share, tokens (count), token_ids, senior_mask, seed. A problem's n rows
   are appended together once all are done, so an interrupted run resumes at the first
@@ -35,8 +35,8 @@ from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
 from ..io import read_json, write_json
 from ..progress import progress_bar
-from ..prompting import encode_prompt, format_prompt
-from ..rewards.math import score
+from ..prompting import DEFAULT_INSTRUCTION, encode_prompt, format_prompt
+from ..rewards.math import check_answer_mode, score
 from .metrics import pass_at_k_summary
 
 log = logging.getLogger("tandem_rlvr")
@@ -56,12 +56,14 @@ class EvalSpec:
     seed: int
     models: dict
     ks: Sequence[int]
-    engine: str = "hf"
+    instruction: str = DEFAULT_INSTRUCTION  # prompting.INSTRUCTIONS name (chat prompts)
+    answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
+    engine: str = "hf"  # engines.ENGINES
 
     def to_dict(self, benchmarks: Sequence[str]) -> dict:
         return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
-                "seed": self.seed, "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks),
-                "engine": self.engine}
+                "instruction": self.instruction, "answer_mode": self.answer_mode, "seed": self.seed,
+                "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine}
 
 
 def problem_key(p: Problem) -> int:
@@ -137,22 +139,26 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
 def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: str = "solo",
              schedule: str = "paragraph-roundrobin", benchmarks: Sequence[str] = ("tiny",), split: str | None = None,
              limit: int | None = None, n: int = 8, sampling: SamplingParams | None = None, template: str = "auto",
-             seed: int = 0, p: float = 0.5, K: int = 32, device: str = "auto", junior_device: str | None = None,
-             dtype: str = "auto", batch_size: int = 64, progress: bool = True, engine: str = "hf",
-             vllm_settings=None) -> dict:
+             instruction: str = DEFAULT_INSTRUCTION, answer_mode: str = "last-box", seed: int = 0, p: float = 0.5,
+             K: int = 32, device: str = "auto", junior_device: str | None = None, dtype: str = "auto",
+             batch_size: int = 64, progress: bool = True, engine: str = "hf", vllm_settings=None) -> dict:
     """Load models and problems, then ``run_eval``: the library form of ``tandem eval solo|handoff``.
 
     mode "solo" samples the senior alone; "handoff" uses ``schedule`` with ``junior``
-    (default: the senior's checkpoint). ``engine`` "hf" (our decoder) or "vllm".
+    (default: the senior's checkpoint). Defaults are the paper's evaluation: its sampling
+    (temperature 0.7, top-p 0.8, top-k 20, 3000 new tokens), its prompt instruction, its last-box
+    grading. ``engine``: "hf" (our decoder, the reference) or "vllm".
     """
     from ..data.benchmarks import load_benchmarks
     from ..engines import open_decoder
-    from ..prompting import resolve_template
+    from ..prompting import resolve_template, user_message
 
     if mode not in ("solo", "handoff"):
         raise TandemError(f"unknown evaluation mode {mode!r}; valid: solo, handoff")
     if n < 1:
         raise TandemError(f"n (samples per problem) must be >= 1, got {n}")
+    check_answer_mode(answer_mode)
+    user_message("", instruction)  # an unknown instruction name fails here, before any loading
     sampling = sampling or SamplingParams(0.7, 0.8, 20, 3000)
     problems = load_benchmarks(list(benchmarks), split=split, limit=limit)
     name = "senior" if mode == "solo" else schedule
@@ -161,7 +167,8 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     try:
         spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(tok, template),
                         seed=seed, models={"senior": senior, "junior": (junior or senior) if name != "senior" else None},
-                        ks=SOLO_KS if mode == "solo" else HANDOFF_KS, engine=engine)
+                        ks=SOLO_KS if mode == "solo" else HANDOFF_KS, instruction=instruction, answer_mode=answer_mode,
+                        engine=engine)
         metrics = run_eval(dec, tok, problems, spec, out, batch_size, progress)
     finally:
         close()
@@ -179,7 +186,7 @@ def write_sources(out: str | os.PathLike, benchmarks: Sequence[str], split: str 
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
     prompts, seeds, meta = [], [], []
     for p in chunk:
-        ids = encode_prompt(tokenizer, format_prompt(tokenizer, p.problem, spec.template))
+        ids = encode_prompt(tokenizer, format_prompt(tokenizer, p.problem, spec.template, spec.instruction))
         for s in range(spec.n):
             prompts.append(ids)
             seeds.append(row_seed(spec.seed, problem_key(p), s))
@@ -191,7 +198,7 @@ def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> l
         toks = roll.row_tokens(b)
         text = tokenizer.decode(toks, skip_special_tokens=True)
         rows.append({"benchmark": p.benchmark, "problem_id": str(p.problem_id), "sample_idx": s, "response": text,
-                     "correct": bool(score(text, p.answer)), "senior_share": share[b], "tokens": len(toks),
+                     "correct": bool(score(text, p.answer, answer_mode=spec.answer_mode)), "senior_share": share[b], "tokens": len(toks),
                      "finished": bool(roll.finished[b]), "token_ids": toks, "senior_mask": roll.row_mask(b),
                      "seed": seeds[b]})
     return rows

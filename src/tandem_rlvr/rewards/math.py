@@ -64,6 +64,12 @@ _SPACING = r"(?:\s|~|\\[ ,;:!]|\\q?quad)*"
 _LABEL = rf"\\(?:textbf|text|mathrm)\s*\{{{_SPACING}\(\s*[A-E]\s*\){_SPACING}"  # "\textbf{(B)" + spacing
 _LABEL_THEN_VALUE = re.compile(rf"(?:{_LABEL}\}}|\(\s*[A-E]\s*\)){_SPACING}")  # "\textbf{(B)}\ 7", "(B) 7"
 _VALUE_IN_LABEL = re.compile(rf"{_LABEL}([^{{}}]+)\}}")  # "\textbf{(E) 24}"
+# What may stand between two boxes of one final run (answer_mode "final-boxes"): spacing,
+# punctuation, math delimiters, "and"/"or", also as \text{ and }.
+_JOIN_WORD = r"(?:and|or)"
+_BOX_JOINER = re.compile(rf"(?:\s|[,;.~&]|\$|\\[()\[\]]|\\\\|\\q?quad(?![A-Za-z])|\\[ ,;:!]|{_JOIN_WORD}"
+                         rf"|\\(?:text|mathrm)\s*\{{\s*(?:{_JOIN_WORD}|,)?\s*\}})*")
+ANSWER_MODES = ("last-box", "final-boxes")
 
 
 def extract_boxed(text: str) -> str | None:
@@ -75,12 +81,41 @@ def extract_boxed(text: str) -> str | None:
         pass
     if last is None:
         return None
-    start = last.end()
+    content, _ = _box_at(text, last)
+    return content
+
+
+def extract_boxed_run(text: str) -> str | None:
+    """The final run of boxes joined with ", ": the last box and every box before it that only
+    separators divide from the next (spaces, ``,`` ``;`` ``.``, ``and``/``or``, ``$``, ``\\quad``, ...).
+
+    ``... \\boxed{(2, 2)} and \\boxed{(6, 2)}.`` -> ``(2, 2), (6, 2)``. One final box -> its contents,
+    exactly as ``extract_boxed``; an unclosed last box -> None; a choice label is dropped per box.
+    """
+    if not isinstance(text, str):
+        return None
+    parts, next_start = [], None
+    for m in reversed(list(_BOX.finditer(text))):
+        content, end = _box_at(text, m)
+        if next_start is not None and (end > next_start or not _BOX_JOINER.fullmatch(text[end:next_start])):
+            break
+        if content is None:  # empty or unclosed: a missing answer if it is the last box, else the run's end
+            if next_start is None:
+                return None
+            break
+        parts.append(_strip_choice_label(content))
+        next_start = m.start()
+    return ", ".join(reversed(parts)) if parts else None
+
+
+def _box_at(text: str, m: re.Match) -> tuple[str | None, int]:
+    """(contents or None if empty/unclosed, index just past the box) of the box command matched by ``m``."""
+    start = m.end()
     while start < len(text) and text[start].isspace():
         start += 1
     if not text.startswith("{", start):  # "\boxed 5": TeX-style, up to the end of the math or line
         content = re.split(r"[$\n]", text[start:], maxsplit=1)[0]
-        return content.strip() or None
+        return content.strip() or None, start + len(content)
     depth, i = 0, start
     while i < len(text):
         ch = text[i]
@@ -92,9 +127,9 @@ def extract_boxed(text: str) -> str | None:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                return text[start + 1 : i].strip() or None
+                return text[start + 1 : i].strip() or None, i + 1
         i += 1
-    return None
+    return None, len(text)
 
 
 def _strip_choice_label(pred: str) -> str:
@@ -229,22 +264,39 @@ def equivalent(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> boo
             return False
 
 
-def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT) -> float:
+def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT, answer_mode: str = "last-box") -> float:
     """1.0 if the last ``\\boxed{}`` of ``response`` is equivalent to ``answer``, else 0.0.
 
-    Never raises. ``timeout`` (seconds) bounds the math-verify call; past it the answer is 0.0.
+    Never raises (an unknown ``answer_mode`` scores 0.0 and logs an error). ``timeout`` (seconds)
+    bounds the math-verify call; past it the answer is 0.0. ``answer_mode``: ``last-box`` (the
+    paper's, the default) grades the last box; ``final-boxes`` (opt-in, beyond the paper) grades
+    the final run of boxes joined with ", " (``extract_boxed_run``), for multi-answer problems
+    answered one box per answer.
     """
     try:
-        pred, gold = extract_boxed(response), _as_text(answer)
+        if answer_mode == "last-box":
+            pred = extract_boxed(response)
+            pred = _strip_choice_label(pred) if pred is not None else None
+        elif answer_mode == "final-boxes":
+            pred = extract_boxed_run(response)
+        else:
+            raise ValueError(f"unknown answer_mode {answer_mode!r}; valid: {', '.join(ANSWER_MODES)}")
+        gold = _as_text(answer)
         if pred is None or gold is None:
             return 0.0
-        pred = _strip_choice_label(pred)
         if _normalise(pred) == _normalise(gold):
             return 1.0
         return 1.0 if equivalent(pred, gold, timeout=float(timeout)) else 0.0
     except Exception:  # the contract is "never raises"; a bug here must not kill a training run
         logger.exception("math verifier: unexpected error; scored 0")
         return 0.0
+
+
+def check_answer_mode(answer_mode: str) -> str:
+    """``answer_mode`` if it is one of ``ANSWER_MODES``, else a ``TandemError`` listing them."""
+    if answer_mode not in ANSWER_MODES:
+        raise TandemError(f"unknown answer mode {answer_mode!r}; valid: {', '.join(ANSWER_MODES)}")
+    return answer_mode
 
 
 def _after_fork_in_child() -> None:

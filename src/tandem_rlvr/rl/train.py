@@ -82,7 +82,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
                      trainable=True)
     template = resolve_template(pair.tokenizer, cfg.template)
     for p in train[:256] + val:
-        n = len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, p.problem, template)))
+        n = len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, p.problem, template, cfg.instruction)))
         if n > cfg.max_prompt_tokens:
             raise TandemError(f"problem {p.benchmark}/{p.problem_id} has a {n}-token prompt, over max_prompt_tokens={cfg.max_prompt_tokens}")
     return Prepared(cfg, pair, train, val, template)
@@ -152,7 +152,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
     args = grpo_args(cfg, state.num_processes, on_cpu)
     tok = prep.pair.tokenizer
-    rows = [{"prompt": format_prompt(tok, p.problem, prep.template), "answer": p.answer, "problem_id": str(p.problem_id)}
+    rows = [{"prompt": format_prompt(tok, p.problem, prep.template, cfg.instruction), "answer": p.answer, "problem_id": str(p.problem_id)}
             for p in prep.train]
     ds = datasets.Dataset.from_list(rows)
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
@@ -165,7 +165,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     if state.is_main_process:
         write_json(out / "config.json", cfg.to_dict())
     runlog = RunLog(out, resume_step, print_fn)
-    val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template)) for p in prep.val]
+    val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template, cfg.instruction)) for p in prep.val]
     val_sched = make_schedule(cfg.rollout_schedule, tok, p=cfg.p, K=cfg.K, vocab_size=prep.pair.senior.config.vocab_size)
     validation = Validation(out, prep.val, val_prompts, prep.pair.junior, tok, val_sched, sampling, prep.pair.eos_ids,
                             cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog)
@@ -175,7 +175,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         trainer = TandemGRPOTrainer(
             model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
             processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
-            require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg")
+            require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg",
+            junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer)
     for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
         trainer.remove_callback(cb)
     validation.trainer = trainer

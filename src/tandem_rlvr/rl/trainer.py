@@ -2,13 +2,15 @@
 
 1. Fail-closed senior mask: with ``require_senior_mask`` every loss batch must carry the
    mask (TRL's ``tool_mask``, filled from our rollout's ``env_mask``) of the completion's
-   shape; TRL then multiplies it into the loss mask, so the clipped surrogate and the
-   token-mean ("dapo") aggregation see senior-written tokens only.
+   shape. The loss sees it as per-token weights (``losses.token_weights``: 1 senior, w =
+   ``junior_token_weight`` junior), which TRL multiplies into its loss mask; the token-mean
+   ("dapo") denominator is ``losses.loss_denominator`` over the generation batch (all response
+   tokens by default, as in the paper's verl gate; TRL alone would count senior tokens only).
 2. KL-Reg's reference is the junior (also when it is not the senior's initial checkpoint):
    TRL would build its reference from the policy's own path, so we construct the trainer
    with beta = 0 (no reference load) and then install the junior as ``ref_model``.
-3. Optional junior imitation (``lambda_jun``): + lambda * mean NLL of junior-written tokens
-   under the senior, reusing the log-probs TRL already computed for the surrogate.
+3. Optional junior imitation (``lambda_jun``, our extension, not in the paper): + lambda * mean
+   NLL of junior-written tokens under the senior, reusing the log-probs TRL already computed.
 
 Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backends,
 checkpointing and resume all stay TRL's / transformers'.
@@ -19,11 +21,13 @@ from __future__ import annotations
 from trl import GRPOTrainer
 
 from ..errors import TandemError
+from .losses import loss_denominator, token_weights
 
 
 class TandemGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, junior=None, require_senior_mask: bool = False, lambda_jun: float = 0.0,
-                 ref_is_junior: bool = False, **kwargs):
+                 ref_is_junior: bool = False, junior_token_weight: float = 0.0,
+                 loss_normalizer: str = "response_tokens", **kwargs):
         grpo_args = kwargs.get("args")
         beta = grpo_args.beta if grpo_args is not None else 0.0
         if ref_is_junior and beta > 0:
@@ -33,6 +37,8 @@ class TandemGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self.require_senior_mask = require_senior_mask
         self.lambda_jun = lambda_jun
+        self.junior_token_weight = junior_token_weight
+        self.loss_normalizer = loss_normalizer
         self._last_logps = None
         if ref_is_junior and beta > 0:
             grpo_args.beta = beta
@@ -60,6 +66,14 @@ class TandemGRPOTrainer(GRPOTrainer):
         self._last_logps = out[0]  # (B, T); inside _compute_loss this is the loss forward's
         return out
 
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        if out.get("tool_mask") is not None:  # the token-mean denominator of the whole generation batch
+            weights = token_weights(out["completion_mask"], out["tool_mask"], self.junior_token_weight)
+            local = loss_denominator(out["completion_mask"], weights, self.loss_normalizer)
+            out["num_items_in_batch"] = self.accelerator.gather(local.to(self.accelerator.device)).sum()
+        return out
+
     def _compute_loss(self, model, inputs):
         if self.require_senior_mask:
             mask = inputs.get("tool_mask")
@@ -68,7 +82,11 @@ class TandemGRPOTrainer(GRPOTrainer):
             if mask.shape != inputs["completion_ids"].shape:
                 raise TandemError(f"senior mask shape {tuple(mask.shape)} differs from completions "
                                   f"{tuple(inputs['completion_ids'].shape)}")
-        loss = super()._compute_loss(model, inputs)
+        weighted = inputs
+        if inputs.get("tool_mask") is not None and self.junior_token_weight:
+            weighted = {**inputs, "tool_mask": token_weights(inputs["completion_mask"], inputs["tool_mask"],
+                                                             self.junior_token_weight)}
+        loss = super()._compute_loss(model, weighted)
         if self.lambda_jun > 0:
             jmask = inputs["completion_mask"] * (1 - inputs["tool_mask"])  # (B, T) junior-written tokens
             nll = -(self._last_logps * jmask).sum() / jmask.sum().clamp(min=1)

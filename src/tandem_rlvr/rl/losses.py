@@ -1,0 +1,48 @@
+"""Per-token weights and the token-mean denominator of the Tandem GRPO loss (pure tensor functions).
+
+The clipped GRPO surrogate itself is TRL's (``GRPOTrainer._compute_loss``, ``loss_type="dapo"``:
+sum over tokens of weight x per-token loss, divided by one count for the whole generation
+batch). Tandem RLVR changes only the two inputs defined here:
+
+- ``token_weights``: the paper's gate. A senior-written token enters the objective at weight 1, a
+  junior-written one at the junior-token weight w (the paper's ``tandem_jr_tkn_weight``; 0 in
+  its runs, so junior tokens carry no gradient), padding at 0. w = 1 is vanilla GRPO on the
+  tandem rollout.
+- ``loss_denominator``: what the sum is divided by. ``response_tokens`` (the paper's verl
+  gate, our default): every response token of the batch, junior tokens included, so the gate
+  changes only the numerator. ``senior_tokens`` (TRL's ``dapo`` with ``env_mask``, our behaviour
+  before issue 10): only the tokens in the loss (senior tokens, plus w x junior tokens), which
+  scales the per-token gradient by about 1/senior share (about 2x at p = 0.5) relative to the
+  paper's. The difference matters under gradient clipping and for the learning rate.
+
+Shapes: B rows (prompts x G), T completion positions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import TandemError
+
+LOSS_NORMALIZERS = ("response_tokens", "senior_tokens")
+
+
+def token_weights(completion_mask: torch.Tensor, senior_mask: torch.Tensor, junior_token_weight: float) -> torch.Tensor:
+    """(B, T) float32 weight of each token in the clipped objective: 1 senior, w junior, 0 padding.
+
+    completion_mask: (B, T) 1 on response tokens; senior_mask: (B, T) 1 where the senior wrote the token.
+    """
+    senior = senior_mask.to(torch.float32)
+    return completion_mask.to(torch.float32) * (senior + junior_token_weight * (1.0 - senior))
+
+
+def loss_denominator(completion_mask: torch.Tensor, weights: torch.Tensor, normalizer: str) -> torch.Tensor:
+    """() float32 token count the summed loss is divided by (see module docstring).
+
+    completion_mask: (B, T); weights: (B, T) from ``token_weights``.
+    """
+    if normalizer == "response_tokens":
+        return completion_mask.to(torch.float32).sum()
+    if normalizer == "senior_tokens":
+        return weights.sum()
+    raise TandemError(f"unknown loss_normalizer {normalizer!r}; valid: {', '.join(LOSS_NORMALIZERS)}")
