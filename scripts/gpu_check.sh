@@ -8,6 +8,10 @@
 # 3. tandem bench decode on MODEL (default: the largest model directory found under
 #    $TANDEM_CACHE / ~/.cache/tandem-rlvr, else the tiny world), junior on cuda:1 when present
 # 4. a 2-step tandem training run of the tiny preset on the GPU
+# 5-7 (when vLLM is installed: pip install -e ".[vllm]"): the vLLM engine's tests (greedy token
+#    and authorship equality with the reference decoder at float32, teacher-forced log-probs,
+#    the battery on vLLM runs), `bench decode --engine vllm` on MODEL (self-paired), and a small
+#    handoff evaluation of MODEL on MATH-500 through vLLM
 # and prints one summary table. Exit status is non-zero if any step fails.
 # GPU_CHECK_CPU=1 rehearses the same steps on the CPU (small bench sizes), to check the script
 # itself on a machine without a GPU; its figures mean nothing.
@@ -15,8 +19,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 BENCH_EXTRA=()
+VLLM_EVAL=(--limit 20 --n 4 --max-tokens 1024)
 if [ "${GPU_CHECK_CPU:-0}" = 1 ]; then
   NGPU=0; SDEV=cpu; JDEV=cpu; BENCH_EXTRA=(--batch 4 --new-tokens 16 --repeats 1)
+  VLLM_EVAL=(--limit 2 --n 2 --max-tokens 32)
   echo "gpu_check: CPU rehearsal (GPU_CHECK_CPU=1): the steps run, the figures mean nothing"
 else
   NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
@@ -60,14 +66,30 @@ run bench_decode tandem bench decode --senior "$MODEL" --device "$SDEV" --junior
     "${BENCH_EXTRA[@]}" --json
 run train_2_steps tandem train --preset tiny --senior-device "$SDEV" --junior-device "$JDEV" --dtype float32 \
     --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train"
+CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps)
+if python -c "import vllm" >/dev/null 2>&1; then
+  run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py
+  run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
+  run vllm_eval_handoff tandem eval handoff --engine vllm --senior "$MODEL" --benchmarks math500 "${VLLM_EVAL[@]}" \
+      --out "$OUT/vllm_eval"
+  CHECKS+=(vllm_engine_tests vllm_bench_decode vllm_eval_handoff)
+else
+  echo "== vLLM not installed: the vLLM engine checks are skipped (pip install -e \".[vllm]\")"
+fi
 
 echo
 printf '%-18s %s\n' check status
-for k in reference_fp32 bf16_consistency bench_decode train_2_steps; do printf '%-18s %s\n' "$k" "${STATUS[$k]}"; done
+for k in "${CHECKS[@]}"; do printf '%-18s %s\n' "$k" "${STATUS[$k]}"; done
 grep -h '"tandem_over_solo"' "$OUT/bench_decode.log" >/dev/null 2>&1 && python - "$OUT/bench_decode.log" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 print(f"decode: solo {r['solo_tok_s']:.0f} tok/s, tandem {r['tandem_tok_s']:.0f} tok/s, tandem/solo {r['tandem_over_solo']:.3f} "
       f"(bound {r['bound']:.3f}), solo/generate() {r['solo_over_hf_generate']:.2f}")
+PY
+grep -h '"engine": "vllm"' "$OUT/vllm_bench_decode.log" >/dev/null 2>&1 && python - "$OUT/vllm_bench_decode.log" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"vLLM decode: solo {r['solo_tok_s']:.0f} tok/s, tandem {r['tandem_tok_s']:.0f} tok/s, tandem/solo "
+      f"{r['tandem_over_solo']:.3f} (bound with both output layers {r['bound']:.3f})")
 PY
 for k in "${!STATUS[@]}"; do [ "${STATUS[$k]}" = ok ] || exit 1; done
