@@ -130,9 +130,14 @@ def _series(rows: list[dict], keys: Sequence[str]) -> tuple[np.ndarray, np.ndarr
 
 
 def training_summary(rows: list[dict]) -> dict:
-    """Total wall-clock, and the best validation step with the wall-clock accumulated up to it."""
+    """Training steps, total wall-clock, and the best validation step with the wall-clock accumulated up to it.
+
+    Steps counts the steps with a training quantity: a validation-only row (the step-0 baseline
+    measurement) is not a step."""
     wall = _series(rows, TRAIN_KEYS["wall-clock per step (s)"])
-    out = {"steps": len({r.get("step", i) for i, r in enumerate(rows)}), "wall_s": float(wall[1].sum()) if wall else None}
+    train_keys = [k for t, keys in TRAIN_KEYS.items() if t != "validation accuracy" for k in keys]
+    steps = {r.get("step", i) for i, r in enumerate(rows) if any(isinstance(r.get(k), (int, float)) for k in train_keys)}
+    out = {"steps": len(steps), "wall_s": float(wall[1].sum()) if wall else None}
     val_key = next((k for r in rows for k in r if k.startswith(VAL_PREFIXES) and isinstance(r[k], (int, float))), None)
     if val_key:
         steps, vals = _series(rows, (val_key,))
@@ -177,7 +182,7 @@ CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}img{max-width:100%}
-.sample{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.85em;border:1px solid #ddd;
+.sample{white-space:pre-wrap;overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:0.85em;border:1px solid #ddd;
 padding:0.4em;margin:0.2em 0;max-height:24em;overflow:auto}
 .sen{background:#cfe8ff}.jun{background:#ffd9ec}
 .note{border-left:4px solid #e0a800;background:#fff8e1;padding:0.5em 0.8em;max-width:60em}
@@ -232,7 +237,7 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
     solo_end = max((i + 1 for i, t in enumerate(tables) if t.title.startswith("Solo")), default=0)
     notes_html = [f'<p class="note">{html.escape(n)}</p>' for n in notes]
     body = ["<h1>Tandem RLVR evaluation report</h1>", f"<p>Baseline for the t-tests: {html.escape(comp['baseline'])}. "
-            'Full model paths, sampling settings and commands: <a href="#provenance">Provenance</a>.</p>', *notes_html,
+            'Full model paths, sampling settings and commands: <a href="#provenance">Provenance</a>.</p>',
             "<h2>Figures</h2>"]
     body += [f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(b).decode()}"></figure>'
              for n, b in pngs.items()]
