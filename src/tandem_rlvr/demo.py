@@ -16,10 +16,14 @@ Two worlds (``--world``):
    where drift is the point) and, in the drift world, the junior alone: solo pass@k and
    paragraph round-robin handoff pass@k with the junior, on held-out test problems, and
    (drift world) the share of shorthand paragraphs in the solo responses.
-4. Write training curves side by side (``curves.png``), a summary table
-   (``summary.md``/``summary.json``), then run the rest of the battery (junior
-   legibility, drift against the junior's own samples, comparison tables with paired
-   t-tests against GRPO) and write the HTML report (``report/report.html``).
+4. Write training curves side by side (``curves.png``, in the report's per-method colours),
+   a summary table (``summary.md``/``summary.json``; in the drift world with a note, from
+   the world's slip rates and this run's numbers, on what the world builds in: the shorthand
+   is the more accurate style alone, so anchoring Tandem to the legible style costs solo
+   accuracy here, a cost the paper does not report), then run the rest of the battery
+   (junior legibility, drift against the junior's own samples, comparison tables with paired
+   t-tests against GRPO) and write the HTML report (``report/report.html``, the same note
+   beside its solo table).
 
 ``--quick`` runs a seconds-long version on a throwaway world (a smoke test of the wiring;
 its numbers mean nothing).
