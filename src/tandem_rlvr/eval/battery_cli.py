@@ -150,6 +150,7 @@ def register(sub, parser_class) -> None:
     _compare_flags(rp)
     rp.add_argument("--train-log", action="append", default=[], metavar="[NAME=]LOG",
                     help="training log jsonl (step, reward/mean, completions/mean_length, senior/token_share, wall/step_s)")
-    rp.add_argument("--samples-per-run", type=int, default=3, help="coloured sample solutions per senior (default 3)")
-    rp.add_argument("--out", required=True, help="output dir: report.html, figures/*.png")
+    rp.add_argument("--samples-per-run", type=int, default=3,
+                    help="problems shown in Sample solutions, every senior side by side (default 3)")
+    rp.add_argument("--out", required=True, help="output dir: report.html, figures/*.png, figures/styles.json")
     rp.set_defaults(fn=cmd_report)

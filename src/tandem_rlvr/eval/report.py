@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json
-from .compare import Table, comparison_tables, read_run, run_compare, split_named
+from .compare import Table, comparison_tables, run_compare, split_named
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
 from .report_samples import samples_html
@@ -136,8 +136,8 @@ def training_summary(rows: list[dict]) -> dict:
     measurement) is not a step."""
     wall = _series(rows, TRAIN_KEYS["wall-clock per step (s)"])
     train_keys = [k for t, keys in TRAIN_KEYS.items() if t != "validation accuracy" for k in keys]
-    steps = {r.get("step", i) for i, r in enumerate(rows) if any(isinstance(r.get(k), (int, float)) for k in train_keys)}
-    out = {"steps": len(steps), "wall_s": float(wall[1].sum()) if wall else None}
+    trained = {r.get("step", i) for i, r in enumerate(rows) if any(isinstance(r.get(k), (int, float)) for k in train_keys)}
+    out = {"steps": len(trained), "wall_s": float(wall[1].sum()) if wall else None}
     val_key = next((k for r in rows for k in r if k.startswith(VAL_PREFIXES) and isinstance(r[k], (int, float))), None)
     if val_key:
         steps, vals = _series(rows, (val_key,))
