@@ -192,10 +192,15 @@ def _write_summary(out: Path, summary: dict) -> None:
             line += f" {sh:.2f} |" if sh is not None else " - |"
         lines.append(line)
     from .models import model_name
+    from .runtime import invocation
 
     notes = "".join(f"\n{n}\n" for n in summary.get("notes", []))
-    text = (f"{summary.get('world_name', 'tiny')} world, junior {model_name(summary.get('junior'))} "
-            f"({summary.get('junior', '-')})\n\n" + "\n".join(lines) + "\n" + notes)
+    argv = invocation()["argv"]
+    cmd = " ".join([Path(argv[0]).name, *argv[1:]])
+    text = (f"{summary.get('world_name', 'tiny')} world, junior {model_name(summary.get('junior'))}\n\n"
+            + "\n".join(lines) + "\n" + notes
+            + f"\nProvenance: junior {summary.get('junior', '-')}, world {summary.get('world', '-')}, command `{cmd}`; "
+              "full model paths, sampling settings and commands per run in report/report.html.\n")
     with atomic_write(out / "summary.md") as f:
         f.write(text)
 
