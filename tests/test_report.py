@@ -288,6 +288,11 @@ def test_samples_show_the_same_problems_side_by_side_with_verdicts(report, runs)
     differing = {pid for pid in {k[2] for k in verdict}
                  if len({verdict[(kind, n, pid)] for kind in ("solo", "handoff") for n in ("grpo", "trl")}) > 1}
     assert len(differing) >= 3  # the fixture has enough problems where the methods differ
+    pattern = {pid: tuple(verdict[(kind, n, pid)] for kind in ("solo", "handoff") for n in ("grpo", "trl"))
+               for pid in differing}
+    shown = [key.split("/")[1] for key, _ in blocks]
+    assert len(set(pattern.values())) >= 3  # the fixture splits the methods in several ways ...
+    assert len({pattern[pid] for pid in shown if pid in pattern}) == 3  # ... and each shown problem in another
     for key, body in blocks:
         bench, pid = key.split("/")
         assert pid in differing, pid

@@ -7,9 +7,12 @@ shows that run's sample 0 of the problem with every word coloured by the model t
 problem's samples that are correct.
 
 Which problems: those where the methods differ. Over the problems every run has, problems
-whose sample-0 verdicts disagree across the cells come first, then by the spread (population
+whose sample-0 verdicts disagree across the cells rank first, then by the spread (population
 standard deviation) of the per-problem fraction correct across the cells; ties keep the
-benchmark order. ``choose_problems`` is a pure function of those numbers.
+benchmark order. From that ranking, one problem per distinct pattern of sample-0 verdicts is
+taken first (so the page shows different ways the methods split, e.g. GRPO right alone, then
+Tandem right on handoff), then the next ranked. ``choose_problems`` is a pure function of
+those numbers.
 """
 
 from __future__ import annotations
@@ -40,7 +43,15 @@ def choose_problems(cells: dict[Cell, EvalRun], n: int) -> list[tuple[str, str]]
         verdicts = {s[key] for s in first}
         return (-(len(verdicts) > 1), -float(np.std([f[key] for f in frac])), i)
 
-    return [k for _, k in sorted(enumerate(keys), key=rank)[:n]]
+    ranked = [k for _, k in sorted(enumerate(keys), key=rank)]
+    chosen, patterns = [], set()
+    for key in ranked:  # first pass: one problem per pattern of verdicts (who is right, who is wrong)
+        pattern = tuple(s[key] for s in first)
+        if len(chosen) < n and len(set(pattern)) > 1 and pattern not in patterns:
+            chosen.append(key)
+            patterns.add(pattern)
+    chosen += [k for k in ranked if k not in chosen][:n - len(chosen)]
+    return sorted(chosen, key=ranked.index)
 
 
 def samples_html(comp: dict, n_problems: int) -> str:
