@@ -6,10 +6,10 @@ shows that run's sample 0 of the problem with every word coloured by the model t
 (``decoding.render.author_segments``), marked correct or wrong, with the share of the
 problem's samples that are correct.
 
-Which problems: those where the methods differ. Over the problems every run has, problems
-whose sample-0 verdicts disagree across the cells rank first, then by the spread (population
-standard deviation) of the per-problem fraction correct across the cells; ties keep the
-benchmark order. From that ranking, one problem per distinct pattern of sample-0 verdicts is
+Which problems: those where the methods differ. Over the problems every run has, the ranking
+is by the number of rows (run kinds) in which the seniors' sample-0 verdicts disagree, then
+whether any two cells disagree at all, then the spread (population standard deviation) of the
+per-problem fraction correct across the cells; ties keep the benchmark order. From that ranking, one problem per distinct pattern of sample-0 verdicts is
 taken first (so the page shows different ways the methods split, e.g. GRPO right alone, then
 Tandem right on handoff), then the next ranked. ``choose_problems`` is a pure function of
 those numbers.
@@ -38,10 +38,12 @@ def choose_problems(cells: dict[Cell, EvalRun], n: int) -> list[tuple[str, str]]
              for run in runs]
     keys = [k for k in order if all(k in f for f in frac) and all(k in s for s in first)]
 
+    kinds = [kind for kind, _ in cells]
+
     def rank(i_key: tuple[int, tuple[str, str]]) -> tuple:
         i, key = i_key
-        verdicts = {s[key] for s in first}
-        return (-(len(verdicts) > 1), -float(np.std([f[key] for f in frac])), i)
+        split_rows = sum(len({s[key] for s, k in zip(first, kinds) if k == kind}) > 1 for kind in set(kinds))
+        return (-split_rows, -(len({s[key] for s in first}) > 1), -float(np.std([f[key] for f in frac])), i)
 
     ranked = [k for _, k in sorted(enumerate(keys), key=rank)]
     chosen, patterns = [], set()
