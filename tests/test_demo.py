@@ -1,6 +1,7 @@
 """`tandem demo --quick` runs the whole pipeline end to end and writes its outputs."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -32,6 +33,24 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
         for mode in ("solo", "handoff"):
             assert (out / "eval" / name / mode / "metrics.json").exists()
             assert (out / "eval" / name / mode / "samples.jsonl").read_text().count("\n") == 12
+    styles = json.loads((out / "report" / "figures" / "styles.json").read_text())
+    expected = {"base": "#7f7f7f", "grpo": "#ff7f0e", "tandem": "#2ca02c", "klreg": "#1f77b4"}  # docs/evaluation.md
+    drawn = {(fig, label, st["color"]) for fig, panels in styles.items() for lines in panels.values()
+             for label, st in lines.items()}
+    assert {f for f, _, _ in drawn} >= {"pass_at_k_solo.png", "training.png"}
+    assert all(color == expected[label] for _, label, color in drawn), drawn
+    for cell in re.findall(r"<t[dh]>(.*?)</t[dh]>", html):
+        assert str(tmp_path) not in cell, cell  # models by name in tables; full paths in the provenance section
+    assert str(tmp_path / "cache") in html[html.index('id="provenance"'):]
+    argv = ["demo", "--quick", "--out", str(out)] + (["--world", world] if world else [])
+    for rec in (json.loads((out / "eval" / "grpo" / "solo" / "sources.json").read_text()),
+                json.loads((out / "eval" / "grpo" / "legibility" / "legibility.json").read_text())["config"],
+                json.loads((out / "runs" / "tandem" / "summary.json").read_text())):
+        assert rec["argv"][1:] == argv  # the command that made each run, for the provenance section
+    assert "demo --quick --out" in html[html.index('id="provenance"'):]
+    if drift:  # the note on what the drift world builds in: its slip rates (docs/drift_world.md) beside the table
+        assert "slip 2% of the time, its word solutions 70%" in (out / "summary.md").read_text()
+        assert "slip 2% of the time, its word solutions 70%" in html
     tandem_log = [json.loads(x) for x in (out / "runs" / "tandem" / "log.jsonl").read_text().splitlines()]
     shares = [r["senior/token_share"] for r in tandem_log if "senior/token_share" in r]
     assert all(0.0 < s < 1.0 for s in shares)  # tandem rollouts really mix both authors
@@ -42,3 +61,23 @@ def test_demo_unknown_world_is_a_one_line_error(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "huge" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "d").exists()
+
+
+def _results(grpo, tandem, base):
+    cell = lambda p: {"solo": {"pass@1": {"mean": p, "se": 0.01}}}  # noqa: E731
+    return {"base": cell(base), "grpo": {**cell(grpo), "shorthand_share": 0.9},
+            "tandem": {**cell(tandem), "shorthand_share": 0.1}}
+
+
+def test_drift_note_states_the_world_slip_rates_and_the_run_numbers():
+    from tandem_rlvr.demo import drift_note
+
+    world = {"slip_prob": 0.7, "shorthand_slip_prob": 0.02}
+    note = drift_note(world, _results(0.262, 0.154, 0.249))
+    for s in ("slip 2% of the time", "word solutions 70%", "GRPO 0.262", "Tandem 0.154", "base 0.249",
+              "shorthand share 0.90 vs 0.10", "costs solo accuracy", "paper reports no such cost"):
+        assert s in note, s
+    assert note.count(". ") <= 2  # two plain sentences
+    even = drift_note({"slip_prob": 0.5, "shorthand_slip_prob": 0.1}, _results(0.2, 0.25, 0.2))
+    assert "slip 10% of the time, its word solutions 50%" in even and "did not cost solo accuracy" in even
+    assert "costs solo accuracy" not in even

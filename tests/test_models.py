@@ -298,3 +298,23 @@ def test_smol_blank_line_of_two_newline_tokens_is_a_paragraph_break():
         sched.advance(st, torch.tensor([i]), t)
     flips = sum(a != b for a, b in zip(authors, authors[1:]))
     assert flips == 2  # two blank lines (the second one three newlines long), one line break that is not
+
+
+def test_model_name_is_short_and_never_a_full_path(tmp_path):
+    from tandem_rlvr.models import model_name
+    from tandem_rlvr.world.build import WorldConfig
+
+    assert model_name("tiny-drift-junior") == "tiny-drift-junior"
+    assert model_name("Qwen/Qwen3-4B-Instruct-2507") == "Qwen/Qwen3-4B-Instruct-2507"
+    assert model_name(None) == "-"
+    for sub, name in (("runs/grpo/final", "grpo/final"), ("runs/grpo/checkpoint-60", "grpo/checkpoint-60"),
+                      ("models/my-senior", "my-senior")):
+        (tmp_path / sub).mkdir(parents=True)
+        assert model_name(str(tmp_path / sub)) == name
+    for key, world in ((WorldConfig.drift().key(), "tiny-drift"), ("abc123", "world-abc123")):
+        root = tmp_path / "worlds" / key
+        for part in ("senior", "junior"):
+            (root / part).mkdir(parents=True)
+        (root / "world.json").write_text(json.dumps({"key": key}))
+        assert model_name(str(root / "junior")) == f"{world}-junior"
+        assert model_name(str(root / "senior")) == world

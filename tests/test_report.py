@@ -1,7 +1,9 @@
 """tandem compare and tandem report on synthetic run directories: the tables' numbers and t-tests
 against scipy on the same arrays, bad input, and the HTML report rendered in headless Chromium."""
 
+import html
 import json
+import re
 import shutil
 import subprocess
 
@@ -36,14 +38,14 @@ def write_sampling_run(d, acc, tok, senior, rng, schedule="senior", n=4, problem
     return rows
 
 
-def write_legibility(d, ce_by_problem):
+def write_legibility(d, ce_by_problem, junior="jr"):
     per_problem = [{"benchmark": b, "problem_id": f"{b}-{p}", "ce": ce, "alpha": 1 / (1 + ce), "samples": 4, "tokens": 48}
                    for b in BENCHES for p, ce in enumerate(ce_by_problem)]
     d.mkdir(parents=True)
     (d / "per_problem.jsonl").write_text("".join(json.dumps(r) + "\n" for r in per_problem))
     summary = {s: mean_se_summary({b: [r[s] for r in per_problem if r["benchmark"] == b] for b in BENCHES}, n_boot=100)
                for s in ("ce", "alpha")}
-    (d / "legibility.json").write_text(json.dumps({"summary": summary, "samples": 40, "config": {"junior": "jr"}}))
+    (d / "legibility.json").write_text(json.dumps({"summary": summary, "samples": 40, "config": {"junior": junior}}))
     return per_problem
 
 
@@ -61,7 +63,7 @@ def runs(tmp_path_factory, tok, pair):
         data[name] = {"solo": write_sampling_run(root / name / "solo", solo_acc, tok, str(root / "model"), rng),
                       "handoff": write_sampling_run(root / name / "handoff", hand_acc, tok, str(root / "model"), rng,
                                                     schedule="paragraph-roundrobin"),
-                      "legibility": write_legibility(root / name / "legibility", ce)}
+                      "legibility": write_legibility(root / name / "legibility", ce, junior=str(root / "model"))}
     return root, data
 
 
@@ -147,11 +149,15 @@ def test_training_log_keys_are_optional(tmp_path):
 def report(runs, tmp_path_factory):
     root, _ = runs
     out = tmp_path_factory.mktemp("report")
-    log = out / "log.jsonl"
-    log.write_text("".join(json.dumps({"step": s, "reward/mean": s / 20, "completions/mean_length": 50 - s,
-                                       "senior/token_share": 0.5, "wall/step_s": 1.5}) + "\n" for s in range(1, 21)))
+    logs = []
+    for name, share in (("grpo", 1.0), ("trl", 0.5)):
+        log = out / name / "log.jsonl"
+        log.parent.mkdir()
+        log.write_text("".join(json.dumps({"step": s, "reward/mean": s / 20, "completions/mean_length": 50 - s,
+                                           "senior/token_share": share, "wall/step_s": 1.5}) + "\n" for s in range(1, 21)))
+        logs += ["--train-log", f"{name}={log}"]
     assert main(["compare", str(root / "grpo"), str(root / "trl"), "--out", str(out / "cmp"), "--n-boot", "200"]) == 0
-    assert main(["report", "--compare", str(out / "cmp"), "--train-log", f"grpo={log}", "--out", str(out / "rep")]) == 0
+    assert main(["report", "--compare", str(out / "cmp"), *logs, "--out", str(out / "rep")]) == 0
     return out / "rep"
 
 
@@ -159,23 +165,150 @@ def test_report_html_has_figures_tables_and_coloured_samples(report):
     page = (report / "report.html").read_text()
     assert page.count("<table>") >= 6 and page.count('src="data:image/png;base64,') == 3
     assert {p.name for p in (report / "figures").iterdir()} == {"pass_at_k_solo.png", "pass_at_k_handoff_handoff.png",
-                                                                 "training.png"}
+                                                                 "training.png", "styles.json"}
     samples = page[page.index("Sample solutions"):]
     assert samples.count('<span class="sen">') > 6 and samples.count('<span class="jun">') > 6
 
 
-def test_report_renders_in_headless_chromium(report, tmp_path):
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1200,2000"]
+# Injected into a copy of the page: the rendered box of every sample cell, for --dump-dom to print.
+LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
+  const out = [...document.querySelectorAll('.cell')].map(c => {const r = c.getBoundingClientRect();
+    return [c.closest('.problem-block').dataset.problem, c.dataset.kind, c.dataset.senior, r.left, r.top, r.width];});
+  const pre = document.createElement('pre'); pre.id = 'layout'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);});</script>"""
+
+
+def _chromium():
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    return exe
+
+
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    exe = _chromium()
     from matplotlib.image import imread
 
     shot = tmp_path / "shot.png"
-    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-                    f"--screenshot={shot}", "--window-size=1200,2000", (report / "report.html").resolve().as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+                    (report / "report.html").resolve().as_uri()], capture_output=True, timeout=120, check=True)
     img = imread(shot)[..., :3]  # (H, W, 3) floats in [0, 1]
     assert img.shape[:2] == (2000, 1200)
     non_white = (img < 0.9).any(-1).mean()
     assert 0.02 < non_white < 0.9 and img.std() > 0.05
+
+
+def test_rendered_samples_sit_side_by_side_and_rendered_tables_hold_no_paths(report, runs, tmp_path):
+    exe = _chromium()
+    root, _ = runs
+    page = (report / "report.html").read_text().replace("</body>", LAYOUT_PROBE + "</body>")
+    probe = tmp_path / "probe.html"
+    probe.write_text(page)
+    dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          probe.resolve().as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+    cells = json.loads(html.unescape(re.search(r'<pre id="layout">(.*?)</pre>', dom, re.S).group(1)))
+    assert len(cells) == 3 * 4  # 3 problems x (solo, handoff) x (grpo, trl)
+    rows: dict[tuple[str, str], list] = {}
+    for problem, kind, senior, left, top, width in cells:
+        rows.setdefault((problem, kind), []).append((senior, left, top, width))
+    for (problem, kind), row in rows.items():
+        assert [r[0] for r in row] == ["grpo", "trl"]
+        assert row[1][1] > row[0][1] + row[0][3] - 1  # the second senior's cell starts right of the first's
+        assert abs(row[0][2] - row[1][2]) < 1 and min(r[3] for r in row) > 200  # one row, readable widths
+    for problem in {p for p, _ in rows}:
+        assert rows[(problem, "handoff")][0][2] > rows[(problem, "solo")][0][2]  # handoff row below the solo row
+    for text in re.findall(r"<t[dh]>(.*?)</t[dh]>", dom):
+        assert str(root) not in text and not ABS_PATH.search(text), text
+
+
+def test_training_steps_leave_out_the_step0_validation_row(tmp_path):
+    log = tmp_path / "log.jsonl"
+    rows = [{"step": 0, "val/accuracy": 0.2}] + [{"step": s, "reward/mean": 0.1, "val/accuracy": 0.3} for s in (1, 2, 3)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert training_summary(read_train_log(log))["steps"] == 3  # 3 training steps, not 4 distinct step values
+
+
+# The documented mapping (docs/evaluation.md, "Figures"): matplotlib's tab10 colours.
+EXPECTED_STYLE = {"tandem": ("#2ca02c", "-"), "trl": ("#2ca02c", "-"), "grpo": ("#ff7f0e", "--"),
+                  "klreg": ("#1f77b4", "-."), "base": ("#7f7f7f", ":"), "junior": ("#9467bd", ":")}
+
+
+def test_every_method_has_one_colour_and_line_style_in_every_report_figure(report):
+    styles = json.loads((report / "figures" / "styles.json").read_text())
+    assert set(styles) == {"pass_at_k_solo.png", "pass_at_k_handoff_handoff.png", "training.png"}
+    seen = set()
+    for fig, panels in styles.items():
+        assert panels, fig
+        for panel, lines in panels.items():
+            assert set(lines) == {"grpo", "trl"}, (fig, panel)
+            for label, st in lines.items():
+                assert (st["color"], st["linestyle"]) == EXPECTED_STYLE[label], (fig, panel, label)
+                seen.add(label)
+    assert seen == {"grpo", "trl"}
+
+
+def test_drift_and_training_figures_draw_each_method_in_its_colour():
+    from matplotlib.colors import to_hex
+
+    from tandem_rlvr.eval.report import recovery_figure, survival_figure
+
+    names = ["base", "grpo", "tandem", "klreg", "junior"]
+    grid = np.linspace(0, 2, 5).tolist()
+    surv = survival_figure({"survival": {"grid": grid, "frequent_tokens": 9,
+                                         "curves": {n: [1.0, 0.5, 0.3, 0.2, 0.1] for n in names}}})
+    train = training_figure({n: [{"step": s, "reward/mean": s / 10} for s in range(1, 4)] for n in names})
+    for fig in (surv, train):
+        drawn = {ln.get_label(): (to_hex(ln.get_color()), ln.get_linestyle()) for ax in fig.axes for ln in ax.get_lines()}
+        assert drawn == {n: EXPECTED_STYLE[n] for n in names}
+    assert len({EXPECTED_STYLE[n][0] for n in names}) == len(names)  # five methods, five colours
+    rec = recovery_figure({"ref_drift": [1.0, 2.0], "cand_shift": [-0.5, 0.1], "top_n": 2, "reference": "grpo",
+                           "candidate": "tandem", "share_moved_back": 0.5, "spearman": {"rho": None, "p": None}})
+    (dots,) = rec.axes[0].collections
+    assert to_hex(dots.get_facecolor()[0]) == EXPECTED_STYLE["tandem"][0]
+
+
+ABS_PATH = re.compile(r"(^|[\s(=:,])(/|~/)[\w.-]+/")
+
+
+def test_report_tables_name_models_briefly_and_provenance_has_the_full_paths(report, runs):
+    root, _ = runs
+    page = (report / "report.html").read_text()
+    cells = re.findall(r"<t[dh]>(.*?)</t[dh]>", page)
+    titles = re.findall(r"<h3>(.*?)</h3>\n<table>", page)
+    assert cells and titles
+    for text in cells + titles:
+        assert str(root) not in text and not ABS_PATH.search(text), text
+    legibility = page[page.index("Junior legibility"):]
+    legibility = legibility[:legibility.index("</table>")]
+    assert legibility.count("<td>model</td>") == 2  # the junior directory's base name, once per senior
+    provenance = page[page.index('id="provenance"'):]
+    assert provenance.count(str(root / "model")) >= 4  # senior of each run, junior of handoff and legibility runs
+    assert "Sampling, every run:" in provenance and "command" in provenance
+
+
+def test_samples_show_the_same_problems_side_by_side_with_verdicts(report, runs):
+    _, data = runs
+    page = (report / "report.html").read_text()
+    section = page[page.index('id="samples"'):page.index('id="provenance"')]
+    blocks = re.findall(r'data-problem="([^"]+)"(.*?)(?=data-problem=|$)', section, re.S)
+    assert len(blocks) == 3
+    verdict = {(kind, name, r["problem_id"]): r["correct"] for name in ("grpo", "trl") for kind in ("solo", "handoff")
+               for r in data[name][kind] if r["sample_idx"] == 0}
+    differing = {pid for pid in {k[2] for k in verdict}
+                 if len({verdict[(kind, n, pid)] for kind in ("solo", "handoff") for n in ("grpo", "trl")}) > 1}
+    assert len(differing) >= 3  # the fixture has enough problems where the methods differ
+    pattern = {pid: tuple(verdict[(kind, n, pid)] for kind in ("solo", "handoff") for n in ("grpo", "trl"))
+               for pid in differing}
+    shown = [key.split("/")[1] for key, _ in blocks]
+    assert len(set(pattern.values())) >= 3  # the fixture splits the methods in several ways ...
+    assert len({pattern[pid] for pid in shown if pid in pattern}) == 3  # ... and each shown problem in another
+    for key, body in blocks:
+        bench, pid = key.split("/")
+        assert pid in differing, pid
+        cells = re.findall(r'class="cell (ok|bad)" data-senior="(\w+)" data-kind="(\w+)" data-correct="(\w+)"', body)
+        assert [(c[2], c[1]) for c in cells] == [("solo", "grpo"), ("solo", "trl"), ("handoff", "grpo"), ("handoff", "trl")]
+        for mark, senior, kind, correct in cells:
+            assert correct == str(verdict[(kind, senior, pid)]).lower()
+            assert mark == ("ok" if verdict[(kind, senior, pid)] else "bad")

@@ -16,10 +16,14 @@ Two worlds (``--world``):
    where drift is the point) and, in the drift world, the junior alone: solo pass@k and
    paragraph round-robin handoff pass@k with the junior, on held-out test problems, and
    (drift world) the share of shorthand paragraphs in the solo responses.
-4. Write training curves side by side (``curves.png``), a summary table
-   (``summary.md``/``summary.json``), then run the rest of the battery (junior
-   legibility, drift against the junior's own samples, comparison tables with paired
-   t-tests against GRPO) and write the HTML report (``report/report.html``).
+4. Write training curves side by side (``curves.png``, in the report's per-method colours),
+   a summary table (``summary.md``/``summary.json``; in the drift world with a note, from
+   the world's slip rates and this run's numbers, on what the world builds in: the shorthand
+   is the more accurate style alone, so anchoring Tandem to the legible style costs solo
+   accuracy here, a cost the paper does not report), then run the rest of the battery
+   (junior legibility, drift against the junior's own samples, comparison tables with paired
+   t-tests against GRPO) and write the HTML report (``report/report.html``, the same note
+   beside its solo table).
 
 ``--quick`` runs a seconds-long version on a throwaway world (a smoke test of the wiring;
 its numbers mean nothing).
@@ -65,32 +69,40 @@ def _world_config(world: str, quick: bool):
 
 
 def plot_curves(runs: dict[str, Path], out: Path) -> Path:
-    """Reward, validation accuracy, senior share and KL to the junior per step, one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Reward, response length, senior share, validation accuracy, KL to the junior and
+    wall-clock per step, one line per method in the report's colours (``report.training_figure``)."""
+    from .eval.report import training_figure
     from .rl.callbacks import read_log
 
-    panels = [("reward/mean", "training reward"), ("val/accuracy", "validation accuracy"),
-              ("senior/token_share", "senior token share"), ("kl/junior", "KL(senior || junior)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
-    for method, run in runs.items():
-        rows = read_log(run / "log.jsonl")
-        for ax, (key, title) in zip(axes, panels):
-            pts = [(r["step"], r[key]) for r in rows if key in r]
-            if pts:
-                ax.plot(*zip(*pts), label=method, marker="." if key == "val/accuracy" else None)
-            ax.set_title(title)
-            ax.set_xlabel("step")
-    axes[0].legend()
-    fig.tight_layout()
+    fig = training_figure({method: read_log(run / "log.jsonl") for method, run in runs.items()})
     path = out / "curves.png"
     with atomic_write(path, "wb") as f:
         fig.savefig(f, format="png", dpi=110)
-    plt.close(fig)
     return path
+
+
+def drift_note(world_config: dict, results: dict) -> str:
+    """Two plain sentences on what the drift world builds in, from the world's slip rates and
+    this run's solo pass@1 and shorthand shares (shown beside the solo table)."""
+    word, short = world_config["slip_prob"], world_config["shorthand_slip_prob"]
+    p1 = {n: r["solo"]["pass@1"]["mean"] for n, r in results.items() if "pass@1" in r.get("solo", {})}
+    sh = {n: r.get("shorthand_share") for n, r in results.items()}
+    first = (f"In this drift world the compact shorthand is the more accurate style for the senior alone, by "
+             f"construction: the base model's shorthand training solutions slip {short:.0%} of the time, its word "
+             f"solutions {word:.0%}.")
+    if not {"grpo", "tandem"} <= set(p1):
+        return first
+    shares = (f" (shorthand share {sh['grpo']:.2f} vs {sh['tandem']:.2f})"
+              if sh.get("grpo") is not None and sh.get("tandem") is not None else "")
+    base = f", base {p1['base']:.3f}" if "base" in p1 else ""
+    nums = f"solo pass@1 GRPO {p1['grpo']:.3f}, Tandem {p1['tandem']:.3f}{base}"
+    if p1["tandem"] < p1["grpo"]:
+        second = (f" So GRPO's drift toward it{shares} buys solo accuracy, and anchoring Tandem RLVR to the legible "
+                  f"style costs solo accuracy here ({nums}); the paper reports no such cost, because there GRPO's "
+                  f"drift did not buy accuracy.")
+    else:
+        second = (f" Here anchoring Tandem RLVR to the legible style{shares} did not cost solo accuracy ({nums}).")
+    return first + second
 
 
 def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, world: str = "tiny-drift") -> dict:
@@ -144,9 +156,11 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     summary = {"wall_s": time.perf_counter() - t0, "quick": quick, "world_name": world, "world": str(built.root),
                "junior": junior, "checkpoint": ckpt, "world_accuracy": built.meta.get("accuracy"),
                "curves": str(curves), "results": results}
+    notes = [drift_note(built.meta["config"], results)] if drift else []
+    summary["notes"] = notes
     _write_summary(out, summary)
     drift_ref = out / "eval" / "junior" / "solo" if drift else None
-    summary["report"] = str(run_battery(out, list(seniors), runs, junior=junior, junior_samples=drift_ref))
+    summary["report"] = str(run_battery(out, list(seniors), runs, junior=junior, junior_samples=drift_ref, notes=notes))
     summary["wall_s"] = time.perf_counter() - t0
     write_json(out / "summary.json", summary)
     print_fn((out / "summary.md").read_text(encoding="utf-8"))
@@ -177,13 +191,22 @@ def _write_summary(out: Path, summary: dict) -> None:
             sh = r.get("shorthand_share")
             line += f" {sh:.2f} |" if sh is not None else " - |"
         lines.append(line)
-    text = f"{summary.get('world_name', 'tiny')} world, junior {summary.get('junior', '-')}\n\n" + "\n".join(lines) + "\n"
+    from .models import model_name
+    from .runtime import invocation
+
+    notes = "".join(f"\n{n}\n" for n in summary.get("notes", []))
+    argv = invocation()["argv"]
+    cmd = " ".join([Path(argv[0]).name, *argv[1:]])
+    text = (f"{summary.get('world_name', 'tiny')} world, junior {model_name(summary.get('junior'))}\n\n"
+            + "\n".join(lines) + "\n" + notes
+            + f"\nProvenance: junior {summary.get('junior', '-')}, world {summary.get('world', '-')}, command `{cmd}`; "
+              "full model paths, sampling settings and commands per run in report/report.html.\n")
     with atomic_write(out / "summary.md") as f:
         f.write(text)
 
 
 def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior: str, split: str = "test",
-                junior_samples: Path | None = None) -> Path:
+                junior_samples: Path | None = None, notes: list[str] = ()) -> Path:
     """Legibility, drift, comparison tables and the HTML report over the demo's eval dirs.
 
     Drift compares each senior with ``junior_samples`` (a solo eval dir of the junior; default
@@ -203,4 +226,4 @@ def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior: str,
     run_compare([f"{n}={ev / n}" for n in names], out / "compare", drift=str(ev / "drift"),
                 baseline="grpo" if "grpo" in names else None)
     return run_report(out / "report", compare_dir=str(out / "compare"),
-                      train_logs=[f"{m}={r / 'log.jsonl'}" for m, r in runs.items()])
+                      train_logs=[f"{m}={r / 'log.jsonl'}" for m, r in runs.items()], notes=notes)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -130,6 +131,41 @@ def resolve_model_path(spec: str) -> str:
     if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
         raise TandemError(f"model not found: {spec} (not a directory, a .gguf file or a hub id owner/name)")
     return spec
+
+
+GENERIC_DIRS = ("final", "best", "senior", "junior")
+
+
+def model_name(spec: str | None) -> str:
+    """A short, readable name of a model spec for tables and legends (never a full path).
+
+    A built-in name or a hub id stays as is; a tiny-world model directory becomes its world's
+    name ("tiny-drift", "tiny-drift-junior"; an unnamed world "world-<key>[-junior]"); any other
+    directory its base name, with the parent's in front when the base name alone says nothing
+    ("grpo/final", "run/checkpoint-60"). The full spec belongs in a provenance section.
+    """
+    if not spec:
+        return "-"
+    p = Path(spec).expanduser()
+    if spec in NAMED_MODELS or not (spec.startswith((".", "/", "~")) or p.exists()):
+        return spec
+    world = p.parent / "world.json"
+    if p.name in ("senior", "junior") and world.is_file():
+        from .world.build import NAMED_WORLDS
+
+        key = _json_key(world)
+        name = next((n for n, make in NAMED_WORLDS.items() if make().key() == key), f"world-{key}")
+        return name if p.name == "senior" else f"{name}-junior"
+    if p.name in GENERIC_DIRS or p.name.startswith("checkpoint-"):
+        return f"{p.parent.name}/{p.name}"
+    return p.name
+
+
+def _json_key(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8")).get("key"))
+    except (OSError, ValueError):
+        return "?"
 
 
 def _from_pretrained(loader, spec: str, **kw):

@@ -31,3 +31,12 @@ def configure_cpu_threads() -> int:
     n = pick_threads()
     torch.set_num_threads(n)
     return n
+
+
+def invocation() -> dict:
+    """The command line that is making a result and its working directory, for provenance:
+    ``{"argv": sys.argv, "cwd": ...}``, recorded in every run directory (sources.json,
+    legibility.json, drift.json, a training run's summary.json) and shown by ``tandem report``."""
+    import sys
+
+    return {"argv": list(sys.argv), "cwd": os.getcwd()}

@@ -3,7 +3,7 @@
 - ``tandem eval legibility --samples RUN_DIR --junior M [--senior M] --out DIR``
 - ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
 - ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
-- ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] --out DIR``
+- ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] [--note TEXT] --out DIR``
 
 Thin, like ``cli.py``: parse, call ``eval.legibility/drift/compare/report``, print.
 """
@@ -98,7 +98,7 @@ def cmd_compare(a) -> None:
 def cmd_report(a) -> None:
     from .report import run_report
 
-    path = run_report(a.out, a.compare, a.runs, a.train_log, a.samples_per_run, **_compare_kw(a))
+    path = run_report(a.out, a.compare, a.runs, a.train_log, a.samples_per_run, a.note, **_compare_kw(a))
     print(f"report: {path}")
 
 
@@ -150,6 +150,9 @@ def register(sub, parser_class) -> None:
     _compare_flags(rp)
     rp.add_argument("--train-log", action="append", default=[], metavar="[NAME=]LOG",
                     help="training log jsonl (step, reward/mean, completions/mean_length, senior/token_share, wall/step_s)")
-    rp.add_argument("--samples-per-run", type=int, default=3, help="coloured sample solutions per senior (default 3)")
-    rp.add_argument("--out", required=True, help="output dir: report.html, figures/*.png")
+    rp.add_argument("--samples-per-run", type=int, default=3,
+                    help="problems shown in Sample solutions, every senior side by side (default 3)")
+    rp.add_argument("--note", action="append", default=[], metavar="TEXT",
+                    help="a paragraph shown beside the solo table (repeatable), e.g. what a world builds in")
+    rp.add_argument("--out", required=True, help="output dir: report.html, figures/*.png, figures/styles.json")
     rp.set_defaults(fn=cmd_report)

@@ -364,16 +364,19 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
 
 
 def comparison_tables(comp: dict) -> list[Table]:
-    """All tables of a comparison, in the paper's order."""
+    """All tables of a comparison, in the paper's order. Models appear by ``models.model_name``
+    (never a full path; the report's provenance section has those)."""
+    from ..models import model_name
+
     tables = _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
     for lb, metrics in comp["handoff"].items():
         cfg = next(iter(metrics.values()))["config"]
         label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
-        tables += _pass_tables(f"{label} (junior {cfg['models'].get('junior')}, "
+        tables += _pass_tables(f"{label} (junior {model_name(cfg['models'].get('junior'))}, "
                                f"{(cfg['schedule'] or {}).get('name')})", metrics)
     if comp["legibility"]:
         tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
-                            [[n, str(x["junior"]), _pm(x["summary"]["ce"]["macro"]), _pm(x["summary"]["alpha"]["macro"]),
+                            [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]), _pm(x["summary"]["alpha"]["macro"]),
                               str(x["samples"])] for n, x in comp["legibility"].items()]))
     if comp["drift"]:
         tables += drift_tables(comp["drift"])

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import TandemError
 from ..io import atomic_write, write_json
+from ..runtime import invocation
 from .compare import EvalRun, check_same_benchmarks, drift_tables, read_run, split_named, to_markdown
 from .legibility import check_tokenizer
 from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
@@ -138,7 +139,8 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
     result = drift_statistics(counts, JUNIOR, reference, candidate, smoothing, min_count, top_n, table_rows, token_str)
     result["config"] = {"junior_samples": str(runs[JUNIOR].path), "seniors": {n: str(d) for n, d in dirs.items()},
                         "smoothing": smoothing, "min_count": min_count, "top_n": top_n, "vocab_size": V,
-                        "tokenizer": runs[JUNIOR].config["models"]["senior"] if tok is not None else None}
+                        "tokenizer": runs[JUNIOR].config["models"]["senior"] if tok is not None else None,
+                        **invocation()}
     _write(Path(out), result, counts)
     return result
 

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from ..errors import TandemError
-from ..io import atomic_write, read_json, write_json
+from ..io import atomic_write, read_json, read_jsonl, write_json
+from ..runtime import invocation
 from ..progress import progress_bar
 from .compare import EvalRun, read_run
 from .metrics import mean_se_summary
@@ -103,19 +104,14 @@ def score_sequences(senior, junior, prompts: Sequence[Sequence[int]], responses:
 # --------------------------------------------------------------------------- run-level
 def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, split: str | None) -> list[list[int]]:
     """Prompt ids of every row, re-made from config.json's template and the benchmark problems."""
-    from ..data.benchmarks import load_benchmarks
     from ..prompting import encode_prompt, format_prompt
+    from .sampler import run_problems
 
     template = run.config.get("template")
     instruction = run.config.get("instruction", "reason-step")  # runs from before it was recorded used that
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
-    sources = run.path / "sources.json"  # written by `tandem eval`: file benchmarks as paths
-    recorded = read_json(sources) if sources.is_file() else {}
-    specs = list(benchmarks or recorded.get("benchmarks") or run.config.get("benchmarks") or [])
-    if split is None:
-        split = recorded.get("split")
-    problems = {(p.benchmark, str(p.problem_id)): p for ps in load_benchmarks(specs, split=split).values() for p in ps}
+    specs, problems = run_problems(run.path, run.config, benchmarks, split)
     cache: dict[tuple[str, str], list[int]] = {}
     out = []
     for i, r in enumerate(run.rows):
@@ -177,7 +173,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     n_tokens = int(scores["tokens"].sum())
     result = {"summary": summary, "samples": len(per_sample), "scored_tokens": n_tokens,
               "config": {"samples": str(run.path), "senior": senior, "junior": junior, "template": run.config.get("template"),
-                         "benchmarks": sorted(by_bench), "run_config": run.config},
+                         "benchmarks": sorted(by_bench), "run_config": run.config, **invocation()},
               "timing": {"seconds": round(seconds, 3), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1),
                          "device": str(next(pair.senior.parameters()).device), "batch_tokens": batch_tokens}}
     out = Path(out)
@@ -209,8 +205,6 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def read_legibility(path: str | os.PathLike) -> tuple[dict, dict[tuple[str, str], dict]]:
     """legibility.json's content and {(benchmark, problem_id): per-problem row} of a legibility dir."""
-    from ..io import read_json, read_jsonl
-
     path = Path(path)
     result = read_json(path / "legibility.json", f"{path}: not a legibility directory (no legibility.json)")
     rows = read_jsonl(path / "per_problem.jsonl") if (path / "per_problem.jsonl").is_file() else []

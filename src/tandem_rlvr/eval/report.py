@@ -2,18 +2,23 @@
 
 What: ``tandem report --compare DIR --out OUT`` (or ``tandem report RUN... --out OUT``, read
 like ``tandem compare``) writes OUT/report.html, one file with every figure embedded as a
-base64 PNG (the same PNGs also go to OUT/figures/), containing:
+base64 PNG (the same PNGs also go to OUT/figures/, with ``styles.json``: every figure's line
+colours and styles read back from the drawn artists), containing:
 
 - pass@k curves per benchmark and macro: solo (paper Figure 2) and per handoff set-up (Figure 3);
 - drift survival curves and the top-500 recovery scatter (Figure 4), if drift was compared;
 - training dynamics (Figure 5) from ``--train-log [NAME=]log.jsonl`` files: reward, response
-  length, senior token share, wall-clock per step and accumulated, and the accumulated
-  wall-clock to the best validation step; whichever of these keys a log has;
-- every table of ``tandem compare``;
-- sample solutions with every word coloured by the model that wrote it (samples.jsonl
-  token_ids + senior_mask, decoded with the run's tokenizer by ``author_segments``).
+  length, senior token share, validation accuracy, KL to the junior, wall-clock per step and
+  accumulated, and the accumulated wall-clock to the best validation step; whichever of these
+  keys a log has;
+- every table of ``tandem compare`` (models by short name, ``models.model_name``), with the
+  caller's notes beside the solo table;
+- sample solutions: the same problems for every senior side by side, solo and handoff, words
+  coloured by author and answers marked (``report_samples``);
+- provenance: full model paths, sampling settings and command lines (``provenance``).
 
-Figures are drawn on ``matplotlib.figure.Figure`` directly (no pyplot, no display backend).
+Every method has one colour and line style in every figure (``palette``). Figures are drawn on
+``matplotlib.figure.Figure`` directly (no pyplot, no display backend).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-import logging
+import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -31,15 +36,18 @@ from matplotlib.figure import Figure
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json
-from .compare import Table, comparison_tables, read_run, run_compare, split_named
-
-log = logging.getLogger("tandem_rlvr")
+from .compare import Table, comparison_tables, run_compare, split_named
+from .palette import drawn_styles, line_style
+from .provenance import provenance_html
+from .report_samples import samples_html
 
 # Lenient training-log keys: the first present of each list is plotted.
 TRAIN_KEYS = {"reward": ("reward/mean", "reward", "train/reward"),
               "response length (tokens)": ("response/mean_length", "completions/mean_length", "completion_length",
                                            "response_length/mean"),
               "senior token share": ("senior/token_share", "senior_share"),
+              "validation accuracy": ("val/accuracy",),
+              "KL(senior || junior)": ("kl/junior",),
               "wall-clock per step (s)": ("wall/step_s", "step_time", "time/step_s")}
 VAL_PREFIXES = ("val/", "eval/", "validation/")
 
@@ -54,7 +62,7 @@ def pass_at_k_figure(metrics: dict[str, dict], title: str) -> Figure:
         for name, m in metrics.items():
             ks = [int(k[5:]) for k in m.get(b, {}) if k.startswith("pass@")]
             ax.errorbar(ks, [m[b][f"pass@{k}"]["mean"] for k in ks], yerr=[m[b][f"pass@{k}"]["se"] for k in ks],
-                        marker="o", capsize=3, label=name)
+                        capsize=3, label=name, **line_style(name))
         ax.set_xscale("log", base=2)
         ks = sorted({int(k[5:]) for m in metrics.values() for k in m.get(b, {}) if k.startswith("pass@")})
         ax.set_xticks(ks, [str(k) for k in ks])
@@ -71,7 +79,7 @@ def survival_figure(drift: dict) -> Figure:
     fig = Figure(figsize=(5.5, 3.8), layout="constrained")
     ax = fig.subplots()
     for name, curve in s["curves"].items():
-        ax.plot(s["grid"], curve, label=name)
+        ax.plot(s["grid"], curve, label=name, **_line(name))
     ax.set(xlabel="|log(p_model / p_junior)|", ylabel="share of tokens above",
            title=f"Drift survival over {s['frequent_tokens']} frequent junior tokens", yscale="log")
     ax.grid(alpha=0.3)
@@ -83,7 +91,8 @@ def recovery_figure(rec: dict) -> Figure:
     """Reference drift r_ref vs the candidate's shift r_cand - r_ref over the top-N tokens."""
     fig = Figure(figsize=(5.5, 3.8), layout="constrained")
     ax = fig.subplots()
-    ax.scatter(rec["ref_drift"], rec["cand_shift"], s=8, alpha=0.6)
+    ax.scatter(rec["ref_drift"], rec["cand_shift"], s=8, alpha=0.6, color=_line(rec["candidate"])["color"],
+               label=rec["candidate"])
     ax.axhline(0, color="grey", lw=0.8)
     sp = rec["spearman"]
     rho = "n/a" if sp["rho"] is None else f"{sp['rho']:.2f} (p={sp['p']:.2g})"
@@ -92,6 +101,12 @@ def recovery_figure(rec: dict) -> Figure:
            title=f"top-{rec['top_n']}: {share} moved back, Spearman rho {rho}")
     ax.grid(alpha=0.3)
     return fig
+
+
+def _line(name: str) -> dict[str, str]:
+    """Colour and line style of ``name`` (``palette.line_style`` without the marker)."""
+    style = line_style(name)
+    return {"color": style["color"], "linestyle": style["linestyle"]}
 
 
 def read_train_log(path: str | os.PathLike) -> list[dict]:
@@ -115,9 +130,14 @@ def _series(rows: list[dict], keys: Sequence[str]) -> tuple[np.ndarray, np.ndarr
 
 
 def training_summary(rows: list[dict]) -> dict:
-    """Total wall-clock, and the best validation step with the wall-clock accumulated up to it."""
+    """Training steps, total wall-clock, and the best validation step with the wall-clock accumulated up to it.
+
+    Steps counts the steps with a training quantity: a validation-only row (the step-0 baseline
+    measurement) is not a step."""
     wall = _series(rows, TRAIN_KEYS["wall-clock per step (s)"])
-    out = {"steps": len({r.get("step", i) for i, r in enumerate(rows)}), "wall_s": float(wall[1].sum()) if wall else None}
+    train_keys = [k for t, keys in TRAIN_KEYS.items() if t != "validation accuracy" for k in keys]
+    trained = {r.get("step", i) for i, r in enumerate(rows) if any(isinstance(r.get(k), (int, float)) for k in train_keys)}
+    out = {"steps": len(trained), "wall_s": float(wall[1].sum()) if wall else None}
     val_key = next((k for r in rows for k in r if k.startswith(VAL_PREFIXES) and isinstance(r[k], (int, float))), None)
     if val_key:
         steps, vals = _series(rows, (val_key,))
@@ -144,13 +164,13 @@ def training_figure(logs: dict[str, list[dict]]) -> Figure | None:
     for ax, (title, keys) in zip(axes, panels):
         for name, rows in logs.items():
             if (s := _series(rows, keys)) is not None:
-                ax.plot(*s, label=name)
+                ax.plot(*s, label=name, **_line(name), marker=line_style(name)["marker"] if len(s[0]) < 30 else None)
         ax.set(title=title, xlabel="step")
         ax.grid(alpha=0.3)
     if extra:
         for name, rows in logs.items():
             if (s := _series(rows, wall)) is not None:
-                axes[-1].plot(s[0], np.cumsum(s[1]) / 60, label=name)
+                axes[-1].plot(s[0], np.cumsum(s[1]) / 60, label=name, **_line(name))
         axes[-1].set(title="accumulated wall-clock (min)", xlabel="step")
         axes[-1].grid(alpha=0.3)
     axes[0].legend(fontsize=8)
@@ -162,9 +182,14 @@ CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}img{max-width:100%}
-.sample{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.85em;border:1px solid #ddd;
-padding:0.6em;margin:0.4em 0 1em}
-.sen{background:#cfe8ff}.jun{background:#ffd9ec}"""
+.sample{white-space:pre-wrap;overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:0.85em;border:1px solid #ddd;
+padding:0.4em;margin:0.2em 0;max-height:24em;overflow:auto}
+.sen{background:#cfe8ff}.jun{background:#ffd9ec}
+.note{border-left:4px solid #e0a800;background:#fff8e1;padding:0.5em 0.8em;max-width:60em}
+.grid{display:grid;gap:6px;margin-bottom:1.5em}.colhead,.rowhead{font-weight:bold;padding:2px}
+.cell{border:2px solid #ccc;padding:3px;min-width:0}.cell.ok{border-color:#2e7d32}.cell.bad{border-color:#c62828}
+.ok .mark,.ok-mark{color:#2e7d32}.bad .mark,.bad-mark{color:#c62828}.mark{font-weight:bold;font-size:0.85em}
+.problem{font-style:italic}#provenance+div code{word-break:break-all}"""
 
 
 def _table_html(t: Table) -> str:
@@ -173,43 +198,20 @@ def _table_html(t: Table) -> str:
     return f"<h3>{html.escape(t.title)}</h3>\n<table><tr>{head}</tr>{body}</table>"
 
 
-def _samples_html(comp: dict, per_run: int) -> str:
-    """Per senior, sample 0 of the first ``per_run`` problems of its first handoff run (solo run if none)."""
-    from ..decoding.render import author_segments
-    from ..models import load_tokenizer
-
-    parts = ['<p>Words written by the <span class="sen">senior</span> and by the <span class="jun">junior</span>.</p>']
-    for name, dirs in comp["runs"].items():
-        path = next(iter(dirs["handoff"].values()), None) or dirs["solo"]
-        if not path:
-            continue
-        run = read_run(path)
-        try:
-            tok = load_tokenizer(run.config["models"]["senior"])
-        except Exception as e:  # noqa: BLE001 - without a tokenizer the text is shown uncoloured
-            log.warning("cannot load the tokenizer of %s (%s); samples shown uncoloured", path, str(e).splitlines()[0][:200])
-            tok = None
-        parts.append(f"<h3>{html.escape(name)}: {html.escape(Path(path).name)} "
-                     f"({html.escape(str((run.config.get('schedule') or {}).get('name')))})</h3>")
-        for r in [r for r in run.rows if r["sample_idx"] == 0][:per_run]:
-            segs = (author_segments(tok, r["token_ids"].tolist(), r["senior_mask"].tolist()) if tok is not None
-                    else [(r.get("response", ""), True)])
-            text = "".join(f'<span class="{"sen" if s else "jun"}">{html.escape(t)}</span>' for t, s in segs)
-            mark = "correct" if r["correct"] else "wrong"
-            parts.append(f"<p>{html.escape(r['benchmark'])} / {html.escape(str(r['problem_id']))} sample {r['sample_idx']}"
-                         f" ({mark}, senior share {r.get('senior_share', 1.0):.2f})</p><div class=\"sample\">{text}</div>")
-    return "\n".join(parts)
-
-
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return buf.getvalue()
 
 
-def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None,
-                 samples_per_run: int = 3) -> tuple[str, dict[str, bytes]]:
-    """(report.html text, {figure file name: PNG bytes}) of a comparison."""
+def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, samples_per_run: int = 3,
+                 notes: Sequence[str] = (), train_dirs: dict[str, Path] | None = None) -> tuple[str, dict[str, bytes]]:
+    """(report.html text, {figure file name: bytes}) of a comparison.
+
+    The figures are PNGs plus ``styles.json``: the colour and line style of every labelled line
+    of every figure, read back from the drawn artists. ``notes`` are paragraphs shown beside
+    the solo table (the demo explains what its world builds in); ``train_dirs`` are the
+    training runs' directories, for provenance."""
     figs: dict[str, Figure] = {}
     if comp["solo"]:
         figs["pass_at_k_solo.png"] = pass_at_k_figure(comp["solo"], "Solo reasoning: pass@k")
@@ -225,20 +227,26 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None,
             figs["training.png"] = f
         summaries = {n: training_summary(rows) for n, rows in train_logs.items()}
     pngs = {name: _png(f) for name, f in figs.items()}
+    styles = json.dumps({name: drawn_styles(f) for name, f in figs.items()}, indent=1).encode()
     tables = comparison_tables(comp)
     if summaries:
         best = {n: f"{s['best_step']:g} ({s['best_key']})" if "best_step" in s else "-" for n, s in summaries.items()}
         tables.append(Table("Training", ["run", "steps", "wall-clock (min)", "best validation step", "wall-clock to best (min)"],
                             [[n, str(s["steps"]), _minutes(s["wall_s"]), best[n], _minutes(s.get("wall_to_best_s"))]
                              for n, s in summaries.items()]))
-    body = ["<h1>Tandem RLVR evaluation report</h1>", f"<p>Baseline for the t-tests: {html.escape(comp['baseline'])}.</p>",
+    solo_end = max((i + 1 for i, t in enumerate(tables) if t.title.startswith("Solo")), default=0)
+    notes_html = [f'<p class="note">{html.escape(n)}</p>' for n in notes]
+    body = ["<h1>Tandem RLVR evaluation report</h1>", f"<p>Baseline for the t-tests: {html.escape(comp['baseline'])}. "
+            'Full model paths, sampling settings and commands: <a href="#provenance">Provenance</a>.</p>',
             "<h2>Figures</h2>"]
     body += [f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(b).decode()}"></figure>'
              for n, b in pngs.items()]
-    body += ["<h2>Tables</h2>", *map(_table_html, tables), "<h2>Sample solutions</h2>", _samples_html(comp, samples_per_run)]
+    body += ["<h2>Tables</h2>", *map(_table_html, tables[:solo_end]), *notes_html, *map(_table_html, tables[solo_end:]),
+             '<h2 id="samples">Sample solutions</h2>', samples_html(comp, samples_per_run),
+             '<h2 id="provenance">Provenance</h2>', provenance_html(comp, train_dirs or {})]
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Tandem RLVR report</title><style>{CSS}</style>"
             f"</head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-    return page, pngs
+    return page, {**pngs, "styles.json": styles}
 
 
 def _minutes(s: float | None) -> str:
@@ -246,7 +254,7 @@ def _minutes(s: float | None) -> str:
 
 
 def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Sequence[str] = (), train_logs: Sequence[str] = (),
-               samples_per_run: int = 3, **compare_kw) -> Path:
+               samples_per_run: int = 3, notes: Sequence[str] = (), **compare_kw) -> Path:
     """Write OUT/report.html and OUT/figures/*.png from a compare dir or from RUN specs; return the html path."""
     out = Path(out)
     if compare_dir and runs:
@@ -258,11 +266,12 @@ def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Seq
         comp, _ = run_compare(runs, out, **compare_kw)
     else:
         raise TandemError("nothing to report: give --compare DIR or RUN directories")
-    logs = {}
+    logs, dirs = {}, {}
     for spec in train_logs:
         name, path = split_named(spec, "--train-log")
-        logs[name if "=" in spec else path.parent.name] = read_train_log(path)
-    page, pngs = build_report(comp, logs, samples_per_run)
+        name = name if "=" in spec else path.parent.name
+        logs[name], dirs[name] = read_train_log(path), path.parent
+    page, pngs = build_report(comp, logs, samples_per_run, notes, dirs)
     for name, data in pngs.items():
         with atomic_write(out / "figures" / name, "wb") as f:
             f.write(data)

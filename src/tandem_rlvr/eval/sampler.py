@@ -178,9 +178,26 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
 
 def write_sources(out: str | os.PathLike, benchmarks: Sequence[str], split: str | None) -> None:
     """``sources.json``: where the problems came from (a local file as an absolute path), so the
-    legibility scorer can re-make the prompts without being told the benchmark files again."""
+    legibility scorer can re-make the prompts without being told the benchmark files again, and
+    the command line that made the run (``argv``, ``cwd``), for the report's provenance."""
+    from ..runtime import invocation
+
     specs = [str(Path(b).resolve()) if Path(b).is_file() else b for b in benchmarks]
-    write_json(Path(out) / "sources.json", {"benchmarks": specs, "split": split})
+    write_json(Path(out) / "sources.json", {"benchmarks": specs, "split": split, **invocation()})
+
+
+def run_problems(path: Path, config: dict, benchmarks: Sequence[str] | None = None,
+                 split: str | None = None) -> tuple[list[str], dict[tuple[str, str], Problem]]:
+    """(benchmark specs, {(benchmark, problem_id): Problem}) of the run in ``path``: the given
+    ``benchmarks``/``split``, else those of its sources.json, else config.json's names."""
+    from ..data.benchmarks import load_benchmarks
+
+    sources = Path(path) / "sources.json"  # file benchmarks as absolute paths
+    recorded = read_json(sources) if sources.is_file() else {}
+    specs = list(benchmarks or recorded.get("benchmarks") or config.get("benchmarks") or [])
+    if split is None:
+        split = recorded.get("split")
+    return specs, {(p.benchmark, str(p.problem_id)): p for ps in load_benchmarks(specs, split=split).values() for p in ps}
 
 
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:

@@ -31,6 +31,7 @@ from ..io import read_json, write_json
 from ..models import Pair, load_pair
 from ..prompting import encode_prompt, format_prompt, resolve_template
 from ..rewards.math import score
+from ..runtime import invocation
 
 log = logging.getLogger("tandem_rlvr")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -191,7 +192,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
         warnings.filterwarnings("ignore", category=FutureWarning)
         trainer.train(resume_from_checkpoint=str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None)
     summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
-               "wall_total_s": run.runlog.total, "output_dir": str(out)}
+               "wall_total_s": run.runlog.total, "output_dir": str(out), **invocation()}
     if trainer.accelerator.is_main_process:
         trainer.save_model(str(out / "final"))
         run.prep.pair.tokenizer.save_pretrained(out / "final")
