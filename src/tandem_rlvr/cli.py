@@ -186,7 +186,9 @@ def cmd_bench_train(a):
     if a.steps < 2:
         raise TandemError(f"--steps must be >= 2 (the first step is warm-up), got {a.steps}")
     configure_cpu_threads()
-    res = bench_train_step(a.preset, steps=a.steps, print_fn=(lambda *_: None) if a.json else print)
+    res = bench_train_step(a.preset, overrides={"engine": a.engine}, steps=a.steps,
+                           print_fn=(lambda *_: None) if a.json else print)
+    res["engine"] = a.engine
     print(json.dumps(res) if a.json else f"tandem step / GRPO step: {res['tandem_over_grpo']:.2f}x")
 
 
@@ -358,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--preset", default="tiny")
     bt.add_argument("--steps", type=int, default=6, help="steps per method (the first is dropped as warm-up)")
     bt.add_argument("--json", action="store_true", help="print one JSON object")
+    bt.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                    help="rollout engine of both methods: hf (default) or vllm (in-process, weights synced per step)")
     bt.set_defaults(fn=cmd_bench_train)
 
     bm = bsub.add_parser("memory", help="peak memory of a tandem rollout batch vs KV-cache arithmetic")

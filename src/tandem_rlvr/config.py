@@ -88,6 +88,14 @@ class TrainConfig:
     output_dir: str = _f("runs/tandem", "run directory: checkpoints, log.jsonl, best/")
     report_to: str = _f("none", "TRL/transformers report_to: none, tensorboard, wandb")
     rollout_batch_rows: int = _f(0, "rows decoded together (0: the whole per-process rollout batch)")
+    engine: str = _f("hf", "rollout and validation engine: hf (our transformers decoder) or vllm (an in-process "
+                     "vLLM engine colocated with training; the senior's weights are synced after every "
+                     "optimiser step)", choices=("hf", "vllm"))
+    vllm_gpu_memory_utilization: float = _f(0.3, "vllm engine: share of GPU memory for its weights + KV cache "
+                                            "(training shares the device)")
+    vllm_kv_cache_gib: float | None = _f(None, "vllm engine: KV-cache GiB (default: from the share on GPU, 1 on CPU)")
+    vllm_sleep: bool = _f(False, "vllm engine: sleep (free its GPU memory) between rollouts, wake before the next; "
+                          "GPU only (vLLM has no sleep mode on CPU)")
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -119,6 +127,12 @@ class TrainConfig:
             self.beta = 1e-3
         if self.method != "klreg" and self.beta != 0:
             raise TandemError(f"beta={self.beta} is only for --method klreg (got method {self.method})")
+        if self.engine not in ("hf", "vllm"):
+            raise TandemError(f"unknown engine {self.engine!r}; valid: hf, vllm")
+        if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
+            raise TandemError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
+        if self.engine == "vllm" and self.schedule == "word-atomic" and self.method == "tandem":
+            raise TandemError("schedule 'word-atomic' is not available on the vLLM engine (use engine hf)")
         if self.instruction not in INSTRUCTIONS:
             raise TandemError(f"unknown instruction {self.instruction!r}; valid: {', '.join(INSTRUCTIONS)}")
         if self.loss_normalizer not in LOSS_NORMALIZERS:

@@ -106,7 +106,8 @@ class VLLMEngine:
     """
 
     def __init__(self, senior: str, junior: str | None, tokenizer, eos_ids: Sequence[int], *, tandem: bool,
-                 seed: int = 0, settings: VLLMSettings | None = None):
+                 seed: int = 0, settings: VLLMSettings | None = None, sleep_mode: bool = False,
+                 in_process: bool = False):
         vllm = require_vllm()
         settings = settings or VLLMSettings()
         if tandem and junior is None:
@@ -128,12 +129,16 @@ class VLLMEngine:
             kw["max_model_len"] = settings.max_model_len
         if settings.block_size is not None:
             kw["block_size"] = settings.block_size
-        if on_cpu and settings.tensor_parallel_size == 1:
+        if (on_cpu or in_process) and settings.tensor_parallel_size == 1:
             # One process: the engine core and the model run in ours (no worker spawns, ~30 s less
-            # start-up on 2 cores; the weights stay reachable for in-place updates).
+            # start-up on 2 cores; the weights stay reachable for in-place updates, which training
+            # needs on every device).
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             kw["distributed_executor_backend"] = "uni"
         enforce_eager = on_cpu if settings.enforce_eager is None else settings.enforce_eager
+        self.can_sleep = sleep_mode and not on_cpu  # vLLM has no sleep mode on CPU
+        if self.can_sleep:
+            kw["enable_sleep_mode"] = True
         log.info("vLLM engine: %s %s%s", "tandem" if tandem else "model", senior, f" + junior {junior}" if tandem else "")
         self.llm = vllm.LLM(model=senior, tokenizer=senior, dtype=settings.dtype, seed=seed,
                             gpu_memory_utilization=settings.gpu_memory_utilization,

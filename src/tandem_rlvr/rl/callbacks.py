@@ -97,7 +97,8 @@ class Validation(TrainerCallback):
     """Validation accuracy with the method's rollout schedule; keeps ``best/``."""
 
     def __init__(self, run_dir: Path, problems, prompts: list[list[int]], junior, tokenizer, schedule, sampling,
-                 eos_ids, seed: int, every: int, n: int, decline_drop: float, runlog: RunLog, batch_rows: int = 256):
+                 eos_ids, seed: int, every: int, n: int, decline_drop: float, runlog: RunLog, batch_rows: int = 256,
+                 engine=None):
         self.run_dir, self.problems, self.prompts = run_dir, problems, prompts
         self.junior, self.tok, self.schedule, self.sampling = junior, tokenizer, schedule, sampling
         self.eos_ids, self.seed, self.every, self.n = eos_ids, seed, every, n
@@ -105,10 +106,15 @@ class Validation(TrainerCallback):
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.trainer = None
+        self.engine = engine  # rl.vllm_rollouts.EngineRollouts, or None: our transformers decoder
 
-    def accuracy(self, model) -> float:
-        junior = self.junior if self.schedule.uses_junior else None
-        dec = TandemDecoder(model, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
+    def accuracy(self, model, step: int = 0) -> float:
+        if self.engine is not None:
+            s = self.schedule
+            dec = self.engine.decoder(model, step, s.name, self.sampling, getattr(s, "p", 0.5), getattr(s, "K", None) or 32)
+        else:
+            junior = self.junior if self.schedule.uses_junior else None
+            dec = TandemDecoder(model, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
         rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.n)]
         correct = []
         was_training = model.training
@@ -127,8 +133,8 @@ class Validation(TrainerCallback):
     def _run(self, state, model):
         if not state.is_world_process_zero:
             return
-        acc = self.accuracy(model)
         step = state.global_step
+        acc = self.accuracy(model, step)
         if acc > self.best["accuracy"]:
             self.best = {"accuracy": acc, "step": step}
             self._save_best(model)

@@ -56,13 +56,14 @@ class TandemRollout:
 
     def __init__(self, junior, tokenizer, schedule: str, sampling: SamplingParams, eos_ids, seed: int,
                  p: float = 0.5, K: int = 32, max_prompt_tokens: int = 1024, rows_per_batch: int = 0,
-                 kl_every: int = 0):
+                 kl_every: int = 0, engine=None):
         self.junior, self.tok, self.sampling = junior, tokenizer, sampling
         self.eos_ids, self.seed, self.max_prompt_tokens = list(eos_ids), seed, max_prompt_tokens
         self.rows_per_batch, self.kl_every = rows_per_batch, kl_every
         self.schedule_args = (schedule, p, K)
         self.schedule = None  # built on first call, when the model's vocabulary size is known
         self.last = {}  # metrics of the last call, for tests and logging
+        self.engine = engine  # rl.vllm_rollouts.EngineRollouts, or None: our transformers decoder
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         acc = trainer.accelerator
@@ -88,7 +89,7 @@ class TandemRollout:
         was_training = senior.training
         senior.eval()
         try:
-            roll = self._generate(senior, ids, seeds)
+            roll = self._generate(senior, ids, seeds, step)
         finally:
             senior.train(was_training)
         completion_ids = [roll.row_tokens(b) for b in range(len(ids))]
@@ -106,7 +107,12 @@ class TandemRollout:
             trainer._metrics["train"][k].append(v)
         return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": logprobs, "env_mask": env_mask}
 
-    def _generate(self, senior, ids, seeds):
+    def _generate(self, senior, ids, seeds, step: int = 0):
+        if self.engine is not None:  # one call: vLLM batches continuously
+            name, p, K = self.schedule_args
+            roll = self.engine.decoder(senior, step, name, self.sampling, p, K).generate(ids, seeds)
+            self.engine.sleep()
+            return roll
         junior = self.junior if self.schedule.uses_junior else None
         dec = TandemDecoder(senior, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
         n = self.rows_per_batch or len(ids)

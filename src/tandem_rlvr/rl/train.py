@@ -136,6 +136,11 @@ class Run:
     validation: object
     resume_step: int
 
+    def close(self) -> None:
+        """Free the rollout engine (vLLM), if any."""
+        if self.rollout.engine is not None:
+            self.rollout.engine.close()
+
 
 def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     """Validate everything, then create the run directory and the trainer (nothing trained yet)."""
@@ -157,9 +162,19 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             for p in prep.train]
     ds = datasets.Dataset.from_list(rows)
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
+    engine = None
+    if cfg.engine == "vllm":
+        if state.num_processes > 1:
+            raise TandemError("engine vllm runs one in-process engine beside one training process; "
+                              "multi-process training with it is not supported yet (use engine hf)")
+        from ..engines.vllm_engine import require_vllm
+        from .vllm_rollouts import EngineRollouts
+
+        require_vllm()  # fail before the run directory is touched
+        engine = EngineRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior")
     rollout = TandemRollout(prep.pair.junior, tok, cfg.rollout_schedule, sampling, prep.pair.eos_ids, cfg.seed,
                             p=cfg.p, K=cfg.K, max_prompt_tokens=cfg.max_prompt_tokens,
-                            rows_per_batch=cfg.rollout_batch_rows, kl_every=cfg.kl_every)
+                            rows_per_batch=cfg.rollout_batch_rows, kl_every=cfg.kl_every, engine=engine)
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +184,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template, cfg.instruction)) for p in prep.val]
     val_sched = make_schedule(cfg.rollout_schedule, tok, p=cfg.p, K=cfg.K, vocab_size=prep.pair.senior.config.vocab_size)
     validation = Validation(out, prep.val, val_prompts, prep.pair.junior, tok, val_sched, sampling, prep.pair.eos_ids,
-                            cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog)
+                            cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog, engine=engine)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*")
         warnings.filterwarnings("ignore", category=FutureWarning)
@@ -188,9 +203,12 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     """Run (or resume) one training run; returns a summary dict (also written to summary.json)."""
     run = build_run(cfg, print_fn)
     trainer, out = run.trainer, Path(cfg.output_dir)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        trainer.train(resume_from_checkpoint=str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            trainer.train(resume_from_checkpoint=str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None)
+    finally:
+        run.close()
     summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
                "wall_total_s": run.runlog.total, "output_dir": str(out), **invocation()}
     if trainer.accelerator.is_main_process:

