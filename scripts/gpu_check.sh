@@ -8,10 +8,11 @@
 # 3. tandem bench decode on MODEL (default: the largest model directory found under
 #    $TANDEM_CACHE / ~/.cache/tandem-rlvr, else the tiny world), junior on cuda:1 when present
 # 4. a 2-step tandem training run of the tiny preset on the GPU
-# 5-7 (when vLLM is installed: pip install -e ".[vllm]"): the vLLM engine's tests (greedy token
+# 5-9 (when vLLM is installed: pip install -e ".[vllm]"): the vLLM engine's tests (greedy token
 #    and authorship equality with the reference decoder at float32, teacher-forced log-probs,
-#    the battery on vLLM runs), `bench decode --engine vllm` on MODEL (self-paired), and a small
-#    handoff evaluation of MODEL on MATH-500 through vLLM
+#    the battery on vLLM runs, weight sync after a training step, resume), `bench decode
+#    --engine vllm` on MODEL (self-paired), a small handoff evaluation of MODEL on MATH-500
+#    through vLLM, a 2-step training run with vLLM rollouts, and `bench train --engine vllm`
 # and prints one summary table. Exit status is non-zero if any step fails.
 # GPU_CHECK_CPU=1 rehearses the same steps on the CPU (small bench sizes), to check the script
 # itself on a machine without a GPU; its figures mean nothing.
@@ -68,11 +69,14 @@ run train_2_steps tandem train --preset tiny --senior-device "$SDEV" --junior-de
     --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train"
 CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps)
 if python -c "import vllm" >/dev/null 2>&1; then
-  run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py
+  run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py tests/test_vllm_train.py
   run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
   run vllm_eval_handoff tandem eval handoff --engine vllm --senior "$MODEL" --benchmarks math500 "${VLLM_EVAL[@]}" \
       --out "$OUT/vllm_eval"
-  CHECKS+=(vllm_engine_tests vllm_bench_decode vllm_eval_handoff)
+  run vllm_train_2_steps tandem train --preset tiny --engine vllm --senior-device "$SDEV" --junior-device "$JDEV" \
+      --dtype float32 --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train_vllm"
+  run vllm_bench_train tandem bench train --engine vllm --steps 3 --json
+  CHECKS+=(vllm_engine_tests vllm_bench_decode vllm_eval_handoff vllm_train_2_steps vllm_bench_train)
 else
   echo "== vLLM not installed: the vLLM engine checks are skipped (pip install -e \".[vllm]\")"
 fi
