@@ -137,6 +137,15 @@ def test_fixed_seed_reproduces_samples(tok, engine):
     assert alone.row_tokens(0) == a.row_tokens(2) and alone.row_mask(0) == a.row_mask(2)
 
 
+def test_a_batch_of_prompts_over_the_token_budget_samples_without_error(tok, engine):
+    """More prompt tokens than one scheduler step takes (4096 by default): on CPU, vLLM 0.32 crashed
+    on seeded requests whose prefill was chunked; the engine prefills whole prompts there."""
+    long = tok.encode(" ".join(PROMPTS))  # (about 60 tokens)
+    prompts = [long] * 100
+    out = engine.decoder("word", SamplingParams(temperature=1.0, max_new_tokens=4)).generate(prompts, list(range(100)))
+    assert sum(len(p) for p in prompts) > 4096 and out.tokens.shape[0] == 100 and bool((out.lengths > 0).all())
+
+
 def test_word_atomic_is_a_one_line_error(tok, engine):
     from tandem_rlvr.errors import TandemError
 

@@ -135,6 +135,11 @@ class VLLMEngine:
             # needs on every device).
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             kw["distributed_executor_backend"] = "uni"
+        if on_cpu:
+            # vLLM 0.32 on CPU: a seeded request whose prefill is chunked crashes the step
+            # ("CPU Generator does not use offset" when the partial step's sample is discarded).
+            # Every request of ours is seeded, so prompts are prefilled whole on CPU.
+            kw["enable_chunked_prefill"] = False
         enforce_eager = on_cpu if settings.enforce_eager is None else settings.enforce_eager
         self.can_sleep = sleep_mode and not on_cpu  # vLLM has no sleep mode on CPU
         if self.can_sleep:
