@@ -190,9 +190,7 @@ def _typed(f, value):
         except ValueError:
             pass
     if kind == "str" and isinstance(value, str):
-        if "choices" in f.metadata and value not in f.metadata["choices"]:
-            raise TandemError(f"config key {f.name!r}: {value!r} is not one of {', '.join(f.metadata['choices'])}")
-        return value
+        return value  # choices (method, schedule) are checked by TrainConfig.__post_init__
     if kind not in ("bool", "int", "float", "str"):
         return value
     raise TandemError(f"config key {f.name!r}: expected {kind}, got {value!r} ({type(value).__name__})")

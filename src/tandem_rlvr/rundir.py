@@ -51,11 +51,6 @@ def output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     return p
 
 
-def created_by_us(path: str | os.PathLike) -> bool:
-    """True if ``path`` does not exist yet (so a failed start may remove what it created)."""
-    return not Path(path).expanduser().exists()
-
-
 class RunLock:
     """Exclusive lock of a run directory for the lifetime of this object (or ``release``)."""
 
@@ -91,9 +86,10 @@ class RunLock:
         self.release()
 
 
-def abs_spec(spec: str | None) -> str | None:
-    """A local path (that exists) as an absolute path; anything else (hub id, built-in name) as is."""
-    if not spec:
+def abs_spec(spec: str | None, reserved=()) -> str | None:
+    """A local path (that exists) as an absolute path; anything else (hub id, a ``reserved``
+    built-in name, which its loader resolves before any path) as is."""
+    if not spec or spec in reserved:
         return spec
     p = Path(spec).expanduser()
     return str(p.resolve()) if p.exists() else spec

@@ -195,8 +195,9 @@ def _check_settings(out: Path, s: StudySettings) -> None:
 
 # --------------------------------------------------------------------------- aggregation
 def _read_rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "samples.jsonl", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    from .eval.sampler import read_samples
+
+    return read_samples(run_dir / "samples.jsonl")
 
 
 def _per_problem(rows: list[dict]) -> dict[str, float]:

@@ -36,10 +36,10 @@ import numpy as np
 from ..errors import TandemError
 from ..io import atomic_write, write_json
 from .metrics import paired_ttest, pair_by_key, pass_at_k_summary
+from .sampler import validate_sample_row
 
 log = logging.getLogger("tandem_rlvr")
 
-REQUIRED_KEYS = ("benchmark", "problem_id", "sample_idx", "correct", "token_ids", "senior_mask")
 
 
 # --------------------------------------------------------------------------- run directories
@@ -92,12 +92,6 @@ def _read_json(path: Path) -> dict:
     return obj
 
 
-def _int_array(value, where: str, key: str) -> np.ndarray:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise TandemError(f"{where}: {key} must be a list of integers")
-    return np.asarray(value, dtype=np.int64)
-
-
 def read_run(path: str | os.PathLike) -> EvalRun:
     """Read and validate a sampling run directory; any defect is a TandemError naming file and line."""
     path = Path(path)
@@ -121,14 +115,12 @@ def read_run(path: str | os.PathLike) -> EvalRun:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise TandemError(f"{where}: truncated or malformed JSON line ({e.msg})") from None
-            if not isinstance(row, dict) or any(k not in row for k in REQUIRED_KEYS):
-                missing = [k for k in REQUIRED_KEYS if not isinstance(row, dict) or k not in row]
-                raise TandemError(f"{where}: not a sample row (missing {', '.join(missing)})")
+            validate_sample_row(row, where)
             if benchmarks and row["benchmark"] not in benchmarks:
                 raise TandemError(f"{where}: benchmark {row['benchmark']!r} is not in config.json's benchmarks "
                                   f"({', '.join(benchmarks)}): a samples file from another benchmark set?")
-            row["token_ids"] = _int_array(row["token_ids"], where, "token_ids")
-            row["senior_mask"] = _int_array(row["senior_mask"], where, "senior_mask")
+            row["token_ids"] = np.asarray(row["token_ids"], dtype=np.int64)
+            row["senior_mask"] = np.asarray(row["senior_mask"], dtype=np.int64)
             if row["token_ids"].shape != row["senior_mask"].shape:
                 raise TandemError(f"{where}: token_ids and senior_mask differ in length")
             key = (row["benchmark"], str(row["problem_id"]), row["sample_idx"])
@@ -234,6 +226,12 @@ def check_same_benchmarks(runs: dict[str, EvalRun]) -> None:
 def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> dict:
     """metrics.json-like pass@k of a run from its samples; an explicit k above any problem's n is an error."""
     per_bench: dict[str, tuple[list[int], list[int]]] = {}
+    asked = run.config.get("n")
+    short = {key: n for key, (n, _) in run.counts().items() if isinstance(asked, int) and n < asked}
+    if short:
+        (b, pid), n = next(iter(short.items()))
+        raise TandemError(f"{run.samples_path}: {len(short)} problem(s) have fewer than the n={asked} samples asked "
+                          f"(first: {b}/{pid} has {n}); re-run the evaluation command to complete them")
     for (b, pid), (n, c) in run.counts().items():
         per_bench.setdefault(b, ([], []))[0].append(n)
         per_bench[b][1].append(c)
