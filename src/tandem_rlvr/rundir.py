@@ -33,16 +33,26 @@ def _reason(e: OSError) -> str:
     return e.strerror or errno.errorcode.get(e.errno or 0, str(e))
 
 
-def output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
-    """Create (if needed) and check a directory for writing; TandemError naming it otherwise."""
+def output_dir(path: str | os.PathLike, flag: str = "--out", create: bool = True) -> Path:
+    """Check (and with ``create``, make) a directory for writing; TandemError naming it otherwise.
+
+    Without ``create`` nothing is made: writability is probed in the nearest existing
+    ancestor, so a command that later fails on bad input leaves no empty directory behind.
+    """
     p = Path(path).expanduser()
     if p.is_symlink() and not p.exists():
         raise TandemError(f"{flag} {path}: a symlink to {os.readlink(p)}, which does not exist")
     if p.exists() and not p.is_dir():
         raise TandemError(f"{flag} {path}: exists and is not a directory")
+    target = p
+    while not create and not target.exists() and target != target.parent:
+        target = target.parent
     try:
-        p.mkdir(parents=True, exist_ok=True)
-        probe = p / f".write-probe-{os.getpid()}"
+        if create:
+            p.mkdir(parents=True, exist_ok=True)
+        elif not target.is_dir():
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target))
+        probe = target / f".write-probe-{os.getpid()}"
         fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
         os.close(fd)
         os.unlink(probe)

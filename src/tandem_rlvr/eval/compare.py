@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import TandemError
 from ..io import atomic_write, write_json
+from ..rundir import output_dir
 from .metrics import paired_ttest, pair_by_key, pass_at_k_summary
 from .sampler import validate_sample_row
 
@@ -389,6 +390,7 @@ def to_markdown(tables: Sequence[Table]) -> str:
 def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=(), legibility=(), drift: str | None = None,
                 baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> tuple[dict, list[Table]]:
     """Discover, compute, and write out/compare.json and out/compare.md; return them."""
+    output_dir(out, create=False)
     seniors, found_drift = discover(runs, solo, handoff, legibility)
     comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot)
     tables = comparison_tables(comp)

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import TandemError
 from ..io import atomic_write, write_json
+from ..rundir import output_dir
 from .compare import EvalRun, check_same_benchmarks, drift_tables, read_run, split_named, to_markdown
 from .legibility import check_tokenizer
 from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
@@ -109,6 +110,7 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
               candidate: str | None = None, smoothing: float = 1.0, min_count: int = 10, top_n: int = 500,
               table_rows: int = 50) -> dict:
     """Read the runs, compute ``drift_statistics``, write ``out``; return drift.json's content."""
+    output_dir(out, create=False)
     dirs = _parse_seniors(seniors) if isinstance(seniors, str) else {k: Path(v) for k, v in seniors.items()}
     for flag, name in (("--reference", reference), ("--candidate", candidate)):
         if name is not None and name not in dirs:

@@ -41,6 +41,7 @@ import torch
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
+from ..rundir import output_dir
 from ..progress import progress_bar
 from .compare import EvalRun, read_run
 from .metrics import mean_se_summary
@@ -145,6 +146,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
                    benchmarks: Sequence[str] | None = None, split: str | None = None, device: str = "auto",
                    dtype: str = "auto", batch_tokens: int = 16384, progress: bool = True) -> dict:
     """Score a solo run's samples (see module docstring), write ``out``, return legibility.json's content."""
+    output_dir(out, create=False)
     from ..models import load_pair
 
     run = read_run(samples)

@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json
+from ..rundir import output_dir
 from .compare import Table, comparison_tables, read_run, run_compare, split_named
 
 log = logging.getLogger("tandem_rlvr")
@@ -248,7 +249,7 @@ def _minutes(s: float | None) -> str:
 def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Sequence[str] = (), train_logs: Sequence[str] = (),
                samples_per_run: int = 3, **compare_kw) -> Path:
     """Write OUT/report.html and OUT/figures/*.png from a compare dir or from RUN specs; return the html path."""
-    out = Path(out)
+    out = output_dir(out, create=False)
     if compare_dir and runs:
         raise TandemError("give either --compare DIR or RUN directories, not both")
     if compare_dir:
