@@ -9,7 +9,6 @@ import socket
 import pytest
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.rundir import RunLock
 
 from conftest import make_model
 
@@ -75,6 +74,8 @@ def test_a_problem_missing_a_sample_is_regenerated_not_reported_over_fewer(model
 
 
 def test_a_second_writer_is_refused_naming_the_holder_and_a_stale_lock_is_not(model_dir, data, tmp_path, capsys):
+    from tandem_rlvr.rundir import RunLock
+
     out = tmp_path / "ev"
     out.mkdir()
     with RunLock(out):
