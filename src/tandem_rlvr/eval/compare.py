@@ -314,8 +314,20 @@ def _pm(m: dict | None) -> str:
     return "-" if not m else f"{m['mean']:.3f} ± {m['se']:.3f}"
 
 
-def _num(x, fmt: str = ".3f") -> str:
-    return "n/a" if x is None else format(x, fmt)
+def _num(x, fmt: str = ".3f", undefined: str = "n/a") -> str:
+    return undefined if x is None else format(x, fmt)
+
+
+def recovery_sentence(rec: dict) -> str:
+    """One line saying what the recovery figure measures and over how many tokens (or that it is undefined)."""
+    which = (f"{rec.get('qualifying', rec['top_n'])} tokens qualify as over-emitted by {rec['reference']} "
+             f"(log-ratio > 0, emitted >= {rec.get('min_ref_count', 1)} times)")
+    if rec.get("defined") is False or rec["share_moved_back"] is None:
+        return f"{which}: too few (< {rec.get('min_tokens', 10)}); recovery share and Spearman rho are not defined"
+    sp = rec["spearman"]
+    rho = "not defined" if sp["rho"] is None else f"{sp['rho']:.2f} (p = {sp['p']:.2g})"
+    return (f"{which}; of the top {rec['top_n']}, {rec['candidate']} moves {rec['share_moved_back']:.1%} back toward "
+            f"the junior; Spearman rho {rho}")
 
 
 def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
@@ -339,10 +351,12 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
     rec = drift.get("recovery")
     if rec:
         sp = rec["spearman"]
+        undefined = "not defined" if rec.get("defined") is False else "n/a"
         out.append(Table(f"Recovery: {rec['candidate']} vs {rec['reference']}'s top-{rec['top_n']} over-emitted tokens",
-                         ["reference", "candidate", "tokens", "share moved back", "Spearman rho", "p"],
-                         [[rec["reference"], rec["candidate"], str(rec["top_n"]), _num(rec["share_moved_back"]),
-                           _num(sp["rho"]), _num(sp["p"], ".2g")]]))
+                         ["reference", "candidate", "qualifying tokens", "tracked", "share moved back", "Spearman rho", "p"],
+                         [[rec["reference"], rec["candidate"], str(rec.get("qualifying", "?")), str(rec["top_n"]),
+                           _num(rec["share_moved_back"], undefined=undefined), _num(sp["rho"], undefined=undefined),
+                           _num(sp["p"], ".2g", undefined=undefined)]]))
     ov = drift["over_emitted"]
     names = list(ov["rows"][0]["counts"]) if ov["rows"] else []
     out.append(Table(f"Tokens most over-emitted by {ov['reference']} (counts; log-ratio to the junior)",

@@ -87,10 +87,12 @@ def recovery_figure(rec: dict) -> Figure:
     ax.scatter(rec["ref_drift"], rec["cand_shift"], s=8, alpha=0.6)
     ax.axhline(0, color="grey", lw=0.8)
     sp = rec["spearman"]
-    rho = "n/a" if sp["rho"] is None else f"{sp['rho']:.2f} (p={sp['p']:.2g})"
-    share = "n/a" if rec["share_moved_back"] is None else f"{rec['share_moved_back']:.0%}"
-    ax.set(xlabel=f"{rec['reference']} drift log(p_ref / p_junior)", ylabel=f"{rec['candidate']} shift log(p_cand / p_ref)",
-           title=f"top-{rec['top_n']}: {share} moved back, Spearman rho {rho}")
+    rho = "not defined" if sp["rho"] is None else f"{sp['rho']:.2f} (p={sp['p']:.2g})"
+    share = "not defined" if rec["share_moved_back"] is None else f"{rec['share_moved_back']:.0%}"
+    ax.set(xlabel=f"{rec['reference']} drift log(p_ref / p_junior)", ylabel=f"{rec['candidate']} shift log(p_cand / p_ref)")
+    # two short lines: one long title was cut off at the figure's width
+    ax.set_title(f"{rec.get('qualifying', rec['top_n'])} over-emitted tokens, top {rec['top_n']} tracked\n"
+                 f"moved back: {share}; Spearman rho {rho}", fontsize=9)
     ax.grid(alpha=0.3)
     return fig
 
