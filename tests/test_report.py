@@ -168,3 +168,30 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert img.shape[:2] == (2000, 1200)
     non_white = (img < 0.9).any(-1).mean()
     assert 0.02 < non_white < 0.9 and img.std() > 0.05
+
+
+def test_training_summary_counts_optimiser_steps_not_the_step_zero_validation(tmp_path):
+    rows = [{"step": 0, "val/accuracy": 0.1}] + [{"step": s, "reward/mean": 0.5, "wall/step_s": 1.0} for s in range(1, 61)]
+    rows.append({"step": 60, "val/accuracy": 0.4})
+    assert training_summary(rows)["steps"] == 60
+
+
+def test_each_senior_shows_its_own_sample_solutions(runs, tmp_path):
+    root, _ = runs
+    third = tmp_path / "third"
+    shutil.copytree(root / "trl", third)
+    hand = third / "handoff" / "samples.jsonl"
+    rows = [json.loads(x) for x in hand.read_text().splitlines()]
+    for r in rows:
+        r["token_ids"], r["senior_share"] = r["token_ids"][::-1], 0.123
+    hand.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["report", f"grpo={root / 'grpo'}", f"trl={root / 'trl'}", f"third={third}", "--samples-per-run", "1",
+                 "--n-boot", "50", "--out", str(tmp_path / "rep")]) == 0
+    page = (tmp_path / "rep" / "report.html").read_text()
+    texts, shares = {}, {}
+    for name, d in (("grpo", root / "grpo"), ("trl", root / "trl"), ("third", third)):
+        section = page.split(f"<h3>{name}: ")[1].split("<h3>")[0]
+        texts[name] = section.split('<div class="sample">')[1].split("</div>")[0]
+        first = next(json.loads(x) for x in (d / "handoff" / "samples.jsonl").read_text().splitlines())
+        assert f"{first['problem_id']} sample 0" in section and f"senior share {first['senior_share']:.2f}" in section, name
+    assert len(set(texts.values())) == 3  # three seniors, three different solutions

@@ -120,7 +120,10 @@ def _series(rows: list[dict], keys: Sequence[str]) -> tuple[np.ndarray, np.ndarr
 def training_summary(rows: list[dict]) -> dict:
     """Total wall-clock, and the best validation step with the wall-clock accumulated up to it."""
     wall = _series(rows, TRAIN_KEYS["wall-clock per step (s)"])
-    out = {"steps": len({r.get("step", i) for i, r in enumerate(rows)}), "wall_s": float(wall[1].sum()) if wall else None}
+    # steps = distinct steps with a training record: the step-0 validation row is not a step (60, not 61)
+    trained = {r.get("step", i) for i, r in enumerate(rows)
+               if any(isinstance(r.get(k), (int, float)) for keys in TRAIN_KEYS.values() for k in keys)}
+    out = {"steps": len(trained), "wall_s": float(wall[1].sum()) if wall else None}
     val_key = next((k for r in rows for k in r if k.startswith(VAL_PREFIXES) and isinstance(r[k], (int, float))), None)
     if val_key:
         steps, vals = _series(rows, (val_key,))
