@@ -10,17 +10,8 @@ import pytest
 
 from tandem_rlvr.cli import main
 
-from conftest import make_model
 
 N = 4
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tok):
-    d = tmp_path_factory.mktemp("m") / "model"
-    make_model(len(tok), 0, hidden=32, layers=1).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
 
 
 @pytest.fixture
