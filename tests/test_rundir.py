@@ -130,9 +130,12 @@ def test_flags_that_make_no_sense_are_errors(model_dir, data, tmp_path, capsys, 
     assert not out.exists()
 
 
-def test_generate_refuses_a_junior_it_would_ignore(model_dir, capsys):
+def test_generate_and_handoff_refuse_a_junior_they_would_ignore(model_dir, data, tmp_path, capsys):
     _one_line_error(capsys, ["generate", "--prompt", "x", "--senior", str(model_dir), "--schedule", "senior",
                              "--junior", str(model_dir)], "--junior")
+    hand = ["handoff" if a == "solo" else a for a in _solo(model_dir, data, tmp_path / "ev")]
+    _one_line_error(capsys, hand + ["--schedule", "senior", "--junior", str(model_dir)], "eval solo")
+    assert not (tmp_path / "ev").exists()
 
 
 def _readonly(monkeypatch, root):

@@ -230,6 +230,8 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     if mode == "solo" and (junior is not None or junior_device is not None):
         raise TandemError("--junior/--junior-device have no effect on a solo evaluation (the senior samples alone); "
                           "use `tandem eval handoff` to sample with a junior")
+    if mode == "handoff" and schedule == "senior":
+        raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
     sampling = sampling or SamplingParams(0.7, 0.8, 20, 3000)
     problems = load_benchmarks(list(benchmarks), split=split, limit=limit)
     name = "senior" if mode == "solo" else schedule
