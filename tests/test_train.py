@@ -252,6 +252,13 @@ def test_rerunning_a_finished_run_is_a_no_op(setup, tmp_path):
     assert after == snapshot  # no step 3, final/ and log.jsonl untouched, no checkpoint deleted
     card = (run / "final" / "README.md").read_text()
     assert "None" not in card and str(setup[1]) in card and str(setup[2]) in card and "steps: 2" in card
+    # killed after the last checkpoint but before final/ and summary.json: finish without a third step
+    import shutil
+    shutil.rmtree(run / "final")
+    (run / "summary.json").unlink()
+    assert train(cfg, print_fn=lambda *_: None)["steps"] == 2
+    assert (run / "log.jsonl").read_bytes() == snapshot[run / "log.jsonl"] and (run / "final").is_dir()
+    assert not (run / "checkpoint-3").exists()
 
 
 def test_a_run_is_recognised_however_its_path_is_spelled_and_after_a_move(setup, tmp_path, monkeypatch):

@@ -133,7 +133,7 @@ def completed(cfg: TrainConfig) -> dict | None:
 
 
 def model_card(cfg: TrainConfig, steps: int) -> str:
-    """README.md of a run and of its final/ and best/ weights (instead of TRL's placeholder card)."""
+    """README.md of a run and of its final/ weights (instead of TRL's placeholder card)."""
     stored = stored_config(cfg)
     partner = {"tandem": f"Tandem RLVR (arXiv 2606.28166): rollouts co-written with the frozen junior, schedule "
                          f"`{cfg.schedule}`, p = {cfg.p}, K = {cfg.K}; GRPO loss on the senior's tokens only",
@@ -217,26 +217,34 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     dir_was_new = not Path(cfg.output_dir).expanduser().exists()
     out = output_dir(cfg.output_dir, "--output-dir")
     lock = RunLock(out) if state.is_main_process else None
-    resume_step = _check_run_dir(cfg)  # again, now that no other writer can change the directory
-    fresh = not (out / "config.json").exists()
-    if state.is_main_process:
-        write_json(out / "config.json", stored_config(cfg))
-    runlog = RunLog(out, resume_step, print_fn)
-    val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template)) for p in prep.val]
-    val_sched = make_schedule(cfg.rollout_schedule, tok, p=cfg.p, K=cfg.K, vocab_size=prep.pair.senior.config.vocab_size)
-    validation = Validation(out, prep.val, val_prompts, prep.pair.junior, tok, val_sched, sampling, prep.pair.eos_ids,
-                            cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*rollout_func.*")
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        trainer = TandemGRPOTrainer(
-            model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
-            processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
-            require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg",
-            model_card=lambda steps: model_card(cfg, steps))
-    for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
-        trainer.remove_callback(cb)
-    validation.trainer = trainer
+    fresh = False
+    try:
+        resume_step = _check_run_dir(cfg)  # again, now that no other writer can change the directory
+        fresh = not (out / "config.json").exists()
+        if state.is_main_process:
+            write_json(out / "config.json", stored_config(cfg))
+        runlog = RunLog(out, resume_step, print_fn)
+        val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template)) for p in prep.val]
+        val_sched = make_schedule(cfg.rollout_schedule, tok, p=cfg.p, K=cfg.K, vocab_size=prep.pair.senior.config.vocab_size)
+        validation = Validation(out, prep.val, val_prompts, prep.pair.junior, tok, val_sched, sampling, prep.pair.eos_ids,
+                                cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*rollout_func.*")
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            trainer = TandemGRPOTrainer(
+                model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
+                processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
+                require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg",
+                model_card=lambda steps: model_card(cfg, steps))
+        for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
+            trainer.remove_callback(cb)
+        validation.trainer = trainer
+    except BaseException:
+        if lock is not None:
+            if fresh:
+                remove_failed_start(out, ["config.json", "log.jsonl"], dir_was_new)
+            lock.release()
+        raise
     return Run(trainer, prep, rollout, runlog, validation, resume_step, lock, fresh, dir_was_new)
 
 
@@ -247,16 +255,23 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     prints that it is complete and returns its summary. A run that fails before its first
     checkpoint removes what it wrote, so a corrected command starts clean.
     """
-    done = completed(cfg)
-    if done is not None:
-        print_fn(f"{cfg.output_dir}: run already complete ({done['steps']} steps); nothing to do")
+    if (done := _said_complete(cfg, print_fn)) is not None:
         return done
     run = build_run(cfg, print_fn)
     trainer, out = run.trainer, Path(cfg.output_dir).expanduser()
+    ckpt = str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning)
-            trainer.train(resume_from_checkpoint=str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None)
+        if (done := _said_complete(cfg, print_fn)) is not None:  # finished by another process meanwhile
+            return done
+        if 0 < cfg.max_steps <= run.resume_step:  # killed after the last step, before summary.json
+            from transformers import TrainerState
+
+            trainer._load_from_checkpoint(ckpt)  # TRL would train one step more when resumed here
+            trainer.state = TrainerState.load_from_json(os.path.join(ckpt, "trainer_state.json"))
+        else:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=FutureWarning)
+                trainer.train(resume_from_checkpoint=ckpt)
         summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
                    "wall_total_s": run.runlog.total, "output_dir": str(out.resolve())}
         if trainer.accelerator.is_main_process:
@@ -272,6 +287,13 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
         if run.lock is not None:
             run.lock.release()
     return summary
+
+
+def _said_complete(cfg: TrainConfig, print_fn) -> dict | None:
+    done = completed(cfg)
+    if done is not None:
+        print_fn(f"{cfg.output_dir}: run already complete ({done['steps']} steps); nothing to do")
+    return done
 
 
 def _save_final(trainer, tokenizer, out: Path, card: str) -> None:
