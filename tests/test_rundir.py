@@ -89,13 +89,15 @@ def test_resume_does_not_depend_on_path_spelling_or_working_directory(model_dir,
     for spelling in ("./runs/x", "runs/x/", str(work / "runs" / "x")):
         assert main(_solo("m", data, spelling)) == 0, capsys.readouterr().err
     assert (work / "runs/x/samples.jsonl").read_bytes() == before
-    # the stored model path is absolute: legibility and report work from another directory
+    assert main(["compare", "runs/x", "--n-boot", "20", "--out", "cmp"]) == 0
+    # stored model and run paths are absolute: legibility and report work from another directory
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert main(["eval", "legibility", "--samples", str(work / "runs/x"), "--junior", str(model_dir),
                  "--out", "leg"]) == 0, capsys.readouterr().err
     assert main(["report", str(work / "runs/x"), "--out", "rep"]) == 0, capsys.readouterr().err
+    assert main(["report", "--compare", str(work / "cmp"), "--out", "rep2"]) == 0, capsys.readouterr().err
 
 
 def test_a_failed_start_leaves_nothing_and_the_corrected_run_starts(model_dir, tmp_path, capsys):

@@ -291,13 +291,18 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             ttests.append({"candidate": cand, "baseline": baseline, "statistic": stat, **paired_ttest(x, y, alt)})
 
     return {"baseline": baseline,
-            "runs": {n: {"solo": str(s.solo) if s.solo else None, "handoff": {lb: str(p) for lb, p in s.handoff.items()},
-                         "legibility": str(s.legibility) if s.legibility else None} for n, s in seniors.items()},
+            # absolute, so `report --compare DIR` finds the runs from any working directory
+            "runs": {n: {"solo": _abs(s.solo), "handoff": {lb: _abs(p) for lb, p in s.handoff.items()},
+                         "legibility": _abs(s.legibility)} for n, s in seniors.items()},
             "solo": {n: run_pass_at_k(r, ks, n_boot) for n, r in solo_runs.items()},
             "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot) for n, r in runs.items()} for lb, runs in handoff_runs.items()},
             "legibility": {n: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]}
                            for n, (res, _) in leg.items()},
-            "drift": drift, "drift_dir": str(drift_dir) if drift_dir else None, "ttests": ttests}
+            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests}
+
+
+def _abs(path: Path | None) -> str | None:
+    return str(Path(path).resolve()) if path else None
 
 
 # --------------------------------------------------------------------------- tables

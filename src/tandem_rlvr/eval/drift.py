@@ -155,7 +155,8 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
     token_str = (lambda v: tok.decode([v])) if tok is not None else None
     result = drift_statistics(counts, JUNIOR, reference, candidate, smoothing, min_count, top_n, table_rows, token_str,
                               min_ref_count)
-    result["config"] = {"junior_samples": str(runs[JUNIOR].path), "seniors": {n: str(d) for n, d in dirs.items()},
+    result["config"] = {"junior_samples": str(runs[JUNIOR].path.resolve()),
+                        "seniors": {n: str(d.resolve()) for n, d in dirs.items()},
                         "smoothing": smoothing, "min_count": min_count, "top_n": top_n, "min_ref_count": min_ref_count,
                         "vocab_size": V,
                         "tokenizer": runs[JUNIOR].config["models"]["senior"] if tok is not None else None}

@@ -218,7 +218,7 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     (default: the senior's checkpoint).
     """
     from ..data.benchmarks import load_benchmarks
-    from ..models import load_pair
+    from ..models import NAMED_MODELS, load_pair
     from ..prompting import resolve_template
 
     if mode not in ("solo", "handoff"):
@@ -239,8 +239,8 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     dec = pair.decoder(name, sampling, p=p, K=K)
     spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(pair.tokenizer, template),
                     seed=seed, ks=SOLO_KS if mode == "solo" else HANDOFF_KS,
-                    models={"senior": abs_spec(senior),
-                            "junior": abs_spec(junior or senior) if pair.junior is not None else None})
+                    models={"senior": abs_spec(senior, NAMED_MODELS),
+                            "junior": abs_spec(junior or senior, NAMED_MODELS) if pair.junior is not None else None})
     metrics = run_eval(dec, pair.tokenizer, problems, spec, out, batch_size, progress)
     write_sources(out, benchmarks, split)
     return metrics
