@@ -241,3 +241,14 @@ def test_recovery_share_over_qualifying_tokens_matches_hand_count():
     rec = drift_statistics(counts, "junior", "grpo", "trl", min_count=5)["recovery"]
     assert rec["qualifying"] == 12 and sorted(rec["token_ids"]) == list(range(10, 22))
     assert rec["share_moved_back"] == 0.5
+
+
+def test_a_candidate_with_the_juniors_counts_is_flagged_as_trivial_recovery():
+    from tandem_rlvr.eval.compare import recovery_sentence
+    from tandem_rlvr.eval.drift import drift_statistics
+
+    junior = _counts(a=(range(10), 20))
+    counts = {"junior": junior, "grpo": _counts(a=(range(10), 10), b=(range(10, 22), 8)), "tandem": junior.copy()}
+    rec = drift_statistics(counts, "junior", "grpo", "tandem", min_count=5)["recovery"]
+    # r_cand = 0 on every token, so the shift is -r_ref: all 12 move back and rho is exactly -1
+    assert rec["share_moved_back"] == 1.0 and rec["candidate_is_junior"] and "trivially" in recovery_sentence(rec)

@@ -331,8 +331,10 @@ def recovery_sentence(rec: dict) -> str:
         return f"{which}: too few (< {rec.get('min_tokens', 10)}); recovery share and Spearman rho are not defined"
     sp = rec["spearman"]
     rho = "not defined" if sp["rho"] is None else f"{sp['rho']:.2f} (p = {sp['p']:.2g})"
+    note = (f" (trivially: {rec['candidate']}'s token counts equal the junior's, the same checkpoint?)"
+            if rec.get("candidate_is_junior") else "")
     return (f"{which}; of the top {rec['top_n']}, {rec['candidate']} moves {rec['share_moved_back']:.1%} back toward "
-            f"the junior; Spearman rho {rho}")
+            f"the junior; Spearman rho {rho}{note}")
 
 
 def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:

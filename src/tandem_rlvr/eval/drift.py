@@ -84,6 +84,9 @@ def drift_statistics(counts: dict[str, np.ndarray], junior: str = JUNIOR, refere
     recovery = None
     if candidate is not None:
         recovery = {"reference": reference, "candidate": candidate, "min_ref_count": min_ref_count,
+                    # a candidate with the junior's exact counts (its checkpoint, e.g. a best/ chosen at step 0)
+                    # "moves back" every token with rho = -1 trivially
+                    "candidate_is_junior": bool(np.array_equal(counts[candidate], counts[junior])),
                     **drift_recovery(lr[reference], lr[candidate], top_n, counts[reference] >= min_ref_count, min_tokens)}
     real = (counts[reference] >= min_ref_count) & (lr[reference] > 0)  # (V,) the over-emitted set
     order = np.argsort(-np.where(real, lr[reference], -np.inf), kind="stable")[: min(table_rows, int(real.sum()))]
