@@ -195,3 +195,17 @@ def test_each_senior_shows_its_own_sample_solutions(runs, tmp_path):
         first = next(json.loads(x) for x in (d / "handoff" / "samples.jsonl").read_text().splitlines())
         assert f"{first['problem_id']} sample 0" in section and f"senior share {first['senior_share']:.2f}" in section, name
     assert len(set(texts.values())) == 3  # three seniors, three different solutions
+
+
+def test_recovery_figure_title_fits_inside_the_figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from tandem_rlvr.eval.report import recovery_figure
+
+    rec = {"reference": "grpo-long-name", "candidate": "tandem-long-name", "top_n": 500, "qualifying": 500,
+           "share_moved_back": 0.985, "spearman": {"rho": -0.3212, "p": 8.9e-13}, "ref_drift": [1.0, 2.0], "cand_shift": [-1.0, 0.5]}
+    fig = recovery_figure(rec)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # pixels: the title is not cut at either edge
