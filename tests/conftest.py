@@ -65,3 +65,12 @@ def pair(tok):
         torch.backends.cuda.matmul.allow_tf32 = False  # exact float32 on GPU for token equality
         torch.backends.cudnn.allow_tf32 = False
     return make_model(len(tok), 0).to(test_device()), make_model(len(tok), 1).to(test_device())
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tok):
+    """A saved one-layer random model with ``tok``: the senior of CLI tests."""
+    d = tmp_path_factory.mktemp("m") / "model"
+    make_model(len(tok), 0, hidden=32, layers=1).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d

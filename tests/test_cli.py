@@ -10,14 +10,6 @@ from conftest import make_model, make_tokenizer
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tok):
-    d = tmp_path_factory.mktemp("m") / "model"
-    make_model(len(tok), 0, hidden=32, layers=1).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
-
-
-@pytest.fixture(scope="module")
 def other_tok_dir(tmp_path_factory):
     t = make_tokenizer(280)
     d = tmp_path_factory.mktemp("o") / "other"

@@ -205,3 +205,50 @@ def test_drift_bad_input(tmp_path, tok, capsys, world):
                      schedule="paragraph-roundrobin")
     _fails(capsys, base + ["--seniors", f"grpo={hand}"], "handoff run")
     assert not out.exists()
+
+
+def _counts(V=30, **emitted):
+    c = np.zeros(V, dtype=np.int64)
+    for ids, k in emitted.values():
+        c[list(ids)] += k
+    return c
+
+
+def test_only_tokens_the_reference_emitted_can_be_over_emitted():
+    from tandem_rlvr.eval.compare import drift_tables, recovery_sentence
+    from tandem_rlvr.eval.drift import drift_statistics
+
+    # junior: ids 0-9 x 20 (200 tokens); grpo: ids 0-9 x 10, id 10 x 8, id 11 x 2 (110); ids 12-29 nobody emits.
+    # Smoothed, every unemitted id has log(p_grpo/p_jun) = log(230/140) > 0; ids 0-9 have 11*230/(140*21) < 1.
+    counts = {"junior": _counts(a=(range(10), 20)), "grpo": _counts(a=(range(10), 10), b=([10], 8), c=([11], 2)),
+              "trl": _counts(a=(range(10), 11))}
+    res = drift_statistics(counts, "junior", "grpo", "trl", min_count=5)
+    rec = res["recovery"]
+    assert rec["qualifying"] == 1 and rec["token_ids"] == [10]  # id 11 (2 < 5 emissions) and ids 12-29 do not count
+    assert rec["share_moved_back"] is None and rec["spearman"]["rho"] is None and rec["defined"] is False
+    assert "not defined" in recovery_sentence(rec) and "1 tokens qualify" in recovery_sentence(rec)
+    assert drift_tables(res)[1].rows[0][4:] == ["not defined"] * 3
+    assert [r["id"] for r in res["over_emitted"]["rows"]] == [10]
+
+
+def test_recovery_share_over_qualifying_tokens_matches_hand_count():
+    from tandem_rlvr.eval.drift import drift_statistics
+
+    # grpo and trl both write 196 tokens, so log(p_trl/p_grpo) < 0 exactly where trl's count is lower:
+    # ids 10-15 (4 < 8) move back, ids 16-21 (12 > 8) do not: 6 of 12 = 0.5.
+    counts = {"junior": _counts(a=(range(10), 20)), "grpo": _counts(a=(range(10), 10), b=(range(10, 22), 8)),
+              "trl": _counts(a=(range(10), 10), b=(range(10, 16), 4), c=(range(16, 22), 12))}
+    rec = drift_statistics(counts, "junior", "grpo", "trl", min_count=5)["recovery"]
+    assert rec["qualifying"] == 12 and sorted(rec["token_ids"]) == list(range(10, 22))
+    assert rec["share_moved_back"] == 0.5
+
+
+def test_a_candidate_with_the_juniors_counts_is_flagged_as_trivial_recovery():
+    from tandem_rlvr.eval.compare import recovery_sentence
+    from tandem_rlvr.eval.drift import drift_statistics
+
+    junior = _counts(a=(range(10), 20))
+    counts = {"junior": junior, "grpo": _counts(a=(range(10), 10), b=(range(10, 22), 8)), "tandem": junior.copy()}
+    rec = drift_statistics(counts, "junior", "grpo", "tandem", min_count=5)["recovery"]
+    # r_cand = 0 on every token, so the shift is -r_ref: all 12 move back and rho is exactly -1
+    assert rec["share_moved_back"] == 1.0 and rec["candidate_is_junior"] and "trivially" in recovery_sentence(rec)

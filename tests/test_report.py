@@ -312,3 +312,23 @@ def test_samples_show_the_same_problems_side_by_side_with_verdicts(report, runs)
         for mark, senior, kind, correct in cells:
             assert correct == str(verdict[(kind, senior, pid)]).lower()
             assert mark == ("ok" if verdict[(kind, senior, pid)] else "bad")
+
+
+def test_training_summary_counts_optimiser_steps_not_the_step_zero_validation(tmp_path):
+    rows = [{"step": 0, "val/accuracy": 0.1}] + [{"step": s, "reward/mean": 0.5, "wall/step_s": 1.0} for s in range(1, 61)]
+    rows.append({"step": 60, "val/accuracy": 0.4})
+    assert training_summary(rows)["steps"] == 60
+
+
+def test_recovery_figure_title_fits_inside_the_figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from tandem_rlvr.eval.report import recovery_figure
+
+    rec = {"reference": "grpo-long-name", "candidate": "tandem-long-name", "top_n": 500, "qualifying": 500,
+           "share_moved_back": 0.985, "spearman": {"rho": -0.3212, "p": 8.9e-13}, "ref_drift": [1.0, 2.0], "cand_shift": [-1.0, 0.5]}
+    fig = recovery_figure(rec)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # pixels: the title is not cut at either edge

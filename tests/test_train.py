@@ -315,3 +315,81 @@ def test_junior_token_weight_scales_junior_tokens(setup, tmp_path):
     senior = response * batch["tool_mask"].float()
     loss, r = _fixed_ratio_loss(run.trainer, batch)
     torch.testing.assert_close(loss, _by_hand(batch, r, senior + 0.25 * (response - senior), response.sum()))
+
+
+def test_rerunning_a_finished_run_is_a_no_op(setup, tmp_path):
+    cfg = _cfg(setup, tmp_path, max_steps=2, save_every=1)
+    first = train(cfg, print_fn=lambda *_: None)
+    run = tmp_path / "run"
+    snapshot = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    said = []
+    again = train(cfg, print_fn=said.append)
+    assert again["steps"] == first["steps"] == 2 and "complete" in said[0]
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == snapshot  # no step 3, final/ and log.jsonl untouched, no checkpoint deleted
+    card = (run / "final" / "README.md").read_text()
+    assert "None" not in card and str(setup[1]) in card and str(setup[2]) in card and "steps: 2" in card
+    # killed after the last checkpoint but before final/ and summary.json: finish without a third step
+    import shutil
+    shutil.rmtree(run / "final")
+    (run / "summary.json").unlink()
+    assert train(cfg, print_fn=lambda *_: None)["steps"] == 2
+    assert (run / "log.jsonl").read_bytes() == snapshot[run / "log.jsonl"] and (run / "final").is_dir()
+    assert not (run / "checkpoint-3").exists()
+
+
+def test_a_run_is_recognised_however_its_path_is_spelled_and_after_a_move(setup, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(setup, tmp_path, max_steps=1, save_every=1, output_dir="runs/x")
+    train(cfg, print_fn=lambda *_: None)
+    for spelling in ("./runs/x", "runs/x/", str(tmp_path / "runs" / "x")):
+        assert train(_cfg(setup, tmp_path, max_steps=1, save_every=1, output_dir=spelling), print_fn=lambda *_: None)["steps"] == 1
+    import shutil
+    shutil.move(tmp_path / "runs" / "x", tmp_path / "moved")
+    assert train(_cfg(setup, tmp_path, max_steps=1, save_every=1, output_dir="moved"), print_fn=lambda *_: None)["steps"] == 1
+    # paths stored in the run are absolute: they work from another directory
+    stored = json.loads((tmp_path / "moved" / "config.json").read_text())
+    assert stored["senior"] == str(setup[1].resolve()) and stored["dataset"] == str(setup[3].resolve())
+
+
+def test_a_second_training_writer_is_refused_naming_the_holder(setup, tmp_path):
+    from tandem_rlvr.rundir import RunLock
+    import os
+    import socket
+    (tmp_path / "run").mkdir()
+    with RunLock(tmp_path / "run"):
+        # flock is per open file: a second lock in this process conflicts like another process would
+        with pytest.raises(TandemError, match=f"pid {os.getpid()} on host {socket.gethostname()}"):
+            train(_cfg(setup, tmp_path, max_steps=1), print_fn=lambda *_: None)
+    assert train(_cfg(setup, tmp_path, max_steps=1), print_fn=lambda *_: None)["steps"] == 1  # released: runs
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_nothing(setup, tmp_path, monkeypatch):
+    from tandem_rlvr.rl.trainer import TandemGRPOTrainer
+
+    def boom(self, *a, **k):
+        raise TandemError("injected failure in step 1")
+
+    monkeypatch.setattr(TandemGRPOTrainer, "train", boom)
+    with pytest.raises(TandemError, match="injected"):
+        train(_cfg(setup, tmp_path, max_steps=1), print_fn=lambda *_: None)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("key,value,needle", [("scale_rewards", "no", "expected bool"), ("max_steps", 2.5, "expected int"),
+                                              ("lr", "fast", "expected float"), ("schedule", "wrod", "valid: "),
+                                              ("eval_every", True, "expected int"), ("template", 3, "expected str")])
+def test_config_values_are_type_checked_naming_the_key(tmp_path, key, value, needle):
+    import yaml
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump({key: value}))
+    with pytest.raises(TandemError) as e:
+        load_train_config("tiny", str(f))
+    assert key in str(e.value) and needle in str(e.value)
+
+
+def test_yaml_no_is_the_boolean_false_and_whole_numbers_are_kept(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("scale_rewards: no\nmax_steps: 3.0\nlr: 1e-6\n")  # YAML 1.1: bare no is false; 1e-6 is a string
+    cfg = load_train_config("tiny", str(f))
+    assert cfg.scale_rewards is False and cfg.max_steps == 3 and cfg.lr == 1e-6

@@ -7,6 +7,7 @@ Bad input raises ``TandemError`` somewhere below; ``main`` prints it as one line
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -15,6 +16,8 @@ from .errors import TandemError
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
+_FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
+              errno.EEXIST, errno.ELOOP, errno.ENAMETOOLONG}
 
 
 # --------------------------------------------------------------------------- shared flags
@@ -120,6 +123,8 @@ def cmd_generate(a):
     from .prompting import encode_prompt, format_prompt
 
     sched = a.schedule
+    if sched == "senior" and (a.junior or a.junior_device):
+        raise TandemError("--junior/--junior-device have no effect with --schedule senior (the senior writes alone)")
     configure_cpu_threads()
     dec, tok, close = _open_decoder(a, sched)
     try:
@@ -141,6 +146,8 @@ def cmd_generate(a):
 def cmd_bench_decode(a):
     from .world.tasks import format_prompt as tiny_prompt, make_problems
 
+    if min(a.batch, a.new_tokens, a.repeats) < 1:
+        raise TandemError(f"--batch, --new-tokens and --repeats must be >= 1, got {a.batch}, {a.new_tokens}, {a.repeats}")
     configure_cpu_threads()
     prompts = [tiny_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
     if a.engine == "vllm":
@@ -229,12 +236,12 @@ def cmd_eval(a, mode: str):
     from .eval.sampler import evaluate
 
     configure_cpu_threads()
-    metrics = evaluate(a.senior, a.junior, a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
+    metrics = evaluate(a.senior, getattr(a, "junior", None), a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
                        benchmarks=[b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit, n=a.n,
                        sampling=_sampling(a), template=a.template, instruction=a.instruction,
                        answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K, device=a.device,
-                       junior_device=a.junior_device, dtype=a.dtype, batch_size=a.batch_size, engine=a.engine,
-                       vllm_settings=_vllm_settings(a))
+                       junior_device=getattr(a, "junior_device", None), dtype=a.dtype, batch_size=a.batch_size,
+                       engine=a.engine, vllm_settings=_vllm_settings(a))
     _print_metrics(metrics, a.out)
 
 
@@ -259,9 +266,9 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     """Every TrainConfig field as a flag (default None = keep the preset/file value)."""
     from dataclasses import MISSING
 
-    from .config import config_fields
+    from .config import config_fields, preset_names
 
-    p.add_argument("--preset", default=None, help="preset name (tiny, qwen3-4b-deepscaler)")
+    p.add_argument("--preset", default=None, help=f"preset name ({', '.join(preset_names())})")
     p.add_argument("--config", default=None, help="YAML file of config keys (over the preset)")
     g = p.add_argument_group("config keys (override preset and file)")
     for f in config_fields():
@@ -407,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         x.add_argument("--batch-size", type=int, default=64,
                        help="rows decoded together (vllm: rows handed to the engine at once; finished problems are "
                             "saved after each batch)")
-        _model_flags(x)
+        _model_flags(x, junior=mode == "handoff")  # solo samples the senior alone: --junior is an error
         _sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
         _template_flag(x)
         _answer_mode_flag(x)
@@ -445,6 +452,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("tandem: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # the file system refused (full disk, read-only, permissions): one line, no traceback
+        if e.errno not in _FS_ERRNOS:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"tandem: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -197,6 +197,38 @@ def load_preset(name: str) -> dict:
     return data
 
 
+def _typed(f, value):
+    """``value`` checked against field ``f``'s type (and choices); TandemError naming the key.
+
+    YAML's ``"no"`` (a string) is not a boolean and 2.5 is not an int: both are errors, never
+    coerced. An int or a number's text (``1e-6``) is accepted for a float, a whole float (3.0) for an int.
+    """
+    kind = f.type.replace(" | None", "")
+    if value is None:
+        if "None" in f.type:
+            return None
+        raise TandemError(f"config key {f.name!r}: expected {kind}, got null")
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind == "int" and not isinstance(value, bool):
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind == "float" and isinstance(value, str):  # PyYAML reads 1e-6 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if kind == "str" and isinstance(value, str):
+        return value  # choices (method, schedule) are checked by TrainConfig.__post_init__
+    if kind not in ("bool", "int", "float", "str"):
+        return value
+    raise TandemError(f"config key {f.name!r}: expected {kind}, got {value!r} ({type(value).__name__})")
+
+
 def load_train_config(preset: str | None = None, file: str | None = None, overrides: dict | None = None) -> TrainConfig:
     """defaults < preset < YAML file < overrides (flags). Unknown keys are errors."""
     data: dict = {}
@@ -215,12 +247,7 @@ def load_train_config(preset: str | None = None, file: str | None = None, overri
     for f in config_fields():  # "none" on the command line means None for optional keys
         if "None" in f.type and isinstance(data.get(f.name), str) and data[f.name].lower() in ("none", "null"):
             data[f.name] = None
-    for f in config_fields():  # YAML gives ints for floats and the like; coerce simple scalars
-        if f.name in data and data[f.name] is not None and f.default is not MISSING and f.default is not None:
-            t = type(f.default)
-            if t in (int, float) and not isinstance(data[f.name], bool):
-                try:
-                    data[f.name] = t(data[f.name])
-                except (TypeError, ValueError):
-                    raise TandemError(f"config key {f.name!r}: expected {t.__name__}, got {data[f.name]!r}") from None
+    for f in config_fields():
+        if f.name in data:
+            data[f.name] = _typed(f, data[f.name])
     return TrainConfig(**data)

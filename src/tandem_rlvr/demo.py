@@ -40,6 +40,7 @@ from .decoding.sampling import SamplingParams
 from .errors import TandemError
 from .io import atomic_write, write_json
 from .runtime import configure_cpu_threads
+from .rundir import output_dir
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -114,9 +115,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     t0 = time.perf_counter()
     if world not in WORLDS:
         raise TandemError(f"unknown demo world {world!r}; valid: {', '.join(WORLDS)}")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise TandemError(f"--out {out} exists and is not a directory")
+    out = output_dir(out, create=False)
     threads = configure_cpu_threads()
     drift = world == "tiny-drift"
     s = _settings(quick, world)

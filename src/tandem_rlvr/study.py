@@ -43,6 +43,7 @@ from pathlib import Path
 
 from .errors import TandemError
 from .io import atomic_write, write_json
+from .rundir import output_dir
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -99,8 +100,7 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     from .rl.train import train
     from .runtime import configure_cpu_threads
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out)
     _check_settings(out, settings)
     threads = configure_cpu_threads()
     t0 = time.perf_counter()
@@ -195,8 +195,9 @@ def _check_settings(out: Path, s: StudySettings) -> None:
 
 # --------------------------------------------------------------------------- aggregation
 def _read_rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "samples.jsonl", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    from .eval.sampler import read_samples
+
+    return read_samples(run_dir / "samples.jsonl")
 
 
 def _per_problem(rows: list[dict]) -> dict[str, float]:

@@ -61,11 +61,14 @@ def cmd_legibility(a) -> None:
 
 
 def cmd_drift(a) -> None:
-    from .compare import drift_tables
+    from .compare import drift_tables, recovery_sentence
     from .drift import run_drift
 
-    res = run_drift(a.junior_samples, a.seniors, a.out, a.reference, a.candidate, a.smoothing, a.min_count, a.top_n)
+    res = run_drift(a.junior_samples, a.seniors, a.out, a.reference, a.candidate, a.smoothing, a.min_count, a.top_n,
+                    min_ref_count=a.min_ref_count)
     _print(drift_tables(res))
+    if res.get("recovery"):
+        print(recovery_sentence(res["recovery"]))
     print(f"results in {a.out}")
 
 
@@ -132,6 +135,8 @@ def register(sub, parser_class) -> None:
     dr.add_argument("--smoothing", type=float, default=1.0, help="additive pseudo-count per token (default 1.0)")
     dr.add_argument("--min-count", type=int, default=10, help="junior count for a token to be frequent (default 10)")
     dr.add_argument("--top-n", type=int, default=500, help="over-emitted tokens tracked for recovery (default 500)")
+    dr.add_argument("--min-ref-count", type=int, default=5, help="times the reference must have emitted a token for it "
+                    "to count as over-emitted (default 5; see docs/evaluation.md)")
     dr.add_argument("--out", required=True, help="output dir: drift.json, drift.md, over_emitted.csv, counts.npz")
     dr.set_defaults(fn=cmd_drift)
 

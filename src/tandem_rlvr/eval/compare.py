@@ -35,11 +35,12 @@ import numpy as np
 
 from ..errors import TandemError
 from ..io import atomic_write, write_json
+from ..rundir import output_dir
 from .metrics import paired_ttest, pair_by_key, pass_at_k_summary
+from .sampler import validate_sample_row
 
 log = logging.getLogger("tandem_rlvr")
 
-REQUIRED_KEYS = ("benchmark", "problem_id", "sample_idx", "correct", "token_ids", "senior_mask")
 
 
 # --------------------------------------------------------------------------- run directories
@@ -92,12 +93,6 @@ def _read_json(path: Path) -> dict:
     return obj
 
 
-def _int_array(value, where: str, key: str) -> np.ndarray:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise TandemError(f"{where}: {key} must be a list of integers")
-    return np.asarray(value, dtype=np.int64)
-
-
 def read_run(path: str | os.PathLike) -> EvalRun:
     """Read and validate a sampling run directory; any defect is a TandemError naming file and line."""
     path = Path(path)
@@ -121,14 +116,12 @@ def read_run(path: str | os.PathLike) -> EvalRun:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise TandemError(f"{where}: truncated or malformed JSON line ({e.msg})") from None
-            if not isinstance(row, dict) or any(k not in row for k in REQUIRED_KEYS):
-                missing = [k for k in REQUIRED_KEYS if not isinstance(row, dict) or k not in row]
-                raise TandemError(f"{where}: not a sample row (missing {', '.join(missing)})")
+            validate_sample_row(row, where)
             if benchmarks and row["benchmark"] not in benchmarks:
                 raise TandemError(f"{where}: benchmark {row['benchmark']!r} is not in config.json's benchmarks "
                                   f"({', '.join(benchmarks)}): a samples file from another benchmark set?")
-            row["token_ids"] = _int_array(row["token_ids"], where, "token_ids")
-            row["senior_mask"] = _int_array(row["senior_mask"], where, "senior_mask")
+            row["token_ids"] = np.asarray(row["token_ids"], dtype=np.int64)
+            row["senior_mask"] = np.asarray(row["senior_mask"], dtype=np.int64)
             if row["token_ids"].shape != row["senior_mask"].shape:
                 raise TandemError(f"{where}: token_ids and senior_mask differ in length")
             key = (row["benchmark"], str(row["problem_id"]), row["sample_idx"])
@@ -234,6 +227,12 @@ def check_same_benchmarks(runs: dict[str, EvalRun]) -> None:
 def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> dict:
     """metrics.json-like pass@k of a run from its samples; an explicit k above any problem's n is an error."""
     per_bench: dict[str, tuple[list[int], list[int]]] = {}
+    asked = run.config.get("n")
+    short = {key: n for key, (n, _) in run.counts().items() if isinstance(asked, int) and n < asked}
+    if short:
+        (b, pid), n = next(iter(short.items()))
+        raise TandemError(f"{run.samples_path}: {len(short)} problem(s) have fewer than the n={asked} samples asked "
+                          f"(first: {b}/{pid} has {n}); re-run the evaluation command to complete them")
     for (b, pid), (n, c) in run.counts().items():
         per_bench.setdefault(b, ([], []))[0].append(n)
         per_bench[b][1].append(c)
@@ -292,13 +291,18 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             ttests.append({"candidate": cand, "baseline": baseline, "statistic": stat, **paired_ttest(x, y, alt)})
 
     return {"baseline": baseline,
-            "runs": {n: {"solo": str(s.solo) if s.solo else None, "handoff": {lb: str(p) for lb, p in s.handoff.items()},
-                         "legibility": str(s.legibility) if s.legibility else None} for n, s in seniors.items()},
+            # absolute, so `report --compare DIR` finds the runs from any working directory
+            "runs": {n: {"solo": _abs(s.solo), "handoff": {lb: _abs(p) for lb, p in s.handoff.items()},
+                         "legibility": _abs(s.legibility)} for n, s in seniors.items()},
             "solo": {n: run_pass_at_k(r, ks, n_boot) for n, r in solo_runs.items()},
             "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot) for n, r in runs.items()} for lb, runs in handoff_runs.items()},
             "legibility": {n: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]}
                            for n, (res, _) in leg.items()},
-            "drift": drift, "drift_dir": str(drift_dir) if drift_dir else None, "ttests": ttests}
+            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests}
+
+
+def _abs(path: Path | None) -> str | None:
+    return str(Path(path).resolve()) if path else None
 
 
 # --------------------------------------------------------------------------- tables
@@ -315,8 +319,22 @@ def _pm(m: dict | None) -> str:
     return "-" if not m else f"{m['mean']:.3f} ± {m['se']:.3f}"
 
 
-def _num(x, fmt: str = ".3f") -> str:
-    return "n/a" if x is None else format(x, fmt)
+def _num(x, fmt: str = ".3f", undefined: str = "n/a") -> str:
+    return undefined if x is None else format(x, fmt)
+
+
+def recovery_sentence(rec: dict) -> str:
+    """One line saying what the recovery figure measures and over how many tokens (or that it is undefined)."""
+    which = (f"{rec.get('qualifying', rec['top_n'])} tokens qualify as over-emitted by {rec['reference']} "
+             f"(log-ratio > 0, emitted >= {rec.get('min_ref_count', 1)} times)")
+    if rec.get("defined") is False or rec["share_moved_back"] is None:
+        return f"{which}: too few (< {rec.get('min_tokens', 10)}); recovery share and Spearman rho are not defined"
+    sp = rec["spearman"]
+    rho = "not defined" if sp["rho"] is None else f"{sp['rho']:.2f} (p = {sp['p']:.2g})"
+    note = (f" (trivially: {rec['candidate']}'s token counts equal the junior's, the same checkpoint?)"
+            if rec.get("candidate_is_junior") else "")
+    return (f"{which}; of the top {rec['top_n']}, {rec['candidate']} moves {rec['share_moved_back']:.1%} back toward "
+            f"the junior; Spearman rho {rho}{note}")
 
 
 def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
@@ -350,10 +368,12 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
     rec = drift.get("recovery")
     if rec:
         sp = rec["spearman"]
+        undefined = "not defined" if rec.get("defined") is False else "n/a"
         out.append(Table(f"Recovery: {rec['candidate']} vs {rec['reference']}'s top-{rec['top_n']} over-emitted tokens",
-                         ["reference", "candidate", "tokens", "share moved back", "Spearman rho", "p"],
-                         [[rec["reference"], rec["candidate"], str(rec["top_n"]), _num(rec["share_moved_back"]),
-                           _num(sp["rho"]), _num(sp["p"], ".2g")]]))
+                         ["reference", "candidate", "qualifying tokens", "tracked", "share moved back", "Spearman rho", "p"],
+                         [[rec["reference"], rec["candidate"], str(rec.get("qualifying", "?")), str(rec["top_n"]),
+                           _num(rec["share_moved_back"], undefined=undefined), _num(sp["rho"], undefined=undefined),
+                           _num(sp["p"], ".2g", undefined=undefined)]]))
     ov = drift["over_emitted"]
     names = list(ov["rows"][0]["counts"]) if ov["rows"] else []
     out.append(Table(f"Tokens most over-emitted by {ov['reference']} (counts; log-ratio to the junior)",
@@ -404,6 +424,7 @@ def to_markdown(tables: Sequence[Table]) -> str:
 def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=(), legibility=(), drift: str | None = None,
                 baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> tuple[dict, list[Table]]:
     """Discover, compute, and write out/compare.json and out/compare.md; return them."""
+    output_dir(out, create=False)
     seniors, found_drift = discover(runs, solo, handoff, legibility)
     comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot)
     tables = comparison_tables(comp)

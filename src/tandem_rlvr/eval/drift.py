@@ -10,9 +10,11 @@ on the same benchmarks (the responses' token_ids, EOS included):
 - survival curves S_m(tau): the share of the tokens frequent in the junior's outputs (count
   >= ``min_count``) whose |r_m| exceeds tau;
 - recovery: the ``top_n`` (500) tokens most over-emitted by the reference senior (GRPO),
-  the share of them the candidate (TRL) moves back toward the junior (r_cand < r_ref), and
+  among the tokens it emitted at least ``min_ref_count`` (5) times (see MIN_REF_COUNT; the
+  paper ranks every token, so a smoothed never-emitted token could count), the share of them the candidate (TRL) moves back toward the junior (r_cand < r_ref), and
   the Spearman correlation, with its p-value, between the reference's drift r_ref and the
-  candidate's shift relative to it, r_cand - r_ref (paper: 87%, rho = -0.58);
+  candidate's shift relative to it, r_cand - r_ref (paper: 87%, rho = -0.58); with fewer
+  than 10 qualifying tokens both are reported as not defined;
 - a table of the most over-emitted tokens with counts per model.
 
 Token strings come from the tokenizer of the junior run's model (config.json models.senior);
@@ -36,7 +38,8 @@ import numpy as np
 from ..errors import TandemError
 from ..io import atomic_write, write_json
 from ..runtime import invocation
-from .compare import EvalRun, check_same_benchmarks, drift_tables, read_run, split_named, to_markdown
+from ..rundir import output_dir
+from .compare import EvalRun, check_same_benchmarks, drift_tables, read_run, recovery_sentence, split_named, to_markdown
 from .legibility import check_tokenizer
 from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
 
@@ -44,14 +47,26 @@ log = logging.getLogger("tandem_rlvr")
 
 JUNIOR = "junior"
 GRID_POINTS = 101
+# A token counts as over-emitted by the reference only if the reference emitted it at least this
+# often. Its log-ratio then has a Poisson sampling SE of about 1/sqrt(5) = 0.45 nats (below the
+# |log-ratio| > 1 of the survival summary) and smoothing pulls it by at most log(6/5) = 0.18
+# nats; at 1-2 emissions the SE is 0.7-1 nats and the sign of a "drift" is noise. Under
+# add-one smoothing a token nobody emitted gets r_ref = log((N_jun + V) / (N_ref + V)) > 0 from
+# the totals alone, which is how unemitted tokens used to fill the over-emitted set.
+MIN_REF_COUNT = 5
+MIN_RECOVERY_TOKENS = 10  # fewer qualifying tokens: the recovery share and Spearman rho are not defined
 
 
 def drift_statistics(counts: dict[str, np.ndarray], junior: str = JUNIOR, reference: str | None = None,
                      candidate: str | None = None, smoothing: float = 1.0, min_count: int = 10, top_n: int = 500,
-                     table_rows: int = 50, token_str=None) -> dict:
+                     table_rows: int = 50, token_str=None, min_ref_count: int = MIN_REF_COUNT,
+                     min_tokens: int = MIN_RECOVERY_TOKENS) -> dict:
     """drift.json's statistics from {model: (V,) counts}; ``junior`` names the reference distribution.
 
-    token_str(id) -> str gives token strings for the table (None: ids only).
+    Only tokens the reference emitted at least ``min_ref_count`` times can be over-emitted
+    (recovery set, correlation and the over-emitted table); fewer than ``min_tokens`` such
+    tokens leave the recovery share and rho undefined (None). token_str(id) -> str gives
+    token strings for the table (None: ids only).
     """
     seniors = [n for n in counts if n != junior]
     if not seniors:
@@ -69,11 +84,16 @@ def drift_statistics(counts: dict[str, np.ndarray], junior: str = JUNIOR, refere
     reference = reference or seniors[0]
     recovery = None
     if candidate is not None:
-        recovery = {"reference": reference, "candidate": candidate, **drift_recovery(lr[reference], lr[candidate], top_n)}
-    order = np.argsort(-lr[reference], kind="stable")[:table_rows]
+        recovery = {"reference": reference, "candidate": candidate, "min_ref_count": min_ref_count,
+                    # a candidate with the junior's exact counts (its checkpoint, e.g. a best/ chosen at step 0)
+                    # "moves back" every token with rho = -1 trivially
+                    "candidate_is_junior": bool(np.array_equal(counts[candidate], counts[junior])),
+                    **drift_recovery(lr[reference], lr[candidate], top_n, counts[reference] >= min_ref_count, min_tokens)}
+    real = (counts[reference] >= min_ref_count) & (lr[reference] > 0)  # (V,) the over-emitted set
+    order = np.argsort(-np.where(real, lr[reference], -np.inf), kind="stable")[: min(table_rows, int(real.sum()))]
     rows = [{"id": int(v), "token": token_str(int(v)) if token_str else None,
              "counts": {n: int(c[v]) for n, c in counts.items()}, "log_ratio": {n: float(lr[n][v]) for n in seniors}}
-            for v in order if counts[reference][v] > 0]
+            for v in order]
     return {"junior_tokens": int(counts[junior].sum()), "models": models,
             "survival": {"grid": grid.tolist(), "min_count": min_count, "frequent_tokens": int(frequent.sum()),
                          "curves": {n: survival_curve(np.abs(lr[n][frequent]), grid).tolist() for n in seniors}},
@@ -108,8 +128,9 @@ def _tokenizer(run: EvalRun):
 
 def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str | os.PathLike, reference: str | None = None,
               candidate: str | None = None, smoothing: float = 1.0, min_count: int = 10, top_n: int = 500,
-              table_rows: int = 50) -> dict:
+              table_rows: int = 50, min_ref_count: int = MIN_REF_COUNT) -> dict:
     """Read the runs, compute ``drift_statistics``, write ``out``; return drift.json's content."""
+    output_dir(out, create=False)
     dirs = _parse_seniors(seniors) if isinstance(seniors, str) else {k: Path(v) for k, v in seniors.items()}
     for flag, name in (("--reference", reference), ("--candidate", candidate)):
         if name is not None and name not in dirs:
@@ -119,8 +140,8 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
         candidate = next(n for n in dirs if n != reference)
     if candidate is not None and candidate == reference:
         raise TandemError("--candidate must differ from --reference")
-    if top_n < 1 or min_count < 1:
-        raise TandemError(f"--top-n and --min-count must be >= 1, got {top_n} and {min_count}")
+    if top_n < 1 or min_count < 1 or min_ref_count < 1:
+        raise TandemError(f"--top-n, --min-count and --min-ref-count must be >= 1, got {top_n}, {min_count}, {min_ref_count}")
     runs = {JUNIOR: read_run(junior_samples), **{n: read_run(d) for n, d in dirs.items()}}
     for n, run in runs.items():
         if run.schedule != "senior":
@@ -136,9 +157,12 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
         V = 1 + max(int(r["token_ids"].max()) for run in runs.values() for r in run.rows if r["token_ids"].size)
     counts = {n: token_counts((r["token_ids"] for r in run.rows), V) for n, run in runs.items()}
     token_str = (lambda v: tok.decode([v])) if tok is not None else None
-    result = drift_statistics(counts, JUNIOR, reference, candidate, smoothing, min_count, top_n, table_rows, token_str)
-    result["config"] = {"junior_samples": str(runs[JUNIOR].path), "seniors": {n: str(d) for n, d in dirs.items()},
-                        "smoothing": smoothing, "min_count": min_count, "top_n": top_n, "vocab_size": V,
+    result = drift_statistics(counts, JUNIOR, reference, candidate, smoothing, min_count, top_n, table_rows, token_str,
+                              min_ref_count)
+    result["config"] = {"junior_samples": str(runs[JUNIOR].path.resolve()),
+                        "seniors": {n: str(d.resolve()) for n, d in dirs.items()},
+                        "smoothing": smoothing, "min_count": min_count, "top_n": top_n, "min_ref_count": min_ref_count,
+                        "vocab_size": V,
                         "tokenizer": runs[JUNIOR].config["models"]["senior"] if tok is not None else None,
                         **invocation()}
     _write(Path(out), result, counts)
@@ -159,6 +183,8 @@ def _write(out: Path, result: dict, counts: dict[str, np.ndarray]) -> None:
     with atomic_write(out / "counts.npz", "wb") as f:
         np.savez_compressed(f, names=np.array(names), counts=np.stack([counts[n] for n in names]))
     with atomic_write(out / "drift.md") as f:
-        f.write("# Drift to the junior\n\n" + to_markdown(drift_tables(result, top=len(rows))))
+        rec = result.get("recovery")
+        f.write("# Drift to the junior\n\n" + (f"{recovery_sentence(rec)}.\n\n" if rec else "")
+                + to_markdown(drift_tables(result, top=len(rows))))
     write_json(out / "drift.json", result)
 

@@ -41,6 +41,7 @@ import torch
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json, read_jsonl, write_json
+from ..rundir import abs_spec, output_dir
 from ..runtime import invocation
 from ..progress import progress_bar
 from .compare import EvalRun, read_run
@@ -142,7 +143,8 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
                    benchmarks: Sequence[str] | None = None, split: str | None = None, device: str = "auto",
                    dtype: str = "auto", batch_tokens: int = 16384, progress: bool = True) -> dict:
     """Score a solo run's samples (see module docstring), write ``out``, return legibility.json's content."""
-    from ..models import load_pair
+    output_dir(out, create=False)
+    from ..models import NAMED_MODELS, load_pair
 
     run = read_run(samples)
     if (run.config.get("schedule") or {}).get("name", "senior") != "senior":
@@ -172,7 +174,8 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     summary = {stat: mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()}) for stat in ("ce", "alpha")}
     n_tokens = int(scores["tokens"].sum())
     result = {"summary": summary, "samples": len(per_sample), "scored_tokens": n_tokens,
-              "config": {"samples": str(run.path), "senior": senior, "junior": junior, "template": run.config.get("template"),
+              "config": {"samples": str(run.path.resolve()), "senior": abs_spec(senior, NAMED_MODELS),
+                         "junior": abs_spec(junior, NAMED_MODELS), "template": run.config.get("template"),
                          "benchmarks": sorted(by_bench), "run_config": run.config, **invocation()},
               "timing": {"seconds": round(seconds, 3), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1),
                          "device": str(next(pair.senior.parameters()).device), "batch_tokens": batch_tokens}}

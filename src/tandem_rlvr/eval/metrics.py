@@ -188,17 +188,27 @@ def survival_curve(values: Sequence[float], grid: Sequence[float]) -> np.ndarray
     return 1.0 - np.searchsorted(v, np.asarray(grid, dtype=np.float64), side="right") / v.size
 
 
-def drift_recovery(ref_log_ratio: np.ndarray, cand_log_ratio: np.ndarray, top_n: int = 500) -> dict:
+def drift_recovery(ref_log_ratio: np.ndarray, cand_log_ratio: np.ndarray, top_n: int = 500,
+                   eligible: np.ndarray | None = None, min_tokens: int = 1) -> dict:
     """How far a candidate moves the reference's most over-emitted tokens back toward the junior.
 
-    Takes the top_n tokens (fewer if fewer have ref_log_ratio > 0) by reference drift
-    r_ref = log(p_ref/p_jun), and the candidate's shift relative to the reference,
-    s = r_cand - r_ref = log(p_cand/p_ref). A token is moved back when s < 0. Returns the
-    (N,) ids, drifts and shifts, the share moved back and Spearman(r_ref, s).
+    Over-emitted: ref_log_ratio r_ref = log(p_ref/p_jun) > 0 and ``eligible`` (V,) bool
+    (default: every token; ``drift_statistics`` passes "the reference emitted it at least
+    min_ref_count times", since under smoothing a token nobody emitted gets r_ref > 0 from the
+    two totals alone). Takes the top_n of them by r_ref and the candidate's shift relative to
+    the reference, s = r_cand - r_ref = log(p_cand/p_ref); a token is moved back when s < 0.
+    Returns the (N,) ids, drifts and shifts, ``qualifying`` (how many tokens were over-emitted),
+    and the share moved back and Spearman(r_ref, s), both None (``defined`` False) when
+    fewer than ``min_tokens`` tokens qualify.
     """
-    order = np.argsort(-ref_log_ratio, kind="stable")
-    top = order[: min(top_n, int((ref_log_ratio > 0).sum()))]
+    over = ref_log_ratio > 0
+    if eligible is not None:
+        over &= np.asarray(eligible, dtype=bool)
+    order = np.argsort(-np.where(over, ref_log_ratio, -np.inf), kind="stable")
+    top = order[: min(top_n, int(over.sum()))]
     drift, shift = ref_log_ratio[top], cand_log_ratio[top] - ref_log_ratio[top]
-    return {"top_n": int(top.size), "share_moved_back": _num((shift < 0).mean()) if top.size else None,
-            "spearman": spearman(drift, shift), "token_ids": top.tolist(), "ref_drift": drift.tolist(),
-            "cand_shift": shift.tolist()}
+    defined = top.size >= max(min_tokens, 1)
+    return {"top_n": int(top.size), "qualifying": int(over.sum()), "min_tokens": int(min_tokens), "defined": defined,
+            "share_moved_back": _num((shift < 0).mean()) if defined else None,
+            "spearman": spearman(drift, shift) if defined else {"rho": None, "p": None, "n": int(top.size)},
+            "token_ids": top.tolist(), "ref_drift": drift.tolist(), "cand_shift": shift.tolist()}

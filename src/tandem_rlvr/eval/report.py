@@ -36,10 +36,13 @@ from matplotlib.figure import Figure
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json
-from .compare import Table, comparison_tables, run_compare, split_named
+from ..rundir import output_dir
+from .compare import Table, comparison_tables, read_run, run_compare, split_named
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
 from .report_samples import samples_html
+
+log = logging.getLogger("tandem_rlvr")
 
 # Lenient training-log keys: the first present of each list is plotted.
 TRAIN_KEYS = {"reward": ("reward/mean", "reward", "train/reward"),
@@ -95,10 +98,12 @@ def recovery_figure(rec: dict) -> Figure:
                label=rec["candidate"])
     ax.axhline(0, color="grey", lw=0.8)
     sp = rec["spearman"]
-    rho = "n/a" if sp["rho"] is None else f"{sp['rho']:.2f} (p={sp['p']:.2g})"
-    share = "n/a" if rec["share_moved_back"] is None else f"{rec['share_moved_back']:.0%}"
-    ax.set(xlabel=f"{rec['reference']} drift log(p_ref / p_junior)", ylabel=f"{rec['candidate']} shift log(p_cand / p_ref)",
-           title=f"top-{rec['top_n']}: {share} moved back, Spearman rho {rho}")
+    rho = "not defined" if sp["rho"] is None else f"{sp['rho']:.2f} (p={sp['p']:.2g})"
+    share = "not defined" if rec["share_moved_back"] is None else f"{rec['share_moved_back']:.0%}"
+    ax.set(xlabel=f"{rec['reference']} drift log(p_ref / p_junior)", ylabel=f"{rec['candidate']} shift log(p_cand / p_ref)")
+    # two short lines: one long title was cut off at the figure's width
+    ax.set_title(f"{rec.get('qualifying', rec['top_n'])} over-emitted tokens, top {rec['top_n']} tracked\n"
+                 f"moved back: {share}; Spearman rho {rho}", fontsize=9)
     ax.grid(alpha=0.3)
     return fig
 
@@ -256,7 +261,7 @@ def _minutes(s: float | None) -> str:
 def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Sequence[str] = (), train_logs: Sequence[str] = (),
                samples_per_run: int = 3, notes: Sequence[str] = (), **compare_kw) -> Path:
     """Write OUT/report.html and OUT/figures/*.png from a compare dir or from RUN specs; return the html path."""
-    out = Path(out)
+    out = output_dir(out, create=False)
     if compare_dir and runs:
         raise TandemError("give either --compare DIR or RUN directories, not both")
     if compare_dir:

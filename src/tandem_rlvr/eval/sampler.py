@@ -33,10 +33,11 @@ from ..decoding.rng import row_seed
 from ..decoding.sampling import SamplingParams
 from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
-from ..io import read_json, write_json
+from ..io import atomic_write, read_json, write_json
 from ..progress import progress_bar
 from ..prompting import DEFAULT_INSTRUCTION, encode_prompt, format_prompt
 from ..rewards.math import check_answer_mode, score
+from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
 from .metrics import pass_at_k_summary
 
 log = logging.getLogger("tandem_rlvr")
@@ -70,26 +71,78 @@ def problem_key(p: Problem) -> int:
     return zlib.crc32(f"{p.benchmark}/{p.problem_id}".encode())
 
 
-def read_samples(path: Path) -> list[dict]:
-    """Rows of samples.jsonl. A torn last line (a crash mid-write) is dropped with a
-    warning; any other malformed line is a TandemError naming file and line."""
+SAMPLE_TYPES = {"benchmark": (str,), "problem_id": (str, int), "sample_idx": (int,), "correct": (bool,),
+                "token_ids": (list,), "senior_mask": (list,)}
+OPTIONAL_TYPES = {"response": (str,), "senior_share": (int, float), "tokens": (int,), "finished": (bool,)}
+
+
+def validate_sample_row(row, where: str) -> dict:
+    """Check one samples.jsonl row's keys and value types; TandemError naming ``where`` (file:line).
+
+    A hand-edited ``"correct": "false"`` would otherwise count as correct (a non-empty string).
+    """
+    if not isinstance(row, dict):
+        raise TandemError(f"{where}: expected a JSON object per line")
+    missing = [k for k in SAMPLE_TYPES if k not in row]
+    if missing:
+        raise TandemError(f"{where}: not a sample row (missing {', '.join(missing)})")
+    for k, types in [*SAMPLE_TYPES.items(), *((k, t) for k, t in OPTIONAL_TYPES.items() if k in row)]:
+        v = row[k]
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            want = " or ".join({"str": "a string", "int": "an integer", "bool": "true/false", "float": "a number",
+                                "list": "a list"}[t.__name__] for t in types)
+            raise TandemError(f"{where}: {k} must be {want}, got {json.dumps(v)[:40]}")
+    for k in ("token_ids", "senior_mask"):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in row[k]):
+            raise TandemError(f"{where}: {k} must be a list of integers")
+    if not all(v in (0, 1) for v in row["senior_mask"]):
+        raise TandemError(f"{where}: senior_mask must hold 0 or 1 per token")
+    if row["sample_idx"] < 0 or ("senior_share" in row and not 0.0 <= row["senior_share"] <= 1.0):
+        raise TandemError(f"{where}: sample_idx must be >= 0 and senior_share in [0, 1]")
+    return row
+
+
+def read_samples(path: Path, n: int | None = None) -> list[dict]:
+    """Validated rows of samples.jsonl, ready to resume from.
+
+    A torn last line (a crash or a full disk mid-write) is dropped; with ``n`` given, so are
+    the rows of every problem that lacks any of its n samples (the rest of a torn write), and
+    the file is rewritten atomically without them, so the run regenerates those problems whole.
+    Any other malformed row, or a duplicate sample, is a TandemError naming file and line.
+    """
     if not path.exists():
         return []
-    rows = []
+    rows, seen, torn = [], set(), False
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as e:
             if i == len(lines) and not text.endswith("\n"):
                 log.warning("%s:%d: dropping a torn last line from an interrupted run", path, i)
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write("\n".join(lines[:-1]) + ("\n" if len(lines) > 1 else ""))
+                torn = True
                 break
             raise TandemError(f"{path}:{i}: malformed sample row ({e.msg})") from None
+        validate_sample_row(row, f"{path}:{i}")
+        key = (row["benchmark"], str(row["problem_id"]), row["sample_idx"])
+        if key in seen:
+            raise TandemError(f"{path}:{i}: duplicate sample {key} (two writers on one run directory?)")
+        seen.add(key)
+        rows.append(row)
+    if n is not None:
+        have: dict[tuple[str, str], set] = {}
+        for r in rows:
+            have.setdefault((r["benchmark"], str(r["problem_id"])), set()).add(r["sample_idx"])
+        partial = {k for k, idx in have.items() if idx != set(range(n))}
+        if partial:
+            log.warning("%s: regenerating %d problem(s) with missing samples", path, len(partial))
+            rows = [r for r in rows if (r["benchmark"], str(r["problem_id"])) not in partial]
+    if torn or (n is not None and partial):
+        with atomic_write(path) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
     return rows
 
 
@@ -105,34 +158,57 @@ def _check_config(out: Path, config: dict) -> None:
         write_json(path, config)
 
 
+def append_rows(f, rows: list[dict]) -> None:
+    """Append sample rows and make them durable (one write per chunk of whole problems)."""
+    f.write("".join(json.dumps(r) + "\n" for r in rows))
+    f.flush()
+    os.fsync(f.fileno())
+
+
 def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem]], spec: EvalSpec, out: str | os.PathLike,
              batch_size: int = 64, progress: bool = True) -> dict:
-    """Sample ``spec.n`` responses per problem, score them, write the run dir; return metrics."""
-    out = Path(out)
+    """Sample ``spec.n`` responses per problem, score them, write the run dir; return metrics.
+
+    The directory is locked for the whole run (a second writer gets an error naming this
+    one); a run that fails before its first sample leaves nothing behind.
+    """
     if not problems or not any(problems.values()):
         raise TandemError("no problems to evaluate (empty benchmark set)")
-    out.mkdir(parents=True, exist_ok=True)
-    _check_config(out, spec.to_dict(list(problems)))
-    samples_path = out / "samples.jsonl"
-    rows = read_samples(samples_path)
-    done = {(r["benchmark"], str(r["problem_id"])) for r in rows}
-    todo = [p for ps in problems.values() for p in ps if (p.benchmark, str(p.problem_id)) not in done]
-    if done:
-        log.info("resuming %s: %d problems done, %d to go", out, len(done), len(todo))
+    if batch_size < 1:
+        raise TandemError(f"batch size must be >= 1, got {batch_size}")
+    dir_was_new = not Path(out).expanduser().exists()
+    out = output_dir(out)
+    with RunLock(out):
+        fresh, wrote = not (out / "config.json").exists(), False
+        try:
+            _check_config(out, spec.to_dict(list(problems)))
+            samples_path = out / "samples.jsonl"
+            rows = read_samples(samples_path, spec.n)
+            done = {(r["benchmark"], str(r["problem_id"])) for r in rows}
+            todo = [p for ps in problems.values() for p in ps if (p.benchmark, str(p.problem_id)) not in done]
+            if done:
+                log.info("resuming %s: %d problems done, %d to go", out, len(done), len(todo))
 
-    per_batch = max(1, batch_size // spec.n)
-    with progress_bar(progress) as bar, open(samples_path, "a", encoding="utf-8") as f:
-        task = bar.add_task(f"sampling ({decoder.schedule.name}, n={spec.n})", total=len(todo))
-        for start in range(0, len(todo), per_batch):
-            chunk = todo[start:start + per_batch]
-            new = _sample_chunk(decoder, tokenizer, chunk, spec)
-            f.write("".join(json.dumps(r) + "\n" for r in new))
-            f.flush()
-            os.fsync(f.fileno())
-            rows.extend(new)
-            bar.advance(task, len(chunk))
-    metrics = summarize(rows, problems, spec)
-    write_json(out / "metrics.json", metrics)
+            per_batch = max(1, batch_size // spec.n)
+            with progress_bar(progress) as bar, open(samples_path, "a", encoding="utf-8") as f:
+                task = bar.add_task(f"sampling ({decoder.schedule.name}, n={spec.n})", total=len(todo))
+                for start in range(0, len(todo), per_batch):
+                    chunk = todo[start:start + per_batch]
+                    new = _sample_chunk(decoder, tokenizer, chunk, spec)
+                    wrote = True
+                    try:
+                        append_rows(f, new)
+                    except OSError as e:
+                        raise TandemError(f"{samples_path}: write failed ({e.strerror or e}); finished problems are "
+                                          "kept, re-run the same command to resume") from None
+                    rows.extend(new)
+                    bar.advance(task, len(chunk))
+            metrics = summarize(rows, problems, spec)
+            write_json(out / "metrics.json", metrics)
+        except BaseException:
+            if fresh and not wrote:
+                remove_failed_start(out, ["config.json", "samples.jsonl"], dir_was_new)
+            raise
     return metrics
 
 
@@ -151,12 +227,20 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
     """
     from ..data.benchmarks import load_benchmarks
     from ..engines import open_decoder
+    from ..models import NAMED_MODELS
     from ..prompting import resolve_template, user_message
 
     if mode not in ("solo", "handoff"):
         raise TandemError(f"unknown evaluation mode {mode!r}; valid: solo, handoff")
     if n < 1:
         raise TandemError(f"n (samples per problem) must be >= 1, got {n}")
+    if batch_size < 1 or (limit is not None and limit < 1):
+        raise TandemError(f"batch size and limit must be >= 1, got {batch_size} and {limit}")
+    if mode == "solo" and (junior is not None or junior_device is not None):
+        raise TandemError("--junior/--junior-device have no effect on a solo evaluation (the senior samples alone); "
+                          "use `tandem eval handoff` to sample with a junior")
+    if mode == "handoff" and schedule == "senior":
+        raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
     check_answer_mode(answer_mode)
     user_message("", instruction)  # an unknown instruction name fails here, before any loading
     sampling = sampling or SamplingParams(0.7, 0.8, 20, 3000)
@@ -166,9 +250,10 @@ def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: s
                                    junior_device=junior_device, dtype=dtype, seed=seed, vllm_settings=vllm_settings)
     try:
         spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(tok, template),
-                        seed=seed, models={"senior": senior, "junior": (junior or senior) if name != "senior" else None},
-                        ks=SOLO_KS if mode == "solo" else HANDOFF_KS, instruction=instruction, answer_mode=answer_mode,
-                        engine=engine)
+                        seed=seed, ks=SOLO_KS if mode == "solo" else HANDOFF_KS, instruction=instruction,
+                        answer_mode=answer_mode, engine=engine,
+                        models={"senior": abs_spec(senior, NAMED_MODELS),
+                                "junior": abs_spec(junior or senior, NAMED_MODELS) if name != "senior" else None})
         metrics = run_eval(dec, tok, problems, spec, out, batch_size, progress)
     finally:
         close()
@@ -232,6 +317,12 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSp
     for b, ps in problems.items():
         nc = [counts.get((b, str(p.problem_id)), [0, 0]) for p in ps]
         per_bench[b] = ([x[0] for x in nc], [x[1] for x in nc])
+    short = [(b, pid, n) for b, (ns, _) in per_bench.items() for pid, n in zip((p.problem_id for p in problems[b]), ns)
+             if n != spec.n]
+    if short:
+        b, pid, n = short[0]
+        raise TandemError(f"{len(short)} problem(s) have other than n={spec.n} samples (first: {b}/{pid} has {n}); "
+                          "no metric is reported over fewer samples than asked")
     metrics = pass_at_k_summary(per_bench, spec.ks)
     shares = np.array([r["senior_share"] for r in rows]) if rows else np.zeros(1)
     lengths = np.array([r["tokens"] for r in rows]) if rows else np.zeros(1)

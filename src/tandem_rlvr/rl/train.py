@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,12 @@ from ..data.benchmarks import Problem, load_benchmark
 from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import make_schedule
 from ..errors import TandemError
-from ..io import read_json, write_json
+from ..io import atomic_write, read_json, write_json
 from ..models import Pair, load_pair
 from ..prompting import encode_prompt, format_prompt, resolve_template
 from ..rewards.math import score
 from ..runtime import invocation
+from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
 
 log = logging.getLogger("tandem_rlvr")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -89,18 +91,67 @@ def prepare(cfg: TrainConfig) -> Prepared:
     return Prepared(cfg, pair, train, val, template)
 
 
+def stored_config(cfg: TrainConfig) -> dict:
+    """config.json's content: local model and data paths made absolute, so the run is recognised
+    and its files work from any directory."""
+    from ..data.benchmarks import benchmark_names
+    from ..models import NAMED_MODELS
+
+    d = cfg.to_dict()
+    for key in ("senior", "junior"):
+        d[key] = abs_spec(d[key], NAMED_MODELS)
+    for key in ("dataset", "val_dataset"):
+        d[key] = abs_spec(d[key], benchmark_names())
+    d["output_dir"] = str(Path(cfg.output_dir).expanduser().resolve())
+    return d
+
+
 def _check_run_dir(cfg: TrainConfig) -> int:
-    """Return the step of the last checkpoint to resume from (0 = fresh). Refuses a different config."""
-    out = Path(cfg.output_dir)
+    """Return the step of the last checkpoint to resume from (0 = fresh). Refuses a different config.
+
+    The run directory is not part of a run's identity (``runs/x``, ``./runs/x/``, its absolute
+    path or the directory after a move are one run); everything else must match.
+    """
+    out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
     if saved.exists():
-        old = read_json(saved)
-        diff = sorted(k for k in set(old) | set(cfg.to_dict()) if old.get(k) != cfg.to_dict().get(k))
+        old, new = read_json(saved), stored_config(cfg)
+        diff = sorted(k for k in set(old) | set(new) if k != "output_dir" and old.get(k) != new.get(k))
         if diff:
             raise TandemError(f"{saved}: existing run has a different {', '.join(diff)}; use another --output-dir")
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
+
+
+def completed(cfg: TrainConfig) -> dict | None:
+    """summary.json of a finished run in ``cfg.output_dir`` (same config), else None."""
+    out = Path(cfg.output_dir).expanduser()
+    if (out / "summary.json").is_file() and (out / "final").is_dir():
+        _check_run_dir(cfg)
+        return read_json(out / "summary.json")
+    return None
+
+
+def model_card(cfg: TrainConfig, steps: int) -> str:
+    """README.md of a run and of its final/ weights (instead of TRL's placeholder card)."""
+    stored = stored_config(cfg)
+    partner = {"tandem": f"Tandem RLVR (arXiv 2606.28166): rollouts co-written with the frozen junior, schedule "
+                         f"`{cfg.schedule}`, p = {cfg.p}, K = {cfg.K}; GRPO loss on the senior's tokens only",
+               "grpo": "vanilla GRPO (rollouts by the senior alone)",
+               "klreg": f"KL-regularised GRPO: beta = {cfg.beta} x KL(senior || junior) on the senior's own rollouts"}
+    return "\n".join([
+        f"# {Path(stored['output_dir']).name}", "",
+        f"Trained with tandem-rlvr (`tandem train`), method **{cfg.method}**: {partner[cfg.method]}.", "",
+        f"- base model (senior initialisation): `{stored['senior']}`",
+        f"- junior (frozen): `{stored['junior'] or stored['senior']}`"
+        + (" (not used by the rollouts of this method)" if cfg.method == "grpo" else ""),
+        f"- training data: `{stored['dataset']}` (split {cfg.dataset_split}), validation: "
+        f"{'`' + str(stored['val_dataset']) + '`' if cfg.val_dataset else f'a held-out slice of {cfg.val_size} problems'}",
+        f"- optimiser steps: {steps} (max_steps {cfg.max_steps}); {cfg.prompts_per_minibatch} prompts x "
+        f"{cfg.group_size} rollouts per step, lr {cfg.lr}, clip {cfg.clip}, temperature {cfg.temperature}",
+        f"- reward: binary verifier on the last \\boxed{{}} answer; seed {cfg.seed}", "",
+        "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
 
 
 def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
@@ -135,6 +186,9 @@ class Run:
     runlog: object
     validation: object
     resume_step: int
+    lock: RunLock | None = None  # held until the run ends (or this object is collected)
+    fresh: bool = False  # this call created config.json (a failed start may remove it)
+    dir_was_new: bool = False
 
     def close(self) -> None:
         """Free the rollout engine (vLLM), if any."""
@@ -152,7 +206,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
 
-    resume_step = _check_run_dir(cfg)
+    _check_run_dir(cfg)  # refuse a different config before loading anything
     prep = prepare(cfg)
     state = PartialState()
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
@@ -176,43 +230,101 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
                             p=cfg.p, K=cfg.K, max_prompt_tokens=cfg.max_prompt_tokens,
                             rows_per_batch=cfg.rollout_batch_rows, kl_every=cfg.kl_every, engine=engine)
 
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if state.is_main_process:
-        write_json(out / "config.json", cfg.to_dict())
-    runlog = RunLog(out, resume_step, print_fn)
-    val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template, cfg.instruction)) for p in prep.val]
-    val_sched = make_schedule(cfg.rollout_schedule, tok, p=cfg.p, K=cfg.K, vocab_size=prep.pair.senior.config.vocab_size)
-    validation = Validation(out, prep.val, val_prompts, prep.pair.junior, tok, val_sched, sampling, prep.pair.eos_ids,
-                            cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog, engine=engine)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*rollout_func.*")
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        trainer = TandemGRPOTrainer(
-            model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
-            processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
-            require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg",
-            junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer)
-    for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
-        trainer.remove_callback(cb)
-    validation.trainer = trainer
-    return Run(trainer, prep, rollout, runlog, validation, resume_step)
+    dir_was_new = not Path(cfg.output_dir).expanduser().exists()
+    out = output_dir(cfg.output_dir, "--output-dir")
+    lock = RunLock(out) if state.is_main_process else None
+    fresh = False
+    try:
+        resume_step = _check_run_dir(cfg)  # again, now that no other writer can change the directory
+        fresh = not (out / "config.json").exists()
+        if state.is_main_process:
+            write_json(out / "config.json", stored_config(cfg))
+        runlog = RunLog(out, resume_step, print_fn)
+        val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template, cfg.instruction)) for p in prep.val]
+        val_sched = make_schedule(cfg.rollout_schedule, tok, p=cfg.p, K=cfg.K, vocab_size=prep.pair.senior.config.vocab_size)
+        validation = Validation(out, prep.val, val_prompts, prep.pair.junior, tok, val_sched, sampling, prep.pair.eos_ids,
+                                cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog, engine=engine)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*rollout_func.*")
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            trainer = TandemGRPOTrainer(
+                model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
+                processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
+                require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg",
+                junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer,
+                model_card=lambda steps: model_card(cfg, steps))
+        for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
+            trainer.remove_callback(cb)
+        validation.trainer = trainer
+    except BaseException:
+        if lock is not None:
+            if fresh:
+                remove_failed_start(out, ["config.json", "log.jsonl"], dir_was_new)
+            lock.release()
+        raise
+    return Run(trainer, prep, rollout, runlog, validation, resume_step, lock, fresh, dir_was_new)
 
 
 def train(cfg: TrainConfig, print_fn=print) -> dict:
-    """Run (or resume) one training run; returns a summary dict (also written to summary.json)."""
+    """Run (or resume) one training run; returns a summary dict (also written to summary.json).
+
+    A finished run (summary.json and final/ present) is not trained again: re-running it
+    prints that it is complete and returns its summary. A run that fails before its first
+    checkpoint removes what it wrote, so a corrected command starts clean.
+    """
+    if (done := _said_complete(cfg, print_fn)) is not None:
+        return done
     run = build_run(cfg, print_fn)
-    trainer, out = run.trainer, Path(cfg.output_dir)
+    trainer, out = run.trainer, Path(cfg.output_dir).expanduser()
+    ckpt = str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning)
-            trainer.train(resume_from_checkpoint=str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None)
+        if (done := _said_complete(cfg, print_fn)) is not None:  # finished by another process meanwhile
+            return done
+        if 0 < cfg.max_steps <= run.resume_step:  # killed after the last step, before summary.json
+            from transformers import TrainerState
+
+            trainer._load_from_checkpoint(ckpt)  # TRL would train one step more when resumed here
+            trainer.state = TrainerState.load_from_json(os.path.join(ckpt, "trainer_state.json"))
+        else:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=FutureWarning)
+                trainer.train(resume_from_checkpoint=ckpt)
+        summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
+                   "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
+        if trainer.accelerator.is_main_process:
+            _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step))
+            write_json(out / "summary.json", summary)  # last: its presence marks the run complete
+    except BaseException:
+        if run.fresh and run.lock is not None and not any(out.glob("checkpoint-*")):
+            for name in ("best", ".best.tmp", ".best.old", ".final.tmp"):
+                shutil.rmtree(out / name, ignore_errors=True)
+            remove_failed_start(out, ["config.json", "log.jsonl", "README.md"], run.dir_was_new)
+        raise
     finally:
         run.close()
-    summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
-               "wall_total_s": run.runlog.total, "output_dir": str(out), **invocation()}
-    if trainer.accelerator.is_main_process:
-        trainer.save_model(str(out / "final"))
-        run.prep.pair.tokenizer.save_pretrained(out / "final")
-        write_json(out / "summary.json", summary)
+        if run.lock is not None:
+            run.lock.release()
     return summary
+
+
+def _said_complete(cfg: TrainConfig, print_fn) -> dict | None:
+    done = completed(cfg)
+    if done is not None:
+        print_fn(f"{cfg.output_dir}: run already complete ({done['steps']} steps); nothing to do")
+    return done
+
+
+def _save_final(trainer, tokenizer, out: Path, card: str) -> None:
+    """final/ (weights, tokenizer, model card) written beside and moved into place whole."""
+    tmp, old = out / ".final.tmp", out / ".final.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.save_model(str(tmp))
+    tokenizer.save_pretrained(tmp)
+    (tmp / "README.md").write_text(card, encoding="utf-8")
+    shutil.rmtree(old, ignore_errors=True)
+    if (out / "final").exists():
+        os.replace(out / "final", old)
+    os.replace(tmp, out / "final")
+    shutil.rmtree(old, ignore_errors=True)
+    with atomic_write(out / "README.md") as f:
+        f.write(card)

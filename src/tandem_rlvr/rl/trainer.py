@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer with the three things Tandem RLVR adds, and nothing else.
+"""TRL's GRPOTrainer with the three things Tandem RLVR adds (and our model card), nothing else.
 
 1. Fail-closed senior mask: with ``require_senior_mask`` every loss batch must carry the
    mask (TRL's ``tool_mask``, filled from our rollout's ``env_mask``) of the completion's
@@ -18,6 +18,8 @@ checkpointing and resume all stay TRL's / transformers'.
 
 from __future__ import annotations
 
+import os
+
 from trl import GRPOTrainer
 
 from ..errors import TandemError
@@ -27,7 +29,7 @@ from .losses import loss_denominator, token_weights
 class TandemGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, junior=None, require_senior_mask: bool = False, lambda_jun: float = 0.0,
                  ref_is_junior: bool = False, junior_token_weight: float = 0.0,
-                 loss_normalizer: str = "response_tokens", **kwargs):
+                 loss_normalizer: str = "response_tokens", model_card=None, **kwargs):
         grpo_args = kwargs.get("args")
         beta = grpo_args.beta if grpo_args is not None else 0.0
         if ref_is_junior and beta > 0:
@@ -35,6 +37,7 @@ class TandemGRPOTrainer(GRPOTrainer):
                 raise TandemError("KL-Reg needs a junior as its reference model")
             grpo_args.beta = 0.0  # skip TRL's reference load from the policy path
         super().__init__(*args, **kwargs)
+        self.model_card = model_card  # steps -> README.md text (None: TRL's card)
         self.require_senior_mask = require_senior_mask
         self.lambda_jun = lambda_jun
         self.junior_token_weight = junior_token_weight
@@ -44,6 +47,16 @@ class TandemGRPOTrainer(GRPOTrainer):
             grpo_args.beta = beta
             self.beta = beta
             self.ref_model = self._prepare_reference(junior)
+
+    def create_model_card(self, *args, **kwargs):
+        """Our card (base model, method, junior, steps, data) in place of TRL's, whose base is "None"."""
+        if self.model_card is None:
+            return super().create_model_card(*args, **kwargs)
+        if self.is_world_process_zero():
+            from ..io import atomic_write
+
+            with atomic_write(os.path.join(self.args.output_dir, "README.md")) as f:
+                f.write(self.model_card(self.state.global_step))
 
     def _prepare_reference(self, junior):
         from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
