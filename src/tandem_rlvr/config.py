@@ -14,7 +14,7 @@ Units: a *step* is one optimiser step (TRL's ``global_step``), i.e. one mini-bat
 from __future__ import annotations
 
 import difflib
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 

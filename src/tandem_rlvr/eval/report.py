@@ -37,12 +37,11 @@ from matplotlib.figure import Figure
 from ..errors import TandemError
 from ..io import atomic_write, read_json
 from ..rundir import output_dir
-from .compare import Table, comparison_tables, read_run, run_compare, split_named
+from .compare import Table, comparison_tables, run_compare, split_named
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
 from .report_samples import samples_html
 
-log = logging.getLogger("tandem_rlvr")
 
 # Lenient training-log keys: the first present of each list is plotted.
 TRAIN_KEYS = {"reward": ("reward/mean", "reward", "train/reward"),
