@@ -153,8 +153,11 @@ def test_mask_is_fail_closed(setup, tmp_path):
         check_env_mask([[1, 2]], [[1]])
     run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
     batch, _ = _batch(run)
-    del batch["tool_mask"]
     run.trainer.current_gradient_accumulation_steps = 1
+    short = {**batch, "tool_mask": batch["tool_mask"][:, :-1]}  # one position short of the completions
+    with pytest.raises(TandemError, match="senior mask shape .* differs from completions"):
+        run.trainer._compute_loss(run.trainer.model, short)
+    del batch["tool_mask"]
     with pytest.raises(TandemError, match="no senior mask"):
         run.trainer._compute_loss(run.trainer.model, batch)
 
