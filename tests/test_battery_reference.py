@@ -6,7 +6,8 @@
 - compare and the sampler's metrics.json: pass@k for every k from the share of k-subsets of a
   problem's samples that hold a correct one (itertools), and the run-level standard errors from
   the textbook SE of a mean (population sd / sqrt(P); the bootstrap estimates it);
-- legibility: per-problem and macro means of the per-sample numbers from plain averages.
+- legibility: see ``test_eval_legibility_command`` (per-sample numbers by a direct transformers
+  forward, per-problem and macro means and the macro SE from plain averages).
 """
 
 import itertools
@@ -21,8 +22,6 @@ from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.eval.compare import read_run, run_pass_at_k
 from tandem_rlvr.eval.drift import drift_statistics
 from tandem_rlvr.eval.sampler import EvalSpec, summarize
-
-from test_legibility_drift import rows_for, world, write_run  # noqa: F401  (world: module fixture)
 
 
 # --------------------------------------------------------------------------- drift
@@ -140,30 +139,3 @@ def test_sampler_metrics_pass_at_k_for_every_k_and_run_level_se():
     spec = EvalSpec(n=8, sampling=SamplingParams(), schedule={"name": "senior"}, template="plain", seed=0,
                     models={"senior": "s", "junior": None}, ks=KS)
     _check_pass_at_k(summarize(_rows(), problems, spec))
-
-
-# --------------------------------------------------------------------------- legibility
-def test_legibility_aggregates_are_plain_means_of_per_sample_numbers(tmp_path, tok, world):  # noqa: F811
-    from tandem_rlvr.cli import main
-
-    dirs, bench = world
-    rows = rows_for(tok, range(6), 3, np.random.default_rng(1))
-    run = write_run(tmp_path / "solo", rows, dirs["senior"])
-    out = tmp_path / "leg"
-    assert main(["eval", "legibility", "--samples", str(run), "--junior", dirs["junior"], "--benchmarks", str(bench),
-                 "--out", str(out), "--batch-tokens", "64", "--device", "cpu"]) == 0
-    res = json.loads((out / "legibility.json").read_text())
-    per_sample = [json.loads(x) for x in (out / "per_sample.jsonl").read_text().splitlines()]
-    per_problem = {r["problem_id"]: r for r in map(json.loads, (out / "per_problem.jsonl").read_text().splitlines())}
-    for metric in ("ce", "alpha"):
-        by_problem = {}
-        for s in per_sample:
-            by_problem.setdefault(str(s["problem_id"]), []).append(s[metric])
-        assert all(len(v) == 3 for v in by_problem.values()) and len(by_problem) == 6
-        means = {pid: sum(v) / len(v) for pid, v in by_problem.items()}
-        for pid, m in means.items():
-            assert per_problem[pid][metric] == pytest.approx(m)
-        macro = res["summary"][metric]["macro"]
-        grand = sum(means.values()) / len(means)
-        se = math.sqrt(sum((m - grand) ** 2 for m in means.values()) / len(means)) / math.sqrt(len(means))
-        assert macro["mean"] == pytest.approx(grand) and macro["se"] == pytest.approx(se, rel=0.05)

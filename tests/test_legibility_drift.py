@@ -113,8 +113,17 @@ def test_eval_legibility_command(tmp_path, tok, pair, world):
         prompt = encode_prompt(tok, format_prompt(tok, f"Mia has {r['problem_id']} shells.", "plain"))
         ce, alpha = direct_ce_alpha(*pair, prompt, r["token_ids"])
         assert s["ce"] == pytest.approx(ce, abs=1e-4) and s["alpha"] == pytest.approx(alpha, abs=1e-5)
-    macro = res["summary"]["ce"]["macro"]
-    assert macro["mean"] == pytest.approx(np.mean([p["ce"] for p in per_problem])) and macro["se"] > 0
+    by_id = {r["problem_id"]: r for r in per_problem}
+    for metric in ("ce", "alpha"):  # aggregates from plain averages of the per-sample numbers
+        by_problem = {}
+        for s in per_sample:
+            by_problem.setdefault(str(s["problem_id"]), []).append(s[metric])
+        means = {pid: sum(v) / len(v) for pid, v in by_problem.items()}
+        assert len(means) == 6 and all(by_id[pid][metric] == pytest.approx(m) for pid, m in means.items())
+        grand = sum(means.values()) / len(means)
+        se = (sum((m - grand) ** 2 for m in means.values()) / len(means)) ** 0.5 / len(means) ** 0.5  # SE of a mean
+        macro = res["summary"][metric]["macro"]
+        assert macro["mean"] == pytest.approx(grand) and macro["se"] == pytest.approx(se, rel=0.05)
     assert res["timing"]["tokens_per_s"] > 0
 
 
