@@ -67,6 +67,13 @@ def test_trl_repeats_each_prompt_group_size_times_and_env_mask_reaches_the_loss(
     assert mask.shape == batch["completion_ids"].shape
     real = batch["completion_mask"].bool()
     assert 0 < mask[real].float().mean() < 1  # a real mixture of senior and junior tokens
+    # the loss reads it: the same batch with every token marked senior gives another loss
+    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -2.0] * 2)
+    run.trainer.current_gradient_accumulation_steps = 1
+    with torch.no_grad():
+        gated = run.trainer._compute_loss(run.trainer.model, batch)
+        ungated = run.trainer._compute_loss(run.trainer.model, {**batch, "tool_mask": torch.ones_like(mask)})
+    assert not torch.isclose(gated, ungated)
 
 
 def _loss_and_grad(trainer, batch):
