@@ -33,12 +33,12 @@ def reference_sample(logits: torch.Tensor, u: float, sampling: SamplingParams) -
         kth = sorted(x.tolist(), reverse=True)[sampling.top_k - 1]
         keep &= x >= kth
     if sampling.top_p < 1.0:
-        probs = torch.softmax(x.masked_fill(~keep, float("-inf")), -1)
+        probs = torch.softmax(x.masked_fill(~keep, float("-inf")), -1).tolist()
         before = 0.0
-        for i in sorted(keep.nonzero().flatten().tolist(), key=lambda i: -float(probs[i])):
+        for i in sorted(keep.nonzero().flatten().tolist(), key=lambda i: -probs[i]):
             if before >= sampling.top_p:
                 keep[i] = False
-            before += float(probs[i])
+            before += probs[i]
     probs = torch.softmax(x.masked_fill(~keep, float("-inf")), -1).tolist()
     target, cum = u * sum(probs), 0.0
     for i, q in enumerate(probs):  # ascending token id
