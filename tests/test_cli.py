@@ -88,11 +88,20 @@ def test_eval_resume_refuses_a_different_config(capsys, model_dir, tmp_path):
     assert (out / "samples.jsonl").read_text() == before
 
 
-def test_generate_prints_both_authors_and_the_senior_share(capsys, model_dir):
+def test_generate_prints_both_authors_and_the_senior_share(capsys, model_dir, monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich colours the authors even into a captured stream
     rc = main(["generate", "--prompt", "Mia has 7 shells.", "--senior", str(model_dir), "--max-tokens", "12",
-               "--schedule", "token", "--seed", "3", "--no-color"])
-    out = capsys.readouterr().out
-    assert rc == 0 and "senior share:" in out and "schedule=token" in out
+               "--schedule", "token", "--seed", "3"])
+    legend, response, summary = capsys.readouterr().out.splitlines()[:3]
+    assert rc == 0 and "schedule=token" in legend
+    senior, junior = "\x1b[1;36m", "\x1b[35m"  # bold cyan, magenta
+    assert senior in response and junior in response  # the response itself shows both authors
+    share = float(summary.split("senior share:")[1].split()[0])
+    assert 0 < share < 1
+    monkeypatch.delenv("FORCE_COLOR")
+    assert main(["generate", "--prompt", "Mia has 7 shells.", "--senior", str(model_dir), "--max-tokens", "12",
+                 "--schedule", "token", "--seed", "3", "--no-color"]) == 0
+    assert "\x1b[" not in capsys.readouterr().out
 
 
 def test_bench_decode_json_has_the_contract_keys(capsys, model_dir):

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from tandem_rlvr.decoding.reference import reference_generate
+from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_generate, reference_surfaces
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.decoding.schedule import BernoulliRedraw, make_schedule, token_surfaces
+from tandem_rlvr.decoding.schedule import BernoulliRedraw, make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
@@ -13,11 +13,10 @@ SCHEDULES = ["senior", "junior", "token", "word", "word-atomic", "sentence", "pa
 
 
 def _boundary_ids(tok, name):
-    sched = make_schedule(name, tok, vocab_size=len(tok))
-    b = getattr(sched, "boundary", None)
-    if name.startswith("paragraph"):
-        return set()  # the reference finds paragraph breaks on the text itself
-    return set(torch.nonzero(b).flatten().tolist()) if b is not None else set()
+    """The reference's own boundary set (paragraph breaks: found on the text itself)."""
+    if name in ("word", "word-atomic"):
+        return reference_boundary_ids(tok, "word")
+    return reference_boundary_ids(tok, "sentence") if name == "sentence" else set()
 
 
 def _run_both(tok, pair, name, sampling, p=0.5, K=4):
@@ -30,7 +29,7 @@ def _run_both(tok, pair, name, sampling, p=0.5, K=4):
     for b, (prompt, seed) in enumerate(zip(prompts, seeds)):
         ref_toks, ref_flags, ref_lps = reference_generate(
             senior, junior, name, sampling, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=p, K=K,
-            surfaces=token_surfaces(tok))
+            surfaces=reference_surfaces(tok))
         assert out.row_tokens(b) == ref_toks, f"{name} row {b}"
         assert out.row_mask(b) == [int(f) for f in ref_flags], f"{name} row {b} authorship"
         torch.testing.assert_close(out.logprobs[b, : len(ref_lps)], torch.tensor(ref_lps), atol=1e-4, rtol=1e-4)
@@ -45,6 +44,15 @@ def test_fast_decoder_equals_reference_greedy(tok, pair, name):
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_fast_decoder_equals_reference_seeded_sampling(tok, pair, name):
     _run_both(tok, pair, name, SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_new_tokens=24))
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.6, max_new_tokens=24),
+                                      SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=24),
+                                      SamplingParams(temperature=1.3, top_p=0.5, max_new_tokens=24),
+                                      SamplingParams(temperature=1.0, top_k=3, max_new_tokens=24)],
+                         ids=["t0.6", "eval", "top-p", "top-k"])
+def test_fast_decoder_equals_reference_under_each_filter(tok, pair, sampling):
+    _run_both(tok, pair, "word", sampling)
 
 
 @pytest.mark.parametrize("name", ["word", "word-atomic"])

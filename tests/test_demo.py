@@ -1,4 +1,7 @@
-"""`tandem demo --quick` runs the whole pipeline end to end and writes its outputs."""
+"""`tandem demo --quick` runs the whole pipeline end to end and writes its outputs.
+
+Slow (minutes): run with ``python -m pytest -m slow tests/test_demo.py``.
+"""
 
 import json
 import re
@@ -8,6 +11,7 @@ import sys
 import pytest
 
 
+@pytest.mark.slow  # builds two worlds and runs the whole pipeline twice: minutes on 2 cores
 @pytest.mark.parametrize("world", [None, "tiny"])
 def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, world):
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))

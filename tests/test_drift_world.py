@@ -95,11 +95,13 @@ def test_style_classifier(problems):
     assert s["shorthand_share"] == pytest.approx((0 + 1 + 2 / 3) / 3)
 
 
-def test_drift_world_builds_and_measures_styles(tmp_path):
+def test_drift_world_builds_and_records_a_style_summary_per_model(tmp_path):
     cfg = WorldConfig.for_tests(**DRIFT_WORLD)
     w = build_world(cfg, cache=tmp_path, progress=False)
     styles = w.meta["styles"]
     assert set(styles) == {"senior", "junior"} and styles["senior"]["n"] == cfg.n_eval
+    for s in styles.values():  # every response falls in exactly one style
+        assert sum(s[f"frac_{k}"] for k in ("word", "shorthand", "mixed", "other")) == pytest.approx(1.0)
     assert w.meta["config"]["shorthand_frac"] == DRIFT_WORLD["shorthand_frac"]
     assert w.meta["tokenizer"]["vocab"] > 0
 

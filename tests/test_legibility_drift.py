@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from tandem_rlvr.cli import main
 from tandem_rlvr.eval.legibility import pack_batches, score_sequences, token_ce_alpha
-from tandem_rlvr.eval.metrics import drift_recovery, kl_divergence, smoothed_distribution, token_counts
 from tandem_rlvr.prompting import encode_prompt, format_prompt
 
 
@@ -114,8 +113,17 @@ def test_eval_legibility_command(tmp_path, tok, pair, world):
         prompt = encode_prompt(tok, format_prompt(tok, f"Mia has {r['problem_id']} shells.", "plain"))
         ce, alpha = direct_ce_alpha(*pair, prompt, r["token_ids"])
         assert s["ce"] == pytest.approx(ce, abs=1e-4) and s["alpha"] == pytest.approx(alpha, abs=1e-5)
-    macro = res["summary"]["ce"]["macro"]
-    assert macro["mean"] == pytest.approx(np.mean([p["ce"] for p in per_problem])) and macro["se"] > 0
+    by_id = {r["problem_id"]: r for r in per_problem}
+    for metric in ("ce", "alpha"):  # aggregates from plain averages of the per-sample numbers
+        by_problem = {}
+        for s in per_sample:
+            by_problem.setdefault(str(s["problem_id"]), []).append(s[metric])
+        means = {pid: sum(v) / len(v) for pid, v in by_problem.items()}
+        assert len(means) == 6 and all(by_id[pid][metric] == pytest.approx(m) for pid, m in means.items())
+        grand = sum(means.values()) / len(means)
+        se = (sum((m - grand) ** 2 for m in means.values()) / len(means)) ** 0.5 / len(means) ** 0.5  # SE of a mean
+        macro = res["summary"][metric]["macro"]
+        assert macro["mean"] == pytest.approx(grand) and macro["se"] == pytest.approx(se, rel=0.05)
     assert res["timing"]["tokens_per_s"] > 0
 
 
@@ -172,17 +180,21 @@ def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, world):
                  f"grpo={runs['grpo']},trl={runs['trl']}", "--reference", "grpo", "--candidate", "trl",
                  "--top-n", "20", "--min-count", "5", "--out", str(out)]) == 0
     res = json.loads((out / "drift.json").read_text())
-    counts = {n: token_counts((json.loads(x)["token_ids"] for x in (d / "samples.jsonl").read_text().splitlines()), len(tok))
-              for n, d in runs.items()}
-    p = {n: smoothed_distribution(c) for n, c in counts.items()}
+    # expected values from raw counts with numpy/scipy only (not eval.metrics)
+    counts = {n: np.bincount([t for x in (d / "samples.jsonl").read_text().splitlines() for t in json.loads(x)["token_ids"]],
+                             minlength=len(tok)) for n, d in runs.items()}
+    p = {n: (c + 1.0) / (c.sum() + len(tok)) for n, c in counts.items()}
     for n in ("grpo", "trl"):
-        assert res["models"][n]["kl_to_junior"] == pytest.approx(kl_divergence(p[n], p["junior"]))
+        assert res["models"][n]["kl_to_junior"] == pytest.approx(float(np.sum(p[n] * np.log(p[n] / p["junior"]))))
         assert res["models"][n]["tokens"] == 6 * 4 * 30
     lr = {n: np.log(p[n] / p["junior"]) for n in ("grpo", "trl")}
-    ref = drift_recovery(lr["grpo"], lr["trl"], 20)
+    top = [v for v in sorted(range(len(tok)), key=lambda v: -lr["grpo"][v]) if lr["grpo"][v] > 0][:20]
     rec = res["recovery"]
-    assert rec["token_ids"] == ref["token_ids"] and set(rec["token_ids"]) == set(range(100, 120))
-    assert rec["share_moved_back"] == 1.0 and rec["spearman"]["rho"] == pytest.approx(ref["spearman"]["rho"])
+    assert rec["token_ids"] == top and set(top) == set(range(100, 120))
+    from scipy import stats
+
+    rho = stats.spearmanr(lr["grpo"][top], lr["trl"][top] - lr["grpo"][top]).statistic
+    assert rec["share_moved_back"] == 1.0 and rec["spearman"]["rho"] == pytest.approx(rho)
     assert res["models"]["grpo"]["kl_to_junior"] > res["models"]["trl"]["kl_to_junior"] > 0
     assert res["survival"]["frequent_tokens"] > 50 and len(res["survival"]["curves"]["grpo"]) == len(res["survival"]["grid"])
     top = res["over_emitted"]["rows"][0]

@@ -140,6 +140,11 @@ def test_training_log_keys_are_optional(tmp_path):
     assert training_figure({"run": rows}) is not None
     assert training_summary(rows) == {"steps": 3, "wall_s": None, "best_key": "val/acc", "best_step": 1.0,
                                       "best_value": 0.5, "wall_to_best_s": None}
+    # every key but step may be missing: no wall-clock, no validation, no quantity at all
+    only_reward = [{"step": 1, "reward/mean": 0.1}, {"step": 2, "reward/mean": 0.2}]
+    assert training_figure({"run": only_reward}) is not None
+    assert training_summary(only_reward) == {"steps": 2, "wall_s": None}
+    assert training_figure({"run": [{"step": 1}]}) is None and training_summary([{"step": 1}]) == {"steps": 0, "wall_s": None}
     log.write_text('{"step": 1}\n{"step": 2, "rew')
     with pytest.raises(TandemError, match="log.jsonl:2"):
         read_train_log(log)

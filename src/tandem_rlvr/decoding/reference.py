@@ -1,10 +1,18 @@
 """A slow, obviously-correct tandem decoder: one row at a time, full prefix every step.
 
 No KV cache, no padding, no batching, both output layers computed, and the schedules
-re-implemented as plain Python loops straight from the paper's Algorithm 1. It shares only
-the sampling function and the counter-based uniforms with the fast decoder, so agreement
-token for token checks the caches, padding, position ids, row selection of output layers
-and the vectorised schedules. Used by the tests and by ``scripts/gpu_check.sh``.
+re-implemented as plain Python loops straight from the paper's Algorithm 1. Sampling
+(temperature, top-k, top-p, inverse CDF) and the boundary sets are re-implemented here too,
+plainly and in float64, so the reference shares nothing with the fast decoder but the
+counter-based uniforms of ``rng`` and the ``SamplingParams`` container; agreement token for
+token then checks the fast sampler, the boundary tables, the caches, padding, position ids,
+row selection of output layers and the vectorised schedules. Used by the tests and by
+``scripts/gpu_check.sh``.
+
+Sampling convention shared with the fast decoder (``sampling.py``): temperature, then top-k
+(every token tied with the k-th logit is kept), then top-p (a token is dropped when the mass of
+the more likely kept tokens before it already reaches p; the most likely is always kept), then
+inverse-CDF sampling with one uniform over the kept tokens in ascending token-id order.
 """
 
 from __future__ import annotations
@@ -12,7 +20,57 @@ from __future__ import annotations
 import torch
 
 from . import rng
-from .sampling import SamplingParams, sample, scaled_logprobs
+from .sampling import SamplingParams
+
+
+def reference_sample(logits: torch.Tensor, u: float, sampling: SamplingParams) -> int:
+    """One token from (V,) raw logits and a uniform ``u`` in (0, 1) (see the module docstring)."""
+    if sampling.temperature == 0:
+        return int(torch.argmax(logits))
+    x = (logits.float() / sampling.temperature).double()  # divide in float32, as models' logits are
+    keep = torch.isfinite(x)
+    if 0 < sampling.top_k < x.numel():
+        kth = sorted(x.tolist(), reverse=True)[sampling.top_k - 1]
+        keep &= x >= kth
+    if sampling.top_p < 1.0:
+        probs = torch.softmax(x.masked_fill(~keep, float("-inf")), -1).tolist()
+        before = 0.0
+        for i in sorted(keep.nonzero().flatten().tolist(), key=lambda i: -probs[i]):
+            if before >= sampling.top_p:
+                keep[i] = False
+            before += probs[i]
+    probs = torch.softmax(x.masked_fill(~keep, float("-inf")), -1).tolist()
+    target, cum = u * sum(probs), 0.0
+    for i, q in enumerate(probs):  # ascending token id
+        cum += q
+        if q > 0 and cum >= target:
+            return i
+    return max(i for i, q in enumerate(probs) if q > 0)
+
+
+def reference_logprob(logits: torch.Tensor, tok: int, sampling: SamplingParams) -> float:
+    """log-softmax of the temperature-scaled (V,) logits at ``tok`` (no top-k/top-p), as TRL recomputes it."""
+    x = (logits.float() / sampling.temperature if sampling.temperature > 0 else logits.float()).double()
+    return float(x[tok] - torch.logsumexp(x, -1))
+
+
+def reference_surfaces(tokenizer) -> list[str]:
+    """The text of every id, decoded one id at a time by the tokenizer itself (special ids -> '')."""
+    return [tokenizer.decode([i], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            for i in range(len(tokenizer))]
+
+
+def reference_boundary_ids(tokenizer, kind: str) -> set[int]:
+    """Boundary ids from the tokenizer's own pieces: ``word``, a non-special piece that begins with
+    'Ġ' (byte-level BPE) or '▁' (SentencePiece); ``sentence``, a piece whose text has '.', '!', '?'
+    or a newline. (Paragraph breaks are found on the response text, see ``_ends_paragraph``.)"""
+    special = set(tokenizer.all_special_ids)
+    if kind == "word":
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        return {i for i, t in enumerate(pieces) if i not in special and t and t[0] in "Ġ▁"}
+    if kind == "sentence":
+        return {i for i, s in enumerate(reference_surfaces(tokenizer)) if any(c in s for c in ".!?\n")}
+    raise ValueError(f"no reference boundary set {kind!r}")
 
 
 def _coin(seed: int, step: int, p: float) -> bool:
@@ -64,8 +122,8 @@ def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, 
         return model(torch.tensor([ids], device=dev)).logits[:, -1].float().cpu()  # (1, V)
 
     for t in range(sampling.max_new_tokens):
-        logits = logits_of(author)
-        tok = int(sample(logits, _u(seed, t, rng.SAMPLE), sampling)[0])
+        logits = logits_of(author)[0]  # (V,)
+        tok = reference_sample(logits, float(_u(seed, t, rng.SAMPLE)[0]), sampling)
         if schedule == "word-atomic":
             if t == 0:
                 since += 1
@@ -74,16 +132,16 @@ def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, 
                 since = 1
                 if new_author != author:
                     author = new_author
-                    logits = logits_of(author)
-                    allowed = torch.zeros(logits.shape[1], dtype=torch.bool)
-                    allowed[[i for i in boundary | eos_ids if i < logits.shape[1]]] = True
+                    logits = logits_of(author)[0]
+                    allowed = torch.zeros(logits.shape[0], dtype=torch.bool)
+                    allowed[[i for i in boundary | eos_ids if i < logits.shape[0]]] = True
                     logits = logits.masked_fill(~allowed, float("-inf"))
-                    tok = int(sample(logits, _u(seed, t, rng.RESAMPLE), sampling)[0])
+                    tok = reference_sample(logits, float(_u(seed, t, rng.RESAMPLE)[0]), sampling)
             else:
                 since += 1
         toks.append(tok)
         flags.append(author)
-        lps.append(float(scaled_logprobs(logits, sampling)[0, tok]))
+        lps.append(reference_logprob(logits, tok, sampling))
         if tok in eos_ids:
             break
         ids.append(tok)

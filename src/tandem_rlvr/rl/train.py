@@ -173,6 +173,8 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         log_completions=False, remove_unused_columns=False, save_only_model=False, disable_tqdm=True,
         dataloader_num_workers=0,
+        # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default
+        **({"use_bias_correction_kl": False} if "use_bias_correction_kl" in GRPOConfig.__dataclass_fields__ else {}),
     )
 
 

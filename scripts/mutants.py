@@ -1,0 +1,170 @@
+"""Plant known bugs in a copy of ``src/`` and check that the fast tests catch each one.
+
+Each mutant is one text substitution in one source file (the kinds of bug issue 16 found
+passing the suite: a shifted senior mask, a KL reference at the wrong temperature, top-p
+ignored under top-k, a sentence set without '.', pass@k computed as pass@1, an evaluation
+rerun that resamples and duplicates, a junior-imitation term cut from the gradient, and a
+few more). For every mutant the script copies ``src/`` to a temporary directory, applies
+the substitution, and runs only the test files named for it with that copy first on
+``PYTHONPATH``. A mutant is caught when pytest fails (exit status 1).
+
+Run from the repository root:
+
+    TANDEM_THREADS=1 python scripts/mutants.py            # all mutants, then a summary table
+    TANDEM_THREADS=1 python scripts/mutants.py --only mask-shift,pass-at-k-as-pass-at-1
+    TANDEM_THREADS=1 python scripts/mutants.py --baseline # also check the unmutated copy passes
+
+Exit status 0 when every mutant is caught (and the baseline passes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to src/tandem_rlvr
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = [
+    Mutant("mask-shift", "rl/rollout.py",
+           "env_mask = [roll.row_mask(b) for b in range(len(ids))]",
+           "env_mask = [roll.row_mask(b)[1:] + roll.row_mask(b)[:1] for b in range(len(ids))]",
+           ("tests/test_mask_alignment.py",)),
+    Mutant("klreg-reference-at-temperature-1", "rl/trainer.py",
+           "add_fused_lm_head(junior, temperature=self.temperature,",
+           "add_fused_lm_head(junior, temperature=1.0,",
+           ("tests/test_loss_reference.py",)),
+    Mutant("top-p-ignored-under-top-k", "decoding/sampling.py",
+           "        vals = vals.masked_fill(_top_p_drop(vals, params.top_p), float(\"-inf\"))",
+           "        pass",
+           ("tests/test_sampling_reference.py",)),
+    Mutant("sentence-set-without-dot", "decoding/schedule.py",
+           'mask = [any(c in s for c in ".!?\\n") for s in surfaces]',
+           'mask = [any(c in s for c in "!?\\n") for s in surfaces]',
+           ("tests/test_boundary_sets.py",)),
+    Mutant("pass-at-k-as-pass-at-1", "eval/metrics.py",
+           "vals = {b: pass_at_k_per_problem(n, c, k) for b, (n, c) in per_bench.items()}",
+           "vals = {b: pass_at_k_per_problem(n, c, 1) for b, (n, c) in per_bench.items()}",
+           ("tests/test_battery_reference.py",)),
+    Mutant("eval-rerun-resamples-and-duplicates", "eval/sampler.py",
+           'done = {(r["benchmark"], str(r["problem_id"])) for r in rows}',
+           "done = set()",
+           ("tests/test_resume.py",)),
+    Mutant("junior-imitation-cut-from-gradient", "rl/trainer.py",
+           "nll = -(self._last_logps * jmask).sum()",
+           "nll = -(self._last_logps.detach() * jmask).sum()",
+           ("tests/test_loss_reference.py",)),
+    # further bugs of the same kinds
+    Mutant("normalizer-response-tokens-counts-senior-only", "rl/losses.py",
+           'if normalizer == "response_tokens":\n        return completion_mask.to(torch.float32).sum()',
+           'if normalizer == "response_tokens":\n        return weights.sum()',
+           ("tests/test_loss_reference.py",)),
+    Mutant("junior-token-weight-ignored", "rl/trainer.py",
+           'if inputs.get("tool_mask") is not None and self.junior_token_weight:',
+           'if inputs.get("tool_mask") is not None and False:',
+           ("tests/test_loss_reference.py",)),
+    Mutant("advantages-not-std-scaled", "rl/train.py",
+           'scale_rewards="group" if cfg.scale_rewards else "none"',
+           'scale_rewards="none"',
+           ("tests/test_loss_reference.py",)),
+    Mutant("logprobs-ignore-temperature", "decoding/sampling.py",
+           "    logits = logits.float()\n    if params.temperature > 0:\n        logits = logits / params.temperature\n"
+           "    return torch.log_softmax(logits, dim=-1)",
+           "    logits = logits.float()\n    return torch.log_softmax(logits, dim=-1)",
+           ("tests/test_sampling_reference.py", "tests/test_mask_alignment.py")),
+    Mutant("top-k-drops-tied-kth-token", "decoding/sampling.py",
+           "logits.masked_fill(logits < kth, float(\"-inf\"))",
+           "logits.masked_fill(logits <= kth, float(\"-inf\"))",
+           ("tests/test_sampling_reference.py",)),
+    Mutant("word-set-misses-sentencepiece-marker", "decoding/schedule.py",
+           'r[:1] in ("Ġ", "▁")', 'r[:1] in ("Ġ",)',
+           ("tests/test_boundary_sets.py",)),
+    Mutant("drift-share-threshold-half-nat", "eval/drift.py",
+           "(np.abs(lr[n][frequent]) > 1).mean()", "(np.abs(lr[n][frequent]) > 0.5).mean()",
+           ("tests/test_battery_reference.py",)),
+    Mutant("survival-counts-ties-as-exceeding", "eval/metrics.py",
+           'np.asarray(grid, dtype=np.float64), side="right")', 'np.asarray(grid, dtype=np.float64), side="left")',
+           ("tests/test_battery_reference.py",)),
+]
+
+
+def _copy_with(mutant: Mutant | None, tmp: Path) -> Path:
+    src = tmp / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    if mutant is not None:
+        f = src / "tandem_rlvr" / mutant.path
+        text = f.read_text()
+        if text.count(mutant.old) != 1:
+            raise SystemExit(f"mutant {mutant.name}: expected the text once in {mutant.path}, "
+                             f"found it {text.count(mutant.old)} times (the source changed; update the mutant)")
+        f.write_text(text.replace(mutant.old, mutant.new))
+    return src
+
+
+def _run_tests(src: Path, tests: tuple[str, ...], timeout: int) -> tuple[int, float, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT / "tests")]),
+           "TANDEM_THREADS": os.environ.get("TANDEM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1"}
+    start = time.monotonic()
+    try:
+        res = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, out = res.returncode, res.stdout
+    except subprocess.TimeoutExpired:
+        rc, out = -1, "timeout"
+    last = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or [""]
+    return rc, time.monotonic() - start, last[0]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
+    ap.add_argument("--baseline", action="store_true", help="first check that the unmutated copy passes the tests")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per mutant")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    a = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if not a.only or m.name in a.only.split(",")]
+    if a.list:
+        for m in MUTANTS:
+            print(f"{m.name:48s} {m.path:24s} {' '.join(m.tests)}")
+        return 0
+    ok = True
+    if a.baseline:
+        tests = tuple(sorted({t for m in chosen for t in m.tests}))
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, secs, last = _run_tests(_copy_with(None, Path(tmp)), tests, a.timeout * 2)
+        print(f"baseline (no mutant): {'passes' if rc == 0 else 'FAILS'} in {secs:.0f}s  {last}", flush=True)
+        ok = rc == 0
+    rows = []
+    for m in chosen:
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, secs, last = _run_tests(_copy_with(m, Path(tmp)), m.tests, a.timeout)
+        caught = rc == 1
+        rows.append((m, caught, secs, rc, last))
+        print(f"{'caught' if caught else 'MISSED':6s} {m.name:48s} {secs:5.0f}s rc={rc}  {last}", flush=True)
+    n_caught = sum(r[1] for r in rows)
+    print(f"\n{n_caught} of {len(rows)} mutants caught\n")
+    print("| mutant | file | tests run | caught |\n|---|---|---|---|")
+    for m, caught, secs, rc, _ in rows:
+        print(f"| {m.name} | {m.path} | {', '.join(t.split('/')[-1] for t in m.tests)} | "
+              f"{'yes' if caught else 'NO'} ({secs:.0f} s) |")
+    return 0 if ok and n_caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
