@@ -55,7 +55,7 @@ COUNTS = {  # V = 8 token ids
 
 def test_drift_statistics_match_plain_python():
     res = drift_statistics({k: np.array(v) for k, v in COUNTS.items()}, "junior", "grpo", "trl", smoothing=1.0,
-                           min_count=5, top_n=3, table_rows=4)
+                           min_count=5, top_n=3, table_rows=4, min_ref_count=5, min_tokens=3)  # 5, 3, 7 emitted >= 5x
     V = 8
     p = {n: [(x + 1) / (sum(c) + V) for x in c] for n, c in COUNTS.items()}
     lr = {n: [math.log(p[n][v] / p["junior"][v]) for v in range(V)] for n in ("grpo", "trl")}
