@@ -105,8 +105,9 @@ def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_iden
         run.close()
 
 
-def test_grpo_on_vllm_loads_no_junior_into_the_engine(setup, tmp_path):
-    run = build_run(_cfg(setup, tmp_path, method="grpo"), print_fn=lambda *_: None)
+@pytest.mark.parametrize("method", ["grpo", "klreg"])
+def test_senior_only_methods_on_vllm_load_no_junior_into_the_engine(setup, tmp_path, method):
+    run = build_run(_cfg(setup, tmp_path, method=method), print_fn=lambda *_: None)
     try:
         assert run.rollout.engine.tandem is False and run.rollout.engine.junior_path is None
         run.trainer.reward_funcs[0] = _parity_reward
