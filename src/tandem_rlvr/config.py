@@ -131,8 +131,10 @@ class TrainConfig:
             raise TandemError(f"unknown engine {self.engine!r}; valid: hf, vllm")
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             raise TandemError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
-        if self.engine == "vllm" and self.schedule == "word-atomic" and self.method == "tandem":
-            raise TandemError("schedule 'word-atomic' is not available on the vLLM engine (use engine hf)")
+        if self.engine == "vllm" and self.method == "tandem":
+            from .engines import check_vllm_schedule
+
+            check_vllm_schedule(self.schedule)
         if self.instruction not in INSTRUCTIONS:
             raise TandemError(f"unknown instruction {self.instruction!r}; valid: {', '.join(INSTRUCTIONS)}")
         if self.loss_normalizer not in LOSS_NORMALIZERS:

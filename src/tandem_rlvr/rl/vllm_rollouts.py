@@ -32,6 +32,8 @@ log = logging.getLogger("tandem_rlvr")
 
 
 class EngineRollouts:
+    """The colocated engine of one training run (opened on first use); see the module docstring."""
+
     def __init__(self, cfg, tokenizer, eos_ids, tandem: bool):
         from ..engines.vllm_engine import VLLMSettings
         from ..models import resolve_model_path
@@ -39,10 +41,8 @@ class EngineRollouts:
         self.cfg, self.tok, self.eos_ids, self.tandem = cfg, tokenizer, list(eos_ids), tandem
         self.senior_path = resolve_model_path(cfg.senior)
         self.junior_path = resolve_model_path(cfg.junior or cfg.senior) if tandem else None
-        dtype = "auto" if cfg.dtype == "auto" else {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(
-            cfg.dtype, cfg.dtype)
         self.settings = VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                                     kv_cache_gib=cfg.vllm_kv_cache_gib, dtype=dtype,
+                                     kv_cache_gib=cfg.vllm_kv_cache_gib,
                                      max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
         self.engine = None
         self.synced = None  # (id of the model, global step) whose weights the engine holds
@@ -50,15 +50,9 @@ class EngineRollouts:
         self.syncs = 0
 
     def _open(self, model):
-        from dataclasses import replace
+        from ..engines.vllm_engine import VLLMEngine, with_dtype
 
-        from ..engines.vllm_engine import VLLMEngine
-        from ..models import resolve_dtype
-
-        settings = self.settings
-        if settings.dtype == "auto":
-            dev = next(model.parameters()).device
-            settings = replace(settings, dtype=str(resolve_dtype("auto", dev)).replace("torch.", ""))
+        settings = with_dtype(self.settings, self.cfg.dtype, next(model.parameters()).device)  # the senior's dtype
         self.engine = VLLMEngine(self.senior_path, self.junior_path, self.tok, self.eos_ids, tandem=self.tandem,
                                  seed=self.cfg.seed, settings=settings, sleep_mode=self.cfg.vllm_sleep,
                                  in_process=True)
