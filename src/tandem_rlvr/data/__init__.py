@@ -1,7 +1,8 @@
 """Data: benchmark and training problems as one normalised record type (``Problem``).
 
 ``load_benchmark("math500")``, a .jsonl/.json/.parquet path or a hub id; ``register_benchmark``
-adds named sources backed by Python functions (the built-in tiny world registers ``tiny``).
+adds named sources backed by Python functions (``tiny``: the built-in tiny world's problems,
+read from ``world.tasks``).
 """
 
 from .benchmarks import (

@@ -6,7 +6,8 @@ What: ``load_benchmark(spec)`` where ``spec`` is
   them): the file ``<stem>.jsonl|.json|.parquet`` in ``tandem_rlvr.paths.data_dirs()`` (the
   package's own data first, then ``$TANDEM_DATA``), else the Hugging Face hub id known for it;
   a pooled set (``POOLED``: ``aime`` = AIME 2024-2026, 90 problems, as the paper's tables report
-  AIME); or a Python loader added with ``register_benchmark``;
+  AIME); ``tiny``, the built-in tiny world's problems (``tiny_benchmark``, from
+  ``world.tasks``); or a Python loader added with ``register_benchmark``;
 - a local path ending ``.jsonl``, ``.json`` (a list of objects, or JSON lines) or ``.parquet``;
 - a hub id ``owner/name`` or ``owner/name:split`` (``datasets.load_dataset``; needs the network
   or the local HF cache).
@@ -376,9 +377,21 @@ for _name, _members in POOLED.items():
     register_benchmark(_name, _pooled(_name, _members))
 
 
-def _register_builtin() -> None:
-    """The built-in tiny world registers ``tiny`` on import (stdlib-only; no torch)."""
-    from .. import world  # noqa: F401
+# The built-in tiny world as benchmark "tiny": problems per split for the whole benchmark (no limit).
+TINY_SIZES = {"train": 20000, "val": 500, "test": 2000}
+_TINY_SPLIT_ALIASES = {"validation": "val", "dev": "val"}
 
 
-_register_builtin()
+def tiny_benchmark(split: str | None = None, limit: int | None = None) -> list[Problem]:
+    """The tiny world (``world.tasks``, seed 0) as ``Problem`` records; ``split`` defaults to test."""
+    from ..world.tasks import make_problems
+
+    name = _TINY_SPLIT_ALIASES.get(split or "test", split or "test")
+    if name not in TINY_SIZES:
+        raise TandemError(f"unknown split {split!r} of benchmark 'tiny'; valid: {', '.join(TINY_SIZES)}")
+    n = TINY_SIZES[name] if limit is None else min(limit, TINY_SIZES[name])
+    return [Problem("tiny", p.problem_id, p.problem, p.answer, p.solution, {"split": name})
+            for p in make_problems(n, seed=0, split=name)]
+
+
+register_benchmark("tiny", tiny_benchmark)
