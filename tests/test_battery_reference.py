@@ -19,7 +19,8 @@ import pytest
 
 from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.eval.compare import read_run, run_pass_at_k
+from tandem_rlvr.eval.compare import run_pass_at_k
+from tandem_rlvr.eval.runs import read_run
 from tandem_rlvr.eval.drift import drift_statistics
 from tandem_rlvr.eval.sampler import EvalSpec, summarize
 

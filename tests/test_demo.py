@@ -74,7 +74,7 @@ def _results(grpo, tandem, base):
 
 
 def test_drift_note_states_the_world_slip_rates_and_the_run_numbers():
-    from tandem_rlvr.demo import drift_note
+    from tandem_rlvr.recipes.demo import drift_note
 
     world = {"slip_prob": 0.7, "shorthand_slip_prob": 0.02}
     note = drift_note(world, _results(0.262, 0.154, 0.249))

@@ -108,7 +108,7 @@ def test_drift_world_builds_and_records_a_style_summary_per_model(tmp_path):
 
 def test_study_settings_and_cli():
     from tandem_rlvr.cli import build_parser
-    from tandem_rlvr.study import _variants, settings_from_args
+    from tandem_rlvr.recipes.study import _variants, settings_from_args
 
     a = build_parser().parse_args(["study", "drift", "--seeds", "0,2", "--out", "x", "--juniors", "weak"])
     s = settings_from_args(a)
@@ -122,12 +122,13 @@ def test_study_settings_and_cli():
 @pytest.mark.slow
 def test_study_runs_and_resumes(tmp_path, monkeypatch):
     """The quick study end to end, then a rerun that trains and samples nothing again."""
-    from tandem_rlvr import study
+    from tandem_rlvr.cli import build_parser
     from tandem_rlvr.eval import sampler
+    from tandem_rlvr.recipes import study
     from tandem_rlvr.rl import train as train_mod
 
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
-    a = study.build_args(["drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick"])
+    a = build_parser().parse_args(["study", "drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick"])
     res = study.run_study(a.out, study.settings_from_args(a), print_fn=lambda *x: None)
     assert res["seeds_done"] == [0] and {"grpo", "tandem-self", "klreg-weak", "base"} <= set(res["table"])
     assert (tmp_path / "s" / "study.md").is_file()
@@ -140,6 +141,6 @@ def test_study_runs_and_resumes(tmp_path, monkeypatch):
     assert calls == [] and res2["table"] == res["table"]
     data = json.loads((tmp_path / "s" / "settings.json").read_text())
     assert data["seeds"] == [0]
-    b = study.build_args(["drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick", "--juniors", "self"])
+    b = build_parser().parse_args(["study", "drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick", "--juniors", "self"])
     with pytest.raises(TandemError, match="other settings"):
         study.run_study(b.out, study.settings_from_args(b), print_fn=lambda *x: None)

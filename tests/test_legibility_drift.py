@@ -227,7 +227,7 @@ def _counts(V=30, **emitted):
 
 
 def test_only_tokens_the_reference_emitted_can_be_over_emitted():
-    from tandem_rlvr.eval.compare import drift_tables, recovery_sentence
+    from tandem_rlvr.eval.tables import drift_tables, recovery_sentence
     from tandem_rlvr.eval.drift import drift_statistics
 
     # junior: ids 0-9 x 20 (200 tokens); grpo: ids 0-9 x 10, id 10 x 8, id 11 x 2 (110); ids 12-29 nobody emits.
@@ -256,7 +256,7 @@ def test_recovery_share_over_qualifying_tokens_matches_hand_count():
 
 
 def test_a_candidate_with_the_juniors_counts_is_flagged_as_trivial_recovery():
-    from tandem_rlvr.eval.compare import recovery_sentence
+    from tandem_rlvr.eval.tables import recovery_sentence
     from tandem_rlvr.eval.drift import drift_statistics
 
     junior = _counts(a=(range(10), 20))

@@ -97,7 +97,7 @@ def test_compare_tables_and_ttests_match_scipy(runs, tmp_path, capsys):
 
 
 def test_macro_coverage_names_the_sets_and_the_papers_aime_pooling():
-    from tandem_rlvr.eval.compare import macro_coverage
+    from tandem_rlvr.eval.tables import macro_coverage
 
     assert macro_coverage(["aime", "amc23", "minerva"]) == "macro over 3 benchmarks: aime, amc23, minerva"
     text = macro_coverage(["aime24", "aime25", "aime26", "amc23"])

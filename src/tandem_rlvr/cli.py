@@ -312,12 +312,6 @@ def cmd_train(a):
     print(json.dumps(summary, indent=2))
 
 
-def cmd_demo(a):
-    from .demo import run_demo
-
-    run_demo(a.out, quick=a.quick, world=a.world)
-
-
 # --------------------------------------------------------------------------- parser
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) and exit status 2."""
@@ -332,13 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     P.add_argument("-v", "--verbose", action="store_true", help="log details (boundary-set sizes, resumes, ...)")
     sub = P.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    d = sub.add_parser("demo", help="the whole pipeline on a built-in tiny world")
-    d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
-    d.add_argument("--world", default="tiny-drift", choices=["tiny-drift", "tiny"],
-                   help="tiny-drift (default): two styles and a weak junior, where GRPO drifts and Tandem "
-                        "anchors; tiny: one style, self-paired")
-    d.add_argument("--quick", action="store_true", help="a smaller, faster run (smoke test)")
-    d.set_defaults(fn=cmd_demo)
+    from .recipes.cli import register_demo, register_study
+
+    register_demo(sub)  # demo (recipes/demo.py)
 
     g = sub.add_parser("generate", help="one tandem completion, senior and junior words in two colours")
     g.add_argument("--prompt", required=True, help="the problem or prompt text")
@@ -427,10 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .eval.battery_cli import register
 
-    register(sub, _Parser)  # eval legibility, eval drift, compare, report
-    from .study import register as register_study
-
-    register_study(sub, _Parser)  # study drift (docs/drift_world.md)
+    register(sub, esub)  # eval legibility, eval drift, compare, report
+    register_study(sub)  # study drift (recipes/study.py, docs/drift_world.md)
     return P
 
 

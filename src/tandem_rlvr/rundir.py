@@ -12,7 +12,9 @@ while a second live writer gets an error naming the first.
 
 Paths stored in run files are absolute (``abs_spec``), so later commands work from any
 directory; the run directory itself is never part of a run's identity, so ``./runs/x``,
-``runs/x/`` and ``/abs/runs/x`` (or the directory after a move) are the same run.
+``runs/x/`` and ``/abs/runs/x`` (or the directory after a move) are the same run. A resume
+with another config is refused by one rule, ``config_diff`` (``refuse_other_config`` for
+training and evaluation runs; the study compares its settings the same way).
 See docs/architecture.md, "Run directories".
 """
 
@@ -25,6 +27,7 @@ import socket
 from pathlib import Path
 
 from .errors import TandemError
+from .io import read_json
 
 LOCK_NAME = ".lock"
 
@@ -117,3 +120,19 @@ def remove_failed_start(run_dir: Path, names: list[str], dir_was_new: bool) -> N
             run_dir.rmdir()
         except OSError:
             pass
+
+
+def config_diff(old: dict, new: dict, ignore=()) -> list[str]:
+    """Sorted keys whose values differ between two stored configs (a key missing on one side differs)."""
+    return sorted(k for k in set(old) | set(new) if k not in ignore and old.get(k) != new.get(k))
+
+
+def refuse_other_config(path: Path, config: dict, hint: str, ignore=(), defaults: dict | None = None) -> bool:
+    """Whether the run's ``path`` (its config.json) exists; a TandemError naming the differing keys
+    if it holds another config than ``config``. ``defaults`` fill keys older runs did not record."""
+    if not path.exists():
+        return False
+    diff = config_diff({**(defaults or {}), **read_json(path)}, config, ignore)
+    if diff:
+        raise TandemError(f"{path}: existing run has a different {', '.join(diff)}; {hint}")
+    return True

@@ -5,31 +5,16 @@
 - ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
 - ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] [--note TEXT] --out DIR``
 
-Thin, like ``cli.py``: parse, call ``eval.legibility/drift/compare/report``, print.
+Thin, like ``cli.py``: parse, call ``eval.legibility/drift/compare/report``, print
+(``tables.print_tables``).
 """
 
 from __future__ import annotations
-
-import argparse
 
 from ..errors import TandemError
 
 RUN_HELP = ("[NAME=]DIR of one senior's results: an eval dir, or a dir whose subdirs are eval dirs (solo run = "
             "schedule 'senior'; other sampling runs = handoff, labelled by dir name; legibility.json; drift.json)")
-
-
-def _print(tables) -> None:
-    from rich.console import Console
-    from rich.table import Table as RichTable
-
-    con = Console()
-    for t in tables:
-        rt = RichTable(title=t.title, title_justify="left")
-        for i, c in enumerate(t.columns):
-            rt.add_column(c, justify="left" if i == 0 else "right")
-        for r in t.rows:
-            rt.add_row(*r)
-        con.print(rt)
 
 
 def _ks(text: str | None) -> list[int] | None:
@@ -45,13 +30,13 @@ def _ks(text: str | None) -> list[int] | None:
 
 
 def cmd_legibility(a) -> None:
-    from .compare import Table
     from .legibility import run_legibility
+    from .tables import Table, print_tables
 
     benchmarks = [b for b in (a.benchmarks or "").split(",") if b] or None
     res = run_legibility(a.samples, a.junior, a.out, a.senior, benchmarks, a.split, a.device, a.dtype, a.batch_tokens)
     s = res["summary"]
-    _print([Table(f"junior legibility of {res['config']['senior']} for {a.junior} ({res['samples']} samples)",
+    print_tables([Table(f"junior legibility of {res['config']['senior']} for {a.junior} ({res['samples']} samples)",
                   ["benchmark", "problems", "CE (nats)", "alpha"],
                   [[b, str(s["ce"][b]["problems"]), f"{s['ce'][b]['mean']:.3f} ± {s['ce'][b]['se']:.3f}",
                     f"{s['alpha'][b]['mean']:.3f} ± {s['alpha'][b]['se']:.3f}"] for b in s["ce"]])])
@@ -61,12 +46,12 @@ def cmd_legibility(a) -> None:
 
 
 def cmd_drift(a) -> None:
-    from .compare import drift_tables, recovery_sentence
     from .drift import run_drift
+    from .tables import drift_tables, print_tables, recovery_sentence
 
     res = run_drift(a.junior_samples, a.seniors, a.out, a.reference, a.candidate, a.smoothing, a.min_count, a.top_n,
                     min_ref_count=a.min_ref_count)
-    _print(drift_tables(res))
+    print_tables(drift_tables(res))
     if res.get("recovery"):
         print(recovery_sentence(res["recovery"]))
     print(f"results in {a.out}")
@@ -92,9 +77,10 @@ def _compare_kw(a) -> dict:
 
 def cmd_compare(a) -> None:
     from .compare import run_compare
+    from .tables import print_tables
 
     _, tables = run_compare(a.runs, a.out, **_compare_kw(a))
-    _print(tables)
+    print_tables(tables)
     print(f"compare.json and compare.md in {a.out}")
 
 
@@ -105,14 +91,9 @@ def cmd_report(a) -> None:
     print(f"report: {path}")
 
 
-def _eval_subparsers(sub) -> argparse._SubParsersAction:
-    """The subparsers object of ``tandem eval`` (argparse keeps it among the parser's actions)."""
-    return next(x for x in sub.choices["eval"]._actions if isinstance(x, argparse._SubParsersAction))
-
-
-def register(sub, parser_class) -> None:
-    """Add ``eval legibility``, ``eval drift``, ``compare`` and ``report`` to ``tandem``'s subparsers ``sub``."""
-    esub = _eval_subparsers(sub)
+def register(sub, esub) -> None:
+    """Add ``eval legibility`` and ``eval drift`` to ``esub`` (the subparsers of ``tandem eval``),
+    ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
     lg.add_argument("--junior", required=True, help="the junior (dir, .gguf, hub id, or tiny-junior), same tokenizer")

@@ -39,7 +39,8 @@ from ..errors import TandemError
 from ..io import atomic_write, write_json
 from ..runtime import invocation
 from ..rundir import output_dir
-from .compare import EvalRun, check_same_benchmarks, drift_tables, read_run, recovery_sentence, split_named, to_markdown
+from .runs import EvalRun, check_same_benchmarks, read_run, split_named
+from .tables import drift_tables, recovery_sentence, to_markdown
 from .legibility import check_tokenizer
 from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
 

@@ -40,11 +40,11 @@ import numpy as np
 import torch
 
 from ..errors import TandemError
-from ..io import atomic_write, read_json, read_jsonl, write_json
+from ..io import atomic_write, write_json
 from ..rundir import abs_spec, output_dir
 from ..runtime import invocation
 from ..progress import progress_bar
-from .compare import EvalRun, read_run
+from .runs import EvalRun, read_legibility, read_run, run_problems  # noqa: F401 (read_legibility: re-exported)
 from .metrics import mean_se_summary
 from .teacher_forcing import collate, hidden_states, pack_batches
 
@@ -106,7 +106,6 @@ def score_sequences(senior, junior, prompts: Sequence[Sequence[int]], responses:
 def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, split: str | None) -> list[list[int]]:
     """Prompt ids of every row, re-made from config.json's template and the benchmark problems."""
     from ..prompting import encode_prompt, format_prompt
-    from .sampler import run_problems
 
     template = run.config.get("template")
     instruction = run.config.get("instruction", "reason-step")  # runs from before it was recorded used that
@@ -204,11 +203,3 @@ def _per_problem(per_sample: list[dict]) -> list[dict]:
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     with atomic_write(path) as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def read_legibility(path: str | os.PathLike) -> tuple[dict, dict[tuple[str, str], dict]]:
-    """legibility.json's content and {(benchmark, problem_id): per-problem row} of a legibility dir."""
-    path = Path(path)
-    result = read_json(path / "legibility.json", f"{path}: not a legibility directory (no legibility.json)")
-    rows = read_jsonl(path / "per_problem.jsonl") if (path / "per_problem.jsonl").is_file() else []
-    return result, {(r["benchmark"], str(r["problem_id"])): r for r in rows}

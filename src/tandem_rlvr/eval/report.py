@@ -37,10 +37,12 @@ from matplotlib.figure import Figure
 from ..errors import TandemError
 from ..io import atomic_write, read_json
 from ..rundir import output_dir
-from .compare import Table, comparison_tables, run_compare, split_named
+from .compare import run_compare
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
 from .report_samples import samples_html
+from .runs import split_named
+from .tables import Table, comparison_tables
 
 
 # Lenient training-log keys: the first present of each list is plotted.

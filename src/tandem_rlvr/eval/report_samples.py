@@ -22,7 +22,7 @@ import logging
 
 import numpy as np
 
-from .compare import EvalRun, read_run
+from .runs import EvalRun, read_run, run_problems
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -124,7 +124,6 @@ def _tokenizer(run: EvalRun, cache: dict):
 def _problem_texts(run: EvalRun) -> dict:
     """{(benchmark, problem_id): Problem} of a run's benchmarks; empty (problem text left out) if they cannot be loaded."""
     from ..errors import TandemError
-    from .sampler import run_problems
 
     try:
         return run_problems(run.path, run.config)[1]

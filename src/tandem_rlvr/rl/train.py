@@ -33,7 +33,7 @@ from ..models import Pair, load_pair
 from ..prompting import encode_prompt, format_prompt, resolve_template
 from ..rewards.math import score
 from ..runtime import invocation
-from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
+from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
 
 log = logging.getLogger("tandem_rlvr")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -114,11 +114,7 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     """
     out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
-    if saved.exists():
-        old, new = read_json(saved), stored_config(cfg)
-        diff = sorted(k for k in set(old) | set(new) if k != "output_dir" and old.get(k) != new.get(k))
-        if diff:
-            raise TandemError(f"{saved}: existing run has a different {', '.join(diff)}; use another --output-dir")
+    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir",))
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)

@@ -1,0 +1,143 @@
+"""Tables of the evaluation battery: built once as plain strings, rendered three ways.
+
+``Table`` (title, columns, rows of strings) is what ``compare``, ``drift`` and the report
+share; ``comparison_tables`` builds the paper's tables from compare.json's content in the
+paper's order, ``drift_tables`` those of a drift result. Rendered as GitHub markdown
+(``to_markdown``: compare.md, drift.md), on the terminal (``print_tables``, rich) and as
+HTML (``report.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass
+class Table:
+    """A rendered table: plain strings, shared by the terminal, markdown and HTML."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+
+
+def _pm(m: dict | None) -> str:
+    return "-" if not m else f"{m['mean']:.3f} ± {m['se']:.3f}"
+
+
+def _num(x, fmt: str = ".3f", undefined: str = "n/a") -> str:
+    return undefined if x is None else format(x, fmt)
+
+
+def recovery_sentence(rec: dict) -> str:
+    """One line saying what the recovery figure measures and over how many tokens (or that it is undefined)."""
+    which = (f"{rec.get('qualifying', rec['top_n'])} tokens qualify as over-emitted by {rec['reference']} "
+             f"(log-ratio > 0, emitted >= {rec.get('min_ref_count', 1)} times)")
+    if rec.get("defined") is False or rec["share_moved_back"] is None:
+        return f"{which}: too few (< {rec.get('min_tokens', 10)}); recovery share and Spearman rho are not defined"
+    sp = rec["spearman"]
+    rho = "not defined" if sp["rho"] is None else f"{sp['rho']:.2f} (p = {sp['p']:.2g})"
+    note = (f" (trivially: {rec['candidate']}'s token counts equal the junior's, the same checkpoint?)"
+            if rec.get("candidate_is_junior") else "")
+    return (f"{which}; of the top {rec['top_n']}, {rec['candidate']} moves {rec['share_moved_back']:.1%} back toward "
+            f"the junior; Spearman rho {rho}{note}")
+
+
+def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
+    first = next(iter(metrics.values()))
+    ks = [k for k in first["macro"] if k.startswith("pass@")]
+    benches = [b for b, m in first.items() if isinstance(m, dict) and "problems" in m and b != "macro"]
+    macro = Table(f"{title}: pass@k, {macro_coverage(benches)} ({first['macro']['problems']} problems)",
+                  ["senior", *ks, "senior share"],
+                  [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"] for n, m in metrics.items()])
+    per = Table(f"{title}: pass@1 per benchmark", ["senior", *benches, "macro"],
+                [[n, *[_pm(m.get(b, {}).get("pass@1")) for b in [*benches, "macro"]]] for n, m in metrics.items()])
+    return [macro, per] if len(benches) > 1 else [macro]
+
+
+def macro_coverage(benches: Sequence[str]) -> str:
+    """Which sets a macro average covers, e.g. "macro over 3 benchmarks: aime, amc23, math500"; names
+    the paper's pooling when the AIME years are separate sets (each then weighs as much as AMC)."""
+    text = f"macro over {len(benches)} benchmark{'s' if len(benches) != 1 else ''}: {', '.join(benches)}"
+    years = [b for b in ("aime24", "aime25", "aime26") if b in benches]
+    if len(years) > 1 and "aime" not in benches:
+        text += f" ({', '.join(years)} as {len(years)} sets; the paper pools AIME 2024-2026 as one set, 'aime')"
+    return text
+
+
+def drift_tables(drift: dict, top: int = 20) -> list[Table]:
+    """KL and survival summary per model, the recovery line, and the most over-emitted tokens."""
+    out = [Table("Drift to the junior (solo generations)", ["model", "tokens", "KL(model || junior)",
+                 f"share |log-ratio| > 1 ({drift['survival']['frequent_tokens']} frequent tokens)"],
+                 [[n, str(m["tokens"]), f"{m['kl_to_junior']:.4f}", _num(m["share_abs_log_ratio_gt_1"])]
+                  for n, m in drift["models"].items()])]
+    rec = drift.get("recovery")
+    if rec:
+        sp = rec["spearman"]
+        undefined = "not defined" if rec.get("defined") is False else "n/a"
+        out.append(Table(f"Recovery: {rec['candidate']} vs {rec['reference']}'s top-{rec['top_n']} over-emitted tokens",
+                         ["reference", "candidate", "qualifying tokens", "tracked", "share moved back", "Spearman rho", "p"],
+                         [[rec["reference"], rec["candidate"], str(rec.get("qualifying", "?")), str(rec["top_n"]),
+                           _num(rec["share_moved_back"], undefined=undefined), _num(sp["rho"], undefined=undefined),
+                           _num(sp["p"], ".2g", undefined=undefined)]]))
+    ov = drift["over_emitted"]
+    names = list(ov["rows"][0]["counts"]) if ov["rows"] else []
+    out.append(Table(f"Tokens most over-emitted by {ov['reference']} (counts; log-ratio to the junior)",
+                     ["token", "id", *names, "log-ratio"],
+                     [[repr(r["token"]) if r["token"] is not None else "", str(r["id"]), *[str(r["counts"][n]) for n in names],
+                       f"{r['log_ratio'][ov['reference']]:+.2f}"] for r in ov["rows"][:top]]))
+    return out
+
+
+def comparison_tables(comp: dict) -> list[Table]:
+    """All tables of a comparison, in the paper's order. Models appear by ``models.model_name``
+    (never a full path; the report's provenance section has those)."""
+    from ..models import model_name
+
+    tables = _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
+    for lb, metrics in comp["handoff"].items():
+        cfg = next(iter(metrics.values()))["config"]
+        label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
+        tables += _pass_tables(f"{label} (junior {model_name(cfg['models'].get('junior'))}, "
+                               f"{(cfg['schedule'] or {}).get('name')})", metrics)
+    if comp["legibility"]:
+        tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
+                            [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]), _pm(x["summary"]["alpha"]["macro"]),
+                              str(x["samples"])] for n, x in comp["legibility"].items()]))
+    if comp["drift"]:
+        tables += drift_tables(comp["drift"])
+    if comp["ttests"]:
+        tables.append(Table(f"Paired one-sided t-tests vs {comp['baseline']} (per-problem, pooled over benchmarks)",
+                            ["candidate", "statistic", "H1", "problems", "candidate", "baseline", "diff", "t", "p"],
+                            [[t["candidate"], t["statistic"], f"cand {'>' if t['alternative'] == 'greater' else '<'} base",
+                              str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
+                              _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
+    return tables
+
+
+def to_markdown(tables: Sequence[Table]) -> str:
+    """Tables as GitHub markdown, each under a heading."""
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", "\\n")
+
+    parts = []
+    for t in tables:
+        parts += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.columns)) + " |",
+                  "|" + "|".join("---" for _ in t.columns) + "|", *["| " + " | ".join(map(esc, r)) + " |" for r in t.rows], ""]
+    return "\n".join(parts)
+
+
+def print_tables(tables: Sequence[Table]) -> None:
+    """Tables on the terminal (rich), first column left-aligned."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    con = Console()
+    for t in tables:
+        rt = RichTable(title=t.title, title_justify="left")
+        for i, c in enumerate(t.columns):
+            rt.add_column(c, justify="left" if i == 0 else "right")
+        for r in t.rows:
+            rt.add_row(*r)
+        con.print(rt)

@@ -1,0 +1,202 @@
+"""``tandem demo``: the whole pipeline on a built-in tiny world, on a laptop CPU.
+
+Two worlds (``--world``):
+
+- ``tiny-drift`` (default): the drift world (docs/drift_world.md), where the paper's claim
+  can show. Its base model writes two styles, legible words and a compact shorthand that
+  the senior alone gets right more often; the junior is a smaller model that learned the
+  word style only. All three methods pair the senior with that weak junior.
+- ``tiny``: the single-style world, every method self-paired with the base (the paper's
+  default pairing). Nothing there lets GRPO drift, so the three seniors end alike.
+
+1. Build (or reuse) the world: tokenizer, base model, junior.
+2. Train three seniors from the base: vanilla GRPO, Tandem RLVR (word-level handoffs,
+   p = 0.5, K = 32) and KL-Reg (beta = 1e-3 to the junior).
+3. Evaluate the base, each senior's best checkpoint (the final one in the drift world,
+   where drift is the point) and, in the drift world, the junior alone: solo pass@k and
+   paragraph round-robin handoff pass@k with the junior, on held-out test problems, the
+   junior legibility of each solo run, and (drift world) the share of shorthand paragraphs
+   in the solo responses.
+4. Write training curves side by side (``curves.png``, in the report's per-method colours),
+   a summary table (``summary.md``/``summary.json``; in the drift world with a note, from
+   the world's slip rates and this run's numbers, on what the world builds in: the shorthand
+   is the more accurate style alone, so anchoring Tandem to the legible style costs solo
+   accuracy here, a cost the paper does not report), then run the rest of the battery
+   (drift against the junior's own samples, comparison tables with paired t-tests against
+   GRPO) and write the HTML report (``report/report.html``, the same note beside its solo
+   table).
+
+Training, evaluation and the battery are ``recipes.pipeline``'s, shared with the study.
+
+``--quick`` runs a seconds-long version on a throwaway world (a smoke test of the wiring;
+its numbers mean nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from ..errors import TandemError
+from ..eval.runs import read_run
+from ..io import atomic_write, write_json
+from ..runtime import configure_cpu_threads
+from ..rundir import output_dir
+from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_config
+
+log = logging.getLogger("tandem_rlvr")
+
+WORLDS = ("tiny-drift", "tiny")
+
+
+def _settings(quick: bool, world: str) -> dict:
+    if quick:
+        return dict(train=QUICK_TRAIN, eval=dict(limit=6, n=2), max_tokens=48)
+    if world == "tiny-drift":  # the drift study's evaluation, on more problems
+        return dict(train=dict(), eval=dict(limit=500, n=4), max_tokens=96)
+    return dict(train=dict(), eval=dict(limit=1000, n=2), max_tokens=96)
+
+
+def plot_curves(runs: dict[str, Path], out: Path) -> Path:
+    """Reward, response length, senior share, validation accuracy, KL to the junior and
+    wall-clock per step, one line per method in the report's colours (``report.training_figure``)."""
+    from ..eval.report import training_figure
+    from ..rl.callbacks import read_log
+
+    fig = training_figure({method: read_log(run / "log.jsonl") for method, run in runs.items()})
+    path = out / "curves.png"
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    return path
+
+
+def drift_note(world_config: dict, results: dict) -> str:
+    """Two plain sentences on what the drift world builds in, from the world's slip rates and
+    this run's solo pass@1 and shorthand shares (shown beside the solo table)."""
+    word, short = world_config["slip_prob"], world_config["shorthand_slip_prob"]
+    p1 = {n: r["solo"]["pass@1"]["mean"] for n, r in results.items() if "pass@1" in r.get("solo", {})}
+    sh = {n: r.get("shorthand_share") for n, r in results.items()}
+    first = (f"In this drift world the compact shorthand is the more accurate style for the senior alone, by "
+             f"construction: the base model's shorthand training solutions slip {short:.0%} of the time, its word "
+             f"solutions {word:.0%}.")
+    if not {"grpo", "tandem"} <= set(p1):
+        return first
+    shares = (f" (shorthand share {sh['grpo']:.2f} vs {sh['tandem']:.2f})"
+              if sh.get("grpo") is not None and sh.get("tandem") is not None else "")
+    base = f", base {p1['base']:.3f}" if "base" in p1 else ""
+    nums = f"solo pass@1 GRPO {p1['grpo']:.3f}, Tandem {p1['tandem']:.3f}{base}"
+    if p1["tandem"] < p1["grpo"]:
+        second = (f" So GRPO's drift toward it{shares} buys solo accuracy, and anchoring Tandem RLVR to the legible "
+                  f"style costs solo accuracy here ({nums}); the paper reports no such cost, because there GRPO's "
+                  f"drift did not buy accuracy.")
+    else:
+        second = (f" Here anchoring Tandem RLVR to the legible style{shares} did not cost solo accuracy ({nums}).")
+    return first + second
+
+
+def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, world: str = "tiny-drift") -> dict:
+    """Run the demo into ``out`` (see the module docstring); return the summary."""
+    from ..world.build import build_world
+
+    t0 = time.perf_counter()
+    if world not in WORLDS:
+        raise TandemError(f"unknown demo world {world!r}; valid: {', '.join(WORLDS)}")
+    out = output_dir(out, create=False)
+    threads = configure_cpu_threads()
+    drift = world == "tiny-drift"
+    s = _settings(quick, world)
+    print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
+    built = build_world(world_config(world, quick))
+    base = str(built.senior)
+    junior = str(built.junior) if drift else base
+
+    runs = {}
+    for i, method in enumerate(METHODS, 1):
+        print_fn(f"[2/4] training {method} ({i}/{len(METHODS)})")
+        runs[method] = out / "runs" / method
+        train_method(world, method, base, junior, runs[method], s["train"], print_fn=print_fn)
+
+    print_fn(f"[3/4] evaluating base{', junior' if drift else ''} and seniors: solo and paragraph-handoff "
+             "pass@k on held-out problems")
+    ckpt = "final" if drift else "best"
+    seniors = {"base": base, **{m: str(checkpoint(r, ckpt)) for m, r in runs.items()}}
+    ev = eval_settings(**s["eval"], max_tokens=s["max_tokens"])
+    results = {}
+    if drift:  # the junior alone: its accuracy, and the reference samples of the drift metrics
+        solo = evaluate_senior(junior, out / "eval" / "junior", {}, ev)["solo"]
+        results["junior"] = {"solo": solo["macro"], **_style(out / "eval" / "junior" / "solo")}
+    for name, path in seniors.items():
+        m = evaluate_senior(path, out / "eval" / name, {"": junior}, ev)
+        results[name] = {"solo": m["solo"]["macro"], "handoff": m["handoff"]["macro"],
+                         "handoff_senior_share": m["handoff"]["senior_share"]}
+        if drift:
+            results[name].update(_style(out / "eval" / name / "solo"))
+
+    print_fn("[4/4] curves, summary and report")
+    curves = plot_curves(runs, out)
+    summary = {"wall_s": time.perf_counter() - t0, "quick": quick, "world_name": world, "world": str(built.root),
+               "junior": junior, "checkpoint": ckpt, "world_accuracy": built.meta.get("accuracy"),
+               "curves": str(curves), "results": results}
+    notes = [drift_note(built.meta["config"], results)] if drift else []
+    summary["notes"] = notes
+    _write_summary(out, summary)
+    drift_ref = out / "eval" / "junior" / "solo" if drift else None
+    summary["report"] = str(run_battery(out, list(seniors), runs, junior_samples=drift_ref, notes=notes))
+    summary["wall_s"] = time.perf_counter() - t0
+    write_json(out / "summary.json", summary)
+    print_fn((out / "summary.md").read_text(encoding="utf-8"))
+    print_fn(f"demo finished in {summary['wall_s']:.0f} s; outputs in {out}")
+    return summary
+
+
+def _style(solo_dir: Path) -> dict:
+    """Drift world: how much of a model's solo output is in the shorthand style."""
+    from ..world.style import style_summary
+
+    sty = style_summary([r["response"] for r in read_run(solo_dir).rows])
+    return {"shorthand_share": sty["shorthand_share"]}
+
+
+def _write_summary(out: Path, summary: dict) -> None:
+    drift = summary.get("world_name") == "tiny-drift"
+    head = "| senior | solo pass@1 | solo pass@2 | handoff pass@1 | handoff senior share |"
+    lines = [head + (" shorthand share |" if drift else ""), "|---|---|---|---|---|" + ("---|" if drift else "")]
+    cell = lambda m, k: f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" if k in m else "-"  # noqa: E731
+    for name, r in summary["results"].items():
+        hand = r.get("handoff", {})
+        share = f"{r['handoff_senior_share']['mean']:.2f}" if "handoff_senior_share" in r else "-"
+        line = f"| {name} | {cell(r['solo'], 'pass@1')} | {cell(r['solo'], 'pass@2')} | {cell(hand, 'pass@1')} | {share} |"
+        if drift:
+            sh = r.get("shorthand_share")
+            line += f" {sh:.2f} |" if sh is not None else " - |"
+        lines.append(line)
+    from ..models import model_name
+    from ..runtime import invocation
+
+    notes = "".join(f"\n{n}\n" for n in summary.get("notes", []))
+    argv = invocation()["argv"]
+    cmd = " ".join([Path(argv[0]).name, *argv[1:]])
+    text = (f"{summary.get('world_name', 'tiny')} world, junior {model_name(summary.get('junior'))}\n\n"
+            + "\n".join(lines) + "\n" + notes
+            + f"\nProvenance: junior {summary.get('junior', '-')}, world {summary.get('world', '-')}, command `{cmd}`; "
+              "full model paths, sampling settings and commands per run in report/report.html.\n")
+    with atomic_write(out / "summary.md") as f:
+        f.write(text)
+
+
+def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior_samples: Path | None = None,
+                notes: list[str] = ()) -> Path:
+    """Drift, comparison tables and the HTML report over the demo's eval dirs.
+
+    Drift compares each senior with ``junior_samples`` (a solo eval dir of the junior; default
+    the base's, which is the junior under self-pairing)."""
+    from ..eval.report import run_report
+
+    ev = out / "eval"
+    trained = [n for n in names if n != "base"]
+    compared = names if junior_samples is not None else trained  # the base drifts from a weaker junior too
+    battery({n: ev / n for n in names}, ["handoff"], "legibility", junior_samples or ev / "base" / "solo", compared,
+            ev / "drift", out / "compare", baseline="grpo" if "grpo" in names else None)
+    return run_report(out / "report", compare_dir=str(out / "compare"),
+                      train_logs=[f"{m}={r / 'log.jsonl'}" for m, r in runs.items()], notes=notes)

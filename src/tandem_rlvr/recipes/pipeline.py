@@ -1,0 +1,108 @@
+"""The pipeline the recipes share: train the three methods, evaluate a senior, run the battery.
+
+- ``train_method``: one senior trained from a preset (``rl.train``; a finished run with the
+  same config is not trained again);
+- ``evaluate_senior``: a senior's evaluation directory: ``solo/``, and per junior a
+  ``handoff[-LABEL]/`` run (paragraph round-robin) and the junior's ``legibility[-LABEL]/``
+  of the solo samples;
+- ``battery``: drift of seniors' solo samples from a junior's, then the comparison tables
+  (``compare``: pass@k, legibility, drift, paired one-sided t-tests against a baseline).
+
+``QUICK_TRAIN`` is the training of every recipe's ``--quick`` mode (a smoke test of the wiring).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+METHODS = ("grpo", "tandem", "klreg")
+# --quick: a seconds-long training run (its numbers mean nothing).
+QUICK_TRAIN = dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=200, max_new_tokens=48)
+
+
+def world_config(world: str, quick: bool):
+    """The named built-in world, or with ``quick`` a throwaway for-tests world of the same kind."""
+    from ..world.build import DRIFT_WORLD, WorldConfig, named_world
+
+    if not quick:
+        return named_world(world)
+    return WorldConfig.for_tests(**DRIFT_WORLD) if world == "tiny-drift" else WorldConfig.for_tests()
+
+
+def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0, split: str = "test",
+                  progress: bool = True) -> dict:
+    """Keyword arguments of ``sampler.evaluate`` for the tiny benchmark (plain prompts)."""
+    from ..decoding.sampling import SamplingParams
+
+    return dict(benchmarks=["tiny"], split=split, template="plain", limit=limit, n=n, progress=progress,
+                sampling=SamplingParams(temperature=temperature, max_new_tokens=max_tokens))
+
+
+def train_method(preset: str, method: str, senior: str, junior: str | None, run_dir: Path, overrides: dict,
+                 print_fn: Callable = print) -> dict:
+    """Train one senior with ``method`` into ``run_dir``; ``overrides`` go over the preset."""
+    from ..config import load_train_config
+    from ..rl.train import train
+
+    cfg = load_train_config(preset, overrides=dict(method=method, senior=senior, junior=junior,
+                                                   output_dir=str(run_dir), **overrides))
+    return train(cfg, print_fn=print_fn)
+
+
+def checkpoint(run_dir: Path, prefer: str) -> Path:
+    """The run's ``prefer`` checkpoint ("best" or "final"), else its final one."""
+    return run_dir / prefer if (run_dir / prefer).is_dir() else run_dir / "final"
+
+
+def _named(kind: str, label: str) -> str:
+    return f"{kind}-{label}" if label else kind
+
+
+def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev: dict, skip_done: bool = False) -> dict[str, dict]:
+    """Evaluate ``model`` into ``d``: solo, then per junior (``{label: model}``; label "" = no
+    suffix) a handoff run and the junior's legibility of the solo samples.
+
+    ``ev``: ``eval_settings``. With ``skip_done`` a run that has its result file is kept as is
+    (the caller guarantees it holds the same settings). Returns metrics per run name.
+    """
+    from ..eval.legibility import run_legibility
+    from ..eval.runs import read_metrics
+    from ..eval.sampler import evaluate
+
+    def sample(name: str, junior: str | None) -> dict:
+        done = read_metrics(d / name) if skip_done else None
+        return done if done is not None else evaluate(model, junior, d / name, mode="handoff" if junior else "solo",
+                                schedule="paragraph-roundrobin", **ev)
+
+    metrics = {"solo": sample("solo", None)}
+    for label, junior in juniors.items():
+        metrics[_named("handoff", label)] = sample(_named("handoff", label), junior)
+        leg = d / _named("legibility", label)
+        if not (skip_done and (leg / "legibility.json").is_file()):
+            run_legibility(d / "solo", junior, leg, benchmarks=ev["benchmarks"], split=ev["split"],
+                           progress=ev["progress"])
+    return metrics
+
+
+def battery(seniors: dict[str, Path], handoffs: Sequence[str], legibility: str, junior_samples: Path,
+            drifted: Sequence[str], drift_dir: Path, compare_dir: Path, baseline: str | None,
+            skip_done: bool = False) -> None:
+    """Drift and comparison tables over evaluated seniors (``{name: evaluate_senior's dir}``).
+
+    Drift: the solo samples of the ``drifted`` seniors against ``junior_samples`` (a solo run of
+    the junior), tracking GRPO's over-emitted tokens and Tandem's recovery when they are among
+    them. Comparison: each senior's solo run, its ``handoffs`` runs and its ``legibility`` dir,
+    with paired t-tests against ``baseline``. ``skip_done`` keeps results already written.
+    """
+    from ..eval.compare import run_compare
+    from ..eval.drift import run_drift
+
+    if not (skip_done and (drift_dir / "drift.json").is_file()):
+        run_drift(junior_samples, {n: seniors[n] / "solo" for n in drifted}, drift_dir,
+                  reference="grpo" if "grpo" in drifted else None, candidate="tandem" if "tandem" in drifted else None)
+    if not (skip_done and (compare_dir / "compare.json").is_file()):
+        run_compare([], compare_dir, solo=[f"{n}={d / 'solo'}" for n, d in seniors.items()],
+                    handoff=[f"{n}:{h}={d / h}" for n, d in seniors.items() for h in handoffs],
+                    legibility=[f"{n}={d / legibility}" for n, d in seniors.items()],
+                    drift=str(drift_dir), baseline=baseline)
