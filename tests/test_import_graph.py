@@ -159,6 +159,18 @@ def test_the_package_has_no_import_cycle():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def test_every_module_imports():
+    """Every module imports (those of the optional vLLM engine only where vLLM is installed)."""
+    import importlib
+
+    for name in module_names():
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:  # the optional vLLM engine
+            if not (e.name or "").startswith("vllm"):
+                raise
+
+
 def test_nothing_below_the_entry_points_imports_them():
     upward = [(m, t) for m, ts in import_graph().items() for t in ts
               if t.startswith(TOP) and not m.startswith(TOP)]
