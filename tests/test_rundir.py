@@ -9,6 +9,7 @@ import socket
 import pytest
 
 from tandem_rlvr.cli import main
+from tandem_rlvr.errors import TandemError
 
 
 N = 4
@@ -204,3 +205,15 @@ def test_a_full_disk_during_eval_is_one_line_and_the_rerun_completes(model_dir, 
     monkeypatch.setattr(sampler, "append_rows", real)
     assert main(_solo(model_dir, data, out)) == 0
     assert sorted(map(json.dumps, _rows(out))) == sorted(map(json.dumps, _rows(tmp_path / "ref")))
+
+
+def test_one_config_check_names_the_differing_keys_and_fills_old_defaults(tmp_path):
+    from tandem_rlvr.rundir import config_diff, refuse_other_config
+
+    assert config_diff({"a": 1, "b": 2, "out": "x"}, {"a": 1, "b": 3, "c": 0, "out": "y"}, ignore=("out",)) == ["b", "c"]
+    path = tmp_path / "config.json"
+    assert refuse_other_config(path, {"a": 1}, "use another --out") is False  # no run yet
+    path.write_text(json.dumps({"a": 1}))
+    assert refuse_other_config(path, {"a": 1, "engine": "hf"}, "hint", defaults={"engine": "hf"}) is True
+    with pytest.raises(TandemError, match=r"existing run has a different a; use another --out"):
+        refuse_other_config(path, {"a": 2}, "use another --out")

@@ -71,7 +71,7 @@ def validate_sample_row(row, where: str) -> dict:
     return row
 
 
-def problem_key(row: dict) -> tuple[str, str]:
+def problem_of(row: dict) -> tuple[str, str]:
     """(benchmark, problem_id) of a sample row: the key of every per-problem statistic."""
     return row["benchmark"], str(row["problem_id"])
 
@@ -80,7 +80,7 @@ def problem_counts(rows: Sequence[dict]) -> dict[tuple[str, str], tuple[int, int
     """{(benchmark, problem_id): (n samples, c correct)}, in first-seen order."""
     out: dict[tuple[str, str], list[int]] = {}
     for r in rows:
-        x = out.setdefault(problem_key(r), [0, 0])
+        x = out.setdefault(problem_of(r), [0, 0])
         x[0] += 1
         x[1] += int(bool(r["correct"]))
     return {k: (n, c) for k, (n, c) in out.items()}
@@ -107,7 +107,7 @@ def _parse_samples(path: Path, torn_ok: bool = False) -> tuple[list[dict], list[
                 return rows, lines, True
             raise TandemError(f"{where}: truncated or malformed JSON line ({e.msg})") from None
         validate_sample_row(row, where)
-        key = (*problem_key(row), row["sample_idx"])
+        key = (*problem_of(row), row["sample_idx"])
         if key in seen:
             raise TandemError(f"{where}: duplicate sample {key} (two writers on one run directory?)")
         seen.add(key)
@@ -130,11 +130,11 @@ def read_samples(path: Path, n: int | None = None) -> list[dict]:
     if n is not None:
         have: dict[tuple[str, str], set] = {}
         for r in rows:
-            have.setdefault(problem_key(r), set()).add(r["sample_idx"])
+            have.setdefault(problem_of(r), set()).add(r["sample_idx"])
         partial = {k for k, idx in have.items() if idx != set(range(n))}
         if partial:
             log.warning("%s: regenerating %d problem(s) with missing samples", path, len(partial))
-            rows = [r for r in rows if problem_key(r) not in partial]
+            rows = [r for r in rows if problem_of(r) not in partial]
     if torn or partial:
         with atomic_write(path) as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
@@ -283,7 +283,7 @@ def read_legibility(path: str | os.PathLike) -> tuple[dict, dict[tuple[str, str]
     path = Path(path)
     result = read_json(path / "legibility.json", f"{path}: not a legibility directory (no legibility.json)")
     rows = read_jsonl(path / "per_problem.jsonl") if (path / "per_problem.jsonl").is_file() else []
-    return result, {problem_key(r): r for r in rows}
+    return result, {problem_of(r): r for r in rows}
 
 
 def read_drift(path: str | os.PathLike) -> dict:
