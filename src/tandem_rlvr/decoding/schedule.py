@@ -198,6 +198,11 @@ class ScheduleState:
     coins: torch.Tensor | None = None
     tail: torch.Tensor | None = None
 
+    def select(self, rows: torch.Tensor) -> "ScheduleState":
+        """The state of ``rows`` (R,) only: the decoder drops finished rows from its batch."""
+        pick = lambda x: None if x is None else x.index_select(0, rows)  # noqa: E731
+        return ScheduleState(pick(self.author), pick(self.since), pick(self.seeds), pick(self.coins), pick(self.tail))
+
 
 class Schedule:
     """Base: subclasses set ``uses_senior``/``uses_junior`` and implement the two hooks."""
