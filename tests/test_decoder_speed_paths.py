@@ -162,3 +162,48 @@ def test_two_bodies_split_the_threads_and_the_count_is_restored(tok, pair):
         assert serial.threads() == (False, None)
     finally:
         torch.set_num_threads(saved)
+
+
+def test_lognormal_lengths_have_the_asked_median_and_stay_in_range():
+    import numpy as np
+
+    from tandem_rlvr.bench import lognormal_lengths
+
+    L = np.array(lognormal_lengths(4001, 512, median_frac=0.25, sigma=1.0, seed=3))
+    assert L.min() >= 1 and L.max() <= 512
+    assert abs(np.median(L) - 128) <= 8  # median of the log-normal: exp(log(128)) = 128
+    assert (L == 512).mean() < 0.1 and L.max() == 512  # a real tail, clipped at the cap
+
+
+def test_forced_lengths_make_generate_write_exactly_each_rows_tokens(tok, pair):
+    """The benchmark's generate() baseline does the same useful work as our decoder: row b emits
+    exactly L_b tokens, the last one EOS, then padding."""
+    from transformers import LogitsProcessorList
+
+    from tandem_rlvr.bench import _ForcedLengths
+
+    model, L = pair[0], [1, 7, 3, 12]
+    ids, attn, _ = left_pad([tok.encode(p) for p in PROMPTS[:4]], tok.pad_token_id)
+    eos = tok.eos_token_id
+    out = model.generate(input_ids=ids, attention_mask=attn, do_sample=True, top_k=0, max_new_tokens=12,
+                         logits_processor=LogitsProcessorList([_ForcedLengths(L, ids.shape[1], eos)]),
+                         eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    new = out[:, ids.shape[1]:]
+    for b, n in enumerate(L):
+        row = new[b].tolist()
+        assert row[n - 1] == eos and eos not in row[: n - 1], (b, row)
+
+
+def test_bench_decode_lognormal_counts_useful_tokens(capsys, model_dir):
+    import json
+
+    from tandem_rlvr.bench import lognormal_lengths
+    from tandem_rlvr.cli import main
+
+    assert main(["bench", "decode", "--json", "--senior", str(model_dir), "--batch", "6", "--new-tokens", "16",
+                 "--repeats", "1", "--threads", "1", "--lengths", "lognormal"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["useful_tokens"] == sum(lognormal_lengths(6, 16)) and res["padded_tokens"] == 6 * max(lognormal_lengths(6, 16))
+    assert res["threads"] == 1 and res["budget"]["tandem"].startswith("1 intra-op thread")
+    for key in ("solo_tok_s", "tandem_tok_s", "hf_generate_tok_s", "solo_no_compact_tok_s", "tandem_no_compact_tok_s"):
+        assert res[key] > 0

@@ -32,6 +32,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from ..errors import TandemError
+from ..runtime import intra_op_threads
 from . import rng
 from .kvcache import preallocated_cache
 from .lean import LeanBody
@@ -246,18 +247,15 @@ class TandemDecoder:
                 raise TandemError(f"max_new_tokens needs one cap >= 1 per prompt: {B} prompts, got {list(max_new_tokens)}")
             caps = caps.clamp(max=max_new)
         parallel, per_body = self.threads()
-        saved = torch.get_num_threads()
-        if per_body is not None:
-            torch.set_num_threads(per_body)
         pool = ThreadPoolExecutor(1, thread_name_prefix="tandem-junior") if parallel else None
         try:
-            return self._generate(prompts, seeds, caps.to(self.device), max_new, P, pool)
+            with intra_op_threads(per_body):
+                return self._generate(prompts, seeds, caps.to(self.device), max_new, P, pool)
         finally:
             for r in self.runners:
                 r.release()
             if pool is not None:
                 pool.shutdown(wait=False)
-            torch.set_num_threads(saved)
 
     def _generate(self, prompts, seeds, caps, max_new, P, pool) -> Rollout:
         dev, B = self.device, len(prompts)
