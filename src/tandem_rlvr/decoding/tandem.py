@@ -362,7 +362,7 @@ class TandemDecoder:
         on those rows only), restricted to word-initial tokens and EOS: it starts the new word."""
         rows = changed.nonzero().squeeze(1)
         new = self._logits_for(state.author, rows)[:, : logits.shape[1]]  # (R, V)
-        allowed = self.schedule.boundary.to(new.device).clone()[: new.shape[1]]
+        allowed = self.schedule.boundary.mask.to(new.device).clone()[: new.shape[1]]
         allowed[self.eos_ids[self.eos_ids < new.shape[1]].to(new.device)] = True
         logits = logits.clone()
         logits[rows] = new.masked_fill(~allowed, float("-inf"))
