@@ -126,7 +126,8 @@ class _ForcedLengths:
 
 def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64, new_tokens: int = 128,
                  p: float = 0.5, repeats: int = 3, temperature: float = 1.0, threads: int | None = None,
-                 lengths: str = "fixed", median_frac: float = 0.25, sigma: float = 1.0, progress=None) -> dict:
+                 lengths: str = "fixed", median_frac: float = 0.25, sigma: float = 1.0,
+                 compact_sweep: tuple[float, ...] = (), progress=None) -> dict:
     """Tokens/s of the decoders on the same batch at an equal thread budget; see the module docstring."""
     from transformers import LogitsProcessorList
 
@@ -163,6 +164,9 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
     if lengths == "lognormal":
         cases["solo_no_compact"] = ours(None, make_schedule("senior"), None)
         cases["tandem_no_compact"] = ours(junior, word, None)
+    for c in compact_sweep:  # the compaction threshold (TandemDecoder's ``compact``), one decoder each
+        cases[f"solo_compact_{c:g}"] = ours(None, make_schedule("senior"), c)
+        cases[f"tandem_compact_{c:g}"] = ours(junior, word, c)
     secs = {}
     with intra_op_threads(N):
         for fn in cases.values():  # warm-up (allocator, kernels, lazy init)

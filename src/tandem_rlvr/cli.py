@@ -173,9 +173,20 @@ def cmd_bench_decode(a):
         raise TandemError(f"--median-frac must be in (0, 1] and --sigma >= 0, got {a.median_frac}, {a.sigma}")
     pair = _pair(a, need_junior=True)
     res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats,
-                       threads=a.threads, lengths=a.lengths, median_frac=a.median_frac, sigma=a.sigma)
+                       threads=a.threads, lengths=a.lengths, median_frac=a.median_frac, sigma=a.sigma,
+                       compact_sweep=_fractions(a.compact_sweep))
     res["senior"], res["junior"] = a.senior, a.junior or a.senior
     print(json.dumps(res) if a.json else "\n".join(format_decode(res)))
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}") from None
+    if any(not 0 <= v <= 1 for v in vals):
+        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}")
+    return vals
 
 
 def cmd_bench_train(a):
@@ -356,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fixed: every row --new-tokens (EOS ignored); lognormal: per-row lengths, long-tailed")
     bd.add_argument("--median-frac", type=float, default=0.25, help="lognormal: median length / --new-tokens")
     bd.add_argument("--sigma", type=float, default=1.0, help="lognormal: sigma of log-length")
+    bd.add_argument("--compact-sweep", default="",
+                    help="comma-separated compaction thresholds to time as well (fraction of finished rows, 0-1)")
     _model_flags(bd)
     _engine_flags(bd)
     bd.set_defaults(fn=cmd_bench_decode)

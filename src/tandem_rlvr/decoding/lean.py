@@ -25,12 +25,9 @@ from .kvcache import PreallocatedLayer
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
 
-def _rms(x: torch.Tensor, norm) -> torch.Tensor:
-    """transformers' LlamaRMSNorm/Qwen3RMSNorm: normalise in float32, scale in the input dtype."""
-    dtype = x.dtype
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(dtype)
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm/Qwen3RMSNorm, bit for bit: normalise in float32, scale in the input dtype."""
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -55,11 +52,13 @@ def _unsupported(model) -> str | None:
     for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
         if not hasattr(body, name):
             return f"body without {name}"
+    linear = lambda m, names: all(type(getattr(m, n, None)) is torch.nn.Linear for n in names)  # noqa: E731
     for layer in body.layers:
+        # exactly nn.Linear: a LoRA wrapper or a quantised linear would be skipped by plain F.linear
         attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        if attn is None or mlp is None or not all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        if attn is None or not linear(attn, ("q_proj", "k_proj", "v_proj", "o_proj")):
             return "attention layout"
-        if not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+        if mlp is None or not linear(mlp, ("gate_proj", "up_proj", "down_proj")):
             return "MLP layout"
     return None
 
@@ -93,29 +92,56 @@ class LeanBody:
         layers = getattr(cache, "layers", None)
         return bool(layers) and all(type(layer) is PreallocatedLayer and layer._k is not None for layer in layers)
 
+    def bind(self) -> None:
+        """Collect the parameters the step reads (once per generation: no module lookups per step;
+        the tensors are the model's own, so in-place optimiser updates are always seen)."""
+        def norm(m):
+            return (m.weight, m.variance_epsilon)
+
+        self.layers = []
+        for layer in self.body.layers:
+            a, m = layer.self_attn, layer.mlp
+            qk = (norm(a.q_norm), norm(a.k_norm)) if hasattr(a, "q_norm") else None
+            self.layers.append((norm(layer.input_layernorm), (a.q_proj.weight, a.q_proj.bias),
+                                (a.k_proj.weight, a.k_proj.bias), (a.v_proj.weight, a.v_proj.bias),
+                                (a.o_proj.weight, a.o_proj.bias), qk, norm(layer.post_attention_layernorm),
+                                m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight))
+        self.final = norm(self.body.norm)
+
+    def _attend(self, q, keys, values, mask):
+        """q (B, heads, 1, D), keys/values (B, kv_heads, n, D), mask (B, 1, 1, n) bool -> (B, 1, heads x D).
+        On a CPU, two matmuls over the grouped heads beat the fused kernel for one query token
+        (measured: docs/results.md); elsewhere the fused kernel."""
+        B = q.shape[0]
+        if q.device.type != "cpu":
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
+                                               enable_gqa=self.kv_heads != self.heads)
+            return o.transpose(1, 2).reshape(B, 1, -1)
+        G = self.heads // self.kv_heads
+        s = torch.matmul(q.view(B, self.kv_heads, G, self.head_dim), keys.transpose(-1, -2))  # (B, kv, G, n)
+        s = s.mul_(self.scaling).masked_fill_(~mask, float("-inf"))
+        o = torch.matmul(torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype), values)  # (B, kv, G, D)
+        return o.reshape(B, 1, -1)
+
     def step(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache, rope=None) -> torch.Tensor:
         """ids, pos (B, 1) new tokens and their positions; mask (B, 1, 1, n+1) bool, True = attend
         (n = tokens already cached); ``cache``: the pre-allocated cache (appended in place); rope:
-        (cos, sin) from ``self.rope`` when the caller shares it between bodies. Returns (B, H)."""
-        body = self.body
-        x = body.embed_tokens(ids)  # (B, 1, H)
-        B = x.shape[0]
+        (cos, sin) from ``self.rope`` when the caller shares it between bodies. Returns (B, H).
+        ``bind`` must have run since the model's parameters were last replaced."""
+        x = self.body.embed_tokens(ids)  # (B, 1, H)
+        B, hd = x.shape[0], self.head_dim
         cos, sin = rope if rope is not None else self.rope(x, pos)
-        for layer, lc in zip(body.layers, cache.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            h = _rms(x, layer.input_layernorm)
-            q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, 1, self.heads, self.head_dim)
-            k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, 1, self.kv_heads, self.head_dim)
-            v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, 1, self.kv_heads, self.head_dim)
-            if hasattr(attn, "q_norm"):
-                q, k = _rms(q, attn.q_norm), _rms(k, attn.k_norm)
+        for (ln1, qw, kw, vw, ow, qk, ln2, gate, up, down), lc in zip(self.layers, cache.layers):
+            h = _rms(x, *ln1)
+            q = F.linear(h, *qw).view(B, 1, self.heads, hd)
+            k = F.linear(h, *kw).view(B, 1, self.kv_heads, hd)
+            v = F.linear(h, *vw).view(B, 1, self.kv_heads, hd)
+            if qk is not None:
+                q, k = _rms(q, *qk[0]), _rms(k, *qk[1])
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, 1, D)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             keys, values = lc.update(k, v)  # (B, kv_heads, n+1, D) views of the buffers
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
-                                               enable_gqa=self.kv_heads != self.heads)
-            x = x + F.linear(o.transpose(1, 2).reshape(B, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
-            h = _rms(x, layer.post_attention_layernorm)
-            x = x + F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight),
-                             mlp.down_proj.weight)
-        return _rms(x, body.norm)[:, -1]
+            x = x + F.linear(self._attend(q, keys, values, mask), *ow)
+            h = _rms(x, *ln2)
+            x = x + F.linear(F.silu(F.linear(h, gate)) * F.linear(h, up), down)
+        return _rms(x, *self.final)[:, -1]

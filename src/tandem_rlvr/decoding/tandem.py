@@ -115,6 +115,8 @@ class ModelRunner:
         self.cache = preallocated_cache(self.model.config, capacity) if capacity is not None and self.preallocate else None
         self.hidden = self.forward(ids, attn, pos)
         self.use_lean = self.lean is not None and LeanBody.usable(self.cache)
+        if self.use_lean:
+            self.lean.bind()
 
     def forward(self, ids, attn, pos) -> torch.Tensor:
         """transformers forward of (B, S) tokens through the body, extending the cache. Returns (B, H) at the last position."""
