@@ -1,8 +1,22 @@
 """Decoding benchmark: our solo and tandem loops vs a naive tandem loop and ``generate()``.
 
-All four decoders produce exactly ``new_tokens`` tokens per row (EOS ignored) from the same
-prompts, so tokens/s compare like for like. Ratios are taken within one run. The FLOP
-bound of tandem over solo for the pair: per generated token a solo rollout costs
+Equal budgets: every decoder runs under the same number of intra-op threads N (``threads``,
+default torch's current count), i.e. on the same cores. Our tandem decoder spends them on
+its two bodies in two threads with N // 2 each (one after the other, with N threads, when
+N = 1); solo, the naive loop and ``generate()`` use N threads for one body at a time. Solo
+is also timed at every count below N and the fastest is reported beside it
+(``solo_best_*``): on small models extra intra-op threads can slow a single body down, and
+a ratio against a handicapped solo would flatter tandem.
+
+Two length modes. ``fixed``: every row produces exactly ``new_tokens`` tokens (EOS ignored),
+so tokens/s compare like for like. ``lognormal``: row b stops after L_b tokens, L_b drawn
+from a log-normal with median ``median_frac`` x ``new_tokens`` (clipped to [1, new_tokens]),
+as RL rollouts end at very different lengths. Our decoders get the lengths as per-row caps;
+``generate()`` and the naive loop get them as a forced EOS, and both keep decoding finished
+rows until the longest ends, as they do in real use. Reported tokens/s count useful tokens
+only (sum of L_b). Our decoders are also timed with compaction off to show what it buys.
+
+The FLOP bound of tandem over solo for the pair: per generated token a solo rollout costs
 body + head of one model, a tandem rollout costs the bodies of both plus the head of the
 active model (p senior, 1 - p junior), so bound = solo / tandem FLOPs. Matmul FLOPs are
 2 x parameters; attention adds 4 x layers x heads x head_dim x context per token.
@@ -22,7 +36,7 @@ from .decoding.schedule import make_schedule
 from .decoding.tandem import ModelRunner, TandemDecoder, left_pad
 from .decoding import rng
 from .decoding.sampling import sample
-from .runtime import configure_cpu_threads
+from .runtime import configure_cpu_threads, intra_op_threads
 
 
 def flops_per_token(model, context: float) -> tuple[float, float]:
@@ -45,8 +59,9 @@ def flop_bound(senior, junior, p: float, context: float) -> float:
 
 
 @torch.no_grad()
-def naive_tandem(senior, junior, prompts, seeds, sampling: SamplingParams, p: float, tokenizer):
-    """The straightforward loop: both models run full forwards with both output layers every step."""
+def naive_tandem(senior, junior, prompts, seeds, sampling: SamplingParams, p: float, tokenizer, lengths=None):
+    """The straightforward loop: both models run full forwards with both output layers every step,
+    every row until the longest ends (``lengths``: per-row stops, finished rows then emit padding)."""
     runners = [ModelRunner(senior), ModelRunner(junior)]
     ids, attn, pos = left_pad(prompts, tokenizer.pad_token_id)
     dev = runners[0].device
@@ -56,7 +71,9 @@ def naive_tandem(senior, junior, prompts, seeds, sampling: SamplingParams, p: fl
     state = sched.start(seeds)
     caches = [None, None]
     cur, cur_pos = ids, pos
-    for t in range(sampling.max_new_tokens):
+    steps = sampling.max_new_tokens if lengths is None else max(lengths)
+    stop = None if lengths is None else torch.as_tensor(lengths, device=dev)
+    for t in range(steps):
         logits = []
         for i, m in enumerate((senior, junior)):
             out = m(input_ids=cur, attention_mask=attn, position_ids=cur_pos, use_cache=True,
@@ -65,6 +82,8 @@ def naive_tandem(senior, junior, prompts, seeds, sampling: SamplingParams, p: fl
             logits.append(out.logits[:, -1].float())
         mixed = torch.where(state.author[:, None], logits[0], logits[1])
         tok = sample(mixed, rng.uniform(seeds, t, rng.SAMPLE), sampling)
+        if stop is not None:
+            tok = torch.where(stop <= t, tokenizer.pad_token_id, tok)
         sched.advance(state, tok, t)
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
         cur, cur_pos = tok[:, None], cur_pos[:, -1:] + 1
@@ -79,50 +98,132 @@ def _time(fn, repeats: int) -> float:
     return best
 
 
+def lognormal_lengths(batch: int, cap: int, median_frac: float = 0.25, sigma: float = 1.0, seed: int = 0) -> list[int]:
+    """Per-row response lengths: log-normal with median ``median_frac`` x ``cap``, clipped to [1, cap]."""
+    import numpy as np
+
+    x = np.random.default_rng(seed).lognormal(np.log(median_frac * cap), sigma, batch)
+    return [int(v) for v in np.clip(np.rint(x), 1, cap)]
+
+
+class _ForcedLengths:
+    """A ``generate()`` logits processor: row b may not emit EOS before its L_b-th token and must emit it then."""
+
+    def __init__(self, lengths, prompt_len: int, eos: int):
+        self.stop = torch.as_tensor(lengths) - 1  # step at which row b emits EOS
+        self.prompt_len, self.eos = prompt_len, eos
+
+    def __call__(self, input_ids, scores):
+        t = input_ids.shape[1] - self.prompt_len
+        stop = self.stop.to(scores.device)
+        scores[:, self.eos] = torch.where(stop > t, float("-inf"), scores[:, self.eos])
+        force = stop == t
+        if bool(force.any()):
+            scores[force] = float("-inf")
+            scores[force, self.eos] = 0.0
+        return scores
+
+
 def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64, new_tokens: int = 128,
-                 p: float = 0.5, repeats: int = 3, temperature: float = 1.0, progress=None) -> dict:
-    """Tokens/s of four decoders on the same batch; see the module docstring."""
+                 p: float = 0.5, repeats: int = 3, temperature: float = 1.0, threads: int | None = None,
+                 lengths: str = "fixed", median_frac: float = 0.25, sigma: float = 1.0,
+                 compact_sweep: tuple[float, ...] = (), progress=None) -> dict:
+    """Tokens/s of the decoders on the same batch at an equal thread budget; see the module docstring."""
+    from transformers import LogitsProcessorList
+
+    N = threads or torch.get_num_threads()
     enc = [tokenizer.encode(prompts[i % len(prompts)]) for i in range(batch)]
     seeds = list(range(batch))
     sp = SamplingParams(temperature=temperature, max_new_tokens=new_tokens)
     pad = tokenizer.pad_token_id
-    solo = TandemDecoder(senior, None, make_schedule("senior"), sp, eos_ids=[], pad_id=pad)
-    tandem = TandemDecoder(senior, junior, make_schedule("word", tokenizer, p=p, vocab_size=senior.config.vocab_size),
-                           sp, eos_ids=[], pad_id=pad)
+    word = make_schedule("word", tokenizer, p=p, vocab_size=senior.config.vocab_size)
+    caps = lognormal_lengths(batch, new_tokens, median_frac, sigma) if lengths == "lognormal" else [new_tokens] * batch
     ids, attn, _ = left_pad(enc, pad)
     dev = next(senior.parameters()).device
     ids, attn = ids.to(dev), attn.to(dev)
+    eos = tokenizer.eos_token_id
+
+    def ours(junior_model, schedule, compact="default"):
+        opts = {} if compact == "default" else {"compact": compact}
+        dec = TandemDecoder(senior, junior_model, schedule, sp, eos_ids=[], pad_id=pad, **opts)
+        return lambda: dec.generate(enc, seeds, max_new_tokens=caps)
 
     def hf():
+        kw = dict(min_new_tokens=new_tokens) if lengths == "fixed" else dict(
+            logits_processor=LogitsProcessorList([_ForcedLengths(caps, ids.shape[1], eos)]), eos_token_id=eos)
         senior.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=temperature, top_k=0,
-                        top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=pad)
+                        top_p=1.0, max_new_tokens=new_tokens, pad_token_id=pad, **kw)
 
     cases = {
-        "solo": lambda: solo.generate(enc, seeds),
-        "tandem": lambda: tandem.generate(enc, seeds),
-        "naive_tandem": lambda: naive_tandem(senior, junior, enc, seeds, sp, p, tokenizer),
+        "solo": ours(None, make_schedule("senior")),
+        "tandem": ours(junior, word),
+        "naive_tandem": lambda: naive_tandem(senior, junior, enc, seeds, sp, p, tokenizer,
+                                             None if lengths == "fixed" else caps),
         "hf_generate": hf,
     }
-    for fn in cases.values():  # warm-up (allocator, kernels, lazy init)
-        fn()
+    if lengths == "lognormal":
+        cases["solo_no_compact"] = ours(None, make_schedule("senior"), None)
+        cases["tandem_no_compact"] = ours(junior, word, None)
+    for c in compact_sweep:  # the compaction threshold (TandemDecoder's ``compact``), one decoder each
+        cases[f"solo_compact_{c:g}"] = ours(None, make_schedule("senior"), c)
+        cases[f"tandem_compact_{c:g}"] = ours(junior, word, c)
     secs = {}
-    for name, fn in cases.items():
-        secs[name] = _time(fn, repeats)
-        if progress:
-            progress(name)
-    toks = batch * new_tokens
+    with intra_op_threads(N):
+        for fn in cases.values():  # warm-up (allocator, kernels, lazy init)
+            fn()
+        for name, fn in cases.items():
+            secs[name] = _time(fn, repeats)
+            if progress:
+                progress(name)
+    solo_at = {N: secs["solo"]}
+    for n in range(1, N):
+        with intra_op_threads(n):
+            solo_at[n] = _time(cases["solo"], repeats)
+    best_n = min(solo_at, key=solo_at.get)
+    toks = sum(caps)
     res = {f"{k}_tok_s": toks / v for k, v in secs.items()}
-    avg_ctx = sum(len(e) for e in enc) / batch + new_tokens / 2
+    res["solo_best_tok_s"], res["solo_best_threads"] = toks / solo_at[best_n], best_n
+    res["solo_tok_s_by_threads"] = {str(n): toks / v for n, v in sorted(solo_at.items())}
+    avg_ctx = sum(len(e) for e in enc) / batch + sum(caps) / batch / 2
     res.update({
         "bound": flop_bound(senior, junior, p, avg_ctx),
         "tandem_over_solo": res["tandem_tok_s"] / res["solo_tok_s"],
+        "tandem_over_best_solo": res["tandem_tok_s"] / res["solo_best_tok_s"],
+        "tandem_over_naive": res["tandem_tok_s"] / res["naive_tandem_tok_s"],
         "naive_over_solo": res["naive_tandem_tok_s"] / res["solo_tok_s"],
         "solo_over_hf_generate": res["solo_tok_s"] / res["hf_generate_tok_s"],
-        "batch": batch, "new_tokens": new_tokens, "p": p, "repeats": repeats,
-        "device": str(dev), "threads": torch.get_num_threads(),
+        "tandem_over_hf_generate": res["tandem_tok_s"] / res["hf_generate_tok_s"],
+        "batch": batch, "new_tokens": new_tokens, "p": p, "repeats": repeats, "device": str(dev),
+        "threads": N, "lengths": lengths, "useful_tokens": toks, "padded_tokens": batch * max(caps),
+        "budget": {"solo": f"{N} intra-op threads", "naive_tandem": f"{N} intra-op threads, bodies in turn",
+                   "hf_generate": f"{N} intra-op threads",
+                   "tandem": (f"2 bodies in 2 threads x {max(1, N // 2)} intra-op threads" if N >= 2 or dev.type != "cpu"
+                              else "1 intra-op thread, bodies in turn")},
     })
+    if lengths == "lognormal":
+        res.update({"median_frac": median_frac, "sigma": sigma, "length_median": sorted(caps)[batch // 2],
+                    "length_mean": toks / batch, "length_max": max(caps)})
     res["tandem_over_solo_vs_bound"] = res["tandem_over_solo"] / res["bound"]
+    res["tandem_over_best_solo_vs_bound"] = res["tandem_over_best_solo"] / res["bound"]
     return res
+
+
+def format_decode(res: dict) -> list[str]:
+    """Human-readable lines of a ``bench_decode`` result."""
+    mode = (f"lengths log-normal, median {res['length_median']}, mean {res['length_mean']:.0f}, max {res['length_max']} "
+            f"of {res['new_tokens']} (useful tokens/s)" if res["lengths"] == "lognormal" else
+            f"every row {res['new_tokens']} tokens")
+    lines = [f"batch {res['batch']}, {mode}; {res['device']}, budget {res['threads']} thread(s) for every decoder"]
+    for k in ("solo", "solo_best", "tandem", "naive_tandem", "hf_generate", "solo_no_compact", "tandem_no_compact"):
+        if f"{k}_tok_s" in res:
+            extra = f" ({res['solo_best_threads']} thread(s))" if k == "solo_best" else f" ({res['budget'][k]})" \
+                if k in res["budget"] else ""
+            lines.append(f"  {k:18s} {res[k + '_tok_s']:10.0f} tok/s{extra}")
+    lines.append(f"tandem/solo {res['tandem_over_solo']:.3f} = {res['tandem_over_solo_vs_bound']:.3f} of the FLOP bound "
+                 f"{res['bound']:.3f} (vs the fastest solo: {res['tandem_over_best_solo_vs_bound']:.3f}); "
+                 f"tandem/naive {res['tandem_over_naive']:.2f}x; solo/generate() {res['solo_over_hf_generate']:.2f}x, "
+                 f"tandem/generate() {res['tandem_over_hf_generate']:.2f}x")
+    return lines
 
 
 def meta_model(path: str):

@@ -165,26 +165,28 @@ def cmd_bench_decode(a):
                   f"tandem {res['tandem_tok_s']:.0f} tok/s; tandem/solo {res['tandem_over_solo']:.3f} = "
                   f"{res['tandem_over_solo_vs_bound']:.3f} of the bound {res['bound']:.3f} (both output layers)")
         return
-    from .bench import bench_decode
+    from .bench import bench_decode, format_decode
 
+    if a.threads is not None and a.threads < 1:
+        raise TandemError(f"--threads must be >= 1, got {a.threads}")
+    if not 0 < a.median_frac <= 1 or a.sigma < 0:
+        raise TandemError(f"--median-frac must be in (0, 1] and --sigma >= 0, got {a.median_frac}, {a.sigma}")
     pair = _pair(a, need_junior=True)
-    res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats)
+    res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats,
+                       threads=a.threads, lengths=a.lengths, median_frac=a.median_frac, sigma=a.sigma,
+                       compact_sweep=_fractions(a.compact_sweep))
     res["senior"], res["junior"] = a.senior, a.junior or a.senior
-    if a.json:
-        print(json.dumps(res))
-        return
-    from rich.console import Console
-    from rich.table import Table
+    print(json.dumps(res) if a.json else "\n".join(format_decode(res)))
 
-    t = Table(title=f"decode throughput, batch {a.batch} x {a.new_tokens} new tokens ({res['device']})")
-    t.add_column("decoder")
-    t.add_column("tokens/s", justify="right")
-    t.add_column("vs our solo", justify="right")
-    for k in ("solo", "tandem", "naive_tandem", "hf_generate"):
-        t.add_row(k, f"{res[k + '_tok_s']:.0f}", f"{res[k + '_tok_s'] / res['solo_tok_s']:.3f}")
-    Console().print(t)
-    print(f"FLOP bound tandem/solo: {res['bound']:.3f}; ours reaches {res['tandem_over_solo_vs_bound']:.3f} of it; "
-          f"our solo is {res['solo_over_hf_generate']:.2f}x generate()")
+
+def _fractions(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}") from None
+    if any(not 0 <= v <= 1 for v in vals):
+        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}")
+    return vals
 
 
 def cmd_bench_train(a):
@@ -349,6 +351,14 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--new-tokens", type=int, default=128)
     bd.add_argument("--p", type=float, default=0.5, help="senior probability of the word schedule")
     bd.add_argument("--repeats", type=int, default=3, help="timed repeats per decoder (best is kept)")
+    bd.add_argument("--threads", type=int, default=None,
+                    help="thread budget of every decoder (default: the CLI's pick, $TANDEM_THREADS or idle cores)")
+    bd.add_argument("--lengths", default="fixed", choices=("fixed", "lognormal"),
+                    help="fixed: every row --new-tokens (EOS ignored); lognormal: per-row lengths, long-tailed")
+    bd.add_argument("--median-frac", type=float, default=0.25, help="lognormal: median length / --new-tokens")
+    bd.add_argument("--sigma", type=float, default=1.0, help="lognormal: sigma of log-length")
+    bd.add_argument("--compact-sweep", default="",
+                    help="comma-separated compaction thresholds to time as well (fraction of finished rows, 0-1)")
     _model_flags(bd)
     _engine_flags(bd)
     bd.set_defaults(fn=cmd_bench_decode)

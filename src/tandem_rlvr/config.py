@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from .decoding.schedule import SCHEDULES
+from .decoding.schedule import SCHEDULES, check_p_K
 from .errors import TandemError
 from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
@@ -106,10 +106,7 @@ class TrainConfig:
             raise TandemError(f"lr must be > 0, got {self.lr}")
         if self.group_size < 2:
             raise TandemError(f"group_size must be >= 2 (GRPO compares rollouts of one prompt), got {self.group_size}")
-        if not 0.0 <= self.p <= 1.0:
-            raise TandemError(f"p must be in [0, 1], got {self.p}")
-        if self.K < 1:
-            raise TandemError(f"K must be >= 1, got {self.K}")
+        check_p_K(self.p, self.K)
         for name in ("prompts_per_step", "prompts_per_minibatch", "max_prompt_tokens", "max_new_tokens", "val_size"):
             if getattr(self, name) < 1:
                 raise TandemError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -189,13 +189,15 @@ class Pair:
     def eos_ids(self) -> list[int]:
         return eos_ids(self.tokenizer, getattr(self.senior, "generation_config", None))
 
-    def decoder(self, schedule: str, sampling, p: float = 0.5, K: int = 32):
-        """A TandemDecoder for this pair under the named schedule (boundary sets from the tokenizer)."""
+    def decoder(self, schedule: str, sampling, p: float = 0.5, K: int = 32, **options):
+        """A TandemDecoder for this pair under the named schedule (boundary sets from the tokenizer);
+        ``options``: TandemDecoder's keyword options (preallocate, compact, parallel)."""
         from .decoding.schedule import make_schedule
         from .decoding.tandem import TandemDecoder
 
         sched = make_schedule(schedule, self.tokenizer, p=p, K=K, vocab_size=self.senior.config.vocab_size)
-        return TandemDecoder(self.senior, self.junior, sched, sampling, self.eos_ids, self.tokenizer.pad_token_id)
+        return TandemDecoder(self.senior, self.junior, sched, sampling, self.eos_ids, self.tokenizer.pad_token_id,
+                             **options)
 
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,

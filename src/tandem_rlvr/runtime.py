@@ -10,6 +10,7 @@ compete with other processes for cores run many times slower than one thread alo
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -31,6 +32,19 @@ def configure_cpu_threads() -> int:
     n = pick_threads()
     torch.set_num_threads(n)
     return n
+
+
+@contextlib.contextmanager
+def intra_op_threads(n: int | None):
+    """torch's intra-op thread count set to ``n`` (None: unchanged) inside the block, restored after.
+    The count is process-wide: torch has no per-thread setting."""
+    saved = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def invocation() -> dict:

@@ -48,10 +48,21 @@ class PreallocatedLayer(DynamicLayer):
         self._n = 0
         super().reset()
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (ascending), compacted in place into the first rows of the
+        buffers: only the filled positions are copied, and nothing is re-allocated."""
+        if self._k is None:
+            return
+        R, n = indices.shape[0], self._n
+        self._k[:R, :, :n] = self._k[indices, :, :n]  # the right side is gathered into a copy first
+        self._v[:R, :, :n] = self._v[indices, :, :n]
+        self._k, self._v = self._k[:R], self._v[:R]
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
     def _unsupported(self, *args, **kwargs):
         raise NotImplementedError("PreallocatedLayer is written for the tandem decoder's append-only use")
 
-    crop = batch_repeat_interleave = batch_select_indices = reorder_cache = _unsupported
+    crop = batch_repeat_interleave = reorder_cache = _unsupported
 
 
 def preallocated_cache(config, capacity: int) -> DynamicCache:

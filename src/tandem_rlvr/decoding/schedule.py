@@ -126,6 +126,19 @@ def _boundary_list(tokenizer, kind: str) -> list[bool]:
     return mask
 
 
+class TokenBoundary:
+    """A stateless boundary: the ids in ``mask`` (V,) bool fire wherever they are emitted."""
+
+    def __init__(self, mask: torch.Tensor):
+        self.mask = mask
+
+    def hits(self, state: "ScheduleState", tokens: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: rows whose emitted ``tokens`` are in the set."""
+        if self.mask.device != tokens.device:
+            self.mask = self.mask.to(tokens.device)
+        return self.mask[tokens]
+
+
 class ParagraphBoundary:
     """Paragraph breaks as a two-table automaton over the newlines a response ends with.
 
@@ -176,13 +189,6 @@ class ParagraphBoundary:
         return hit
 
 
-def _hits(boundary, state, tokens) -> torch.Tensor:
-    """(B,) bool: rows whose emitted ``tokens`` are boundaries (mask lookup or automaton)."""
-    if isinstance(boundary, ParagraphBoundary):
-        return boundary.hits(state, tokens)
-    return boundary.to(tokens.device)[tokens]
-
-
 # --------------------------------------------------------------------------- schedules
 @dataclass
 class ScheduleState:
@@ -197,6 +203,11 @@ class ScheduleState:
     seeds: torch.Tensor
     coins: torch.Tensor | None = None
     tail: torch.Tensor | None = None
+
+    def select(self, rows: torch.Tensor) -> "ScheduleState":
+        """The state of ``rows`` (R,) only: the decoder drops finished rows from its batch."""
+        pick = lambda x: None if x is None else x.index_select(0, rows)  # noqa: E731
+        return ScheduleState(pick(self.author), pick(self.since), pick(self.seeds), pick(self.coins), pick(self.tail))
 
 
 class Schedule:
@@ -238,16 +249,13 @@ class Solo(Schedule):
 class BernoulliRedraw(Schedule):
     """Redraw author ~ Bernoulli(p) (p = P(senior)) after a boundary token or K tokens.
 
-    ``boundary`` (V,) bool, a ParagraphBoundary, or None for 'every token'. ``K`` None
-    disables the backstop.
+    ``boundary``: a TokenBoundary or ParagraphBoundary (a (V,) bool mask is wrapped in a
+    TokenBoundary), or None for 'every token'. ``K`` None disables the backstop.
     """
 
-    def __init__(self, name: str, p: float, boundary: torch.Tensor | None, K: int | None, atomic: bool = False):
-        if not 0.0 <= p <= 1.0:
-            raise TandemError(f"p (senior probability) must be in [0, 1], got {p}")
-        if K is not None and K < 1:
-            raise TandemError(f"K (tokens before a forced redraw) must be >= 1, got {K}")
-        self.name, self.p, self.boundary, self.K, self.atomic = name, p, boundary, K, atomic
+    def __init__(self, name: str, p: float, boundary, K: int | None, atomic: bool = False):
+        check_p_K(p, K)
+        self.name, self.p, self.boundary, self.K, self.atomic = name, p, as_boundary(boundary), K, atomic
 
     def describe(self):
         return {"name": self.name, "p": self.p, "K": self.K}
@@ -275,7 +283,7 @@ class BernoulliRedraw(Schedule):
         its test: with K = 4 the redraw comes on the 4th token, not the 5th)."""
         if self.boundary is None:
             return torch.ones_like(state.author)
-        hit = _hits(self.boundary, state, tokens)
+        hit = self.boundary.hits(state, tokens)
         if self.K is not None:
             hit = hit | (count >= self.K)
         return hit
@@ -309,7 +317,7 @@ class RoundRobin(Schedule):
     """Authors alternate after every boundary (mask or ParagraphBoundary), senior first."""
 
     def __init__(self, name: str, boundary):
-        self.name, self.boundary = name, boundary
+        self.name, self.boundary = name, as_boundary(boundary)
 
     def start(self, seeds, steps=None):
         B = seeds.shape[0]
@@ -317,39 +325,51 @@ class RoundRobin(Schedule):
         return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device), zeros, seeds, None, zeros.clone())
 
     def advance(self, state, tokens, step):
-        hit = _hits(self.boundary, state, tokens)
+        hit = self.boundary.hits(state, tokens)
         state.author = state.author ^ hit
         state.since = torch.where(hit, torch.zeros_like(state.since), state.since + 1)
 
 
-SCHEDULES = ("senior", "junior", "token", "word", "word-atomic", "sentence",
-             "paragraph-bernoulli", "paragraph-roundrobin")
+def check_p_K(p: float, K: int | None) -> None:
+    """The one check of the two schedule knobs (configs, the CLI and schedules all call it)."""
+    if not 0.0 <= p <= 1.0:
+        raise TandemError(f"p (senior probability) must be in [0, 1], got {p}")
+    if K is not None and K < 1:
+        raise TandemError(f"K (tokens before a forced redraw) must be >= 1, got {K}")
+
+
+def as_boundary(boundary):
+    """A boundary object with ``hits``: masks are wrapped, boundary objects and None pass."""
+    return TokenBoundary(boundary) if isinstance(boundary, torch.Tensor) else boundary
+
+
+def _word(tok, V):
+    return TokenBoundary(boundary_mask(tok, "word", V))
+
+
+# name -> builder(tokenizer, p, K, vocab_size); the one table of schedules (see the module docstring)
+REGISTRY = {
+    "senior": lambda tok, p, K, V: Solo(True),
+    "junior": lambda tok, p, K, V: Solo(False),
+    "token": lambda tok, p, K, V: BernoulliRedraw("token", p, None, None),
+    "word": lambda tok, p, K, V: BernoulliRedraw("word", p, _word(tok, V), K),
+    "word-atomic": lambda tok, p, K, V: BernoulliRedraw("word-atomic", p, _word(tok, V), K, atomic=True),
+    "sentence": lambda tok, p, K, V: BernoulliRedraw("sentence", p, TokenBoundary(boundary_mask(tok, "sentence", V)), None),
+    "paragraph-bernoulli": lambda tok, p, K, V: BernoulliRedraw("paragraph-bernoulli", p, ParagraphBoundary(tok, V), None),
+    "paragraph-roundrobin": lambda tok, p, K, V: RoundRobin("paragraph-roundrobin", ParagraphBoundary(tok, V)),
+}
+SCHEDULES = tuple(REGISTRY)
+_NO_TOKENIZER = ("senior", "junior", "token")
 
 
 def make_schedule(name: str, tokenizer=None, *, p: float = 0.5, K: int = 32, vocab_size: int | None = None) -> Schedule:
     """Build a schedule by name (see module docstring). ``tokenizer`` resolves boundary sets."""
-    if not 0.0 <= p <= 1.0:
-        raise TandemError(f"p (senior probability) must be in [0, 1], got {p}")
-    if K < 1:
-        raise TandemError(f"K (tokens before a forced redraw) must be >= 1, got {K}")
-    if name == "senior":
-        return Solo(True)
-    if name == "junior":
-        return Solo(False)
-    if name == "token":
-        return BernoulliRedraw(name, p, None, None)
-    if name not in SCHEDULES:
+    check_p_K(p, K)
+    if name not in REGISTRY:
         raise TandemError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
-    if tokenizer is None:
+    if tokenizer is None and name not in _NO_TOKENIZER:
         raise TandemError(f"schedule {name!r} needs a tokenizer to resolve its boundary set")
-    if name in ("word", "word-atomic"):
-        return BernoulliRedraw(name, p, boundary_mask(tokenizer, "word", vocab_size), K, atomic=name == "word-atomic")
-    if name == "sentence":
-        return BernoulliRedraw(name, p, boundary_mask(tokenizer, "sentence", vocab_size), None)
-    para = ParagraphBoundary(tokenizer, vocab_size)
-    if name == "paragraph-bernoulli":
-        return BernoulliRedraw(name, p, para, None)
-    return RoundRobin(name, para)
+    return REGISTRY[name](tokenizer, p, K, vocab_size)
 
 
 def replay(schedule: Schedule, seeds: torch.Tensor, tokens: list[list[int]]) -> list[list[bool]]:

@@ -24,14 +24,18 @@ Usage::
 from __future__ import annotations
 
 import inspect
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from ..errors import TandemError
+from ..runtime import intra_op_threads
 from . import rng
 from .kvcache import preallocated_cache
+from .lean import LeanBody
 from .sampling import SamplingParams, sample, scaled_logprobs
 from .schedule import Schedule
 
@@ -73,20 +77,22 @@ class Rollout:
         return self.senior_mask[b, : int(self.lengths[b])].int().tolist()
 
 
-PREALLOCATE = True  # kvcache.PreallocatedLayer instead of transformers' concatenating cache
-
-
 class ModelRunner:
-    """One causal LM split into body (with its KV cache) and output layer.
+    """One causal LM split into body (with its KV cache) and output layer, holding its own
+    decoding state: the cache and ``hidden``, the (B, H) last hidden state of every row.
 
     Works for any transformers decoder whose ``get_decoder()`` returns hidden states and
     whose ``get_output_embeddings()`` is the LM head (Llama, Qwen2/3, Mistral, SmolLM,
     GPT-2 style models). Output-logit transforms that transformers applies after the LM head
     are applied here too: Cohere's ``logit_scale`` (multiply), Granite's ``logits_scaling``
     (divide), then Gemma-2 style final soft-capping.
+
+    ``preallocate``: write the KV cache in place (``kvcache.py``) instead of transformers'
+    concatenating cache; it also enables the lean decode step (``lean.py``) for the model
+    families that have one. Off, every step is a plain transformers forward.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, preallocate: bool = True):
         self.model = model
         self.body = model.get_decoder()
         self.head = model.get_output_embeddings()
@@ -98,27 +104,53 @@ class ModelRunner:
         self.scale = float(getattr(cfg, "logit_scale", None) or 1.0) / float(getattr(cfg, "logits_scaling", None) or 1.0)
         self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.device = next(model.parameters()).device
-        self.cache = None
+        self.preallocate = preallocate
+        self.lean = LeanBody.of(model) if preallocate else None
+        self.cache = self.hidden = None
+        self.use_lean = False
 
-    def prefill(self, ids, attn, pos, capacity: int | None = None) -> torch.Tensor:
-        """ids/attn/pos (B, P) -> last hidden state (B, H); starts a fresh cache, written in
-        place up to ``capacity`` positions (``kvcache.py``) when given."""
-        self.cache = None
-        if capacity is not None and PREALLOCATE:
-            self.cache = preallocated_cache(self.model.config, capacity)
-        return self.forward(ids, attn, pos)
+    def prefill(self, ids, attn, pos, capacity: int | None = None) -> None:
+        """ids/attn/pos (B, P): start a fresh cache (written in place up to ``capacity``
+        positions when given and pre-allocation is on) and set ``hidden``."""
+        self.cache = preallocated_cache(self.model.config, capacity) if capacity is not None and self.preallocate else None
+        self.hidden = self.forward(ids, attn, pos)
+        self.use_lean = self.lean is not None and LeanBody.usable(self.cache)
+        if self.use_lean:
+            self.lean.bind()
 
     def forward(self, ids, attn, pos) -> torch.Tensor:
-        """Feed (B, S) tokens through the body, extending the cache. Returns (B, H) at the last position."""
+        """transformers forward of (B, S) tokens through the body, extending the cache. Returns (B, H) at the last position."""
         dev = self.device
         out = self.body(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
                         use_cache=True, **{self.cache_kw: self.cache})
         self.cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.last_hidden_state[:, -1]  # (B, H)
 
-    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """Output layer on the selected rows only: hidden (B, H), rows (R,) -> (R, V) float32."""
-        x = self.head(hidden.index_select(0, rows.to(hidden.device))).float()
+    @torch.no_grad()  # also in the junior's thread: grad mode is per thread
+    def step(self, ids, pos, attn, mask, rope=None) -> None:
+        """Feed one token per row: ids, pos (B, 1); attn (B, n+1) long padding mask; mask the same
+        as (B, 1, 1, n+1) bool; rope a shared (cos, sin) for the lean step or None."""
+        if self.use_lean:
+            dev = self.device
+            self.hidden = self.lean.step(ids.to(dev), pos.to(dev), mask.to(dev), self.cache, rope)
+        else:
+            self.hidden = self.forward(ids, attn, pos)
+
+    def can_drop_rows(self) -> bool:
+        return all(isinstance(layer, DynamicLayer) for layer in getattr(self.cache, "layers", None) or [None])
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Drop every row but ``rows`` (R,) ascending from the cache and ``hidden``."""
+        rows = rows.to(self.device)
+        self.cache.batch_select_indices(rows)
+        self.hidden = self.hidden.index_select(0, rows)
+
+    def release(self) -> None:
+        self.cache = self.hidden = None
+
+    def logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """Output layer on the selected rows only: rows (R,) of ``hidden`` -> (R, V) float32."""
+        x = self.head(self.hidden.index_select(0, rows.to(self.hidden.device))).float()
         if self.scale != 1.0:
             x = x * self.scale
         if self.softcap:
@@ -144,51 +176,62 @@ def context_limit(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
+COMPACT = 0.25  # default: drop finished rows once a quarter of the batch has finished (docs/results.md)
+
+
 class TandemDecoder:
     """Batched senior/junior co-generation under a handoff ``Schedule``.
 
     senior, junior: causal LMs sharing one tokenizer (junior may be None for solo
     schedules, and may sit on another device). ``eos_ids``: ids that end a row.
+
+    ``preallocate``: in-place KV cache and the lean decode step (``ModelRunner``).
+    ``compact``: finished rows leave the batch (both caches and every per-row tensor) once at
+    least this fraction of the rows still in it has finished; 0 = at every step a row
+    finishes, None = never. A row's tokens, authors and log-probs do not depend on it.
+    ``parallel``: run the two bodies in two threads. None (default): on GPUs always; on a
+    CPU when torch has at least 2 intra-op threads, which the two bodies then split (each
+    runs on half, so tandem uses the same cores as solo). False: one after the other.
     """
 
     def __init__(self, senior, junior, schedule: Schedule, sampling: SamplingParams,
-                 eos_ids: Sequence[int], pad_id: int):
+                 eos_ids: Sequence[int], pad_id: int, *, preallocate: bool = True,
+                 compact: float | None = COMPACT, parallel: bool | None = None):
         if schedule.uses_junior and junior is None:
             raise TandemError(f"schedule {schedule.name!r} needs a junior model")
         if schedule.uses_senior and senior is None:
             raise TandemError(f"schedule {schedule.name!r} needs a senior model")
-        self.senior = ModelRunner(senior) if schedule.uses_senior else None
-        self.junior = ModelRunner(junior) if schedule.uses_junior else None
+        if compact is not None and not 0.0 <= compact <= 1.0:
+            raise TandemError(f"compact (fraction of finished rows that triggers compaction) must be in [0, 1], got {compact}")
+        self.senior = ModelRunner(senior, preallocate) if schedule.uses_senior else None
+        self.junior = ModelRunner(junior, preallocate) if schedule.uses_junior else None
         self.schedule, self.sampling = schedule, sampling
         self.eos_ids = torch.tensor(sorted(set(int(e) for e in eos_ids)), dtype=torch.long)
         self.pad_id = int(pad_id)
+        self.compact, self.parallel = compact, parallel
         lead = self.senior or self.junior
         self.device = lead.device
         limits = [context_limit(r.model) for r in (self.senior, self.junior) if r is not None]
         self.context = min([x for x in limits if x] or [None]) if any(limits) else None
-        self._pool = None
+        self.runners = [r for r in (self.senior, self.junior) if r is not None]
 
-    def _runners(self):
-        return [r for r in (self.senior, self.junior) if r is not None]
-
-    def _advance(self, hidden, ids, attn, pos) -> None:
-        """Feed the step's token to every body. Two bodies run in two threads: their work is
-        independent (own weights, own cache) and torch releases the GIL inside its kernels."""
-        runners = self._runners()
-        if len(runners) == 1:
-            hidden[id(runners[0])] = runners[0].forward(ids, attn, pos)
-            return
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tandem-junior")
-        fut = self._pool.submit(runners[1].forward, ids, attn, pos)
-        hidden[id(runners[0])] = runners[0].forward(ids, attn, pos)
-        hidden[id(runners[1])] = fut.result()
+    def threads(self) -> tuple[bool, int | None]:
+        """(bodies in two threads?, intra-op threads each while decoding, None = unchanged)."""
+        if len(self.runners) < 2 or self.parallel is False:
+            return False, None
+        if any(r.device.type != "cpu" for r in self.runners):
+            return True, None
+        n = torch.get_num_threads()
+        if self.parallel is None and n < 2:
+            return False, None
+        return True, max(1, n // 2)
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor) -> Rollout:
-        """Co-generate one response per prompt. prompts: B token lists; seeds: B ints."""
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor,
+                 max_new_tokens: Sequence[int] | None = None) -> Rollout:
+        """Co-generate one response per prompt. prompts: B token lists; seeds: B ints;
+        max_new_tokens: optional per-row caps (B ints >= 1): a row stops at its cap, or at
+        ``sampling.max_new_tokens`` if that is lower, unfinished (as at the global cap)."""
         B = len(prompts)
         seeds = torch.as_tensor(seeds, dtype=torch.long).to(self.device)
         if seeds.shape != (B,):
@@ -199,54 +242,103 @@ class TandemDecoder:
             if P >= self.context:
                 raise TandemError(f"prompt of {P} tokens does not fit the model context of {self.context} tokens")
             max_new = min(max_new, self.context - P)
-        ids, attn, pos = left_pad(prompts, self.pad_id)
-        ids, attn, pos = ids.to(self.device), attn.to(self.device), pos.to(self.device)
-        hidden = {id(r): r.prefill(ids, attn, pos, P + max_new) for r in self._runners()}  # each (B, H)
+        caps = torch.full((B,), max_new, dtype=torch.long)
+        if max_new_tokens is not None:
+            caps = torch.as_tensor(max_new_tokens, dtype=torch.long)
+            if caps.shape != (B,) or bool((caps < 1).any()):
+                raise TandemError(f"max_new_tokens needs one cap >= 1 per prompt: {B} prompts, got {list(max_new_tokens)}")
+            caps = caps.clamp(max=max_new)
+        parallel, per_body = self.threads()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="tandem-junior") if parallel else None
+        try:
+            with intra_op_threads(per_body):
+                return self._generate(prompts, seeds, caps.to(self.device), max_new, P, pool)
+        finally:
+            for r in self.runners:
+                r.release()
+            if pool is not None:
+                pool.shutdown(wait=False)
 
+    def _generate(self, prompts, seeds, caps, max_new, P, pool) -> Rollout:
+        dev, B = self.device, len(prompts)
+        ids, attn, pos = (x.to(dev) for x in left_pad(prompts, self.pad_id))
+        for r in self.runners:
+            r.prefill(ids, attn, pos, P + max_new)
         state = self.schedule.start(seeds, max_new)
         u_sample = rng.uniform_table(seeds, max_new, rng.SAMPLE)  # (B, T): no hashing inside the loop
-        eos = self.eos_ids.to(self.device)
-        tokens = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=self.device)
-        smask = torch.zeros((B, max_new), dtype=torch.bool, device=self.device)
-        logps = torch.zeros((B, max_new), dtype=torch.float32, device=self.device)
-        done = torch.zeros(B, dtype=torch.bool, device=self.device)
-        lengths = torch.full((B,), max_new, dtype=torch.long, device=self.device)
+        eos = self.eos_ids.to(dev)
+        # The batch shrinks as rows finish (``compact``): ``live`` maps its rows to the output rows;
+        # ``out`` holds the batch's rows until they are written back to ``full``.
+        full = (torch.full((B, max_new), self.pad_id, dtype=torch.long, device=dev),
+                torch.zeros((B, max_new), dtype=torch.bool, device=dev),
+                torch.zeros((B, max_new), dtype=torch.float32, device=dev),
+                caps.clone(), torch.zeros(B, dtype=torch.bool, device=dev))
+        out = tuple(x.clone() for x in full)  # tokens, senior mask, logprobs, lengths, finished
+        live = torch.arange(B, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        attn_full = torch.cat([attn, torch.ones((B, max_new), dtype=attn.dtype, device=dev)], dim=1)
+        mask_full = attn_full.bool()[:, None, None, :]  # (B, 1, 1, P + max_new): the lean step's view
         last_pos = pos[:, -1]  # (B,)
-        attn_full = torch.cat([attn, torch.ones((B, max_new), dtype=attn.dtype, device=attn.device)], dim=1)
+        can_drop = self.compact is not None and all(r.can_drop_rows() for r in self.runners)
         T = 0
         for t in range(max_new):
-            tok, lp = self._step(hidden, state, seeds, t, u_sample[:, t])
+            tok, lp = self._step(state, t, u_sample[:, t])
             tok = torch.where(done, self.pad_id, tok)
-            tokens[:, t], smask[:, t], logps[:, t] = tok, state.author & ~done, torch.where(done, 0.0, lp)
-            ended = ~done & torch.isin(tok, eos)
-            lengths = torch.where(ended, t + 1, lengths)
-            done = done | ended
+            out[0][:, t], out[1][:, t], out[2][:, t] = tok, state.author & ~done, torch.where(done, 0.0, lp)
+            ended_eos = ~done & torch.isin(tok, eos)
+            out[3].copy_(torch.where(ended_eos, t + 1, out[3]))
+            out[4].logical_or_(ended_eos)
+            done = done | ended_eos | (caps <= t + 1)
             T = t + 1
-            if bool(done.all()) or t + 1 == max_new:
+            n_done, R = int(done.sum()), done.shape[0]
+            if n_done == R or t + 1 == max_new:
                 break
             self.schedule.advance(state, tok, t)
-            attn = attn_full[:, : P + t + 1]
+            if can_drop and n_done and n_done >= self.compact * R:
+                keep = (~done).nonzero().squeeze(1)
+                for f, o in zip(full, out):
+                    f[live] = o
+                out = tuple(o.index_select(0, keep) for o in out)
+                live, done, caps, last_pos = live[keep], done[keep], caps[keep], last_pos[keep]
+                u_sample, attn_full, mask_full = u_sample[keep], attn_full[keep], mask_full[keep]
+                tok, state = tok[keep], state.select(keep)
+                for r in self.runners:
+                    r.keep_rows(keep)
             last_pos = last_pos + 1
-            self._advance(hidden, tok[:, None], attn, last_pos[:, None])
-        for r in self._runners():
-            r.cache = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
-        return Rollout(tokens[:, :T], smask[:, :T], logps[:, :T], lengths.clamp(max=T), done)
+            self._advance(tok[:, None], last_pos[:, None], attn_full[:, : P + t + 1], mask_full[..., : P + t + 1], pool)
+        for f, o in zip(full, out):
+            f[live] = o
+        tokens, smask, logps, lengths, finished = full
+        return Rollout(tokens[:, :T], smask[:, :T], logps[:, :T], lengths.clamp(max=T), finished)
 
-    def _logits_for(self, hidden, author: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """(R, V) logits of ``rows`` (default: all B rows), each from its author's output layer only."""
+    def _advance(self, ids, pos, attn, mask, pool) -> None:
+        """Feed the step's token to every body, with one shared mask and, where the bodies' rotary
+        embeddings agree, one shared cos/sin. With a ``pool`` the junior's body runs in its
+        thread: the two bodies are independent work and torch releases the GIL inside kernels."""
+        lead = self.runners[0]
+        rope = None
+        if all(r.use_lean for r in self.runners) and len({r.lean.rope_key for r in self.runners}) == 1:
+            rope = lead.lean.rope(lead.hidden, pos.to(lead.device))
+        if pool is None:
+            for r in self.runners:
+                r.step(ids, pos, attn, mask, rope)
+            return
+        fut = pool.submit(self.runners[1].step, ids, pos, attn, mask, rope)
+        lead.step(ids, pos, attn, mask, rope)
+        fut.result()
+
+    def _logits_for(self, author: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(R, V) logits of ``rows`` (default: every row), each from its author's output layer only."""
         if rows is None:
             rows = torch.arange(author.shape[0], device=author.device)
         author = author[rows]
         if self.junior is None or (self.senior is not None and bool(author.all())):
-            return self.senior.logits(hidden[id(self.senior)], rows).to(self.device)
+            return self.senior.logits(rows).to(self.device)
         if self.senior is None or not bool(author.any()):
-            return self.junior.logits(hidden[id(self.junior)], rows).to(self.device)
+            return self.junior.logits(rows).to(self.device)
         s_pos, j_pos = author.nonzero().squeeze(1), (~author).nonzero().squeeze(1)
-        ls = self.senior.logits(hidden[id(self.senior)], rows[s_pos])  # (Rs, V)
-        lj = self.junior.logits(hidden[id(self.junior)], rows[j_pos]).to(ls.device)  # (Rj, V)
+        ls = self.senior.logits(rows[s_pos])  # (Rs, V)
+        lj = self.junior.logits(rows[j_pos]).to(ls.device)  # (Rj, V)
         if ls.shape[1] != lj.shape[1]:
             V = min(ls.shape[1], lj.shape[1])
             ls, lj = ls[:, :V], lj[:, :V]
@@ -254,25 +346,25 @@ class TandemDecoder:
         out[s_pos], out[j_pos] = ls, lj
         return out
 
-    def _step(self, hidden, state, seeds, t, u):
+    def _step(self, state, t, u):
         """Sample the token at step t for every row (u: (B,) its uniforms). Returns tokens (B,), logprobs (B,)."""
         p = self.sampling
-        logits = self._logits_for(hidden, state.author)  # (B, V)
+        logits = self._logits_for(state.author)  # (B, V)
         tok = sample(logits, u, p)
         if self.schedule.atomic:
             changed = self.schedule.handover_before(state, tok, t)
             if bool(changed.any()):
-                logits = self._rewrite_word_start(hidden, state, seeds, t, logits, changed, tok)
-                tok = torch.where(changed, sample(logits, rng.uniform(seeds, t, rng.RESAMPLE), p), tok)
+                logits = self._rewrite_word_start(state, logits, changed)
+                tok = torch.where(changed, sample(logits, rng.uniform(state.seeds, t, rng.RESAMPLE), p), tok)
         lp = scaled_logprobs(logits, p).gather(-1, tok[:, None]).squeeze(-1)
         return tok, lp
 
-    def _rewrite_word_start(self, hidden, state, seeds, t, logits, changed, tok):
+    def _rewrite_word_start(self, state, logits, changed):
         """word-atomic: rows in ``changed`` get the incoming author's logits (its output layer
         on those rows only), restricted to word-initial tokens and EOS: it starts the new word."""
         rows = changed.nonzero().squeeze(1)
-        new = self._logits_for(hidden, state.author, rows)[:, : logits.shape[1]]  # (R, V)
-        allowed = self.schedule.boundary.to(new.device).clone()[: new.shape[1]]
+        new = self._logits_for(state.author, rows)[:, : logits.shape[1]]  # (R, V)
+        allowed = self.schedule.boundary.mask.to(new.device).clone()[: new.shape[1]]
         allowed[self.eos_ids[self.eos_ids < new.shape[1]].to(new.device)] = True
         logits = logits.clone()
         logits[rows] = new.masked_fill(~allowed, float("-inf"))
