@@ -233,15 +233,17 @@ def cmd_world_build(a):
 
 
 def cmd_eval(a, mode: str):
+    from .config import EvalConfig
     from .eval.sampler import evaluate
 
+    cfg = EvalConfig(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
+                     schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
+                     split=a.split, limit=a.limit, n=a.n, sampling=_sampling(a), template=a.template,
+                     instruction=a.instruction, answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K,
+                     device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
+                     batch_size=a.batch_size, engine=a.engine, vllm_settings=_vllm_settings(a))
     configure_cpu_threads()
-    metrics = evaluate(a.senior, getattr(a, "junior", None), a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
-                       benchmarks=[b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit, n=a.n,
-                       sampling=_sampling(a), template=a.template, instruction=a.instruction,
-                       answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K, device=a.device,
-                       junior_device=getattr(a, "junior_device", None), dtype=a.dtype, batch_size=a.batch_size,
-                       engine=a.engine, vllm_settings=_vllm_settings(a))
+    metrics = evaluate(cfg, a.out)
     _print_metrics(metrics, a.out)
 
 

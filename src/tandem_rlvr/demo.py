@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from .config import load_train_config
+from .config import EvalConfig, load_train_config
 from .decoding.sampling import SamplingParams
 from .errors import TandemError
 from .io import atomic_write, write_json
@@ -137,15 +138,15 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     sampling = SamplingParams(temperature=1.0, max_new_tokens=s["max_tokens"])
     ckpt = "final" if drift else "best"
     seniors = {"base": base, **{m: str(_senior_checkpoint(r, ckpt)) for m, r in runs.items()}}
-    ev = dict(benchmarks=["tiny"], split="test", sampling=sampling, template="plain", **s["eval"])
+    ev = EvalConfig(benchmarks=["tiny"], split="test", sampling=sampling, template="plain", **s["eval"])
     results = {}
     if drift:  # the junior alone: its accuracy, and the reference samples of the drift metrics
-        solo = evaluate(junior, None, out / "eval" / "junior" / "solo", mode="solo", **ev)
+        solo = evaluate(replace(ev, senior=junior), out / "eval" / "junior" / "solo")
         results["junior"] = {"solo": solo["macro"], **_style(out / "eval" / "junior" / "solo")}
     for name, path in seniors.items():
-        solo = evaluate(path, None, out / "eval" / name / "solo", mode="solo", **ev)
-        hand = evaluate(path, junior, out / "eval" / name / "handoff", mode="handoff", schedule="paragraph-roundrobin",
-                        **ev)
+        solo = evaluate(replace(ev, senior=path), out / "eval" / name / "solo")
+        hand = evaluate(replace(ev, senior=path, junior=junior, mode="handoff", schedule="paragraph-roundrobin"),
+                        out / "eval" / name / "handoff")
         results[name] = {"solo": solo["macro"], "handoff": hand["macro"], "handoff_senior_share": hand["senior_share"]}
         if drift:
             results[name].update(_style(out / "eval" / name / "solo"))

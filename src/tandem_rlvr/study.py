@@ -38,7 +38,7 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import TandemError
@@ -94,7 +94,7 @@ def _drift_fields() -> dict:
 
 def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     """Run (or finish) the study into ``out``; return the aggregate (also OUT/study.json)."""
-    from .config import load_train_config
+    from .config import EvalConfig, load_train_config
     from .decoding.sampling import SamplingParams
     from .eval.sampler import evaluate
     from .rl.train import train
@@ -108,16 +108,17 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     base, weak = str(world.senior), str(world.junior)
     junior_of = {"self": base, "weak": weak}
     sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_tokens)
-    ev_kw = dict(benchmarks=["tiny"], split=settings.split, sampling=sampling, template="plain",
-                 limit=settings.limit, n=settings.n, progress=False)
+    ev = EvalConfig(benchmarks=["tiny"], split=settings.split, sampling=sampling, template="plain",
+                    limit=settings.limit, n=settings.n)
     print_fn(f"study: world {world.root} ({threads} CPU thread(s)); seeds {settings.seeds}; juniors {settings.juniors}")
 
     def eval_senior(ckpt: str, d: Path) -> None:
         if not _done(d / "solo" / "metrics.json"):
-            evaluate(ckpt, None, d / "solo", mode="solo", **ev_kw)
+            evaluate(replace(ev, senior=ckpt), d / "solo", progress=False)
         for j in settings.juniors:
             if not _done(d / f"handoff-{j}" / "metrics.json"):
-                evaluate(ckpt, junior_of[j], d / f"handoff-{j}", mode="handoff", schedule="paragraph-roundrobin", **ev_kw)
+                evaluate(replace(ev, senior=ckpt, junior=junior_of[j], mode="handoff", schedule="paragraph-roundrobin"),
+                         d / f"handoff-{j}", progress=False)
             if not _done(d / f"legibility-{j}" / "legibility.json"):
                 from .eval.legibility import run_legibility
 
@@ -128,7 +129,7 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     print_fn("study: base model and weak junior (once for all seeds)")
     eval_senior(base, shared / "base")
     if "weak" in settings.juniors and not _done(shared / "junior-weak" / "solo" / "metrics.json"):
-        evaluate(weak, None, shared / "junior-weak" / "solo", mode="solo", **ev_kw)
+        evaluate(replace(ev, senior=weak), shared / "junior-weak" / "solo", progress=False)
 
     for seed in settings.seeds:
         sd = out / f"seed{seed}"
