@@ -144,12 +144,13 @@ def cmd_generate(a):
 
 
 def cmd_bench_decode(a):
-    from .world.tasks import format_prompt as tiny_prompt, make_problems
+    from .prompting import plain_prompt
+    from .world.tasks import make_problems
 
     if min(a.batch, a.new_tokens, a.repeats) < 1:
         raise TandemError(f"--batch, --new-tokens and --repeats must be >= 1, got {a.batch}, {a.new_tokens}, {a.repeats}")
     configure_cpu_threads()
-    prompts = [tiny_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
+    prompts = [plain_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
     if a.engine == "vllm":
         from .bench import bench_decode_vllm
         from .models import load_tokenizer, resolve_model_path
@@ -228,7 +229,7 @@ def cmd_world_build(a):
     cfg = named_world(a.world)
     cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}))
     w = build_world(cfg, force=a.force)
-    print(json.dumps({"root": str(w.root), "senior": str(w.senior), "junior": str(w.junior),
+    print(json.dumps({"root": str(w.root), "senior": str(w.base), "junior": str(w.junior),
                       **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
 
 

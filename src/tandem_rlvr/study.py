@@ -105,7 +105,7 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     threads = configure_cpu_threads()
     t0 = time.perf_counter()
     world = _world(settings)
-    base, weak = str(world.senior), str(world.junior)
+    base, weak = str(world.base), str(world.junior)
     junior_of = {"self": base, "weak": weak}
     sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_tokens)
     ev = EvalConfig(benchmarks=["tiny"], split=settings.split, sampling=sampling, template="plain",
@@ -375,7 +375,7 @@ def _fmt(x) -> str:
 
 # --------------------------------------------------------------------------- command line
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("study", choices=["drift"], help="which study (drift: the drift world, issue 6)")
+    p.add_argument("study", choices=["drift"], help="which study (drift: the drift world, docs/drift_world.md)")
     p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
     p.add_argument("--juniors", default="self,weak", help="self (the base), weak (the world's small word-only junior) or both")

@@ -4,7 +4,7 @@ Everything builds on a laptop CPU in a few minutes with no downloads (see ``docs
 
     from tandem_rlvr.world import build_world
     w = build_world()          # cached under cache_dir()/worlds/<config hash>
-    w.senior, w.junior         # model dirs for AutoModelForCausalLM / AutoTokenizer
+    w.base, w.junior           # model dirs (base = the senior's initialisation) for AutoModelForCausalLM
 
 Importing this package registers the benchmark ``tiny`` (splits train/val/test) with
 ``tandem_rlvr.data.benchmarks``, so ``load_benchmark("tiny", split="test")`` works. The
@@ -14,7 +14,8 @@ only the standard library.
 
 from __future__ import annotations
 
-from .tasks import WorldProblem, format_prompt, make_problems, noisy_solution
+from ..prompting import plain_prompt
+from .tasks import WorldProblem, make_problems, noisy_solution
 
 # Problems per split when a caller asks for the whole "tiny" benchmark (no limit).
 BENCHMARK_SIZES = {"train": 20000, "val": 500, "test": 2000}
@@ -53,5 +54,5 @@ def __getattr__(name: str):
 
 _register()
 
-__all__ = ["BENCHMARK_SIZES", "WorldConfig", "WorldPaths", "WorldProblem", "build_world", "format_prompt",
-           "load_world", "make_problems", "noisy_solution", "tiny_benchmark"]
+__all__ = ["BENCHMARK_SIZES", "WorldConfig", "WorldPaths", "WorldProblem", "build_world", "load_world",
+           "make_problems", "noisy_solution", "plain_prompt", "tiny_benchmark"]
