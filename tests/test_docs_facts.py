@@ -42,3 +42,10 @@ def test_tiny_world_parameter_counts_in_the_docs_are_the_models():
     src = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr" / "world"
     for name in ("build.py", "tasks.py"):  # the docstrings round it
         assert f"{base / 1e6:.2f}M" in (src / name).read_text(), name
+
+
+def test_architecture_package_map_lists_every_preset():
+    from tandem_rlvr.config import preset_names
+
+    line = next(x for x in (DOCS / "architecture.md").read_text().splitlines() if "presets/*.yaml" in x)
+    assert sorted(line.split("presets/*.yaml")[1].replace(",", " ").split()) == preset_names()
