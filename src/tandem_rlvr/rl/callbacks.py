@@ -33,8 +33,8 @@ from ..rewards.math import score
 log = logging.getLogger("tandem_rlvr")
 
 # row_seed's step slot for validation draws: fixed, so every validation of a run reuses the
-# same coins (accuracy moves with the weights alone), and past any training step, so
-# validation never redraws a training rollout.
+# same coins (accuracy moves with the weights alone), and a step no run reaches, so they are
+# not the coins of a training rollout.
 VALIDATION_STEP_SEED = 7_000_003
 
 # TRL's completion lengths count only the tokens its env_mask marks (senior tokens in a tandem run);
@@ -135,7 +135,8 @@ class Validation(TrainerCallback):
         try:
             for s in range(0, len(rows), self.batch_rows):
                 chunk = rows[s:s + self.batch_rows]
-                roll = dec.generate([self.prompts[i] for i, _ in chunk], [row_seed(self.cfg.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk])
+                seeds = [row_seed(self.cfg.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
+                roll = dec.generate([self.prompts[i] for i, _ in chunk], seeds)
                 for b, (i, _) in enumerate(chunk):
                     text = self.tok.decode(roll.row_tokens(b), skip_special_tokens=True)
                     correct.append(score(text, self.problems[i].answer))
