@@ -50,19 +50,19 @@ def _pearson(a, b):
 COUNTS = {  # V = 8 token ids
     "junior": [40, 30, 20, 12, 10, 0, 3, 5],
     "grpo": [10, 25, 20, 40, 2, 30, 1, 12],
-    "trl": [30, 28, 21, 20, 8, 6, 2, 5],
+    "tandem": [30, 28, 21, 20, 8, 6, 2, 5],
 }
 
 
 def test_drift_statistics_match_plain_python():
-    res = drift_statistics({k: np.array(v) for k, v in COUNTS.items()}, "junior", "grpo", "trl", smoothing=1.0,
+    res = drift_statistics({k: np.array(v) for k, v in COUNTS.items()}, "junior", "grpo", "tandem", smoothing=1.0,
                            min_count=5, top_n=3, table_rows=4, min_ref_count=5, min_tokens=3)  # 5, 3, 7 emitted >= 5x
     V = 8
     p = {n: [(x + 1) / (sum(c) + V) for x in c] for n, c in COUNTS.items()}
-    lr = {n: [math.log(p[n][v] / p["junior"][v]) for v in range(V)] for n in ("grpo", "trl")}
+    lr = {n: [math.log(p[n][v] / p["junior"][v]) for v in range(V)] for n in ("grpo", "tandem")}
     frequent = [v for v in range(V) if COUNTS["junior"][v] >= 5]  # ids 0, 1, 2, 3, 4, 7
     assert res["survival"]["frequent_tokens"] == len(frequent) == 6
-    for n in ("grpo", "trl"):
+    for n in ("grpo", "tandem"):
         m = res["models"][n]
         assert m["tokens"] == sum(COUNTS[n])
         assert m["kl_to_junior"] == pytest.approx(sum(p[n][v] * math.log(p[n][v] / p["junior"][v]) for v in range(V)))
@@ -76,7 +76,7 @@ def test_drift_statistics_match_plain_python():
     assert over[:3] == [5, 3, 7]
     rec = res["recovery"]
     assert rec["token_ids"] == [5, 3, 7] and rec["top_n"] == 3
-    shift = [lr["trl"][v] - lr["grpo"][v] for v in (5, 3, 7)]
+    shift = [lr["tandem"][v] - lr["grpo"][v] for v in (5, 3, 7)]
     assert rec["share_moved_back"] == pytest.approx(sum(s < 0 for s in shift) / 3)
     drift = [lr["grpo"][v] for v in (5, 3, 7)]
     assert rec["spearman"]["rho"] == pytest.approx(_pearson(_ranks(drift), _ranks(shift)))

@@ -49,7 +49,7 @@ def test_tiny_world_boundary_sets():
         w = load_world(WorldConfig(), build_if_missing=False)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"tiny world not built ({e})")
-    tok = AutoTokenizer.from_pretrained(w.senior)
+    tok = AutoTokenizer.from_pretrained(w.base)
     if len(tok) != 508:
         pytest.skip("a different tiny world vocabulary than the one listed here")
     # 1 '!', 14 '.', 31 '?', 199 'Ċ', 259 'ĊĊ', 302 '}.'; 221 'Ġ', 303 'Ġ\\', 456 'Ġshells', 503 'ĠMia'

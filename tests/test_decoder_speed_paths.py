@@ -167,7 +167,7 @@ def test_two_bodies_split_the_threads_and_the_count_is_restored(tok, pair):
 def test_lognormal_lengths_have_the_asked_median_and_stay_in_range():
     import numpy as np
 
-    from tandem_rlvr.bench import lognormal_lengths
+    from tandem_rlvr.recipes.bench import lognormal_lengths
 
     L = np.array(lognormal_lengths(4001, 512, median_frac=0.25, sigma=1.0, seed=3))
     assert L.min() >= 1 and L.max() <= 512
@@ -180,7 +180,7 @@ def test_forced_lengths_make_generate_write_exactly_each_rows_tokens(tok, pair):
     exactly L_b tokens, the last one EOS, then padding."""
     from transformers import LogitsProcessorList
 
-    from tandem_rlvr.bench import _ForcedLengths
+    from tandem_rlvr.recipes.bench import _ForcedLengths
 
     model, L = pair[0], [1, 7, 3, 12]
     ids, attn, _ = left_pad([tok.encode(p) for p in PROMPTS[:4]], tok.pad_token_id)
@@ -197,7 +197,7 @@ def test_forced_lengths_make_generate_write_exactly_each_rows_tokens(tok, pair):
 def test_bench_decode_lognormal_counts_useful_tokens(capsys, model_dir):
     import json
 
-    from tandem_rlvr.bench import lognormal_lengths
+    from tandem_rlvr.recipes.bench import lognormal_lengths
     from tandem_rlvr.cli import main
 
     assert main(["bench", "decode", "--json", "--senior", str(model_dir), "--batch", "6", "--new-tokens", "16",

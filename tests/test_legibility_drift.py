@@ -163,13 +163,13 @@ def test_legibility_bad_input_names_file_and_line_and_writes_nothing(tmp_path, t
 
 
 def _drift_runs(tmp_path, tok, senior):
-    """Junior emits ids 1..99; grpo moves half its mass to ids 100..119; trl a quarter."""
+    """Junior emits ids 1..99; grpo moves half its mass to ids 100..119; tandem a quarter."""
     def pick(over):
         return lambda r: np.where(r.random(30) < over, r.integers(100, 120, 30), r.integers(1, 100, 30))
 
     rng = np.random.default_rng(2)
     return {name: write_run(tmp_path / name, rows_for(tok, range(6), 4, rng, pick=pick(over)), senior)
-            for name, over in (("junior", 0.0), ("grpo", 0.5), ("trl", 0.25))}
+            for name, over in (("junior", 0.0), ("grpo", 0.5), ("tandem", 0.25))}
 
 
 def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, world):
@@ -177,30 +177,30 @@ def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, world):
     runs = _drift_runs(tmp_path, tok, dirs["senior"])
     out = tmp_path / "drift"
     assert main(["eval", "drift", "--junior-samples", str(runs["junior"]), "--seniors",
-                 f"grpo={runs['grpo']},trl={runs['trl']}", "--reference", "grpo", "--candidate", "trl",
+                 f"grpo={runs['grpo']},tandem={runs['tandem']}", "--reference", "grpo", "--candidate", "tandem",
                  "--top-n", "20", "--min-count", "5", "--out", str(out)]) == 0
     res = json.loads((out / "drift.json").read_text())
     # expected values from raw counts with numpy/scipy only (not eval.metrics)
     counts = {n: np.bincount([t for x in (d / "samples.jsonl").read_text().splitlines() for t in json.loads(x)["token_ids"]],
                              minlength=len(tok)) for n, d in runs.items()}
     p = {n: (c + 1.0) / (c.sum() + len(tok)) for n, c in counts.items()}
-    for n in ("grpo", "trl"):
+    for n in ("grpo", "tandem"):
         assert res["models"][n]["kl_to_junior"] == pytest.approx(float(np.sum(p[n] * np.log(p[n] / p["junior"]))))
         assert res["models"][n]["tokens"] == 6 * 4 * 30
-    lr = {n: np.log(p[n] / p["junior"]) for n in ("grpo", "trl")}
+    lr = {n: np.log(p[n] / p["junior"]) for n in ("grpo", "tandem")}
     top = [v for v in sorted(range(len(tok)), key=lambda v: -lr["grpo"][v]) if lr["grpo"][v] > 0][:20]
     rec = res["recovery"]
     assert rec["token_ids"] == top and set(top) == set(range(100, 120))
     from scipy import stats
 
-    rho = stats.spearmanr(lr["grpo"][top], lr["trl"][top] - lr["grpo"][top]).statistic
+    rho = stats.spearmanr(lr["grpo"][top], lr["tandem"][top] - lr["grpo"][top]).statistic
     assert rec["share_moved_back"] == 1.0 and rec["spearman"]["rho"] == pytest.approx(rho)
-    assert res["models"]["grpo"]["kl_to_junior"] > res["models"]["trl"]["kl_to_junior"] > 0
+    assert res["models"]["grpo"]["kl_to_junior"] > res["models"]["tandem"]["kl_to_junior"] > 0
     assert res["survival"]["frequent_tokens"] > 50 and len(res["survival"]["curves"]["grpo"]) == len(res["survival"]["grid"])
     top = res["over_emitted"]["rows"][0]
     assert 100 <= top["id"] < 120 and top["token"] == tok.decode([top["id"]]) and top["counts"]["junior"] == 0
     header = (out / "over_emitted.csv").read_text().splitlines()[0]
-    assert header == "token,id,count_junior,count_grpo,count_trl,log_ratio_grpo,log_ratio_trl"
+    assert header == "token,id,count_junior,count_grpo,count_tandem,log_ratio_grpo,log_ratio_tandem"
     assert "Recovery" in (out / "drift.md").read_text()
 
 
@@ -233,8 +233,8 @@ def test_only_tokens_the_reference_emitted_can_be_over_emitted():
     # junior: ids 0-9 x 20 (200 tokens); grpo: ids 0-9 x 10, id 10 x 8, id 11 x 2 (110); ids 12-29 nobody emits.
     # Smoothed, every unemitted id has log(p_grpo/p_jun) = log(230/140) > 0; ids 0-9 have 11*230/(140*21) < 1.
     counts = {"junior": _counts(a=(range(10), 20)), "grpo": _counts(a=(range(10), 10), b=([10], 8), c=([11], 2)),
-              "trl": _counts(a=(range(10), 11))}
-    res = drift_statistics(counts, "junior", "grpo", "trl", min_count=5)
+              "tandem": _counts(a=(range(10), 11))}
+    res = drift_statistics(counts, "junior", "grpo", "tandem", min_count=5)
     rec = res["recovery"]
     assert rec["qualifying"] == 1 and rec["token_ids"] == [10]  # id 11 (2 < 5 emissions) and ids 12-29 do not count
     assert rec["share_moved_back"] is None and rec["spearman"]["rho"] is None and rec["defined"] is False
@@ -246,11 +246,11 @@ def test_only_tokens_the_reference_emitted_can_be_over_emitted():
 def test_recovery_share_over_qualifying_tokens_matches_hand_count():
     from tandem_rlvr.eval.drift import drift_statistics
 
-    # grpo and trl both write 196 tokens, so log(p_trl/p_grpo) < 0 exactly where trl's count is lower:
+    # grpo and tandem both write 196 tokens, so log(p_tandem/p_grpo) < 0 exactly where tandem's count is lower:
     # ids 10-15 (4 < 8) move back, ids 16-21 (12 > 8) do not: 6 of 12 = 0.5.
     counts = {"junior": _counts(a=(range(10), 20)), "grpo": _counts(a=(range(10), 10), b=(range(10, 22), 8)),
-              "trl": _counts(a=(range(10), 10), b=(range(10, 16), 4), c=(range(16, 22), 12))}
-    rec = drift_statistics(counts, "junior", "grpo", "trl", min_count=5)["recovery"]
+              "tandem": _counts(a=(range(10), 10), b=(range(10, 16), 4), c=(range(16, 22), 12))}
+    rec = drift_statistics(counts, "junior", "grpo", "tandem", min_count=5)["recovery"]
     assert rec["qualifying"] == 12 and sorted(rec["token_ids"]) == list(range(10, 22))
     assert rec["share_moved_back"] == 0.5
 

@@ -8,7 +8,7 @@ import torch
 
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.rl.rollout import check_env_mask
+from tandem_rlvr.rl.rollout import check_senior_mask
 from tandem_rlvr.rl.train import build_run, train
 
 from conftest import make_model
@@ -58,7 +58,7 @@ def _batch(run):
     return batch, seen[0]
 
 
-def test_trl_repeats_each_prompt_group_size_times_and_env_mask_reaches_the_loss(setup, tmp_path):
+def test_trl_repeats_each_prompt_group_size_times_and_the_senior_mask_reaches_the_loss(setup, tmp_path):
     run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
     batch, prompts = _batch(run)
     # TRL's sampler hands the rollout G consecutive copies of each prompt
@@ -155,9 +155,9 @@ def test_grpo_rollouts_are_senior_only(setup, tmp_path):
 
 def test_mask_is_fail_closed(setup, tmp_path):
     with pytest.raises(TandemError, match="no senior mask"):
-        check_env_mask([[1, 2]], None)
+        check_senior_mask([[1, 2]], None)
     with pytest.raises(TandemError, match="length 1"):
-        check_env_mask([[1, 2]], [[1]])
+        check_senior_mask([[1, 2]], [[1]])
     run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
     batch, _ = _batch(run)
     run.trainer.current_gradient_accumulation_steps = 1

@@ -158,6 +158,7 @@ def test_battery_runs_on_vllm_runs(tok, engine, pair_dirs, tmp_path):  # last: i
     """eval solo (plain vLLM model) and eval handoff (tandem model) write runs that legibility,
     drift, compare and report read exactly as they read runs of the transformers engine; a
     re-run resumes without sampling anything again."""
+    from tandem_rlvr.config import EvalConfig
     from tandem_rlvr.eval.runs import read_samples, write_sources
     from tandem_rlvr.eval.sampler import EvalSpec, HANDOFF_KS, evaluate, run_eval
 
@@ -166,7 +167,7 @@ def test_battery_runs_on_vllm_runs(tok, engine, pair_dirs, tmp_path):  # last: i
     senior, junior = pair_dirs
     from tandem_rlvr.data.benchmarks import load_benchmarks
 
-    # handoff through the module's tandem engine (the decoder evaluate(engine="vllm") builds)
+    # handoff through the module's tandem engine (the decoder evaluate builds for engine "vllm")
     dec = engine.decoder("paragraph-roundrobin", sp)
     spec = EvalSpec(n=2, sampling=sp, schedule=dec.schedule.describe(), template="plain", seed=0,
                     models={"senior": senior, "junior": junior}, ks=HANDOFF_KS, engine="vllm")
@@ -179,8 +180,9 @@ def test_battery_runs_on_vllm_runs(tok, engine, pair_dirs, tmp_path):  # last: i
     engine.close()  # one in-process engine at a time; the solo run below opens its own
 
     solo = tmp_path / "sen" / "solo"
-    m_solo = evaluate(senior, None, solo, mode="solo", benchmarks=[bench], n=2, sampling=sp, template="plain",
-                      engine="vllm", vllm_settings=SETTINGS, progress=False)
+    cfg = EvalConfig(senior=senior, mode="solo", benchmarks=[bench], n=2, sampling=sp, template="plain",
+                     engine="vllm", vllm_settings=SETTINGS)
+    m_solo = evaluate(cfg, solo, progress=False)
     rows = read_samples(solo / "samples.jsonl")
     assert len(rows) == 8 and all(r["senior_share"] == 1.0 for r in rows)
     assert json.loads((solo / "config.json").read_text())["engine"] == "vllm"

@@ -19,7 +19,8 @@ from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rewards.math import extract_boxed
 from tandem_rlvr.world import build as world_build
 from tandem_rlvr.world.build import WorldConfig, build_world, load_world
-from tandem_rlvr.world.tasks import format_prompt, make_problems, noisy_solution, split_of
+from tandem_rlvr.prompting import plain_prompt
+from tandem_rlvr.world.tasks import make_problems, noisy_solution, split_of
 from tandem_rlvr.world.tokenizer import boundary_ids, train_tokenizer
 
 
@@ -30,7 +31,7 @@ def problems():
 
 @pytest.fixture(scope="module")
 def tok(problems):
-    return train_tokenizer((format_prompt(p.problem) + p.solution for p in problems), vocab_size=400)
+    return train_tokenizer((plain_prompt(p.problem) + p.solution for p in problems), vocab_size=400)
 
 
 # ---- task generator ---------------------------------------------------------------------------
@@ -88,7 +89,7 @@ def test_paragraph_break_is_one_token_with_cc(tok, problems):
 
 
 def test_word_initial_tokens_start_with_g_marker(tok, problems):
-    text = format_prompt(problems[0].problem) + problems[0].solution
+    text = plain_prompt(problems[0].problem) + problems[0].solution
     toks = tok.convert_ids_to_tokens(tok(text)["input_ids"])
     assert "Ġplus" in toks or "Ġminus" in toks
     for t in toks:
@@ -99,7 +100,7 @@ def test_word_initial_tokens_start_with_g_marker(tok, problems):
 
 def test_decode_inverts_encode_on_task_text(tok, problems):
     rng = random.Random(1)
-    texts = [format_prompt(p.problem) + noisy_solution(p, rng, 0.5) for p in problems[:200]] + ["Zoë has 3 ünïcode €!"]
+    texts = [plain_prompt(p.problem) + noisy_solution(p, rng, 0.5) for p in problems[:200]] + ["Zoë has 3 ünïcode €!"]
     for x in texts:
         assert tok.decode(tok(x)["input_ids"]) == x
     assert tok.eos_token == tok.pad_token == "<|endoftext|>" and len(tok) <= 400
@@ -108,7 +109,7 @@ def test_decode_inverts_encode_on_task_text(tok, problems):
 def test_tokenizer_round_trips_through_save_pretrained(tok, problems, tmp_path):
     tok.save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
-    x = format_prompt(problems[1].problem) + problems[1].solution
+    x = plain_prompt(problems[1].problem) + problems[1].solution
     assert loaded(x)["input_ids"] == tok(x)["input_ids"] and loaded.eos_token_id == tok.eos_token_id
 
 
@@ -138,7 +139,7 @@ def _check_pair_loads_and_runs(w):
     """Loadable by tandem itself (one shared tokenizer checked by load_pair), and both models run."""
     from tandem_rlvr.models import load_pair
 
-    pair = load_pair(str(w.senior), str(w.junior), "cpu")
+    pair = load_pair(str(w.base), str(w.junior), "cpu")
     ids = torch.tensor([pair.tokenizer.encode("Mia has 7 shells.")])
     for model in (pair.senior, pair.junior):
         assert model(ids).logits.shape == (1, ids.shape[1], len(pair.tokenizer))
@@ -147,11 +148,11 @@ def _check_pair_loads_and_runs(w):
 def test_build_makes_loadable_dirs_sharing_one_tokenizer(built):
     w, cache = built
     assert w.root.parent == cache / "worlds" and w.root.name == WorldConfig.for_tests().key()
-    for d in (w.senior, w.junior):
+    for d in (w.base, w.junior):
         model, tk = AutoModelForCausalLM.from_pretrained(d), AutoTokenizer.from_pretrained(d)
         assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.vocab_size == len(tk)
         assert tk.eos_token == "<|endoftext|>"
-    assert (w.senior / "tokenizer.json").read_bytes() == (w.junior / "tokenizer.json").read_bytes()
+    assert (w.base / "tokenizer.json").read_bytes() == (w.junior / "tokenizer.json").read_bytes()
     _check_pair_loads_and_runs(w)
     meta = json.loads((w.root / "world.json").read_text())
     assert meta == w.meta and set(meta["accuracy"]) == {"senior/acc_t1", "senior/acc_greedy", "junior/acc_t1", "junior/acc_greedy"}
@@ -198,7 +199,7 @@ def test_interrupted_build_leaves_no_world(tmp_path, monkeypatch):
 def test_small_junior_is_smaller_and_shares_the_tokenizer(tmp_path):
     w = build_world(WorldConfig.for_tests(junior="small"), cache=tmp_path, progress=False)
     assert w.meta["params"]["junior"] < w.meta["params"]["senior"]
-    assert (w.senior / "tokenizer.json").read_bytes() == (w.junior / "tokenizer.json").read_bytes()
+    assert (w.base / "tokenizer.json").read_bytes() == (w.junior / "tokenizer.json").read_bytes()
     _check_pair_loads_and_runs(w)
 
 

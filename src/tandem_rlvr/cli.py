@@ -13,105 +13,20 @@ import logging
 import sys
 
 from .errors import TandemError
+from .cli_flags import answer_mode_flag as _answer_mode_flag
+from .cli_flags import engine_flags as _engine_flags
+from .cli_flags import model_flags as _model_flags
+from .cli_flags import open_from_args as _open_decoder
+from .cli_flags import sampling_flags as _sampling_flags
+from .cli_flags import sampling_from_args as _sampling
+from .cli_flags import schedule_flags as _schedule_flags
+from .cli_flags import template_flag as _template_flag
+from .cli_flags import vllm_settings as _vllm_settings
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
 _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
               errno.EEXIST, errno.ELOOP, errno.ENAMETOOLONG}
-
-
-# --------------------------------------------------------------------------- shared flags
-def _model_flags(p: argparse.ArgumentParser, junior: bool = True) -> None:
-    g = p.add_argument_group("models")
-    g.add_argument("--senior", default="tiny", help="senior: directory, .gguf file, hub id, or a built-in name "
-                   "(tiny = the tiny world's base model). Default: tiny")
-    if junior:
-        g.add_argument("--junior", default=None, help="junior (frozen), same tokenizer as the senior; "
-                       "default: the senior's checkpoint (self-pairing); tiny-junior = the tiny world's weaker junior")
-        g.add_argument("--junior-device", default=None, help="device of the junior (default: the senior's)")
-    g.add_argument("--device", default="auto", help="device of the senior: auto, cpu, cuda:0, ... (default: auto)")
-    g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
-
-
-def _sampling_flags(p: argparse.ArgumentParser, temperature=1.0, top_p=1.0, top_k=0, max_tokens=256) -> None:
-    g = p.add_argument_group("sampling")
-    g.add_argument("--temperature", type=float, default=temperature, help=f"0 = greedy (default {temperature})")
-    g.add_argument("--top-p", type=float, default=top_p, help=f"nucleus mass (default {top_p})")
-    g.add_argument("--top-k", type=int, default=top_k, help=f"0 = off (default {top_k})")
-    g.add_argument("--max-tokens", type=int, default=max_tokens, help=f"new tokens per response (default {max_tokens})")
-
-
-def _schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
-    from .decoding.schedule import SCHEDULES
-
-    g = p.add_argument_group("handoff schedule")
-    g.add_argument("--schedule", default=default, choices=SCHEDULES, help=f"who writes each token (default {default})")
-    g.add_argument("--p", type=float, default=0.5, help="probability that the senior writes (default 0.5)")
-    g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw (default 32)")
-
-
-def _engine_flags(p: argparse.ArgumentParser) -> None:
-    """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings)."""
-    g = p.add_argument_group("engine")
-    g.add_argument("--engine", default="hf", choices=("hf", "vllm"),
-                   help="hf: our transformers decoder (default, the reference); vllm: stock vLLM with the tandem "
-                        "plugin (pip install -e \".[vllm]\")")
-    g.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85,
-                   help="vllm: share of GPU memory for weights + KV cache (default 0.85)")
-    g.add_argument("--vllm-kv-cache-gib", type=float, default=None,
-                   help="vllm: KV-cache size in GiB (default: from the memory share on GPU, 1 GiB on CPU)")
-    g.add_argument("--vllm-max-model-len", type=int, default=None, help="vllm: context length (default: the models')")
-    g.add_argument("--vllm-block-size", type=int, default=None, help="vllm: tokens per KV block (default: vLLM's)")
-    g.add_argument("--vllm-tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model (default 1)")
-    g.add_argument("--vllm-max-num-seqs", type=int, default=256, help="vllm: most sequences decoded at once (default 256)")
-
-
-def _vllm_settings(a):
-    if getattr(a, "engine", "hf") != "vllm":
-        return None
-    from .engines.vllm_engine import VLLMSettings
-
-    return VLLMSettings(gpu_memory_utilization=a.vllm_gpu_memory_utilization, kv_cache_gib=a.vllm_kv_cache_gib,
-                        max_model_len=a.vllm_max_model_len, block_size=a.vllm_block_size,
-                        tensor_parallel_size=a.vllm_tensor_parallel_size, max_num_seqs=a.vllm_max_num_seqs)
-
-
-def _open_decoder(a, schedule: str):
-    """(decoder, tokenizer, close) for the command's models, schedule and engine."""
-    from .engines import open_decoder
-
-    return open_decoder(a.engine, a.senior, a.junior or a.senior, schedule, _sampling(a), p=a.p, K=a.K,
-                        device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
-                        seed=getattr(a, "seed", 0), vllm_settings=_vllm_settings(a))
-
-
-def _template_flag(p):
-    from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
-
-    p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
-    p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, choices=list(INSTRUCTIONS),
-                   help=f"instruction after the problem in chat prompts (default {DEFAULT_INSTRUCTION}: the paper's)")
-
-
-def _answer_mode_flag(p):
-    from .rewards.math import ANSWER_MODES
-
-    p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
-                   help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
-                        "joined, for multi-answer problems answered one box per answer)")
-
-
-def _sampling(a):
-    from .decoding.sampling import SamplingParams
-
-    return SamplingParams(a.temperature, a.top_p, a.top_k, a.max_tokens)
-
-
-def _pair(a, need_junior: bool):
-    from .models import load_pair
-
-    junior = (a.junior or a.senior) if need_junior else None
-    return load_pair(a.senior, junior, a.device, getattr(a, "junior_device", None), a.dtype)
 
 
 # --------------------------------------------------------------------------- commands
@@ -143,83 +58,10 @@ def cmd_generate(a):
               f"  {'(EOS)' if bool(roll.finished[0]) else '(max tokens)'}")
 
 
-def cmd_bench_decode(a):
-    from .world.tasks import format_prompt as tiny_prompt, make_problems
-
-    if min(a.batch, a.new_tokens, a.repeats) < 1:
-        raise TandemError(f"--batch, --new-tokens and --repeats must be >= 1, got {a.batch}, {a.new_tokens}, {a.repeats}")
-    configure_cpu_threads()
-    prompts = [tiny_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
-    if a.engine == "vllm":
-        from .bench import bench_decode_vllm
-        from .models import load_tokenizer, resolve_model_path
-
-        res = bench_decode_vllm(resolve_model_path(a.senior), resolve_model_path(a.junior or a.senior),
-                                load_tokenizer(a.senior), prompts, a.batch, a.new_tokens, a.p, a.repeats,
-                                settings=_vllm_settings(a))
-        res["senior"], res["junior"] = a.senior, a.junior or a.senior
-        if a.json:
-            print(json.dumps(res))
-        else:
-            print(f"vLLM engine ({res['device']}), batch {a.batch} x {a.new_tokens}: solo {res['solo_tok_s']:.0f} tok/s, "
-                  f"tandem {res['tandem_tok_s']:.0f} tok/s; tandem/solo {res['tandem_over_solo']:.3f} = "
-                  f"{res['tandem_over_solo_vs_bound']:.3f} of the bound {res['bound']:.3f} (both output layers)")
-        return
-    from .bench import bench_decode, format_decode
-
-    if a.threads is not None and a.threads < 1:
-        raise TandemError(f"--threads must be >= 1, got {a.threads}")
-    if not 0 < a.median_frac <= 1 or a.sigma < 0:
-        raise TandemError(f"--median-frac must be in (0, 1] and --sigma >= 0, got {a.median_frac}, {a.sigma}")
-    pair = _pair(a, need_junior=True)
-    res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats,
-                       threads=a.threads, lengths=a.lengths, median_frac=a.median_frac, sigma=a.sigma,
-                       compact_sweep=_fractions(a.compact_sweep))
-    res["senior"], res["junior"] = a.senior, a.junior or a.senior
-    print(json.dumps(res) if a.json else "\n".join(format_decode(res)))
-
-
-def _fractions(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}") from None
-    if any(not 0 <= v <= 1 for v in vals):
-        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}")
-    return vals
-
-
-def cmd_bench_train(a):
-    from .bench import bench_train_step
-
-    if a.steps < 2:
-        raise TandemError(f"--steps must be >= 2 (the first step is warm-up), got {a.steps}")
-    configure_cpu_threads()
-    res = bench_train_step(a.preset, overrides={"engine": a.engine}, steps=a.steps,
-                           print_fn=(lambda *_: None) if a.json else print)
-    res["engine"] = a.engine
-    print(json.dumps(res) if a.json else f"tandem step / GRPO step: {res['tandem_over_grpo']:.2f}x")
-
-
 def cmd_models_fetch(a):
     from .fetch import fetch
 
     print(fetch(a.name))
-
-
-def cmd_bench_memory(a):
-    from .bench import bench_memory
-    from .models import resolve_model_path
-
-    try:
-        lengths = [int(x) for x in a.lengths.split(",") if x]
-    except ValueError:
-        raise TandemError(f"--lengths must be comma-separated integers, got {a.lengths!r}") from None
-    senior = resolve_model_path(a.senior)
-    rows = bench_memory(senior, resolve_model_path(a.junior) if a.junior else senior, a.rows, lengths,
-                        print_fn=(lambda *_: None) if a.json else print)
-    if a.json:
-        print(json.dumps(rows))
 
 
 def cmd_world_build(a):
@@ -230,20 +72,22 @@ def cmd_world_build(a):
     cfg = named_world(a.world)
     cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}))
     w = build_world(cfg, force=a.force)
-    print(json.dumps({"root": str(w.root), "senior": str(w.senior), "junior": str(w.junior),
+    print(json.dumps({"root": str(w.root), "senior": str(w.base), "junior": str(w.junior),
                       **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
 
 
 def cmd_eval(a, mode: str):
+    from .config import EvalConfig
     from .eval.sampler import evaluate
 
+    cfg = EvalConfig(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
+                     schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
+                     split=a.split, limit=a.limit, n=a.n, sampling=_sampling(a), template=a.template,
+                     instruction=a.instruction, answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K,
+                     device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
+                     batch_size=a.batch_size, engine=a.engine, vllm_settings=_vllm_settings(a))
     configure_cpu_threads()
-    metrics = evaluate(a.senior, getattr(a, "junior", None), a.out, mode=mode, schedule=getattr(a, "schedule", "senior"),
-                       benchmarks=[b for b in a.benchmarks.split(",") if b], split=a.split, limit=a.limit, n=a.n,
-                       sampling=_sampling(a), template=a.template, instruction=a.instruction,
-                       answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K, device=a.device,
-                       junior_device=getattr(a, "junior_device", None), dtype=a.dtype, batch_size=a.batch_size,
-                       engine=a.engine, vllm_settings=_vllm_settings(a))
+    metrics = evaluate(cfg, a.out)
     _print_metrics(metrics, a.out)
 
 
@@ -328,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     P.add_argument("-v", "--verbose", action="store_true", help="log details (boundary-set sizes, resumes, ...)")
     sub = P.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    from .recipes.cli import register_demo, register_study
+    from .recipes.cli import register_bench, register_demo, register_study
 
     register_demo(sub)  # demo (recipes/demo.py)
 
@@ -343,41 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_flags(g)
     g.set_defaults(fn=cmd_generate)
 
-    b = sub.add_parser("bench", help="benchmarks")
-    bsub = b.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
-    bd = bsub.add_parser("decode", help="tokens/s: our solo and tandem vs a naive tandem loop and generate()")
-    bd.add_argument("--json", action="store_true", help="print one JSON object")
-    bd.add_argument("--batch", type=int, default=64)
-    bd.add_argument("--new-tokens", type=int, default=128)
-    bd.add_argument("--p", type=float, default=0.5, help="senior probability of the word schedule")
-    bd.add_argument("--repeats", type=int, default=3, help="timed repeats per decoder (best is kept)")
-    bd.add_argument("--threads", type=int, default=None,
-                    help="thread budget of every decoder (default: the CLI's pick, $TANDEM_THREADS or idle cores)")
-    bd.add_argument("--lengths", default="fixed", choices=("fixed", "lognormal"),
-                    help="fixed: every row --new-tokens (EOS ignored); lognormal: per-row lengths, long-tailed")
-    bd.add_argument("--median-frac", type=float, default=0.25, help="lognormal: median length / --new-tokens")
-    bd.add_argument("--sigma", type=float, default=1.0, help="lognormal: sigma of log-length")
-    bd.add_argument("--compact-sweep", default="",
-                    help="comma-separated compaction thresholds to time as well (fraction of finished rows, 0-1)")
-    _model_flags(bd)
-    _engine_flags(bd)
-    bd.set_defaults(fn=cmd_bench_decode)
-
-    bt = bsub.add_parser("train", help="optimiser-step wall-clock: tandem vs GRPO on a preset")
-    bt.add_argument("--preset", default="tiny")
-    bt.add_argument("--steps", type=int, default=6, help="steps per method (the first is dropped as warm-up)")
-    bt.add_argument("--json", action="store_true", help="print one JSON object")
-    bt.add_argument("--engine", default="hf", choices=("hf", "vllm"),
-                    help="rollout engine of both methods: hf (default) or vllm (in-process, weights synced per step)")
-    bt.set_defaults(fn=cmd_bench_train)
-
-    bm = bsub.add_parser("memory", help="peak memory of a tandem rollout batch vs KV-cache arithmetic")
-    bm.add_argument("--senior", default="tiny")
-    bm.add_argument("--junior", default=None, help="default: the senior's checkpoint (loaded as a second copy)")
-    bm.add_argument("--rows", type=int, default=8)
-    bm.add_argument("--lengths", default="256,512,1024", help="comma-separated new-token counts")
-    bm.add_argument("--json", action="store_true")
-    bm.set_defaults(fn=cmd_bench_memory)
+    register_bench(sub, _Parser)  # bench decode|train|memory (recipes/bench.py)
 
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)

@@ -1,9 +1,10 @@
-"""Training configuration: one dataclass, YAML presets, flag overrides, validation.
+"""Configurations: one dataclass per component, validated on construction, passed whole.
 
 ``TrainConfig`` holds every knob of ``tandem train``; each field carries help text (shown
 by ``tandem train --help``, where every field is also a flag). Presets live in
 ``presets/*.yaml``; ``load_train_config(preset, file, overrides)`` layers defaults <
 preset < file < flags, and rejects unknown keys naming the closest valid one.
+``EvalConfig`` holds one ``tandem eval solo|handoff`` run (``eval.sampler.evaluate``).
 
 Units: a *step* is one optimiser step (TRL's ``global_step``), i.e. one mini-batch of
 ``prompts_per_minibatch`` prompts x ``group_size`` rollouts. A rollout batch of
@@ -17,9 +18,11 @@ import difflib
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
+from typing import Any, Sequence
 
 import yaml
 
+from .decoding.sampling import SamplingParams
 from .decoding.schedule import SCHEDULES, check_p_K
 from .errors import TandemError
 from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
@@ -152,6 +155,11 @@ class TrainConfig:
         """The schedule that generates training rollouts: vanilla GRPO and KL-Reg use the senior alone."""
         return self.schedule if self.method == "tandem" else "senior"
 
+    @property
+    def sampling(self) -> SamplingParams:
+        """How rollouts and validation sample."""
+        return SamplingParams(self.temperature, self.top_p, self.top_k, self.max_new_tokens)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -250,3 +258,64 @@ def load_train_config(preset: str | None = None, file: str | None = None, overri
         if f.name in data:
             data[f.name] = _typed(f, data[f.name])
     return TrainConfig(**data)
+
+
+def paper_eval_sampling() -> SamplingParams:
+    """The paper's evaluation sampling: temperature 0.7, top-p 0.8, top-k 20, 3000 new tokens."""
+    return SamplingParams(0.7, 0.8, 20, 3000)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One evaluation run (``tandem eval solo|handoff``); built once by the caller, passed whole.
+
+    mode "solo" samples the senior alone; "handoff" uses ``schedule`` with ``junior``
+    (default: the senior's checkpoint). Defaults are the paper's evaluation: its sampling,
+    its prompt instruction, its last-box grading. ``engine``: "hf" (our decoder, the
+    reference) or "vllm" (with ``vllm_settings``, an ``engines.vllm_engine.VLLMSettings``).
+    """
+
+    senior: str = "tiny"
+    junior: str | None = None
+    mode: str = "solo"
+    schedule: str = "paragraph-roundrobin"  # handoff mode only
+    benchmarks: Sequence[str] = ("tiny",)
+    split: str | None = None
+    limit: int | None = None  # first N problems of each benchmark
+    n: int = 8  # samples per problem
+    sampling: SamplingParams = field(default_factory=paper_eval_sampling)
+    template: str = "auto"
+    instruction: str = DEFAULT_INSTRUCTION
+    answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
+    seed: int = 0
+    p: float = 0.5
+    K: int = 32
+    device: str = "auto"
+    junior_device: str | None = None
+    dtype: str = "auto"
+    batch_size: int = 64  # rows decoded together
+    engine: str = "hf"
+    vllm_settings: Any = None
+
+    def __post_init__(self):
+        from .prompting import user_message
+        from .rewards.math import check_answer_mode
+
+        if self.mode not in ("solo", "handoff"):
+            raise TandemError(f"unknown evaluation mode {self.mode!r}; valid: solo, handoff")
+        if self.n < 1:
+            raise TandemError(f"n (samples per problem) must be >= 1, got {self.n}")
+        if self.batch_size < 1 or (self.limit is not None and self.limit < 1):
+            raise TandemError(f"batch size and limit must be >= 1, got {self.batch_size} and {self.limit}")
+        if self.mode == "solo" and (self.junior is not None or self.junior_device is not None):
+            raise TandemError("--junior/--junior-device have no effect on a solo evaluation (the senior samples "
+                              "alone); use `tandem eval handoff` to sample with a junior")
+        if self.mode == "handoff" and self.schedule == "senior":
+            raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
+        check_answer_mode(self.answer_mode)
+        user_message("", self.instruction)  # an unknown instruction name fails here, before any loading
+
+    @property
+    def schedule_name(self) -> str:
+        """The schedule the decoder runs: ``senior`` for a solo evaluation."""
+        return "senior" if self.mode == "solo" else self.schedule

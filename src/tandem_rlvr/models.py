@@ -68,8 +68,8 @@ def _fetched(name: str) -> str:
     return str(fetch(name))
 
 
-NAMED_MODELS = {"tiny": lambda: _tiny("senior"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol"),
-                "tiny-drift": lambda: _tiny("senior", "tiny-drift"), "tiny-drift-junior": lambda: _tiny("junior", "tiny-drift")}
+NAMED_MODELS = {"tiny": lambda: _tiny("base"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol"),
+                "tiny-drift": lambda: _tiny("base", "tiny-drift"), "tiny-drift-junior": lambda: _tiny("junior", "tiny-drift")}
 
 
 def resolve_model_path(spec: str) -> str:

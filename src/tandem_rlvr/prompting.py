@@ -47,12 +47,17 @@ def user_message(problem: str, instruction: str = DEFAULT_INSTRUCTION) -> str:
     return f"{problem}{sep}{text}"
 
 
+def plain_prompt(problem: str) -> str:
+    """The ``plain`` template: the problem, then a blank line (the tiny world's training format)."""
+    return problem + "\n\n"
+
+
 def format_prompt(tokenizer, problem: str, template: str = "auto", instruction: str = DEFAULT_INSTRUCTION) -> str:
     """The prompt text for ``problem`` under ``template`` and the named ``instruction`` (module docstring)."""
     content = user_message(problem, instruction)
     template = resolve_template(tokenizer, template)
     if template == "plain":
-        return problem + "\n\n"
+        return plain_prompt(problem)
     return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
                                          add_generation_prompt=True, enable_thinking=False)
 

@@ -112,7 +112,7 @@ def register(sub, esub) -> None:
     dr.add_argument("--seniors", required=True, help="NAME=DIR,NAME=DIR: solo run dirs of the seniors")
     dr.add_argument("--reference", default=None,
                     help="senior whose over-emitted tokens are tracked, e.g. GRPO (default: first)")
-    dr.add_argument("--candidate", default=None, help="senior whose recovery is measured, e.g. TRL (default: second)")
+    dr.add_argument("--candidate", default=None, help="senior whose recovery is measured, e.g. tandem (default: second)")
     dr.add_argument("--smoothing", type=float, default=1.0, help="additive pseudo-count per token (default 1.0)")
     dr.add_argument("--min-count", type=int, default=10, help="junior count for a token to be frequent (default 10)")
     dr.add_argument("--top-n", type=int, default=500, help="over-emitted tokens tracked for recovery (default 500)")

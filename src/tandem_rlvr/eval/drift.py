@@ -11,7 +11,7 @@ on the same benchmarks (the responses' token_ids, EOS included):
   >= ``min_count``) whose |r_m| exceeds tau;
 - recovery: the ``top_n`` (500) tokens most over-emitted by the reference senior (GRPO),
   among the tokens it emitted at least ``min_ref_count`` (5) times (see MIN_REF_COUNT; the
-  paper ranks every token, so a smoothed never-emitted token could count), the share of them the candidate (TRL) moves back toward the junior (r_cand < r_ref), and
+  paper ranks every token, so a smoothed never-emitted token could count), the share of them the candidate (Tandem) moves back toward the junior (r_cand < r_ref), and
   the Spearman correlation, with its p-value, between the reference's drift r_ref and the
   candidate's shift relative to it, r_cand - r_ref (paper: 87%, rho = -0.58); with fewer
   than 10 qualifying tokens both are reported as not defined;

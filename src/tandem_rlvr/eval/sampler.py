@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..config import EvalConfig
 from ..data.benchmarks import Problem
 from ..decoding.rng import row_seed
 from ..decoding.sampling import SamplingParams
@@ -37,7 +38,7 @@ from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
 from ..progress import progress_bar
 from ..prompting import DEFAULT_INSTRUCTION, encode_prompt, format_prompt
-from ..rewards.math import check_answer_mode, score
+from ..rewards.math import score
 from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
 from .metrics import pass_at_k_summary
 from .runs import (CONFIG, SAMPLES, append_rows, check_config, problem_counts, read_samples, run_problems,  # noqa: F401
@@ -121,52 +122,32 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
     return metrics
 
 
-def evaluate(senior: str, junior: str | None, out: str | os.PathLike, *, mode: str = "solo",
-             schedule: str = "paragraph-roundrobin", benchmarks: Sequence[str] = ("tiny",), split: str | None = None,
-             limit: int | None = None, n: int = 8, sampling: SamplingParams | None = None, template: str = "auto",
-             instruction: str = DEFAULT_INSTRUCTION, answer_mode: str = "last-box", seed: int = 0, p: float = 0.5,
-             K: int = 32, device: str = "auto", junior_device: str | None = None, dtype: str = "auto",
-             batch_size: int = 64, progress: bool = True, engine: str = "hf", vllm_settings=None) -> dict:
+def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> dict:
     """Load models and problems, then ``run_eval``: the library form of ``tandem eval solo|handoff``.
 
-    mode "solo" samples the senior alone; "handoff" uses ``schedule`` with ``junior``
-    (default: the senior's checkpoint). Defaults are the paper's evaluation: its sampling
-    (temperature 0.7, top-p 0.8, top-k 20, 3000 new tokens), its prompt instruction, its last-box
-    grading. ``engine``: "hf" (our decoder, the reference) or "vllm".
+    ``cfg`` says what to sample (see ``config.EvalConfig``; defaults are the paper's evaluation).
     """
     from ..data.benchmarks import load_benchmarks
     from ..engines import open_decoder
     from ..models import NAMED_MODELS
-    from ..prompting import resolve_template, user_message
+    from ..prompting import resolve_template
 
-    if mode not in ("solo", "handoff"):
-        raise TandemError(f"unknown evaluation mode {mode!r}; valid: solo, handoff")
-    if n < 1:
-        raise TandemError(f"n (samples per problem) must be >= 1, got {n}")
-    if batch_size < 1 or (limit is not None and limit < 1):
-        raise TandemError(f"batch size and limit must be >= 1, got {batch_size} and {limit}")
-    if mode == "solo" and (junior is not None or junior_device is not None):
-        raise TandemError("--junior/--junior-device have no effect on a solo evaluation (the senior samples alone); "
-                          "use `tandem eval handoff` to sample with a junior")
-    if mode == "handoff" and schedule == "senior":
-        raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
-    check_answer_mode(answer_mode)
-    user_message("", instruction)  # an unknown instruction name fails here, before any loading
-    sampling = sampling or SamplingParams(0.7, 0.8, 20, 3000)
-    problems = load_benchmarks(list(benchmarks), split=split, limit=limit)
-    name = "senior" if mode == "solo" else schedule
-    dec, tok, close = open_decoder(engine, senior, junior or senior, name, sampling, p=p, K=K, device=device,
-                                   junior_device=junior_device, dtype=dtype, seed=seed, vllm_settings=vllm_settings)
+    problems = load_benchmarks(list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
+    name = cfg.schedule_name
+    dec, tok, close = open_decoder(cfg.engine, cfg.senior, cfg.junior or cfg.senior, name, cfg.sampling, p=cfg.p,
+                                   K=cfg.K, device=cfg.device, junior_device=cfg.junior_device, dtype=cfg.dtype,
+                                   seed=cfg.seed, vllm_settings=cfg.vllm_settings)
     try:
-        spec = EvalSpec(n=n, sampling=sampling, schedule=dec.schedule.describe(), template=resolve_template(tok, template),
-                        seed=seed, ks=SOLO_KS if mode == "solo" else HANDOFF_KS, instruction=instruction,
-                        answer_mode=answer_mode, engine=engine,
-                        models={"senior": abs_spec(senior, NAMED_MODELS),
-                                "junior": abs_spec(junior or senior, NAMED_MODELS) if name != "senior" else None})
-        metrics = run_eval(dec, tok, problems, spec, out, batch_size, progress)
+        spec = EvalSpec(n=cfg.n, sampling=cfg.sampling, schedule=dec.schedule.describe(),
+                        template=resolve_template(tok, cfg.template), seed=cfg.seed,
+                        ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=cfg.instruction,
+                        answer_mode=cfg.answer_mode, engine=cfg.engine,
+                        models={"senior": abs_spec(cfg.senior, NAMED_MODELS),
+                                "junior": abs_spec(cfg.junior or cfg.senior, NAMED_MODELS) if name != "senior" else None})
+        metrics = run_eval(dec, tok, problems, spec, out, cfg.batch_size, progress)
     finally:
         close()
-    write_sources(out, benchmarks, split)
+    write_sources(out, cfg.benchmarks, cfg.split)
     return metrics
 
 

@@ -2,9 +2,16 @@
 
 - ``tandem demo [--out DIR] [--world tiny-drift|tiny] [--quick]`` (``recipes.demo``)
 - ``tandem study drift --seeds 0,1,2 --out DIR ...`` (``recipes.study``)
+- ``tandem bench decode|train|memory`` (``recipes.bench``)
 """
 
 from __future__ import annotations
+
+import json
+
+from ..cli_flags import engine_flags, model_flags, pair_from_args, vllm_settings
+from ..errors import TandemError
+from ..runtime import configure_cpu_threads
 
 
 def cmd_demo(a) -> None:
@@ -31,7 +38,7 @@ def register_demo(sub) -> None:
 
 def register_study(sub) -> None:
     p = sub.add_parser("study", help="multi-seed studies: drift = GRPO vs Tandem vs KL-Reg on the drift world")
-    p.add_argument("study", choices=["drift"], help="which study (drift: the drift world, issue 6)")
+    p.add_argument("study", choices=["drift"], help="which study (drift: the drift world, docs/drift_world.md)")
     p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
     p.add_argument("--juniors", default="self,weak", help="self (the base), weak (the world's small word-only junior) or both")
@@ -42,3 +49,115 @@ def register_study(sub) -> None:
                    help="evaluate each run's final (default) or validation-best checkpoint")
     p.add_argument("--quick", action="store_true", help="seconds-long smoke version on a throwaway world")
     p.set_defaults(fn=cmd_study)
+
+
+def cmd_bench_decode(a):
+    from ..prompting import plain_prompt
+    from ..world.tasks import make_problems
+
+    if min(a.batch, a.new_tokens, a.repeats) < 1:
+        raise TandemError(f"--batch, --new-tokens and --repeats must be >= 1, got {a.batch}, {a.new_tokens}, {a.repeats}")
+    configure_cpu_threads()
+    prompts = [plain_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
+    if a.engine == "vllm":
+        from .bench import bench_decode_vllm
+        from ..models import load_tokenizer, resolve_model_path
+
+        res = bench_decode_vllm(resolve_model_path(a.senior), resolve_model_path(a.junior or a.senior),
+                                load_tokenizer(a.senior), prompts, a.batch, a.new_tokens, a.p, a.repeats,
+                                settings=vllm_settings(a))
+        res["senior"], res["junior"] = a.senior, a.junior or a.senior
+        if a.json:
+            print(json.dumps(res))
+        else:
+            print(f"vLLM engine ({res['device']}), batch {a.batch} x {a.new_tokens}: solo {res['solo_tok_s']:.0f} tok/s, "
+                  f"tandem {res['tandem_tok_s']:.0f} tok/s; tandem/solo {res['tandem_over_solo']:.3f} = "
+                  f"{res['tandem_over_solo_vs_bound']:.3f} of the bound {res['bound']:.3f} (both output layers)")
+        return
+    from .bench import bench_decode, format_decode
+
+    if a.threads is not None and a.threads < 1:
+        raise TandemError(f"--threads must be >= 1, got {a.threads}")
+    if not 0 < a.median_frac <= 1 or a.sigma < 0:
+        raise TandemError(f"--median-frac must be in (0, 1] and --sigma >= 0, got {a.median_frac}, {a.sigma}")
+    pair = pair_from_args(a, need_junior=True)
+    res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats,
+                       threads=a.threads, lengths=a.lengths, median_frac=a.median_frac, sigma=a.sigma,
+                       compact_sweep=_fractions(a.compact_sweep))
+    res["senior"], res["junior"] = a.senior, a.junior or a.senior
+    print(json.dumps(res) if a.json else "\n".join(format_decode(res)))
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}") from None
+    if any(not 0 <= v <= 1 for v in vals):
+        raise TandemError(f"--compact-sweep takes comma-separated numbers in [0, 1], got {text!r}")
+    return vals
+
+
+def cmd_bench_train(a):
+    from .bench import bench_train_step
+
+    if a.steps < 2:
+        raise TandemError(f"--steps must be >= 2 (the first step is warm-up), got {a.steps}")
+    configure_cpu_threads()
+    res = bench_train_step(a.preset, overrides={"engine": a.engine}, steps=a.steps,
+                           print_fn=(lambda *_: None) if a.json else print)
+    res["engine"] = a.engine
+    print(json.dumps(res) if a.json else f"tandem step / GRPO step: {res['tandem_over_grpo']:.2f}x")
+
+
+def cmd_bench_memory(a):
+    from .bench import bench_memory
+    from ..models import resolve_model_path
+
+    try:
+        lengths = [int(x) for x in a.lengths.split(",") if x]
+    except ValueError:
+        raise TandemError(f"--lengths must be comma-separated integers, got {a.lengths!r}") from None
+    senior = resolve_model_path(a.senior)
+    rows = bench_memory(senior, resolve_model_path(a.junior) if a.junior else senior, a.rows, lengths,
+                        print_fn=(lambda *_: None) if a.json else print)
+    if a.json:
+        print(json.dumps(rows))
+
+
+def register_bench(sub, parser_class) -> None:
+    b = sub.add_parser("bench", help="benchmarks")
+    bsub = b.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=parser_class)
+    bd = bsub.add_parser("decode", help="tokens/s: our solo and tandem vs a naive tandem loop and generate()")
+    bd.add_argument("--json", action="store_true", help="print one JSON object")
+    bd.add_argument("--batch", type=int, default=64)
+    bd.add_argument("--new-tokens", type=int, default=128)
+    bd.add_argument("--p", type=float, default=0.5, help="senior probability of the word schedule")
+    bd.add_argument("--repeats", type=int, default=3, help="timed repeats per decoder (best is kept)")
+    bd.add_argument("--threads", type=int, default=None,
+                    help="thread budget of every decoder (default: the CLI's pick, $TANDEM_THREADS or idle cores)")
+    bd.add_argument("--lengths", default="fixed", choices=("fixed", "lognormal"),
+                    help="fixed: every row --new-tokens (EOS ignored); lognormal: per-row lengths, long-tailed")
+    bd.add_argument("--median-frac", type=float, default=0.25, help="lognormal: median length / --new-tokens")
+    bd.add_argument("--sigma", type=float, default=1.0, help="lognormal: sigma of log-length")
+    bd.add_argument("--compact-sweep", default="",
+                    help="comma-separated compaction thresholds to time as well (fraction of finished rows, 0-1)")
+    model_flags(bd)
+    engine_flags(bd)
+    bd.set_defaults(fn=cmd_bench_decode)
+
+    bt = bsub.add_parser("train", help="optimiser-step wall-clock: tandem vs GRPO on a preset")
+    bt.add_argument("--preset", default="tiny")
+    bt.add_argument("--steps", type=int, default=6, help="steps per method (the first is dropped as warm-up)")
+    bt.add_argument("--json", action="store_true", help="print one JSON object")
+    bt.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                    help="rollout engine of both methods: hf (default) or vllm (in-process, weights synced per step)")
+    bt.set_defaults(fn=cmd_bench_train)
+
+    bm = bsub.add_parser("memory", help="peak memory of a tandem rollout batch vs KV-cache arithmetic")
+    bm.add_argument("--senior", default="tiny")
+    bm.add_argument("--junior", default=None, help="default: the senior's checkpoint (loaded as a second copy)")
+    bm.add_argument("--rows", type=int, default=8)
+    bm.add_argument("--lengths", default="256,512,1024", help="comma-separated new-token counts")
+    bm.add_argument("--json", action="store_true")
+    bm.set_defaults(fn=cmd_bench_memory)

@@ -108,7 +108,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     s = _settings(quick, world)
     print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
     built = build_world(world_config(world, quick))
-    base = str(built.senior)
+    base = str(built.base)
     junior = str(built.junior) if drift else base
 
     runs = {}

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -30,13 +31,14 @@ def world_config(world: str, quick: bool):
     return WorldConfig.for_tests(**DRIFT_WORLD) if world == "tiny-drift" else WorldConfig.for_tests()
 
 
-def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0, split: str = "test",
-                  progress: bool = True) -> dict:
-    """Keyword arguments of ``sampler.evaluate`` for the tiny benchmark (plain prompts)."""
+def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0, split: str = "test"):
+    """The ``EvalConfig`` of the recipes' evaluations: the tiny benchmark, plain prompts
+    (``evaluate_senior`` fills in the models and the mode)."""
+    from ..config import EvalConfig
     from ..decoding.sampling import SamplingParams
 
-    return dict(benchmarks=["tiny"], split=split, template="plain", limit=limit, n=n, progress=progress,
-                sampling=SamplingParams(temperature=temperature, max_new_tokens=max_tokens))
+    return EvalConfig(benchmarks=["tiny"], split=split, template="plain", limit=limit, n=n,
+                      sampling=SamplingParams(temperature=temperature, max_new_tokens=max_tokens))
 
 
 def train_method(preset: str, method: str, senior: str, junior: str | None, run_dir: Path, overrides: dict,
@@ -59,11 +61,12 @@ def _named(kind: str, label: str) -> str:
     return f"{kind}-{label}" if label else kind
 
 
-def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev: dict, skip_done: bool = False) -> dict[str, dict]:
+def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done: bool = False,
+                    progress: bool = True) -> dict[str, dict]:
     """Evaluate ``model`` into ``d``: solo, then per junior (``{label: model}``; label "" = no
     suffix) a handoff run and the junior's legibility of the solo samples.
 
-    ``ev``: ``eval_settings``. With ``skip_done`` a run that has its result file is kept as is
+    ``ev``: ``eval_settings``'s EvalConfig. With ``skip_done`` a run that has its result file is kept as is
     (the caller guarantees it holds the same settings). Returns metrics per run name.
     """
     from ..eval.legibility import run_legibility
@@ -72,16 +75,16 @@ def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev: dict, skip
 
     def sample(name: str, junior: str | None) -> dict:
         done = read_metrics(d / name) if skip_done else None
-        return done if done is not None else evaluate(model, junior, d / name, mode="handoff" if junior else "solo",
-                                schedule="paragraph-roundrobin", **ev)
+        cfg = replace(ev, senior=model, junior=junior, mode="handoff" if junior else "solo",
+                      schedule="paragraph-roundrobin")
+        return done if done is not None else evaluate(cfg, d / name, progress=progress)
 
     metrics = {"solo": sample("solo", None)}
     for label, junior in juniors.items():
         metrics[_named("handoff", label)] = sample(_named("handoff", label), junior)
         leg = d / _named("legibility", label)
         if not (skip_done and (leg / "legibility.json").is_file()):
-            run_legibility(d / "solo", junior, leg, benchmarks=ev["benchmarks"], split=ev["split"],
-                           progress=ev["progress"])
+            run_legibility(d / "solo", junior, leg, benchmarks=list(ev.benchmarks), split=ev.split, progress=progress)
     return metrics
 
 

@@ -1,4 +1,4 @@
-"""The drift-world study (issue 6): GRPO vs Tandem vs KL-Reg over seeds and two juniors, one command.
+"""The drift-world study (docs/drift_world.md): GRPO vs Tandem vs KL-Reg over seeds and two juniors, one command.
 
     tandem study drift --seeds 0,1,2 --out runs/drift-study
     python -m tandem_rlvr.study drift --seeds 0,1,2 --out runs/drift-study   (the same)
@@ -89,18 +89,17 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     threads = configure_cpu_threads()
     t0 = time.perf_counter()
     world = build_world(world_config(settings.world, settings.quick), progress=not settings.quick)
-    base, weak = str(world.senior), str(world.junior)
+    base, weak = str(world.base), str(world.junior)
     junior_of = {"self": base, "weak": weak}
     juniors = {j: junior_of[j] for j in settings.juniors}
-    ev = eval_settings(settings.limit, settings.n, settings.max_tokens, settings.temperature, settings.split,
-                       progress=False)
+    ev = eval_settings(settings.limit, settings.n, settings.max_tokens, settings.temperature, settings.split)
     print_fn(f"study: world {world.root} ({threads} CPU thread(s)); seeds {settings.seeds}; juniors {settings.juniors}")
 
     shared = out / "shared" / "eval"
     print_fn("study: base model and weak junior (once for all seeds)")
-    evaluate_senior(base, shared / "base", juniors, ev, skip_done=True)
+    evaluate_senior(base, shared / "base", juniors, ev, skip_done=True, progress=False)
     if "weak" in settings.juniors:
-        evaluate_senior(weak, shared / "junior-weak", {}, ev, skip_done=True)
+        evaluate_senior(weak, shared / "junior-weak", {}, ev, skip_done=True, progress=False)
 
     for seed in settings.seeds:
         sd = out / f"seed{seed}"
@@ -114,7 +113,7 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
                              dict(seed=seed, **settings.train), print_fn=lambda *a, **k: None)
                 print_fn(f"study: seed {seed}: {v} trained in {time.perf_counter() - t1:.0f} s")
             t1 = time.perf_counter()
-            evaluate_senior(str(checkpoint(run, settings.checkpoint)), sd / "eval" / v, juniors, ev, skip_done=True)
+            evaluate_senior(str(checkpoint(run, settings.checkpoint)), sd / "eval" / v, juniors, ev, skip_done=True, progress=False)
             print_fn(f"study: seed {seed}: {v} evaluated ({time.perf_counter() - t1:.0f} s)")
         for j in settings.juniors:
             _seed_battery(sd, shared, j, settings.juniors)
@@ -135,7 +134,7 @@ def _seed_battery(sd: Path, shared: Path, j: str, juniors: list[str]) -> None:
     jsamples = shared / "base" / "solo" if j == "self" else shared / "junior-weak" / "solo"
     drifted = list(names) if j == "self" else ["base", *names]
     battery({"base": shared / "base", **names}, [f"handoff-{k}" for k in juniors], f"legibility-{j}", jsamples,
-            drifted, sd / f"drift-{j}", sd / f"compare-{j}", baseline="grpo", skip_done=True)
+            drifted, sd / f"drift-{j}", sd / f"compare-{j}", baseline="grpo", skip_done=True, progress=False)
 
 
 def _check_settings(out: Path, s: StudySettings) -> None:

@@ -24,13 +24,20 @@ import numpy as np
 from transformers import TrainerCallback
 
 from ..decoding.rng import row_seed
+from ..decoding.schedule import make_schedule
 from ..decoding.tandem import TandemDecoder
 from ..io import write_json
+from ..prompting import encode_prompt, format_prompt
 from ..rewards.math import score
 
 log = logging.getLogger("tandem_rlvr")
 
-# TRL's completion lengths count env_mask = 1 tokens only (senior tokens in a tandem run);
+# row_seed's step slot for validation draws: fixed, so every validation of a run reuses the
+# same coins (accuracy moves with the weights alone), and a step no run reaches, so they are
+# not the coins of a training rollout.
+VALIDATION_STEP_SEED = 7_000_003
+
+# TRL's completion lengths count only the tokens its env_mask marks (senior tokens in a tandem run);
 # ``response/mean_length`` (all tokens) comes from our rollout.
 RENAME = {"reward": "reward/mean", "reward_std": "reward/std", "completions/mean_length": "response/senior_mean_length",
           "kl": "kl/beta_term"}
@@ -94,15 +101,22 @@ class RunLog(TrainerCallback):
 
 
 class Validation(TrainerCallback):
-    """Validation accuracy with the method's rollout schedule; keeps ``best/``."""
+    """Validation accuracy with the method's rollout schedule; keeps ``best/``.
 
-    def __init__(self, run_dir: Path, problems, prompts: list[list[int]], junior, tokenizer, schedule, sampling,
-                 eos_ids, seed: int, every: int, n: int, decline_drop: float, runlog: RunLog, batch_rows: int = 256,
-                 engine=None):
-        self.run_dir, self.problems, self.prompts = run_dir, problems, prompts
-        self.junior, self.tok, self.schedule, self.sampling = junior, tokenizer, schedule, sampling
-        self.eos_ids, self.seed, self.every, self.n = eos_ids, seed, every, n
-        self.decline_drop, self.runlog, self.batch_rows = decline_drop, runlog, batch_rows
+    prep: the run's ``rl.train.Prepared`` (its config, model pair, validation problems and
+    prompt template); run_dir: where ``best/`` goes; runlog: the run's ``RunLog``.
+    """
+
+    batch_rows = 256  # rows decoded together
+
+    def __init__(self, prep, run_dir: Path, runlog: RunLog, engine=None):
+        cfg, pair = prep.cfg, prep.pair
+        self.cfg, self.run_dir, self.problems, self.runlog = cfg, run_dir, prep.val, runlog
+        self.junior, self.tok, self.eos_ids, self.sampling = pair.junior, pair.tokenizer, pair.eos_ids, cfg.sampling
+        self.prompts = [encode_prompt(self.tok, format_prompt(self.tok, p.problem, prep.template, cfg.instruction))
+                        for p in prep.val]
+        self.schedule = make_schedule(cfg.rollout_schedule, self.tok, p=cfg.p, K=cfg.K,
+                                      vocab_size=pair.senior.config.vocab_size)
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.trainer = None
@@ -110,19 +124,19 @@ class Validation(TrainerCallback):
 
     def accuracy(self, model, step: int = 0) -> float:
         if self.engine is not None:
-            s = self.schedule
-            dec = self.engine.decoder(model, step, s.name, self.sampling, getattr(s, "p", 0.5), getattr(s, "K", None) or 32)
+            dec = self.engine.decoder(model, step, self.cfg.rollout_schedule, self.sampling, self.cfg.p, self.cfg.K)
         else:
             junior = self.junior if self.schedule.uses_junior else None
             dec = TandemDecoder(model, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
-        rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.n)]
+        rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.eval_n)]
         correct = []
         was_training = model.training
         model.eval()
         try:
             for s in range(0, len(rows), self.batch_rows):
                 chunk = rows[s:s + self.batch_rows]
-                roll = dec.generate([self.prompts[i] for i, _ in chunk], [row_seed(self.seed, 7_000_003, i, k) for i, k in chunk])
+                seeds = [row_seed(self.cfg.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
+                roll = dec.generate([self.prompts[i] for i, _ in chunk], seeds)
                 for b, (i, _) in enumerate(chunk):
                     text = self.tok.decode(roll.row_tokens(b), skip_special_tokens=True)
                     correct.append(score(text, self.problems[i].answer))
@@ -140,7 +154,7 @@ class Validation(TrainerCallback):
         if acc > self.best["accuracy"]:
             self.best = {"accuracy": acc, "step": step}
             self._save_best(model)
-        decline = self.best["accuracy"] - acc >= self.decline_drop
+        decline = self.best["accuracy"] - acc >= self.cfg.decline_drop
         if decline:
             log.warning("validation accuracy %.3f at step %d is %.3f below the best (%.3f at step %d): sharp decline",
                         acc, step, self.best["accuracy"] - acc, self.best["accuracy"], self.best["step"])
@@ -167,11 +181,11 @@ class Validation(TrainerCallback):
         shutil.rmtree(old, ignore_errors=True)
 
     def on_train_begin(self, args, state, control, model=None, **kw):
-        if self.every and state.global_step == 0 and self.best["step"] < 0:
+        if self.cfg.eval_every and state.global_step == 0 and self.best["step"] < 0:
             self._run(state, self._unwrap(model))
 
     def on_step_end(self, args, state, control, model=None, **kw):
-        if self.every and state.global_step % self.every == 0:
+        if self.cfg.eval_every and state.global_step % self.cfg.eval_every == 0:
             self._run(state, self._unwrap(model))
 
     def _unwrap(self, model):

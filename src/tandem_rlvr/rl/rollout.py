@@ -1,9 +1,10 @@
-"""TRL ``rollout_func``: our decoder generates the GRPO rollouts; the senior mask goes out as ``env_mask``.
+"""TRL ``rollout_func``: our decoder generates the GRPO rollouts, with the senior mask.
 
 TRL's GRPOTrainer calls ``rollout(prompts, trainer)`` with this process's prompts (each
-already repeated ``group_size`` times by TRL's sampler) and multiplies ``env_mask`` into
-the loss mask, so the clipped surrogate touches only senior-written tokens. The mask is
-fail-closed: a completion without a mask, or with one of another length, is an error.
+already repeated ``group_size`` times by TRL's sampler) and multiplies the senior mask into
+the loss mask (TRL takes it as ``env_mask`` and calls it ``tool_mask`` inside), so the
+clipped surrogate touches only senior-written tokens. The mask is fail-closed: a completion
+without a mask, or with one of another length, is an error.
 
 Authorship coins and token samples derive from (seed, step, prompt, sample): the row seed
 is ``row_seed(seed, global_step, crc32(prompt), k)`` where k counts earlier copies of the
@@ -19,20 +20,20 @@ from collections import defaultdict
 import torch
 
 from ..decoding.rng import row_seed
-from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import make_schedule
 from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
 from ..prompting import encode_prompt
+from .trainer import record_metrics
 
 
-def check_env_mask(completion_ids: list[list[int]], env_mask) -> None:
+def check_senior_mask(completion_ids: list[list[int]], senior_mask) -> None:
     """Fail closed: every completion needs a senior mask of its own length."""
-    if env_mask is None:
-        raise TandemError("tandem batch has no senior mask (env_mask); refusing to fall back to vanilla GRPO")
-    if len(env_mask) != len(completion_ids):
-        raise TandemError(f"senior mask has {len(env_mask)} rows for {len(completion_ids)} completions")
-    for i, (c, m) in enumerate(zip(completion_ids, env_mask)):
+    if senior_mask is None:
+        raise TandemError("tandem batch has no senior mask; refusing to fall back to vanilla GRPO")
+    if len(senior_mask) != len(completion_ids):
+        raise TandemError(f"senior mask has {len(senior_mask)} rows for {len(completion_ids)} completions")
+    for i, (c, m) in enumerate(zip(completion_ids, senior_mask)):
         if len(c) != len(m):
             raise TandemError(f"senior mask of completion {i} has length {len(m)}, completion has {len(c)} tokens")
 
@@ -51,16 +52,14 @@ def occurrence_seeds(all_prompts: list[str], base_seed: int, step: int) -> list[
 class TandemRollout:
     """Callable given to ``GRPOTrainer(rollout_func=...)``; see module docstring.
 
-    schedule: the rollout schedule name (``senior`` for GRPO and KL-Reg).
+    cfg: the run's ``TrainConfig`` (schedule ``cfg.rollout_schedule``: ``senior`` for GRPO and
+    KL-Reg; sampling, seed, prompt limit, batch rows, KL monitoring). pair: the run's
+    ``models.Pair`` (its junior, tokenizer and EOS ids; the senior comes from the trainer).
     """
 
-    def __init__(self, junior, tokenizer, schedule: str, sampling: SamplingParams, eos_ids, seed: int,
-                 p: float = 0.5, K: int = 32, max_prompt_tokens: int = 1024, rows_per_batch: int = 0,
-                 kl_every: int = 0, engine=None):
-        self.junior, self.tok, self.sampling = junior, tokenizer, sampling
-        self.eos_ids, self.seed, self.max_prompt_tokens = list(eos_ids), seed, max_prompt_tokens
-        self.rows_per_batch, self.kl_every = rows_per_batch, kl_every
-        self.schedule_args = (schedule, p, K)
+    def __init__(self, cfg, pair, engine=None):
+        self.cfg, self.junior, self.tok, self.eos_ids = cfg, pair.junior, pair.tokenizer, list(pair.eos_ids)
+        self.sampling = cfg.sampling
         self.schedule = None  # built on first call, when the model's vocabulary size is known
         self.last = {}  # metrics of the last call, for tests and logging
         self.engine = engine  # rl.vllm_rollouts.EngineRollouts, or None: our transformers decoder
@@ -77,15 +76,16 @@ class TandemRollout:
             sizes = gather_object([len(prompts)])
             all_prompts = gather_object(list(prompts))
             offset = sum(sizes[: acc.process_index])
-        seeds = occurrence_seeds(all_prompts, self.seed, step)[offset: offset + len(prompts)]
+        cfg = self.cfg
+        seeds = occurrence_seeds(all_prompts, cfg.seed, step)[offset: offset + len(prompts)]
         ids = [encode_prompt(self.tok, p) for p in prompts]
-        too_long = [len(x) for x in ids if len(x) > self.max_prompt_tokens]
+        too_long = [len(x) for x in ids if len(x) > cfg.max_prompt_tokens]
         if too_long:
-            raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={self.max_prompt_tokens}")
+            raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={cfg.max_prompt_tokens}")
 
         if self.schedule is None:
-            name, p, K = self.schedule_args
-            self.schedule = make_schedule(name, self.tok, p=p, K=K, vocab_size=senior.config.vocab_size)
+            self.schedule = make_schedule(cfg.rollout_schedule, self.tok, p=cfg.p, K=cfg.K,
+                                          vocab_size=senior.config.vocab_size)
         was_training = senior.training
         senior.eval()
         try:
@@ -93,34 +93,34 @@ class TandemRollout:
         finally:
             senior.train(was_training)
         completion_ids = [roll.row_tokens(b) for b in range(len(ids))]
-        env_mask = [roll.row_mask(b) for b in range(len(ids))]
+        senior_mask = [roll.row_mask(b) for b in range(len(ids))]
         logprobs = [roll.logprobs[b, : len(c)].tolist() for b, c in enumerate(completion_ids)]
-        check_env_mask(completion_ids, env_mask)
+        check_senior_mask(completion_ids, senior_mask)
 
         share = roll.senior_share
         metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
                    "response/mean_length": float(roll.lengths.float().mean())}
-        if self.kl_every and step % self.kl_every == 0 and self.junior is not None:
-            metrics["kl/junior"] = self._kl_to_junior(ids, completion_ids, env_mask, logprobs)
+        if cfg.kl_every and step % cfg.kl_every == 0 and self.junior is not None:
+            metrics["kl/junior"] = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs)
         self.last = metrics
-        for k, v in metrics.items():
-            trainer._metrics["train"][k].append(v)
-        return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": logprobs, "env_mask": env_mask}
+        record_metrics(trainer, metrics)
+        # env_mask: TRL's name for the senior mask (1 = the senior sampled this token)
+        return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": logprobs, "env_mask": senior_mask}
 
     def _generate(self, senior, ids, seeds, step: int = 0):
         if self.engine is not None:  # one call: vLLM batches continuously
-            name, p, K = self.schedule_args
-            roll = self.engine.decoder(senior, step, name, self.sampling, p, K).generate(ids, seeds)
+            cfg = self.cfg
+            roll = self.engine.decoder(senior, step, cfg.rollout_schedule, self.sampling, cfg.p, cfg.K).generate(ids, seeds)
             self.engine.sleep()
             return roll
         junior = self.junior if self.schedule.uses_junior else None
         dec = TandemDecoder(senior, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
-        n = self.rows_per_batch or len(ids)
+        n = self.cfg.rollout_batch_rows or len(ids)
         parts = [dec.generate(ids[i:i + n], seeds[i:i + n]) for i in range(0, len(ids), n)]
         return parts[0] if len(parts) == 1 else _concat(parts, self.tok.pad_token_id)
 
     @torch.no_grad()
-    def _kl_to_junior(self, ids, completion_ids, env_mask, logprobs) -> float:
+    def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs) -> float:
         """k3 estimate of KL(senior || junior) on senior-written tokens (temperature-scaled
         distributions), from one teacher-forced junior forward. Monitoring only."""
         from ..eval.teacher_forcing import response_logprobs
@@ -128,7 +128,7 @@ class TandemRollout:
         lj = response_logprobs(self.junior, ids, completion_ids, self.tok.pad_token_id, self.sampling.temperature)
         tot, n = 0.0, 0
         for b, c in enumerate(completion_ids):
-            m = torch.tensor(env_mask[b], dtype=torch.bool)
+            m = torch.tensor(senior_mask[b], dtype=torch.bool)
             if not m.any():
                 continue
             log_r = lj[b][m] - torch.tensor(logprobs[b])[m]  # log p_jun / p_sen at senior tokens

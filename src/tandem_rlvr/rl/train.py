@@ -25,8 +25,6 @@ from pathlib import Path
 
 from ..config import TrainConfig
 from ..data.benchmarks import Problem, load_benchmark
-from ..decoding.sampling import SamplingParams
-from ..decoding.schedule import make_schedule
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
 from ..models import Pair, load_pair
@@ -213,7 +211,6 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     rows = [{"prompt": format_prompt(tok, p.problem, prep.template, cfg.instruction), "answer": p.answer, "problem_id": str(p.problem_id)}
             for p in prep.train]
     ds = datasets.Dataset.from_list(rows)
-    sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     engine = None
     if cfg.engine == "vllm":
         if state.num_processes > 1:
@@ -224,9 +221,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
 
         require_vllm()  # fail before the run directory is touched
         engine = EngineRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior")
-    rollout = TandemRollout(prep.pair.junior, tok, cfg.rollout_schedule, sampling, prep.pair.eos_ids, cfg.seed,
-                            p=cfg.p, K=cfg.K, max_prompt_tokens=cfg.max_prompt_tokens,
-                            rows_per_batch=cfg.rollout_batch_rows, kl_every=cfg.kl_every, engine=engine)
+    rollout = TandemRollout(cfg, prep.pair, engine)
 
     dir_was_new = not Path(cfg.output_dir).expanduser().exists()
     out = output_dir(cfg.output_dir, "--output-dir")
@@ -238,10 +233,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         if state.is_main_process:
             write_json(out / "config.json", stored_config(cfg))
         runlog = RunLog(out, resume_step, print_fn)
-        val_prompts = [encode_prompt(tok, format_prompt(tok, p.problem, prep.template, cfg.instruction)) for p in prep.val]
-        val_sched = make_schedule(cfg.rollout_schedule, tok, p=cfg.p, K=cfg.K, vocab_size=prep.pair.senior.config.vocab_size)
-        validation = Validation(out, prep.val, val_prompts, prep.pair.junior, tok, val_sched, sampling, prep.pair.eos_ids,
-                                cfg.seed, cfg.eval_every, cfg.eval_n, cfg.decline_drop, runlog, engine=engine)
+        validation = Validation(prep, out, runlog, engine)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*")
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -279,10 +271,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
         if (done := _said_complete(cfg, print_fn)) is not None:  # finished by another process meanwhile
             return done
         if 0 < cfg.max_steps <= run.resume_step:  # killed after the last step, before summary.json
-            from transformers import TrainerState
-
-            trainer._load_from_checkpoint(ckpt)  # TRL would train one step more when resumed here
-            trainer.state = TrainerState.load_from_json(os.path.join(ckpt, "trainer_state.json"))
+            trainer.load_finished_checkpoint(ckpt)  # TRL would train one step more when resumed here
         else:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -14,6 +14,10 @@
 
 Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backends,
 checkpointing and resume all stay TRL's / transformers'.
+
+Everything of TRL's (and transformers' Trainer's) private surface this project touches is in
+this module and listed in ``PRIVATE_SURFACE``; ``tests/test_trl_surface.py`` fails naming
+the missing piece when a TRL release moves one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,25 @@ from trl import GRPOTrainer
 
 from ..errors import TandemError
 from .losses import loss_denominator, token_weights
+
+# TRL's name for the senior mask in a loss batch (filled from the rollout's ``env_mask``).
+SENIOR_MASK = "tool_mask"
+
+# The private names we rely on: (object, attribute). Methods we override or call, then
+# attributes TRL's __init__ sets; trl.trainer.utils / trl.models.utils helpers for the reference.
+PRIVATE_SURFACE = {
+    "methods": ("_compute_loss", "_generate_and_score_completions", "_get_per_token_logps_and_entropies",
+                "_prepare_inputs", "_load_from_checkpoint"),
+    "attributes": ("_metrics", "temperature", "beta", "ref_model", "current_gradient_accumulation_steps"),
+    "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model",
+                "trl.models.utils.prepare_deepspeed", "trl.models.utils.prepare_fsdp"),
+}
+
+
+def record_metrics(trainer: GRPOTrainer, metrics: dict[str, float], mode: str = "train") -> None:
+    """Add values to TRL's per-step metric lists (``_metrics``), which TRL averages into the next log record."""
+    for k, v in metrics.items():
+        trainer._metrics[mode][k].append(v)
 
 
 class TandemGRPOTrainer(GRPOTrainer):
@@ -42,11 +65,19 @@ class TandemGRPOTrainer(GRPOTrainer):
         self.lambda_jun = lambda_jun
         self.junior_token_weight = junior_token_weight
         self.loss_normalizer = loss_normalizer
-        self._last_logps = None
+        self._last_logps = None  # (B, T) log-probs of the last loss forward, captured below
         if ref_is_junior and beta > 0:
             grpo_args.beta = beta
             self.beta = beta
             self.ref_model = self._prepare_reference(junior)
+
+    def load_finished_checkpoint(self, checkpoint: str) -> None:
+        """Weights and state of a run killed after its last step, without training one step more
+        (which ``train(resume_from_checkpoint=...)`` would)."""
+        from transformers import TrainerState
+
+        self._load_from_checkpoint(checkpoint)
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
 
     def create_model_card(self, *args, **kwargs):
         """Our card (base model, method, junior, steps, data) in place of TRL's, whose base is "None"."""
@@ -81,29 +112,29 @@ class TandemGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
-        if out.get("tool_mask") is not None:  # the token-mean denominator of the whole generation batch
-            weights = token_weights(out["completion_mask"], out["tool_mask"], self.junior_token_weight)
+        if out.get(SENIOR_MASK) is not None:  # the token-mean denominator of the whole generation batch
+            weights = token_weights(out["completion_mask"], out[SENIOR_MASK], self.junior_token_weight)
             local = loss_denominator(out["completion_mask"], weights, self.loss_normalizer)
             out["num_items_in_batch"] = self.accelerator.gather(local.to(self.accelerator.device)).sum()
         return out
 
     def _compute_loss(self, model, inputs):
         if self.require_senior_mask:
-            mask = inputs.get("tool_mask")
+            mask = inputs.get(SENIOR_MASK)
             if mask is None:
                 raise TandemError("tandem loss batch has no senior mask; refusing to fall back to vanilla GRPO")
             if mask.shape != inputs["completion_ids"].shape:
                 raise TandemError(f"senior mask shape {tuple(mask.shape)} differs from completions "
                                   f"{tuple(inputs['completion_ids'].shape)}")
         weighted = inputs
-        if inputs.get("tool_mask") is not None and self.junior_token_weight:
-            weighted = {**inputs, "tool_mask": token_weights(inputs["completion_mask"], inputs["tool_mask"],
+        if inputs.get(SENIOR_MASK) is not None and self.junior_token_weight:
+            weighted = {**inputs, SENIOR_MASK: token_weights(inputs["completion_mask"], inputs[SENIOR_MASK],
                                                              self.junior_token_weight)}
         loss = super()._compute_loss(model, weighted)
         if self.lambda_jun > 0:
-            jmask = inputs["completion_mask"] * (1 - inputs["tool_mask"])  # (B, T) junior-written tokens
+            jmask = inputs["completion_mask"] * (1 - inputs[SENIOR_MASK])  # (B, T) junior-written tokens
             nll = -(self._last_logps * jmask).sum() / jmask.sum().clamp(min=1)
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["junior_imitation/nll"].append(self.accelerator.gather(nll.detach()).mean().item())
+            record_metrics(self, {"junior_imitation/nll": self.accelerator.gather(nll.detach()).mean().item()},
+                           "train" if self.model.training else "eval")
             loss = loss + self.lambda_jun * nll / self.current_gradient_accumulation_steps
         return loss

@@ -4,7 +4,7 @@ Everything builds on a laptop CPU in a few minutes with no downloads (see ``docs
 
     from tandem_rlvr.world import build_world
     w = build_world()          # cached under cache_dir()/worlds/<config hash>
-    w.senior, w.junior         # model dirs for AutoModelForCausalLM / AutoTokenizer
+    w.base, w.junior           # model dirs (base = the senior's initialisation) for AutoModelForCausalLM
 
 The benchmark ``tiny`` (splits train/val/test; ``load_benchmark("tiny", split="test")``)
 lives in ``tandem_rlvr.data.benchmarks``, which reads the problems from ``world.tasks``.
@@ -14,7 +14,8 @@ package costs only the standard library.
 
 from __future__ import annotations
 
-from .tasks import WorldProblem, format_prompt, make_problems, noisy_solution
+from ..prompting import plain_prompt
+from .tasks import WorldProblem, make_problems, noisy_solution
 
 _LAZY = {"WorldConfig", "WorldPaths", "build_world", "load_world"}
 
@@ -27,5 +28,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["WorldConfig", "WorldPaths", "WorldProblem", "build_world", "format_prompt",
-           "load_world", "make_problems", "noisy_solution"]
+__all__ = ["WorldConfig", "WorldPaths", "WorldProblem", "build_world", "load_world", "make_problems",
+           "noisy_solution", "plain_prompt"]

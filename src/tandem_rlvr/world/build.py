@@ -43,9 +43,10 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from ..errors import TandemError
 from ..io import write_json
 from ..paths import cache_dir
+from ..prompting import plain_prompt
 from ..runtime import pick_threads
 from .evaluate import solo_accuracy, style_measure
-from .tasks import WorldProblem, draw_solutions, format_prompt, make_problems, render_shorthand
+from .tasks import WorldProblem, draw_solutions, make_problems, render_shorthand
 from .tokenizer import boundary_ids, train_tokenizer
 
 FORMAT_VERSION = 1  # bump when the generator, tokenizer or training changes what a config builds
@@ -149,10 +150,10 @@ def named_world(name: str) -> WorldConfig:
 
 @dataclass
 class WorldPaths:
-    """A built world: ``senior`` is the base model (the senior's initialisation)."""
+    """A built world: the base model (the senior's initialisation; stored in ``root/senior``) and the junior."""
 
     root: Path
-    senior: Path
+    base: Path
     junior: Path
     meta: dict = field(default_factory=dict)  # the contents of root/world.json
 
@@ -221,9 +222,9 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
     t0 = time.perf_counter()
     train = make_problems(cfg.n_train, cfg.seed, "train")
     test = make_problems(cfg.n_eval, cfg.seed, "test")
-    texts = [format_prompt(p.problem) + p.solution for p in train]
+    texts = [plain_prompt(p.problem) + p.solution for p in train]
     if cfg.shorthand_frac > 0:  # the tokenizer must know the second style too
-        texts += [format_prompt(p.problem) + render_shorthand(p)[0] for p in train]
+        texts += [plain_prompt(p.problem) + render_shorthand(p)[0] for p in train]
     tok = train_tokenizer(texts, cfg.vocab_size)
     threads = pick_threads()
     with _torch_threads(threads):
@@ -304,7 +305,7 @@ def make_batch(problems: list[WorldProblem], tok, rng: random.Random, slip_prob:
     slipping at ``shorthand_slip_prob``); at 0 no extra random draw is made, so the default
     world's data stream is unchanged.
     """
-    prompts = tok([format_prompt(p.problem) for p in problems])["input_ids"]
+    prompts = tok([plain_prompt(p.problem) for p in problems])["input_ids"]
     sols = tok(draw_solutions(problems, rng, slip_prob, shorthand_frac, shorthand_slip_prob))["input_ids"]
     seqs = [pr + so + [tok.eos_token_id] for pr, so in zip(prompts, sols)]
     T = max(len(s) for s in seqs)

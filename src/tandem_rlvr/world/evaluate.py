@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from ..prompting import plain_prompt
 from ..rewards.math import score
-from .tasks import WorldProblem, format_prompt
+from .tasks import WorldProblem
 
 
 @torch.no_grad()
@@ -31,7 +32,7 @@ def solo_accuracy(model, tok, problems: list[WorldProblem], temperature: float =
     correct = 0.0
     for i in range(0, len(problems), batch_size):
         chunk = problems[i: i + batch_size]
-        enc = tok([format_prompt(p.problem) for p in chunk], return_tensors="pt", padding=True,
+        enc = tok([plain_prompt(p.problem) for p in chunk], return_tensors="pt", padding=True,
                   padding_side="left")  # (B, T0)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id, **sampling)  # (B, T0 + new)
@@ -51,7 +52,7 @@ def style_measure(model, tok, problems: list[WorldProblem], seed: int = 0, batch
     texts, correct = [], []
     for i in range(0, len(problems), batch_size):
         chunk = problems[i: i + batch_size]
-        enc = tok([format_prompt(p.problem) for p in chunk], return_tensors="pt", padding=True, padding_side="left")
+        enc = tok([plain_prompt(p.problem) for p in chunk], return_tensors="pt", padding=True, padding_side="left")
         out = model.generate(**enc, max_new_tokens=max_new, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                              do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
         batch_texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -7,7 +7,7 @@ Each problem is a 2-4 step add/subtract story about a person and a pile of objec
 
 and its reference solution is written in words, one step per ``\\n\\n``-separated
 paragraph, ending in a ``\\boxed{}`` answer, the shape of a real chain of thought at a
-scale a 0.5M-parameter model learns on a laptop CPU in minutes:
+scale a 0.36M-parameter model learns on a laptop CPU in minutes:
 
     Mia starts with 7 shells.
 
@@ -34,6 +34,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..errors import TandemError
+from ..prompting import plain_prompt
 
 SPLITS = {"train": (0, 80), "val": (80, 90), "test": (90, 100)}  # hash buckets out of 100
 
@@ -233,11 +234,7 @@ def make_problems(n: int, seed: int = 0, split: str = "train") -> list[WorldProb
     return out
 
 
-def format_prompt(problem_text: str) -> str:
-    """The plain prompt the tiny models are trained with: the problem, then a blank line."""
-    return problem_text + "\n\n"
-
 
 if __name__ == "__main__":
     for prob in make_problems(3, seed=0, split="test"):
-        print(format_prompt(prob.problem) + prob.solution, end="\n" + "-" * 40 + "\n")
+        print(plain_prompt(prob.problem) + prob.solution, end="\n" + "-" * 40 + "\n")

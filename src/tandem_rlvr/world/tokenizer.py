@@ -1,17 +1,19 @@
 """A Qwen-style byte-level BPE tokenizer trained on the tiny world's text.
 
 Why Qwen-style: the tandem schedule hands off at word-initial tokens (surface form starting
-with the ByteLevel space marker ``Ġ``) and the handoff evaluation at tokens containing
-``\\n\\n``. The tiny world should exercise both exactly as Qwen3 does, so the tokenizer is
-built the same way: a regex ``Split`` pre-tokenizer (Qwen2's pattern: letters keep one
-leading space, digits are single tokens, newline runs ``\\s*[\\r\\n]+`` stay together)
-followed by ``ByteLevel(use_regex=False)``. A plain ``ByteLevel`` pre-tokenizer would cut
-``\\n\\n`` into two ``Ċ`` tokens; here it is one token ``ĊĊ``.
+with the ByteLevel space marker ``Ġ``) and the handoff evaluation at paragraph breaks (the
+token that writes the second newline of a run). The tiny world should exercise both exactly
+as Qwen3 does, so the tokenizer is built the same way: a regex ``Split`` pre-tokenizer
+(Qwen2's pattern: letters keep one leading space, digits are single tokens, newline runs
+``\\s*[\\r\\n]+`` stay together) followed by ``ByteLevel(use_regex=False)``. A plain ``ByteLevel``
+pre-tokenizer would cut ``\\n\\n`` into two ``Ċ`` tokens; here it is one token ``ĊĊ``.
 
 One departure from Qwen2's pattern: punctuation does not absorb the newlines after it
 (Qwen writes ``.\\n\\n`` as one token ``.ĊĊ``), so every paragraph break in the tiny world
-is the single token ``ĊĊ``. Both forms contain ``\\n\\n``, which is all the handoff schedule
-looks for.
+is the single token ``ĊĊ``. The paragraph schedule handles both forms, and a blank line
+written as two single-newline tokens, since it follows the newlines a response ends with
+(``decoding.schedule.ParagraphBoundary``); ours makes a text's paragraph-break count the
+count of one id.
 
 ``<|endoftext|>`` is the only special token, used as eos and pad. The result is a
 ``transformers`` fast tokenizer; ``save_pretrained(dir)`` makes it loadable with
@@ -72,10 +74,11 @@ def boundary_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
 
 
 if __name__ == "__main__":
-    from .tasks import format_prompt, make_problems
+    from ..prompting import plain_prompt
+    from .tasks import make_problems
 
     probs = make_problems(2000, seed=0, split="train")
-    tk = train_tokenizer((format_prompt(p.problem) + p.solution for p in probs), vocab_size=512)
-    ex = format_prompt(probs[0].problem) + probs[0].solution
+    tk = train_tokenizer((plain_prompt(p.problem) + p.solution for p in probs), vocab_size=512)
+    ex = plain_prompt(probs[0].problem) + probs[0].solution
     print(f"vocab {len(tk)}, word-initial ids {len(boundary_ids(tk))}")
     print(tk.convert_ids_to_tokens(tk(ex)["input_ids"]))

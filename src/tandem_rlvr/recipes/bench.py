@@ -31,12 +31,12 @@ from pathlib import Path
 
 import torch
 
-from .decoding.sampling import SamplingParams
-from .decoding.schedule import make_schedule
-from .decoding.tandem import ModelRunner, TandemDecoder, left_pad
-from .decoding import rng
-from .decoding.sampling import sample
-from .runtime import configure_cpu_threads, intra_op_threads
+from ..decoding.sampling import SamplingParams
+from ..decoding.schedule import make_schedule
+from ..decoding.tandem import ModelRunner, TandemDecoder, left_pad
+from ..decoding import rng
+from ..decoding.sampling import sample
+from ..runtime import configure_cpu_threads, intra_op_threads
 
 
 def flops_per_token(model, context: float) -> tuple[float, float]:
@@ -241,7 +241,7 @@ def bench_decode_vllm(senior: str, junior: str, tokenizer, prompts: list[str], b
     word schedule (tandem), same prompts, every row exactly ``new_tokens`` (EOS ignored). The
     engines run one after the other on the same devices. The bound is that of a decoder that
     runs both output layers on every token, as the plugin does: (bs + hs) / (bs + bj + hs + hj)."""
-    from .engines.vllm_engine import VLLMEngine
+    from ..engines.vllm_engine import VLLMEngine
 
     enc = [tokenizer.encode(prompts[i % len(prompts)]) for i in range(batch)]
     seeds = list(range(batch))
@@ -281,9 +281,9 @@ def bench_train_step(preset: str = "tiny", overrides: dict | None = None, steps:
     import shutil
     import tempfile
 
-    from .config import load_train_config
-    from .rl.callbacks import read_log
-    from .rl.train import train
+    from ..config import load_train_config
+    from ..rl.callbacks import read_log
+    from ..rl.train import train
 
     overrides = dict(overrides or {})
     res = {}
@@ -319,8 +319,9 @@ def _memory_child(senior: str, junior: str, rows: int, new_tokens: int) -> dict:
 
     import psutil
 
-    from .models import load_pair
-    from .world.tasks import format_prompt as tiny_prompt, make_problems
+    from ..models import load_pair
+    from ..prompting import plain_prompt as tiny_prompt
+    from ..world.tasks import make_problems
 
     configure_cpu_threads()  # a fresh process: same thread choice as the CLI (TANDEM_THREADS)
     import transformers  # noqa: F401 - library code is not model memory: import it before the baseline
@@ -377,7 +378,7 @@ def bench_memory(senior: str, junior: str, rows: int, lengths=(256, 512, 1024), 
 
     out = []
     for n in lengths:
-        code = ("import json,sys; from tandem_rlvr.bench import _memory_child; "
+        code = ("import json,sys; from tandem_rlvr.recipes.bench import _memory_child; "
                 f"print(json.dumps(_memory_child({senior!r}, {junior!r}, {rows}, {n})))")
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if res.returncode != 0:

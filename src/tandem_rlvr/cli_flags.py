@@ -1,0 +1,99 @@
+"""Flags shared by ``tandem`` subcommands (``cli.py`` and ``recipes/cli.py``) and the objects
+built from them: models, sampling, schedule, engine, template, answer mode."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def model_flags(p: argparse.ArgumentParser, junior: bool = True) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--senior", default="tiny", help="senior: directory, .gguf file, hub id, or a built-in name "
+                   "(tiny = the tiny world's base model). Default: tiny")
+    if junior:
+        g.add_argument("--junior", default=None, help="junior (frozen), same tokenizer as the senior; "
+                       "default: the senior's checkpoint (self-pairing); tiny-junior = the tiny world's weaker junior")
+        g.add_argument("--junior-device", default=None, help="device of the junior (default: the senior's)")
+    g.add_argument("--device", default="auto", help="device of the senior: auto, cpu, cuda:0, ... (default: auto)")
+    g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
+
+
+def sampling_flags(p: argparse.ArgumentParser, temperature=1.0, top_p=1.0, top_k=0, max_tokens=256) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", type=float, default=temperature, help=f"0 = greedy (default {temperature})")
+    g.add_argument("--top-p", type=float, default=top_p, help=f"nucleus mass (default {top_p})")
+    g.add_argument("--top-k", type=int, default=top_k, help=f"0 = off (default {top_k})")
+    g.add_argument("--max-tokens", type=int, default=max_tokens, help=f"new tokens per response (default {max_tokens})")
+
+
+def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
+    from .decoding.schedule import SCHEDULES
+
+    g = p.add_argument_group("handoff schedule")
+    g.add_argument("--schedule", default=default, choices=SCHEDULES, help=f"who writes each token (default {default})")
+    g.add_argument("--p", type=float, default=0.5, help="probability that the senior writes (default 0.5)")
+    g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw (default 32)")
+
+
+def engine_flags(p: argparse.ArgumentParser) -> None:
+    """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings)."""
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                   help="hf: our transformers decoder (default, the reference); vllm: stock vLLM with the tandem "
+                        "plugin (pip install -e \".[vllm]\")")
+    g.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85,
+                   help="vllm: share of GPU memory for weights + KV cache (default 0.85)")
+    g.add_argument("--vllm-kv-cache-gib", type=float, default=None,
+                   help="vllm: KV-cache size in GiB (default: from the memory share on GPU, 1 GiB on CPU)")
+    g.add_argument("--vllm-max-model-len", type=int, default=None, help="vllm: context length (default: the models')")
+    g.add_argument("--vllm-block-size", type=int, default=None, help="vllm: tokens per KV block (default: vLLM's)")
+    g.add_argument("--vllm-tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model (default 1)")
+    g.add_argument("--vllm-max-num-seqs", type=int, default=256, help="vllm: most sequences decoded at once (default 256)")
+
+
+def vllm_settings(a):
+    if getattr(a, "engine", "hf") != "vllm":
+        return None
+    from .engines.vllm_engine import VLLMSettings
+
+    return VLLMSettings(gpu_memory_utilization=a.vllm_gpu_memory_utilization, kv_cache_gib=a.vllm_kv_cache_gib,
+                        max_model_len=a.vllm_max_model_len, block_size=a.vllm_block_size,
+                        tensor_parallel_size=a.vllm_tensor_parallel_size, max_num_seqs=a.vllm_max_num_seqs)
+
+
+def open_from_args(a, schedule: str):
+    """(decoder, tokenizer, close) for the command's models, schedule and engine."""
+    from .engines import open_decoder
+
+    return open_decoder(a.engine, a.senior, a.junior or a.senior, schedule, sampling_from_args(a), p=a.p, K=a.K,
+                        device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
+                        seed=getattr(a, "seed", 0), vllm_settings=vllm_settings(a))
+
+
+def template_flag(p):
+    from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
+
+    p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
+    p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, choices=list(INSTRUCTIONS),
+                   help=f"instruction after the problem in chat prompts (default {DEFAULT_INSTRUCTION}: the paper's)")
+
+
+def answer_mode_flag(p):
+    from .rewards.math import ANSWER_MODES
+
+    p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
+                   help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
+                        "joined, for multi-answer problems answered one box per answer)")
+
+
+def sampling_from_args(a):
+    from .decoding.sampling import SamplingParams
+
+    return SamplingParams(a.temperature, a.top_p, a.top_k, a.max_tokens)
+
+
+def pair_from_args(a, need_junior: bool):
+    from .models import load_pair
+
+    junior = (a.junior or a.senior) if need_junior else None
+    return load_pair(a.senior, junior, a.device, getattr(a, "junior_device", None), a.dtype)
