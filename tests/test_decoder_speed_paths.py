@@ -136,13 +136,16 @@ def test_per_row_caps_are_checked(tok, pair):
 
 
 def test_two_bodies_split_the_threads_and_the_count_is_restored(tok, pair):
-    """On a CPU with N intra-op threads, the two bodies run in two threads with N // 2 each
-    (tandem on the same N cores as solo); torch's thread count is back to N afterwards."""
+    """On a CPU the bodies run in turn with all N threads by default; forced parallel, they run in
+    two threads with N // 2 each (the same N cores as solo); torch's count is N again afterwards."""
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
+        default = TandemDecoder(*pair, make_schedule("word", tok, vocab_size=len(tok)), SamplingParams(max_new_tokens=3),
+                                [], tok.pad_token_id)
+        assert default.threads() == (False, None)
         dec = TandemDecoder(*pair, make_schedule("word", tok, vocab_size=len(tok)), SamplingParams(max_new_tokens=3),
-                            [], tok.pad_token_id)
+                            [], tok.pad_token_id, parallel=True)
         assert dec.threads() == (True, 1)
         seen = []
         orig = dec.junior.step
@@ -155,7 +158,7 @@ def test_two_bodies_split_the_threads_and_the_count_is_restored(tok, pair):
         dec.generate([[1, 2]], [0])
         assert seen and set(seen) == {1} and torch.get_num_threads() == 2
         torch.set_num_threads(1)
-        assert dec.threads() == (False, None)
+        assert dec.threads() == (True, 1)
         serial = TandemDecoder(*pair, make_schedule("word", tok, vocab_size=len(tok)), SamplingParams(max_new_tokens=3),
                                [], tok.pad_token_id, parallel=False)
         torch.set_num_threads(4)

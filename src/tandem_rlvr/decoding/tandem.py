@@ -189,9 +189,11 @@ class TandemDecoder:
     ``compact``: finished rows leave the batch (both caches and every per-row tensor) once at
     least this fraction of the rows still in it has finished; 0 = at every step a row
     finishes, None = never. A row's tokens, authors and log-probs do not depend on it.
-    ``parallel``: run the two bodies in two threads. None (default): on GPUs always; on a
-    CPU when torch has at least 2 intra-op threads, which the two bodies then split (each
-    runs on half, so tandem uses the same cores as solo). False: one after the other.
+    ``parallel``: run the two bodies in two threads. None (default): when a body is on a GPU
+    (two devices, or kernel launches overlapping); on a CPU the bodies run one after the other,
+    each with all of torch's intra-op threads (measured faster than two threads with half the
+    threads each: the GIL serialises the two loops' Python work, docs/results.md). True on a
+    CPU splits the intra-op threads between the bodies (N // 2 each: the same cores as solo).
     """
 
     def __init__(self, senior, junior, schedule: Schedule, sampling: SamplingParams,
@@ -221,10 +223,9 @@ class TandemDecoder:
             return False, None
         if any(r.device.type != "cpu" for r in self.runners):
             return True, None
-        n = torch.get_num_threads()
-        if self.parallel is None and n < 2:
+        if self.parallel is None:
             return False, None
-        return True, max(1, n // 2)
+        return True, max(1, torch.get_num_threads() // 2)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor,
