@@ -11,7 +11,7 @@ batch). Tandem RLVR changes only the two inputs defined here:
 - ``loss_denominator``: what the sum is divided by. ``response_tokens`` (the paper's verl
   gate, our default): every response token of the batch, junior tokens included, so the gate
   changes only the numerator. ``senior_tokens`` (TRL's ``dapo`` with ``env_mask``, our behaviour
-  before issue 10): only the tokens in the loss (senior tokens, plus w x junior tokens), which
+  before the paper-fidelity review, docs/paper_fidelity.md): only the tokens in the loss (senior tokens, plus w x junior tokens), which
   scales the per-token gradient by about 1/senior share (about 2x at p = 0.5) relative to the
   paper's. The difference matters under gradient clipping and for the learning rate.
 
