@@ -43,8 +43,8 @@ class Mutant:
 
 MUTANTS = [
     Mutant("mask-shift", "rl/rollout.py",
-           "env_mask = [roll.row_mask(b) for b in range(len(ids))]",
-           "env_mask = [roll.row_mask(b)[1:] + roll.row_mask(b)[:1] for b in range(len(ids))]",
+           "senior_mask = [roll.row_mask(b) for b in range(len(ids))]",
+           "senior_mask = [roll.row_mask(b)[1:] + roll.row_mask(b)[:1] for b in range(len(ids))]",
            ("tests/test_mask_alignment.py",)),
     Mutant("klreg-reference-at-temperature-1", "rl/trainer.py",
            "add_fused_lm_head(junior, temperature=self.temperature,",
@@ -76,8 +76,8 @@ MUTANTS = [
            'if normalizer == "response_tokens":\n        return weights.sum()',
            ("tests/test_loss_reference.py",)),
     Mutant("junior-token-weight-ignored", "rl/trainer.py",
-           'if inputs.get("tool_mask") is not None and self.junior_token_weight:',
-           'if inputs.get("tool_mask") is not None and False:',
+           'if inputs.get(SENIOR_MASK) is not None and self.junior_token_weight:',
+           'if inputs.get(SENIOR_MASK) is not None and False:',
            ("tests/test_loss_reference.py",)),
     Mutant("advantages-not-std-scaled", "rl/train.py",
            'scale_rewards="group" if cfg.scale_rewards else "none"',
