@@ -61,7 +61,8 @@ echo "gpu_check: $NGPU GPU(s), junior on $JDEV, model $MODEL, logs in $OUT"
 declare -A STATUS
 run() { local name=$1; shift; echo "== $name"; if "$@" > "$OUT/$name.log" 2>&1; then STATUS[$name]=ok; else STATUS[$name]="FAILED (see $OUT/$name.log)"; fi; tail -3 "$OUT/$name.log"; }
 
-run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py
+run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py \
+    tests/test_decoder_speed_paths.py
 run bf16_consistency python scripts/bf16_check.py "$MODEL" "$SDEV" "$JDEV"
 run bench_decode tandem bench decode --senior "$MODEL" --device "$SDEV" --junior-device "$JDEV" --dtype bfloat16 \
     "${BENCH_EXTRA[@]}" --json

@@ -101,6 +101,14 @@ MUTANTS = [
     Mutant("survival-counts-ties-as-exceeding", "eval/metrics.py",
            'np.asarray(grid, dtype=np.float64), side="right")', 'np.asarray(grid, dtype=np.float64), side="left")',
            ("tests/test_battery_reference.py",)),
+    Mutant("compaction-keeps-stale-uniforms", "decoding/tandem.py",
+           "u_sample, attn_full, mask_full = u_sample[keep], attn_full[keep], mask_full[keep]",
+           "u_sample, attn_full, mask_full = u_sample[: keep.shape[0]], attn_full[keep], mask_full[keep]",
+           ("tests/test_decoder_speed_paths.py",)),
+    Mutant("lean-step-rotary-sign", "decoding/lean.py",
+           "x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin",
+           "x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin",
+           ("tests/test_decoder_speed_paths.py",)),
 ]
 
 

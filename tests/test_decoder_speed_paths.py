@@ -39,10 +39,14 @@ def _family(name: str, vocab: int, seed: int = 0):
 def test_lean_step_equals_transformers_forward(family):
     """Prefill two left-padded rows, then decode 6 tokens both ways: the lean step with the
     pre-allocated cache, and transformers' own forward with its own concatenating cache."""
-    model = _family(family, 97)
+    from conftest import test_device
+
+    if test_device().startswith("cuda"):  # exact float32 matmuls, as the reference tests use
+        torch.backends.cuda.matmul.allow_tf32 = False
+    model = _family(family, 97).to(test_device())
     assert LeanBody.of(model) is not None
     prompts = [[5, 6, 7, 8, 9], [11, 12]]
-    ids, attn, pos = left_pad(prompts, 0)
+    ids, attn, pos = (x.to(test_device()) for x in left_pad(prompts, 0))
     lean, plain = ModelRunner(model, preallocate=True), ModelRunner(model, preallocate=False)
     with torch.no_grad():
         lean.prefill(ids, attn, pos, capacity=16)
@@ -52,7 +56,7 @@ def test_lean_step_equals_transformers_forward(family):
         for t, nxt in enumerate([[3, 4], [20, 21], [1, 2], [40, 41], [7, 7], [90, 3]]):
             attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
             last = last + 1
-            step_ids = torch.tensor(nxt)[:, None]
+            step_ids = torch.tensor(nxt, device=ids.device)[:, None]
             lean.step(step_ids, last, attn, attn.bool()[:, None, None, :])
             plain.step(step_ids, last, attn, None)
             torch.testing.assert_close(lean.hidden, plain.hidden, atol=2e-5, rtol=1e-4, msg=f"{family} step {t}")
