@@ -222,7 +222,8 @@ def format_decode(res: dict) -> list[str]:
             f"of {res['new_tokens']} (useful tokens/s)" if res["lengths"] == "lognormal" else
             f"every row {res['new_tokens']} tokens")
     lines = [f"batch {res['batch']}, {mode}; {res['device']}, budget {res['threads']} thread(s) for every decoder"]
-    for k in ("solo", "solo_best", "tandem", "naive_tandem", "hf_generate", "solo_no_compact", "tandem_no_compact"):
+    sweep = [k[: -len("_tok_s")] for k in res if "_compact_" in k and "no_compact" not in k and k.endswith("_tok_s")]
+    for k in ("solo", "solo_best", "tandem", "naive_tandem", "hf_generate", "solo_no_compact", "tandem_no_compact", *sweep):
         if f"{k}_tok_s" in res:
             extra = f" ({res['solo_best_threads']} thread(s))" if k == "solo_best" else f" ({res['budget'][k]})" \
                 if k in res["budget"] else ""
