@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU readiness check, for a machine with CUDA GPUs and no internet.
 #   bash scripts/gpu_check.sh [MODEL]
-# 1. the decoder's reference-equality tests on cuda:0 (float32, TF32 off: tokens must be identical)
+# 1. the decoder's reference-equality tests on cuda:0 (float32, TF32 off: tokens must be identical),
+#    with its speed paths (lean step vs transformers, compaction under uneven lengths)
 # 2. a bfloat16 consistency check: tandem-decoded tokens re-scored by a full-prefix forward
 #    (tolerance: mean and max |delta log-prob| within twice those of transformers' own cached
 #    bf16 generate() on the same batch, measured in the same run, and at least 0.02 / 0.25 nats)

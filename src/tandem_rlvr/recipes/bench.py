@@ -196,8 +196,7 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
         "tandem_over_hf_generate": res["tandem_tok_s"] / res["hf_generate_tok_s"],
         "batch": batch, "new_tokens": new_tokens, "p": p, "repeats": repeats, "device": str(dev),
         "threads": N, "lengths": lengths, "useful_tokens": toks, "padded_tokens": batch * max(caps),
-        "budget": {"solo": f"{N} intra-op threads", "naive_tandem": f"{N} intra-op threads, bodies in turn",
-                   "hf_generate": f"{N} intra-op threads",
+        "budget": {"solo": _threads(N), "naive_tandem": f"{_threads(N)}, bodies in turn", "hf_generate": _threads(N),
                    "tandem": _tandem_budget(TandemDecoder(senior, junior, word, sp, [], pad), N)},
     })
     if lengths == "lognormal":
@@ -208,12 +207,16 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
     return res
 
 
+def _threads(n: int) -> str:
+    return f"{n} intra-op thread{'s' if n != 1 else ''}"
+
+
 def _tandem_budget(dec: TandemDecoder, N: int) -> str:
     with intra_op_threads(N):
         parallel, per_body = dec.threads()
     if not parallel:
-        return f"{N} intra-op threads, bodies in turn"
-    return f"2 bodies in 2 threads x {per_body} intra-op threads" if per_body else "2 bodies in 2 threads (their devices)"
+        return f"{_threads(N)}, bodies in turn"
+    return f"2 bodies in 2 threads x {_threads(per_body)}" if per_body else "2 bodies in 2 threads (their devices)"
 
 
 def format_decode(res: dict) -> list[str]:
