@@ -57,3 +57,15 @@ def test_engine_vllm_without_vllm_is_a_one_line_error(tmp_path, capsys, tok, pai
 def test_unknown_engine_is_rejected_by_the_parser(capsys):
     assert main(["eval", "solo", "--engine", "jax", "--out", "x"]) == 2
     assert "--engine" in capsys.readouterr().err
+
+
+def test_an_eval_config_opens_a_decoder_as_it_is():
+    """open_decoder reads DecoderSetup's fields; an evaluation hands it its EvalConfig, so every
+    one of those fields must exist there under the same name."""
+    from dataclasses import fields
+
+    from tandem_rlvr.config import EvalConfig
+    from tandem_rlvr.engines import DecoderSetup
+
+    missing = {f.name for f in fields(DecoderSetup)} - {f.name for f in fields(EvalConfig)}
+    assert not missing, f"EvalConfig lacks {sorted(missing)}"

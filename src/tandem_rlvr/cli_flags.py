@@ -63,11 +63,11 @@ def vllm_settings(a):
 
 def open_from_args(a, schedule: str):
     """(decoder, tokenizer, close) for the command's models, schedule and engine."""
-    from .engines import open_decoder
+    from .engines import DecoderSetup, open_decoder
 
-    return open_decoder(a.engine, a.senior, a.junior or a.senior, schedule, sampling_from_args(a), p=a.p, K=a.K,
-                        device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
-                        seed=getattr(a, "seed", 0), vllm_settings=vllm_settings(a))
+    return open_decoder(DecoderSetup(a.senior, a.junior, sampling_from_args(a), a.engine, a.p, a.K, a.device,
+                                     getattr(a, "junior_device", None), a.dtype, getattr(a, "seed", 0),
+                                     vllm_settings(a)), schedule)
 
 
 def template_flag(p):

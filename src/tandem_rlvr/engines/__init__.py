@@ -8,6 +8,8 @@ a fork. Both engines expose ``schedule`` and ``generate(prompts, seeds) -> Rollo
 everything downstream of a rollout is engine-blind.
 """
 
+from dataclasses import dataclass
+
 ENGINES = ("hf", "vllm")
 NOT_ON_VLLM = ("word-atomic",)  # decides the author after the token is proposed: a second output layer
 
@@ -20,16 +22,36 @@ def check_vllm_schedule(schedule: str) -> None:
         raise TandemError(f"schedule {schedule!r} is not available on the vLLM engine (use engine hf)")
 
 
-def open_decoder(engine: str, senior: str, junior: str | None, schedule: str, sampling, *, p: float = 0.5,
-                 K: int = 32, device: str | None = "auto", junior_device: str | None = None, dtype: str | None = "auto",
-                 seed: int = 0, vllm_settings=None):
-    """(decoder, tokenizer, close) for ``schedule`` on the chosen engine.
+@dataclass(frozen=True)
+class DecoderSetup:
+    """What opening a decoder needs; ``config.EvalConfig`` carries the same fields, so an
+    evaluation passes its config itself. ``junior`` None = the senior's checkpoint."""
+
+    senior: str
+    junior: str | None = None
+    sampling: object = None  # decoding.sampling.SamplingParams
+    engine: str = "hf"
+    p: float = 0.5
+    K: int = 32
+    device: str | None = "auto"
+    junior_device: str | None = None
+    dtype: str | None = "auto"
+    seed: int = 0
+    vllm_settings: object = None  # engines.vllm_engine.VLLMSettings
+
+
+def open_decoder(setup, schedule: str):
+    """(decoder, tokenizer, close) for ``schedule`` on ``setup.engine`` (a ``DecoderSetup`` or
+    anything with its fields, e.g. an ``EvalConfig``).
 
     ``decoder`` has ``schedule`` and ``generate(prompts, seeds) -> Rollout``; ``close()``
-    frees the engine. ``junior`` is ignored for the solo schedule ``senior``.
+    frees the engine. The junior is not loaded for the solo schedule ``senior``.
     """
     from ..errors import TandemError
 
+    engine, senior, sampling, p, K = setup.engine, setup.senior, setup.sampling, setup.p, setup.K
+    device, junior_device, dtype, seed = setup.device, setup.junior_device, setup.dtype, setup.seed
+    junior = setup.junior or senior
     if engine not in ENGINES:
         raise TandemError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if schedule == "senior":
@@ -48,7 +70,7 @@ def open_decoder(engine: str, senior: str, junior: str | None, schedule: str, sa
     if junior_device not in (None, "", device):
         raise TandemError("--junior-device is not supported by --engine vllm (both models share the engine's devices; "
                           "use --vllm-tensor-parallel-size to spread them)")
-    settings = with_dtype(vllm_settings or VLLMSettings(), dtype, device)
+    settings = with_dtype(setup.vllm_settings or VLLMSettings(), dtype, device)
     tok = load_tokenizer(senior)
     s_path = resolve_model_path(senior)
     j_path = resolve_model_path(junior) if junior is not None else None

@@ -134,9 +134,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
 
     problems = load_benchmarks(list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name
-    dec, tok, close = open_decoder(cfg.engine, cfg.senior, cfg.junior or cfg.senior, name, cfg.sampling, p=cfg.p,
-                                   K=cfg.K, device=cfg.device, junior_device=cfg.junior_device, dtype=cfg.dtype,
-                                   seed=cfg.seed, vllm_settings=cfg.vllm_settings)
+    dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
     try:
         spec = EvalSpec(n=cfg.n, sampling=cfg.sampling, schedule=dec.schedule.describe(),
                         template=resolve_template(tok, cfg.template), seed=cfg.seed,
