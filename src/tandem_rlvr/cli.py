@@ -13,15 +13,8 @@ import logging
 import sys
 
 from .errors import TandemError
-from .cli_flags import answer_mode_flag as _answer_mode_flag
-from .cli_flags import engine_flags as _engine_flags
-from .cli_flags import model_flags as _model_flags
-from .cli_flags import open_from_args as _open_decoder
-from .cli_flags import sampling_flags as _sampling_flags
-from .cli_flags import sampling_from_args as _sampling
-from .cli_flags import schedule_flags as _schedule_flags
-from .cli_flags import template_flag as _template_flag
-from .cli_flags import vllm_settings as _vllm_settings
+from .cli_flags import (answer_mode_flag, engine_flags, model_flags, open_from_args, sampling_flags, sampling_from_args,
+                        schedule_flags, template_flag, vllm_settings)
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
@@ -41,7 +34,7 @@ def cmd_generate(a):
     if sched == "senior" and (a.junior or a.junior_device):
         raise TandemError("--junior/--junior-device have no effect with --schedule senior (the senior writes alone)")
     configure_cpu_threads()
-    dec, tok, close = _open_decoder(a, sched)
+    dec, tok, close = open_from_args(a, sched)
     try:
         text = format_prompt(tok, a.prompt, a.template, a.instruction)
         roll = dec.generate([encode_prompt(tok, text)], [a.seed])
@@ -82,10 +75,10 @@ def cmd_eval(a, mode: str):
 
     cfg = EvalConfig(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
                      schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
-                     split=a.split, limit=a.limit, n=a.n, sampling=_sampling(a), template=a.template,
+                     split=a.split, limit=a.limit, n=a.n, sampling=sampling_from_args(a), template=a.template,
                      instruction=a.instruction, answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K,
                      device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
-                     batch_size=a.batch_size, engine=a.engine, vllm_settings=_vllm_settings(a))
+                     batch_size=a.batch_size, engine=a.engine, vllm_settings=vllm_settings(a))
     configure_cpu_threads()
     metrics = evaluate(cfg, a.out)
     _print_metrics(metrics, a.out)
@@ -180,11 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", required=True, help="the problem or prompt text")
     g.add_argument("--seed", type=int, default=0, help="row seed: same seed, same tokens and authors")
     g.add_argument("--no-color", action="store_true", help="plain text output")
-    _model_flags(g)
-    _schedule_flags(g, "word")
-    _sampling_flags(g)
-    _template_flag(g)
-    _engine_flags(g)
+    model_flags(g)
+    schedule_flags(g, "word")
+    sampling_flags(g)
+    template_flag(g)
+    engine_flags(g)
     g.set_defaults(fn=cmd_generate)
 
     register_bench(sub, _Parser)  # bench decode|train|memory (recipes/bench.py)
@@ -224,13 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
         x.add_argument("--batch-size", type=int, default=64,
                        help="rows decoded together (vllm: rows handed to the engine at once; finished problems are "
                             "saved after each batch)")
-        _model_flags(x, junior=mode == "handoff")  # solo samples the senior alone: --junior is an error
-        _sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
-        _template_flag(x)
-        _answer_mode_flag(x)
-        _engine_flags(x)
+        model_flags(x, junior=mode == "handoff")  # solo samples the senior alone: --junior is an error
+        sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
+        template_flag(x)
+        answer_mode_flag(x)
+        engine_flags(x)
         if mode == "handoff":
-            _schedule_flags(x, "paragraph-roundrobin")
+            schedule_flags(x, "paragraph-roundrobin")
         else:
             x.set_defaults(p=0.5, K=32)
         x.set_defaults(fn=lambda a, m=mode: cmd_eval(a, m))

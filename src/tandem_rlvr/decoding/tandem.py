@@ -211,11 +211,10 @@ class TandemDecoder:
         self.eos_ids = torch.tensor(sorted(set(int(e) for e in eos_ids)), dtype=torch.long)
         self.pad_id = int(pad_id)
         self.compact, self.parallel = compact, parallel
-        lead = self.senior or self.junior
-        self.device = lead.device
-        limits = [context_limit(r.model) for r in (self.senior, self.junior) if r is not None]
-        self.context = min([x for x in limits if x] or [None]) if any(limits) else None
         self.runners = [r for r in (self.senior, self.junior) if r is not None]
+        self.device = self.runners[0].device
+        limits = [x for x in (context_limit(r.model) for r in self.runners) if x]
+        self.context = min(limits) if limits else None
 
     def threads(self) -> tuple[bool, int | None]:
         """(bodies in two threads?, intra-op threads each while decoding, None = unchanged)."""
@@ -287,7 +286,7 @@ class TandemDecoder:
             tok = torch.where(done, self.pad_id, tok)
             out[0][:, t], out[1][:, t], out[2][:, t] = tok, state.author & ~done, torch.where(done, 0.0, lp)
             ended_eos = ~done & torch.isin(tok, eos)
-            out[3].copy_(torch.where(ended_eos, t + 1, out[3]))
+            out[3].masked_fill_(ended_eos, t + 1)
             out[4].logical_or_(ended_eos)
             done = done | ended_eos | (caps <= t + 1)
             T = t + 1

@@ -144,9 +144,11 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
     ids, attn = ids.to(dev), attn.to(dev)
     eos = tokenizer.eos_token_id
 
-    def ours(junior_model, schedule, compact="default"):
+    def decoder(junior_model, schedule, compact="default"):
         opts = {} if compact == "default" else {"compact": compact}
-        dec = TandemDecoder(senior, junior_model, schedule, sp, eos_ids=[], pad_id=pad, **opts)
+        return TandemDecoder(senior, junior_model, schedule, sp, eos_ids=[], pad_id=pad, **opts)
+
+    def ours(dec):
         return lambda: dec.generate(enc, seeds, max_new_tokens=caps)
 
     def hf():
@@ -155,19 +157,20 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
         senior.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=temperature, top_k=0,
                         top_p=1.0, max_new_tokens=new_tokens, pad_token_id=pad, **kw)
 
+    tandem = decoder(junior, word)
     cases = {
-        "solo": ours(None, make_schedule("senior")),
-        "tandem": ours(junior, word),
+        "solo": ours(decoder(None, make_schedule("senior"))),
+        "tandem": ours(tandem),
         "naive_tandem": lambda: naive_tandem(senior, junior, enc, seeds, sp, p, tokenizer,
                                              None if lengths == "fixed" else caps),
         "hf_generate": hf,
     }
     if lengths == "lognormal":
-        cases["solo_no_compact"] = ours(None, make_schedule("senior"), None)
-        cases["tandem_no_compact"] = ours(junior, word, None)
+        cases["solo_no_compact"] = ours(decoder(None, make_schedule("senior"), None))
+        cases["tandem_no_compact"] = ours(decoder(junior, word, None))
     for c in compact_sweep:  # the compaction threshold (TandemDecoder's ``compact``), one decoder each
-        cases[f"solo_compact_{c:g}"] = ours(None, make_schedule("senior"), c)
-        cases[f"tandem_compact_{c:g}"] = ours(junior, word, c)
+        cases[f"solo_compact_{c:g}"] = ours(decoder(None, make_schedule("senior"), c))
+        cases[f"tandem_compact_{c:g}"] = ours(decoder(junior, word, c))
     secs = {}
     with intra_op_threads(N):
         for fn in cases.values():  # warm-up (allocator, kernels, lazy init)
@@ -197,7 +200,7 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
         "batch": batch, "new_tokens": new_tokens, "p": p, "repeats": repeats, "device": str(dev),
         "threads": N, "lengths": lengths, "useful_tokens": toks, "padded_tokens": batch * max(caps),
         "budget": {"solo": _threads(N), "naive_tandem": f"{_threads(N)}, bodies in turn", "hf_generate": _threads(N),
-                   "tandem": _tandem_budget(TandemDecoder(senior, junior, word, sp, [], pad), N)},
+                   "tandem": _tandem_budget(tandem, N)},
     })
     if lengths == "lognormal":
         res.update({"median_frac": median_frac, "sigma": sigma, "length_median": sorted(caps)[batch // 2],
