@@ -9,8 +9,9 @@ the arithmetic, with the model's own parameters (read live, so a trained senior 
 current), the model's own rotary module, and the pre-allocated cache buffers of
 ``kvcache.PreallocatedLayer`` (which transformers' prefill filled).
 
-It reproduces transformers' ops one for one (RMSNorm in float32, the rotary formula,
-``scaled_dot_product_attention`` with grouped KV heads, SiLU-gated MLP); tests hold it to
+It reproduces transformers' ops (RMSNorm in float32, the rotary formula, attention with
+grouped KV heads: two matmuls on a CPU, ``scaled_dot_product_attention`` elsewhere, SiLU-gated
+MLP); tests hold it to
 transformers' forward within float tolerance. Bodies it does not recognise, sliding-window
 attention, and caches that are not pre-allocated keep the transformers forward.
 """
