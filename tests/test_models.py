@@ -318,3 +318,21 @@ def test_model_name_is_short_and_never_a_full_path(tmp_path):
         (root / "world.json").write_text(json.dumps({"key": key}))
         assert model_name(str(root / "junior")) == f"{world}-junior"
         assert model_name(str(root / "senior")) == world
+
+
+def test_auto_device_is_this_process_gpu_under_a_launcher(monkeypatch):
+    """'auto' under torchrun / accelerate launch (LOCAL_RANK set) is cuda:LOCAL_RANK, so the
+    processes of a data-parallel run do not all load onto cuda:0."""
+    import torch
+
+    from tandem_rlvr.models import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert resolve_device("auto") == torch.device("cuda:3")
+    monkeypatch.delenv("LOCAL_RANK")
+    assert resolve_device("auto") == torch.device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve_device("auto") == torch.device("cpu")

@@ -26,10 +26,13 @@ def test_two_process_gloo_run_matches_one_process_first_step_loss(tmp_path):
     one = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "train", *common, "--output-dir", str(tmp_path / "p1")],
                          capture_output=True, text=True, timeout=900)
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run(["accelerate", "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
-                          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "tandem_rlvr.cli", "train", *common,
-                          "--output-dir", str(tmp_path / "p2")], capture_output=True, text=True, timeout=900)
+    # On a CPU machine `accelerate launch --cpu --num_processes 2` starts ONE process (its
+    # multi-CPU launch needs MPI); torchrun starts two, which accelerate joins with gloo.
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "tandem_rlvr.cli", "train", *common, "--output-dir", str(tmp_path / "p2")],
+                         capture_output=True, text=True, timeout=900)
     assert two.returncode == 0, two.stderr[-2000:]
+    assert json.loads((tmp_path / "p2" / "summary.json").read_text())["processes"] == 2
     a, b = _log(tmp_path / "p1")[0], _log(tmp_path / "p2")[0]
     assert a["loss"] != 0.0  # a real learning signal, not two zeros
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)

@@ -44,6 +44,10 @@ def setup(tmp_path_factory, tok):
 
 
 def _cfg(setup, tmp_path, tied=False, **kw):
+    return load_train_config(None, None, _cfg_values(setup, tmp_path, tied, **kw))
+
+
+def _cfg_values(setup, tmp_path, tied=False, **kw):
     dirs, data = setup
     base = dict(senior=str(dirs["senior", tied]), junior=str(dirs["junior", tied]), dataset=str(data),
                 dataset_split=None, val_size=4, template="plain", lr=5e-2, group_size=4, prompts_per_step=2,
@@ -51,7 +55,7 @@ def _cfg(setup, tmp_path, tied=False, **kw):
                 eval_every=0, save_every=1, kl_every=1, output_dir=str(tmp_path / "run"), engine="vllm",
                 dtype="float32", vllm_kv_cache_gib=0.1)
     base.update(kw)
-    return load_train_config(None, None, base)
+    return base
 
 
 def _parity_reward(completions, **kw):  # random models never box the answer: a reward that varies in a group
@@ -144,3 +148,47 @@ def test_resumed_vllm_run_replays_the_same_steps(setup, tmp_path, monkeypatch):
         for k in ra:
             assert ra[k] == pytest.approx(rb[k], abs=1e-5), k
     assert (tmp_path / "b" / "run" / "best" / "best.json").exists()
+
+
+def test_two_process_vllm_training_matches_one_process_and_every_engine_follows_its_senior(setup, tmp_path):
+    """Data-parallel training on vLLM (one engine per process, vLLM's torchrun-compatible
+    executor): two processes under torchrun give the one-process run's losses and step metrics
+    at both steps (step 2 shows both engines got step 1's weights), and in each process the
+    engine's senior equals that process's trained senior while its junior half is unchanged."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    entry = str(Path(__file__).with_name("vllm_dp_entry.py"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    runs = {}
+    for n in (1, 2):
+        values = _cfg_values(setup, tmp_path / f"p{n}", max_steps=2, eval_every=1, save_every=1)
+        path = tmp_path / f"p{n}.json"
+        path.write_text(json.dumps(values))
+        launch = [sys.executable, entry] if n == 1 else \
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", entry]
+        res = subprocess.run([*launch, str(path)], capture_output=True, text=True, timeout=600, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs[n] = Path(values["output_dir"])
+    ranks = [json.loads((runs[2] / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["processes"] for r in ranks] == [2, 2], "torchrun did not give two training processes"
+    for r in ranks:
+        assert r["step"] == 2 and r["junior_identical"], r
+        assert r["senior_logprob_max_err"] < 1e-4, r
+
+    def steps(d):
+        keep = ("loss", "reward/mean", "senior/token_share", "senior/token_share_sd", "response/mean_length",
+                "kl/junior", "val/accuracy")
+        return [(x["step"], {k: x[k] for k in keep if k in x})
+                for x in map(json.loads, (d / "log.jsonl").read_text().splitlines())]
+
+    one, two = steps(runs[1]), steps(runs[2])
+    assert [s for s, _ in one] == [s for s, _ in two] == [0, 1, 1, 2, 2]
+    assert any(m.get("loss", 0.0) != 0.0 for _, m in one), "no learning signal: the comparison is vacuous"
+    for (_, a), (_, b) in zip(one, two):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), k

@@ -43,7 +43,7 @@ class TrainConfig:
                      "(senior alone + beta * KL(senior || junior))", choices=METHODS)
     senior: str = _f("tiny", "senior initialisation: directory, .gguf, hub id, or tiny")
     junior: str | None = _f(None, "frozen junior; default: the senior's initial checkpoint (self-pairing)")
-    senior_device: str = _f("auto", "device of the senior (auto: cuda:0 if available, else cpu)")
+    senior_device: str = _f("auto", "device of the senior (auto: this process's GPU, cuda:$LOCAL_RANK, if available, else cpu)")
     junior_device: str | None = _f(None, "device of the junior (default: the senior's)")
     dtype: str = _f("auto", "float32, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
     dataset: str = _f("tiny", "training problems: benchmark name, local file or hub id")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +30,13 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """'auto' -> cuda:0 if available else cpu; an unavailable device is a TandemError."""
+    """'auto' -> this process's GPU if available (cuda:$LOCAL_RANK under accelerate launch or
+    torchrun, else cuda:0), else cpu; an unavailable device is a TandemError."""
     if device in (None, "", "auto"):
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+        return torch.device(f"cuda:{local if local < torch.cuda.device_count() else 0}")
     try:
         dev = torch.device(device)
     except RuntimeError:

@@ -119,7 +119,7 @@ class VLLMEngine:
 
     def __init__(self, senior: str, junior: str | None, tokenizer, eos_ids: Sequence[int], *, tandem: bool,
                  seed: int = 0, settings: VLLMSettings | None = None, sleep_mode: bool = False,
-                 in_process: bool = False):
+                 in_process: bool = False, data_parallel: bool = False):
         vllm = require_vllm()
         settings = settings or VLLMSettings()
         if tandem and junior is None:
@@ -140,7 +140,16 @@ class VLLMEngine:
             kw["max_model_len"] = settings.max_model_len
         if settings.block_size is not None:
             kw["block_size"] = settings.block_size
-        if (on_cpu or in_process) and settings.tensor_parallel_size == 1:
+        if data_parallel:
+            # One engine per training process (launched by accelerate/torchrun), each on its own
+            # device (LOCAL_RANK) with its own share of the prompts: vLLM's torchrun-compatible
+            # executor, which joins the process group the launcher set up (RANK, LOCAL_RANK,
+            # WORLD_SIZE, MASTER_ADDR/PORT) and runs in-process.
+            if settings.tensor_parallel_size != 1:
+                raise TandemError("data-parallel training with --engine vllm runs one engine per process: "
+                                  "--vllm-tensor-parallel-size must be 1")
+            kw["distributed_executor_backend"] = "external_launcher"
+        elif (on_cpu or in_process) and settings.tensor_parallel_size == 1:
             # One process: the engine core and the model run in ours (no worker spawns, ~30 s less
             # start-up on 2 cores; the weights stay reachable for in-place updates, which training
             # needs on every device).

@@ -18,6 +18,7 @@ import zlib
 from collections import defaultdict
 
 import torch
+from accelerate.utils import gather_object
 
 from ..decoding.rng import row_seed
 from ..decoding.schedule import make_schedule
@@ -71,8 +72,6 @@ class TandemRollout:
         all_prompts = prompts
         offset = 0
         if acc.num_processes > 1:
-            from accelerate.utils import gather_object
-
             sizes = gather_object([len(prompts)])
             all_prompts = gather_object(list(prompts))
             offset = sum(sizes[: acc.process_index])
@@ -97,11 +96,18 @@ class TandemRollout:
         logprobs = [roll.logprobs[b, : len(c)].tolist() for b, c in enumerate(completion_ids)]
         check_senior_mask(completion_ids, senior_mask)
 
-        share = roll.senior_share
+        # Metrics of the whole step: with several processes each holds only its share of the rows.
+        share, lengths = roll.senior_share.tolist(), roll.lengths.tolist()
+        want_kl = bool(cfg.kl_every and step % cfg.kl_every == 0 and self.junior is not None)
+        kl = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs) if want_kl else (0.0, 0)
+        if acc.num_processes > 1:
+            share, lengths, kls = gather_object(share), gather_object(lengths), gather_object([kl])
+            kl = (sum(t for t, _ in kls), sum(n for _, n in kls))
+        share = torch.tensor(share, dtype=torch.float64)
         metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
-                   "response/mean_length": float(roll.lengths.float().mean())}
-        if cfg.kl_every and step % cfg.kl_every == 0 and self.junior is not None:
-            metrics["kl/junior"] = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs)
+                   "response/mean_length": float(torch.tensor(lengths, dtype=torch.float64).mean())}
+        if want_kl:
+            metrics["kl/junior"] = kl[0] / max(kl[1], 1)
         self.last = metrics
         record_metrics(trainer, metrics)
         # env_mask: TRL's name for the senior mask (1 = the senior sampled this token)
@@ -120,9 +126,9 @@ class TandemRollout:
         return parts[0] if len(parts) == 1 else _concat(parts, self.tok.pad_token_id)
 
     @torch.no_grad()
-    def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs) -> float:
-        """k3 estimate of KL(senior || junior) on senior-written tokens (temperature-scaled
-        distributions), from one teacher-forced junior forward. Monitoring only."""
+    def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs) -> tuple[float, int]:
+        """Sum and count of the k3 estimate of KL(senior || junior) on senior-written tokens
+        (temperature-scaled distributions), from one teacher-forced junior forward. Monitoring only."""
         from ..eval.teacher_forcing import response_logprobs
 
         lj = response_logprobs(self.junior, ids, completion_ids, self.tok.pad_token_id, self.sampling.temperature)
@@ -134,7 +140,7 @@ class TandemRollout:
             log_r = lj[b][m] - torch.tensor(logprobs[b])[m]  # log p_jun / p_sen at senior tokens
             tot += float((torch.exp(log_r) - log_r - 1).sum())
             n += int(m.sum())
-        return tot / max(n, 1)
+        return tot, n
 
 
 def _concat(parts, pad_id):

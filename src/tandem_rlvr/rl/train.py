@@ -204,8 +204,10 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
 
     _check_run_dir(cfg)  # refuse a different config before loading anything
     prep = prepare(cfg)
-    state = PartialState()
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
+    # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
+    # (gloo) when told the run is on CPU; without it every process trains alone.
+    state = PartialState(cpu=on_cpu)
     args = grpo_args(cfg, state.num_processes, on_cpu)
     tok = prep.pair.tokenizer
     rows = [{"prompt": format_prompt(tok, p.problem, prep.template, cfg.instruction), "answer": p.answer, "problem_id": str(p.problem_id)}
@@ -213,14 +215,12 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     ds = datasets.Dataset.from_list(rows)
     engine = None
     if cfg.engine == "vllm":
-        if state.num_processes > 1:
-            raise TandemError("engine vllm runs one in-process engine beside one training process; "
-                              "multi-process training with it is not supported yet (use engine hf)")
         from ..engines.vllm_engine import require_vllm
         from .vllm_rollouts import EngineRollouts
 
         require_vllm()  # fail before the run directory is touched
-        engine = EngineRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior")
+        engine = EngineRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior",
+                                data_parallel=state.num_processes > 1)
     rollout = TandemRollout(cfg, prep.pair, engine)
 
     dir_was_new = not Path(cfg.output_dir).expanduser().exists()
@@ -234,6 +234,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             write_json(out / "config.json", stored_config(cfg))
         runlog = RunLog(out, resume_step, print_fn)
         validation = Validation(prep, out, runlog, engine)
+        if engine is not None and engine.data_parallel:
+            engine.open(prep.pair.senior)  # collective: every process, before rank 0 validates alone
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*")
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -277,7 +279,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
                 warnings.filterwarnings("ignore", category=FutureWarning)
                 trainer.train(resume_from_checkpoint=ckpt)
         summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
-                   "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
+                   "processes": trainer.accelerator.num_processes, "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
         if trainer.accelerator.is_main_process:
             _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step))
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete

@@ -34,7 +34,7 @@ log = logging.getLogger("tandem_rlvr")
 class EngineRollouts:
     """The colocated engine of one training run (opened on first use); see the module docstring."""
 
-    def __init__(self, cfg, tokenizer, eos_ids, tandem: bool):
+    def __init__(self, cfg, tokenizer, eos_ids, tandem: bool, data_parallel: bool = False):
         from ..engines.vllm_engine import VLLMSettings
         from ..models import resolve_model_path
 
@@ -44,23 +44,28 @@ class EngineRollouts:
         self.settings = VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                                      kv_cache_gib=cfg.vllm_kv_cache_gib,
                                      max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
+        self.data_parallel = data_parallel  # one engine per training process (see open)
         self.engine = None
         self.synced = None  # (id of the model, global step) whose weights the engine holds
         self.asleep = False
         self.syncs = 0
 
-    def _open(self, model):
+    def open(self, model) -> None:
+        """Start the engine with ``model``'s dtype. Single-process runs open it on first use; a
+        data-parallel run opens it in every process at once before training, since the engines'
+        start-up is collective (validation later runs on the main process alone)."""
+        if self.engine is not None:
+            return
         from ..engines.vllm_engine import VLLMEngine, with_dtype
 
         settings = with_dtype(self.settings, self.cfg.dtype, next(model.parameters()).device)  # the senior's dtype
         self.engine = VLLMEngine(self.senior_path, self.junior_path, self.tok, self.eos_ids, tandem=self.tandem,
                                  seed=self.cfg.seed, settings=settings, sleep_mode=self.cfg.vllm_sleep,
-                                 in_process=True)
+                                 in_process=True, data_parallel=self.data_parallel)
 
     def decoder(self, model, step: int, schedule: str, sampling, p: float = 0.5, K: int = 32):
         """A decoder on the engine, holding ``model``'s current weights (synced if they changed)."""
-        if self.engine is None:
-            self._open(model)
+        self.open(model)
         self.wake()
         if self.synced != (id(model), step):
             self.sync(model)
