@@ -20,7 +20,9 @@ only (sum of L_b). Our decoders are also timed with compaction off to show what 
 The FLOP bound of tandem over solo for the pair: per generated token a solo rollout costs
 body + head of one model, a tandem rollout costs the bodies of both plus the head of the
 active model (p senior, 1 - p junior), so bound = solo / tandem FLOPs. Matmul FLOPs are
-2 x parameters; attention adds 4 x layers x heads x head_dim x context per token.
+2 x parameters; attention adds 4 x layers x heads x head_dim x context per token. With fixed
+lengths the roofline bound is reported too (``roofline.py``): it also charges every weight
+matrix its memory traffic at the measured bandwidth, which at small batches is the limit.
 
 Run: ``tandem bench decode --json`` (defaults: tiny world, batch 64, 128 new tokens).
 """
@@ -38,6 +40,7 @@ from ..decoding.tandem import ModelRunner, TandemDecoder, left_pad
 from ..decoding import rng
 from ..decoding.sampling import sample
 from ..runtime import configure_cpu_threads, intra_op_threads
+from .roofline import Shapes, machine_rates, roofline_bound
 
 
 def flops_per_token(model, context: float) -> tuple[float, float]:
@@ -207,6 +210,13 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
                     "length_mean": toks / batch, "length_max": max(caps)})
     res["tandem_over_solo_vs_bound"] = res["tandem_over_solo"] / res["bound"]
     res["tandem_over_best_solo_vs_bound"] = res["tandem_over_best_solo"] / res["bound"]
+    if lengths == "fixed":  # every step has all rows: the roofline at `batch` rows applies
+        with intra_op_threads(N):
+            flops, bw = machine_rates(dev, next(senior.parameters()).dtype)
+        res["machine"] = {"matmul_gflop_s": flops / 1e9, "memory_gb_s": bw / 1e9, "threads": N}
+        res["roofline_bound"] = roofline_bound(Shapes.of(senior), Shapes.of(junior), batch, p, avg_ctx, flops, bw)
+        res["tandem_over_solo_vs_roofline"] = res["tandem_over_solo"] / res["roofline_bound"]
+        res["tandem_over_best_solo_vs_roofline"] = res["tandem_over_best_solo"] / res["roofline_bound"]
     return res
 
 
@@ -238,6 +248,11 @@ def format_decode(res: dict) -> list[str]:
                  f"{res['bound']:.3f} (vs the fastest solo: {res['tandem_over_best_solo_vs_bound']:.3f}); "
                  f"tandem/naive {res['tandem_over_naive']:.2f}x; solo/generate() {res['solo_over_hf_generate']:.2f}x, "
                  f"tandem/generate() {res['tandem_over_hf_generate']:.2f}x")
+    if "roofline_bound" in res:
+        m = res["machine"]
+        lines.append(f"tandem/solo = {res['tandem_over_solo_vs_roofline']:.3f} of the roofline bound "
+                     f"{res['roofline_bound']:.3f} at {res['batch']} rows (measured here: matrix products "
+                     f"{m['matmul_gflop_s']:.0f} GFLOP/s, memory {m['memory_gb_s']:.1f} GB/s)")
     return lines
 
 
