@@ -9,11 +9,13 @@
 # 3. tandem bench decode on MODEL (default: the largest model directory found under
 #    $TANDEM_CACHE / ~/.cache/tandem-rlvr, else the tiny world), junior on cuda:1 when present
 # 4. a 2-step tandem training run of the tiny preset on the GPU
-# 5-9 (when vLLM is installed: pip install -e ".[vllm]"): the vLLM engine's tests (greedy token
+# 5-11 (when vLLM is installed: pip install -e ".[vllm]"): the vLLM engine's tests (greedy token
 #    and authorship equality with the reference decoder at float32, teacher-forced log-probs,
 #    the battery on vLLM runs, weight sync after a training step, resume), `bench decode
 #    --engine vllm` on MODEL (self-paired), a small handoff evaluation of MODEL on MATH-500
-#    through vLLM, a 2-step training run with vLLM rollouts, and `bench train --engine vllm`
+#    through vLLM, a 2-step training run with vLLM rollouts (peak GPU memory printed), vLLM
+#    sleep/wake (scripts/vllm_sleep_check.py: memory freed, same tokens after wake and a weight
+#    push), the 2-step run again with --vllm-sleep true (peak memory), and `bench train --engine vllm`
 # and prints one summary table. Exit status is non-zero if any step fails.
 # GPU_CHECK_CPU=1 rehearses the same steps on the CPU (small bench sizes), to check the script
 # itself on a machine without a GPU; its figures mean nothing.
@@ -60,6 +62,15 @@ PY
 )}
 echo "gpu_check: $NGPU GPU(s), junior on $JDEV, model $MODEL, logs in $OUT"
 declare -A STATUS
+# peak_mem CMD...: run CMD, then print the most GPU memory in use (MiB, all GPUs, sampled every 0.5 s)
+peak_mem() {
+  local f; f=$(mktemp); "$@" & local pid=$!
+  while kill -0 $pid 2>/dev/null; do
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits \
+      | awk '{s += $1} END {print s}' >> "$f"; sleep 0.5; done
+  wait $pid; local rc=$?
+  echo "peak GPU memory in use: $(sort -n "$f" | tail -1) MiB (empty: no nvidia-smi)"; rm -f "$f"; return $rc
+}
 run() { local name=$1; shift; echo "== $name"; if "$@" > "$OUT/$name.log" 2>&1; then STATUS[$name]=ok; else STATUS[$name]="FAILED (see $OUT/$name.log)"; fi; tail -3 "$OUT/$name.log"; }
 
 run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py \
@@ -75,10 +86,15 @@ if python -c "import vllm" >/dev/null 2>&1; then
   run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
   run vllm_eval_handoff tandem eval handoff --engine vllm --senior "$MODEL" --benchmarks math500 "${VLLM_EVAL[@]}" \
       --out "$OUT/vllm_eval"
-  run vllm_train_2_steps tandem train --preset tiny --engine vllm --senior-device "$SDEV" --junior-device "$JDEV" \
+  run vllm_train_2_steps peak_mem tandem train --preset tiny --engine vllm --senior-device "$SDEV" --junior-device "$JDEV" \
       --dtype float32 --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train_vllm"
+  run vllm_sleep python scripts/vllm_sleep_check.py "$MODEL"
+  run vllm_train_sleep peak_mem tandem train --preset tiny --engine vllm --vllm-sleep true --senior-device "$SDEV" \
+      --junior-device "$JDEV" --dtype float32 --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 \
+      --output-dir "$OUT/train_vllm_sleep"
   run vllm_bench_train tandem bench train --engine vllm --steps 3 --json
-  CHECKS+=(vllm_engine_tests vllm_bench_decode vllm_eval_handoff vllm_train_2_steps vllm_bench_train)
+  CHECKS+=(vllm_engine_tests vllm_bench_decode vllm_eval_handoff vllm_train_2_steps vllm_sleep vllm_train_sleep
+           vllm_bench_train)
 else
   echo "== vLLM not installed: the vLLM engine checks are skipped (pip install -e \".[vllm]\")"
 fi
