@@ -106,7 +106,8 @@ grep -h '"tandem_over_solo"' "$OUT/bench_decode.log" >/dev/null 2>&1 && python -
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 print(f"decode: solo {r['solo_tok_s']:.0f} tok/s, tandem {r['tandem_tok_s']:.0f} tok/s, tandem/solo {r['tandem_over_solo']:.3f} "
-      f"(bound {r['bound']:.3f}), solo/generate() {r['solo_over_hf_generate']:.2f}")
+      f"(FLOP bound {r['bound']:.3f}, roofline bound {r.get('roofline_bound', float('nan')):.3f}), "
+      f"solo/generate() {r['solo_over_hf_generate']:.2f}")
 PY
 grep -h '"engine": "vllm"' "$OUT/vllm_bench_decode.log" >/dev/null 2>&1 && python - "$OUT/vllm_bench_decode.log" <<'PY'
 import json, sys

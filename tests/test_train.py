@@ -403,3 +403,19 @@ def test_yaml_no_is_the_boolean_false_and_whole_numbers_are_kept(tmp_path):
     f.write_text("scale_rewards: no\nmax_steps: 3.0\nlr: 1e-6\n")  # YAML 1.1: bare no is false; 1e-6 is a string
     cfg = load_train_config("tiny", str(f))
     assert cfg.scale_rewards is False and cfg.max_steps == 3 and cfg.lr == 1e-6
+
+
+def test_fsdp_and_zero3_count_as_sharded_weights_ddp_and_zero2_do_not():
+    """The predicate behind engine vllm's refusal of sharded training (it pushes whole state dicts)."""
+    from types import SimpleNamespace as NS
+
+    from tandem_rlvr.rl.train import _shards_weights
+
+    def trainer(fsdp=False, ds=False, stage=0):
+        return NS(is_fsdp_enabled=fsdp, is_deepspeed_enabled=ds,
+                  accelerator=NS(state=NS(deepspeed_plugin=NS(zero_stage=stage) if ds else None)))
+
+    assert not _shards_weights(trainer())
+    assert _shards_weights(trainer(fsdp=True))
+    assert _shards_weights(trainer(ds=True, stage=3))
+    assert not _shards_weights(trainer(ds=True, stage=2))

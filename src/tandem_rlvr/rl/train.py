@@ -248,6 +248,9 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
             trainer.remove_callback(cb)
         validation.trainer = trainer
+        if engine is not None and _shards_weights(trainer):
+            raise TandemError("engine vllm pushes the senior's whole state dict to each process's engine; FSDP and "
+                              "DeepSpeed ZeRO-3 shard it: train with plain data parallelism (DDP) or engine hf")
     except BaseException:
         if lock is not None:
             if fresh:
@@ -255,6 +258,14 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             lock.release()
         raise
     return Run(trainer, prep, rollout, runlog, validation, resume_step, lock, fresh, dir_was_new)
+
+
+def _shards_weights(trainer) -> bool:
+    """Whether each process holds only a shard of the senior's parameters (FSDP, ZeRO-3)."""
+    if trainer.is_fsdp_enabled:
+        return True
+    ds = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return bool(trainer.is_deepspeed_enabled and ds is not None and getattr(ds, "zero_stage", 0) == 3)
 
 
 def train(cfg: TrainConfig, print_fn=print) -> dict:
