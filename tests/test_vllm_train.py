@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from conftest import make_model
+from vllm_dp_entry import parity_reward as _parity_reward  # also the data-parallel entry point
+from vllm_dp_entry import teacher_forced as _teacher_forced
 
 pytestmark = pytest.mark.vllm
 
@@ -56,22 +58,6 @@ def _cfg_values(setup, tmp_path, tied=False, **kw):
                 dtype="float32", vllm_kv_cache_gib=0.1)
     base.update(kw)
     return base
-
-
-def _parity_reward(completions, **kw):  # random models never box the answer: a reward that varies in a group
-    return [float(len(c) % 2) for c in completions]
-
-
-_parity_reward.__name__ = "accuracy_reward"
-
-
-def _teacher_forced(model, prompts, responses):
-    out = []
-    with torch.no_grad():
-        for p, r in zip(prompts, responses):
-            logits = model(torch.tensor([p + r])).logits[0, len(p) - 1: len(p) + len(r) - 1].float()
-            out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(r)[:, None]).squeeze(-1))
-    return out
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied-head", "tied-head"])
