@@ -419,3 +419,34 @@ def test_fsdp_and_zero3_count_as_sharded_weights_ddp_and_zero2_do_not():
     assert _shards_weights(trainer(fsdp=True))
     assert _shards_weights(trainer(ds=True, stage=3))
     assert not _shards_weights(trainer(ds=True, stage=2))
+
+
+def test_kl_monitor_is_the_k3_sum_over_senior_tokens_from_a_plain_forward(tok):
+    """kl/junior's (sum, count): k3 = exp(r) - r - 1, r = log p_jun - log p_sen, over senior-written
+    tokens only, with the junior's log-probs from a plain full forward at temperature 0.7."""
+    from types import SimpleNamespace as NS
+
+    from conftest import make_model
+    from tandem_rlvr.rl.rollout import TandemRollout
+
+    junior = make_model(len(tok), 3)
+    ro = object.__new__(TandemRollout)
+    ro.junior, ro.tok, ro.sampling = junior, tok, NS(temperature=0.7)
+    ids = [tok.encode("Mia has 7 shells."), tok.encode("Tom")]
+    comps = [tok.encode(" She finds 5 more."), tok.encode(" buys 3 apples")]
+    masks = [[1, 0] + [1] * (len(comps[0]) - 2), [0] * len(comps[1])]
+    g = torch.Generator().manual_seed(0)
+    sen_lp = [(-torch.rand(len(c), generator=g) * 3).tolist() for c in comps]
+    tot, n = ro._kl_to_junior(ids, comps, masks, sen_lp)
+    want, count = 0.0, 0
+    with torch.no_grad():
+        for p, c, m, ls in zip(ids, comps, masks, sen_lp):
+            logits = junior(torch.tensor([p + c])).logits[0, len(p) - 1: len(p) + len(c) - 1] / 0.7
+            lj = torch.log_softmax(logits.double(), -1)[torch.arange(len(c)), torch.tensor(c)]
+            for t in range(len(c)):
+                if m[t]:
+                    r = float(lj[t]) - ls[t]
+                    want += torch.exp(torch.tensor(r, dtype=torch.float64)).item() - r - 1
+                    count += 1
+    assert n == count == len(comps[0]) - 1
+    assert tot == pytest.approx(want, rel=1e-4)

@@ -138,7 +138,7 @@ class TandemRollout:
             if not m.any():
                 continue
             log_r = lj[b][m] - torch.tensor(logprobs[b])[m]  # log p_jun / p_sen at senior tokens
-            tot += float((torch.exp(log_r) - log_r - 1).sum())
+            tot += float((torch.exp(log_r) - log_r - 1).clamp(min=0).sum())  # >= 0 exactly; rounding can dip below
             n += int(m.sum())
         return tot, n
 

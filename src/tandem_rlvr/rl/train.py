@@ -309,7 +309,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
 
 def _said_complete(cfg: TrainConfig, print_fn) -> dict | None:
     done = completed(cfg)
-    if done is not None:
+    if done is not None and int(os.environ.get("RANK", "0") or 0) == 0:  # once, not once per process
         print_fn(f"{cfg.output_dir}: run already complete ({done['steps']} steps); nothing to do")
     return done
 
