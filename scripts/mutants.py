@@ -109,6 +109,14 @@ MUTANTS = [
            "x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin",
            "x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin",
            ("tests/test_decoder_speed_paths.py",)),
+    Mutant("roofline-inactive-head-free", "recipes/roofline.py",
+           "return 0.0 if rows <= 0 else max(2.0 * rows * n / flops, n * elem / bw)",
+           "return 2.0 * rows * n / flops if rows < 2 else max(2.0 * rows * n / flops, n * elem / bw)",
+           ("tests/test_roofline.py",)),
+    Mutant("kl-monitor-on-every-token", "rl/rollout.py",
+           "m = torch.tensor(senior_mask[b], dtype=torch.bool)",
+           "m = torch.ones(len(senior_mask[b]), dtype=torch.bool)",
+           ("tests/test_train.py",)),
 ]
 
 
