@@ -31,15 +31,18 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tandem_rlvr.decoding.sampling import SamplingParams
-    from tandem_rlvr.engines.vllm_engine import VLLMEngine, VLLMSettings, model_eos_ids
+    from tandem_rlvr.engines.vllm_engine import VLLMEngine, VLLMSettings, model_eos_ids, with_dtype
     from tandem_rlvr.models import resolve_model_path
 
     senior = resolve_model_path(a.model)
     junior = resolve_model_path(a.junior or a.model)
     tok = AutoTokenizer.from_pretrained(senior)
     free0 = torch.cuda.mem_get_info()[0]
+    # the engine and the weights pushed after wake in one dtype, as training resolves it (bf16 on CUDA)
+    settings = with_dtype(VLLMSettings(gpu_memory_utilization=a.gpu_memory_utilization, max_model_len=1024), "auto",
+                          torch.device("cuda:0"))
     eng = VLLMEngine(senior, junior, tok, model_eos_ids(tok, senior), tandem=True, sleep_mode=True, in_process=True,
-                     settings=VLLMSettings(gpu_memory_utilization=a.gpu_memory_utilization, max_model_len=1024))
+                     settings=settings)
     dec = eng.decoder("word", SamplingParams(temperature=0.0, max_new_tokens=64))
     prompts = [tok.encode(f"Question {i}: what is {i} times {i + 3}? Think step by step.") for i in range(8)]
     before = dec.generate(prompts, list(range(8)))
@@ -47,7 +50,7 @@ def main() -> int:
     eng.llm.sleep(level=1)
     asleep = torch.cuda.mem_get_info()[0]
     eng.llm.wake_up()
-    model = AutoModelForCausalLM.from_pretrained(senior, torch_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(senior, torch_dtype=getattr(torch, settings.dtype))
     eng.llm.collective_rpc("reload_weights", kwargs={
         "weights_iterator": ((k, v.cuda()) for k, v in model.state_dict().items()), "is_checkpoint_format": True})
     eng.llm.reset_prefix_cache()

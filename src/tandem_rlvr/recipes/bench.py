@@ -29,7 +29,6 @@ Run: ``tandem bench decode --json`` (defaults: tiny world, batch 64, 128 new tok
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -40,7 +39,7 @@ from ..decoding.tandem import ModelRunner, TandemDecoder, left_pad
 from ..decoding import rng
 from ..decoding.sampling import sample
 from ..runtime import configure_cpu_threads, intra_op_threads
-from .roofline import Shapes, machine_rates, roofline_bound
+from .roofline import Shapes, best_seconds, machine_rates, roofline_bound
 
 
 def flops_per_token(model, context: float) -> tuple[float, float]:
@@ -91,15 +90,6 @@ def naive_tandem(senior, junior, prompts, seeds, sampling: SamplingParams, p: fl
         sched.advance(state, tok, t)
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
         cur, cur_pos = tok[:, None], cur_pos[:, -1:] + 1
-
-
-def _time(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def lognormal_lengths(batch: int, cap: int, median_frac: float = 0.25, sigma: float = 1.0, seed: int = 0) -> list[int]:
@@ -179,13 +169,13 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
         for fn in cases.values():  # warm-up (allocator, kernels, lazy init)
             fn()
         for name, fn in cases.items():
-            secs[name] = _time(fn, repeats)
+            secs[name] = best_seconds(fn, repeats)
             if progress:
                 progress(name)
     solo_at = {N: secs["solo"]}
     for n in range(1, N):
         with intra_op_threads(n):
-            solo_at[n] = _time(cases["solo"], repeats)
+            solo_at[n] = best_seconds(cases["solo"], repeats)
     best_n = min(solo_at, key=solo_at.get)
     toks = sum(caps)
     res = {f"{k}_tok_s": toks / v for k, v in secs.items()}
@@ -282,7 +272,7 @@ def bench_decode_vllm(senior: str, junior: str, tokenizer, prompts: list[str], b
         try:
             dec = eng.decoder("word" if tandem else "senior", sp, p=p, ignore_eos=True)
             dec.generate(enc, seeds)  # warm-up
-            secs[name] = _time(lambda: dec.generate(enc, seeds), repeats)
+            secs[name] = best_seconds(lambda: dec.generate(enc, seeds), repeats)
             device = str(eng.llm.llm_engine.vllm_config.device_config.device)
         finally:
             eng.close()

@@ -79,15 +79,16 @@ def roofline_bound(senior: Shapes, junior: Shapes, rows: int, p: float, context:
     return solo / tandem
 
 
-def _best(fn, device: torch.device, repeats: int) -> float:
-    fn()
+def best_seconds(fn, repeats: int, device: torch.device | None = None) -> float:
+    """Fastest of ``repeats`` calls of ``fn`` in seconds (on CUDA, each call synchronised)."""
+    sync = device is not None and device.type == "cuda"
     best = float("inf")
     for _ in range(repeats):
-        if device.type == "cuda":
+        if sync:
             torch.cuda.synchronize(device)
         t = time.perf_counter()
         fn()
-        if device.type == "cuda":
+        if sync:
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t)
     return best
@@ -102,8 +103,10 @@ def machine_rates(device: torch.device, dtype: torch.dtype = torch.float32, repe
     g = torch.Generator(device="cpu").manual_seed(0)
     w = torch.randn(2048, 2048, generator=g).to(device, dtype)
     x = torch.randn(256, 2048, generator=g).to(device, dtype)
-    flops = 2.0 * 256 * 2048 * 2048 / _best(lambda: torch.nn.functional.linear(x, w), device, repeats)
     big = torch.randn(8192, 8192, generator=g).to(device, dtype)
     one = torch.randn(1, 8192, generator=g).to(device, dtype)
-    bw = big.numel() * big.element_size() / _best(lambda: torch.nn.functional.linear(one, big), device, repeats)
+    small_product, streaming = (lambda: torch.nn.functional.linear(x, w)), (lambda: torch.nn.functional.linear(one, big))
+    small_product(), streaming()  # warm-up
+    flops = 2.0 * 256 * 2048 * 2048 / best_seconds(small_product, repeats, device)
+    bw = big.numel() * big.element_size() / best_seconds(streaming, repeats, device)
     return flops, bw
