@@ -16,17 +16,34 @@
 #    through vLLM, a 2-step training run with vLLM rollouts (peak GPU memory printed), vLLM
 #    sleep/wake (scripts/vllm_sleep_check.py: memory freed, same tokens after wake and a weight
 #    push), the 2-step run again with --vllm-sleep true (peak memory), and `bench train --engine vllm`
+# 12 paper_layout: the qwen3-4b-deepscaler preset's layout (fp32 masters, bf16 compute, micro-batches of
+#    one 4,024-token row, checkpointing, decoder rollouts) for 2 updates on randomly initialised Qwen3-4B
+#    models built from the shipped config (scripts/paper_layout_check.py): the memory plan's predicted
+#    peak per device beside torch.cuda.max_memory_allocated
 # and prints one summary table. Exit status is non-zero if any step fails.
+# GPU_CHECK_STEPS="paper_layout train_2_steps" runs only the named steps (default: all).
+# On the lent GPU machine (no network, no TRL/datasets/math-verify/gguf in its image): run
+# `bash scripts/device_wheels.sh` here first and carry .device-wheels; this script installs them into
+# .device-site and runs the package from src/ (no pip install needed there).
 # GPU_CHECK_CPU=1 rehearses the same steps on the CPU (small bench sizes), to check the script
 # itself on a machine without a GPU; its figures mean nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
+command -v python >/dev/null || python() { command python3 "$@"; }
+if ! python -c "import trl, datasets, math_verify, gguf" >/dev/null 2>&1 && ls .device-wheels/*.whl >/dev/null 2>&1; then
+  python -m pip install -q --no-index --no-deps --target .device-site .device-wheels/*.whl || exit 2
+  export PYTHONPATH="$PWD/.device-site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python -c "import tandem_rlvr" 2>/dev/null || export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+command -v tandem >/dev/null || tandem() { python -m tandem_rlvr.cli "$@"; }
+python -c "import torch, transformers, trl; print(f'gpu_check: torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}')"
+LAYOUT_EXTRA=()
 BENCH_EXTRA=()
 VLLM_EVAL=(--limit 20 --n 4 --max-tokens 1024)
 if [ "${GPU_CHECK_CPU:-0}" = 1 ]; then
   NGPU=0; SDEV=cpu; JDEV=cpu; BENCH_EXTRA=(--batch 4 --new-tokens 16 --repeats 1)
-  VLLM_EVAL=(--limit 2 --n 2 --max-tokens 32)
+  VLLM_EVAL=(--limit 2 --n 2 --max-tokens 32); LAYOUT_EXTRA=(--small)
   echo "gpu_check: CPU rehearsal (GPU_CHECK_CPU=1): the steps run, the figures mean nothing"
 else
   NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
@@ -71,7 +88,12 @@ peak_mem() {
   wait $pid; local rc=$?
   echo "peak GPU memory in use: $(sort -n "$f" | tail -1) MiB (empty: no nvidia-smi)"; rm -f "$f"; return $rc
 }
-run() { local name=$1; shift; echo "== $name"; if "$@" > "$OUT/$name.log" 2>&1; then STATUS[$name]=ok; else STATUS[$name]="FAILED (see $OUT/$name.log)"; fi; tail -3 "$OUT/$name.log"; }
+run() {
+  local name=$1; shift
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && [[ " $GPU_CHECK_STEPS " != *" $name "* ]]; then STATUS[$name]="not run"; return; fi
+  echo "== $name"; if "$@" > "$OUT/$name.log" 2>&1; then STATUS[$name]=ok; else STATUS[$name]="FAILED (see $OUT/$name.log)"; fi
+  tail -3 "$OUT/$name.log"
+}
 
 run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py \
     tests/test_decoder_speed_paths.py
@@ -80,7 +102,8 @@ run bench_decode tandem bench decode --senior "$MODEL" --device "$SDEV" --junior
     "${BENCH_EXTRA[@]}" --json
 run train_2_steps tandem train --preset tiny --senior-device "$SDEV" --junior-device "$JDEV" --dtype float32 \
     --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train"
-CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps)
+run paper_layout python scripts/paper_layout_check.py "${LAYOUT_EXTRA[@]}" --out "$OUT/paper_layout"
+CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps paper_layout)
 if python -c "import vllm" >/dev/null 2>&1; then
   run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py tests/test_vllm_train.py
   run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
@@ -115,4 +138,5 @@ r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 print(f"vLLM decode: solo {r['solo_tok_s']:.0f} tok/s, tandem {r['tandem_tok_s']:.0f} tok/s, tandem/solo "
       f"{r['tandem_over_solo']:.3f} (bound with both output layers {r['bound']:.3f})")
 PY
-for k in "${!STATUS[@]}"; do [ "${STATUS[$k]}" = ok ] || exit 1; done
+grep -h "predicted" "$OUT/paper_layout.log" 2>/dev/null | grep -v "^ " | sed 's/^/paper layout: /'
+for k in "${!STATUS[@]}"; do [ "${STATUS[$k]}" = ok ] || [ "${STATUS[$k]}" = "not run" ] || exit 1; done

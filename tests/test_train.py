@@ -201,7 +201,9 @@ def test_gpu_preset_loads_and_validates():
     assert cfg.prompts_per_step * cfg.group_size == 128 and cfg.updates_per_batch == 2
     from tandem_rlvr.rl.train import grpo_args
     args = grpo_args(cfg, num_processes=1, on_cpu=True)
-    assert args.per_device_train_batch_size == 64 and args.steps_per_generation == 2 and args.loss_type == "dapo"
+    # 64 rows per update in micro-batches of 1 row: 64 accumulated micro-steps, 128 per rollout batch
+    assert args.per_device_train_batch_size == 1 and args.gradient_accumulation_steps == 64
+    assert args.steps_per_generation == 128 and args.loss_type == "dapo"
     assert args.generation_batch_size == 128 and args.num_generations == 8
 
 

@@ -129,6 +129,15 @@ def _optional(kind):
     return parse
 
 
+def torch_cuda_gib() -> float | None:
+    """Memory of the first visible GPU in GiB, or None without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / (1 << 30)
+
+
 def _parse_bool(x: str) -> bool:
     if x.lower() in ("1", "true", "yes", "on"):
         return True
@@ -144,7 +153,14 @@ def cmd_train(a):
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
     cfg = load_train_config(a.preset, a.config, overrides)
     if a.dry_run:
+        from .rl.memory_plan import plan, render
+
         print(json.dumps(cfg.to_dict(), indent=2))
+        gib = a.plan_gpu_gib
+        if gib is None and torch_cuda_gib() is not None:
+            gib = torch_cuda_gib()
+        print(f"\nmemory plan (one training process of {a.plan_processes}; peak per device):")
+        print(render(cfg, plan(cfg, a.plan_processes, gib), gib))
         return
     configure_cpu_threads()
     summary = train(cfg)
@@ -194,7 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     wb.set_defaults(fn=cmd_world_build)
 
     t = sub.add_parser("train", help="train a senior: --method tandem | grpo | klreg (TRL GRPOTrainer)")
-    t.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    t.add_argument("--dry-run", action="store_true", help="print the resolved config and its memory plan (peak "
+                   "memory per device), then exit")
+    t.add_argument("--plan-gpu-gib", type=float, default=None, help="--dry-run: plan for GPUs of this many GiB "
+                   "('auto' devices become cuda:0; default: the visible GPUs, else this machine)")
+    t.add_argument("--plan-processes", type=int, default=1, help="--dry-run: data-parallel training processes")
     _train_flags(t)
     t.set_defaults(fn=cmd_train)
 

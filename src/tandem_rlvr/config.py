@@ -69,8 +69,9 @@ class TrainConfig:
     junior_token_weight: float = _f(0.0, "weight w of junior-written tokens in the clipped GRPO objective (the "
                                     "paper's tandem_jr_tkn_weight; paper: 0; 1 = vanilla GRPO on tandem rollouts)")
     loss_normalizer: str = _f("response_tokens", "token-mean denominator: response_tokens (every response token of "
-                              "the batch, junior ones included: the paper's) or senior_tokens (the tokens in the "
-                              "loss only; about 1/senior-share larger gradients)", choices=LOSS_NORMALIZERS)
+                              "the batch, junior ones included: the paper's released patch) or senior_tokens (the tokens in "
+                              "the loss only, as the paper's gate test reads it; about 1/senior-share larger gradients, "
+                              "which AdamW cancels but gradient clipping does not)", choices=LOSS_NORMALIZERS)
     junior_imitation: float = _f(0.0, "coefficient of a junior-imitation NLL on junior-written tokens (tandem only; "
                                  "our extension, not in the paper: 0 = off; the paper's launcher's lambda_jun is "
                                  "junior_token_weight here)")

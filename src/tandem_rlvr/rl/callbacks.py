@@ -5,10 +5,11 @@
 own, and prints one line per step. On resume it first drops records past the checkpoint,
 so the log continues without a gap or a duplicate, and carries the accumulated wall-clock on.
 
-``Validation`` measures validation accuracy every ``eval_every`` steps with the method's
-own rollout schedule (tandem rollouts for Tandem RLVR, the senior alone for GRPO and
-KL-Reg, as the paper selects checkpoints), keeps the best weights in ``run_dir/best``
-(written atomically) and flags a sharp decline.
+``Validation`` measures validation accuracy every ``eval_every`` steps (in ``step_unit``)
+with the method's own rollout schedule (tandem rollouts for Tandem RLVR, the senior alone
+for GRPO and KL-Reg, as the paper's text selects checkpoints) or, with ``validation: solo``,
+the senior alone (as the paper's released code validates), keeps the best weights in
+``run_dir/best`` (written atomically, in the compute dtype) and flags a sharp decline.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def read_log(path: Path) -> list[dict]:
 
 
 class RunLog(TrainerCallback):
-    def __init__(self, run_dir: Path, resume_step: int, print_fn=print):
+    def __init__(self, run_dir: Path, resume_step: int, print_fn=print, updates_per_batch: int = 1):
         self.path = run_dir / "log.jsonl"
         rows = [r for r in read_log(self.path) if r.get("step", 0) <= resume_step]
         tmp = self.path.with_suffix(".jsonl.tmp")
@@ -65,8 +66,11 @@ class RunLog(TrainerCallback):
         os.replace(tmp, self.path)
         self.total = max([r.get("wall/total_s", 0.0) for r in rows] or [0.0])
         self.print = print_fn
+        self.updates_per_batch = updates_per_batch  # optimiser updates per rollout batch (rollout_step = its count)
+        self.resume_step = resume_step
         self._t0 = None
         self.step_s = None
+        self.session_s = 0.0  # wall-clock of the steps run by this process (for the ETA)
         self.is_main = True
 
     def on_train_begin(self, args, state, control, **kw):
@@ -79,26 +83,41 @@ class RunLog(TrainerCallback):
         if self._t0 is not None:
             self.step_s = time.perf_counter() - self._t0
             self.total += self.step_s
+            self.session_s += self.step_s
 
     def write(self, step: int, record: dict) -> None:
         if not self.is_main:
             return
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, **record}) + "\n")
+            f.write(json.dumps({"step": step, "rollout_step": -(-step // self.updates_per_batch), **record}) + "\n")
+
+    def _eta(self, state) -> str:
+        """' of N, ETA' from this session's mean step time (no ETA before a step has been timed)."""
+        total = state.max_steps or 0
+        done = state.global_step - self.resume_step
+        if not total:
+            return ""
+        if done <= 0 or self.session_s <= 0:
+            return f"/{total}"
+        left = (total - state.global_step) * self.session_s / done
+        return f"/{total} eta {int(left // 60)}m{int(left % 60):02d}s"
 
     def on_log(self, args, state, control, logs=None, **kw):
         if not logs or "train_runtime" in logs:
             return
         rec = {RENAME.get(k, k): v for k, v in logs.items()}
-        if self.step_s is not None and "reward/mean" in rec:
+        if self.step_s is not None and "loss" in rec:
             rec["wall/step_s"] = self.step_s
         rec["wall/total_s"] = self.total
         self.write(state.global_step, rec)
-        if self.is_main and "reward/mean" in rec:
-            self.print(f"step {state.global_step:4d} | reward {rec['reward/mean']:.3f} | len "
-                       f"{rec.get('response/mean_length', float('nan')):6.1f} | senior {rec.get('senior/token_share', float('nan')):.2f} "
-                       f"| kl(jun) {rec.get('kl/junior', float('nan')):.4f} | clip {rec.get('clip_ratio/region_mean', 0.0):.3f} "
-                       f"| {rec.get('wall/step_s', 0.0) * 1000:.0f} ms")
+        if self.is_main and "loss" in rec:  # an update; rollout figures only on the update that generated
+            rollout = (f"reward {rec['reward/mean']:.3f} | len {rec.get('response/mean_length', float('nan')):6.1f} | "
+                       f"senior {rec.get('senior/token_share', float('nan')):.2f} | kl(jun) "
+                       f"{rec.get('kl/junior', float('nan')):.4f}") if "reward/mean" in rec else \
+                "same rollout batch (update {} of {})".format((state.global_step - 1) % self.updates_per_batch + 1,
+                                                              self.updates_per_batch)
+            self.print(f"step {state.global_step:4d}{self._eta(state)} | {rollout} | clip "
+                       f"{rec.get('clip_ratio/region_mean', 0.0):.3f} | {rec.get('wall/step_s', 0.0) * 1000:.0f} ms")
 
 
 class Validation(TrainerCallback):
@@ -108,7 +127,7 @@ class Validation(TrainerCallback):
     prompt template); run_dir: where ``best/`` goes; runlog: the run's ``RunLog``.
     """
 
-    batch_rows = 256  # rows decoded together
+    batch_rows = 256  # rows decoded together when the config sets no rollout_batch_rows
 
     def __init__(self, prep, run_dir: Path, runlog: RunLog, engine=None, rollout_model=None):
         cfg, pair = prep.cfg, prep.pair
@@ -137,8 +156,9 @@ class Validation(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            for s in range(0, len(rows), self.batch_rows):
-                chunk = rows[s:s + self.batch_rows]
+            n = self.cfg.rollout_batch_rows or self.batch_rows  # the rollouts' row budget bounds the KV caches here too
+            for s in range(0, len(rows), n):
+                chunk = rows[s:s + n]
                 seeds = [row_seed(self.cfg.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
                 roll = dec.generate([self.prompts[i] for i, _ in chunk], seeds)
                 for b, (i, _) in enumerate(chunk):
@@ -192,7 +212,7 @@ class Validation(TrainerCallback):
             self._run(state, self._unwrap(model))
 
     def on_step_end(self, args, state, control, model=None, **kw):
-        if self.cfg.eval_every and state.global_step % self.cfg.eval_every == 0:
+        if self.cfg.eval_every and state.global_step % self.cfg.updates(self.cfg.eval_every) == 0:
             self._run(state, self._unwrap(model))
 
     def _unwrap(self, model):

@@ -13,7 +13,11 @@ batch). Tandem RLVR changes only the two inputs defined here:
   changes only the numerator. ``senior_tokens`` (TRL's ``dapo`` with ``env_mask``, our behaviour
   before the paper-fidelity review, docs/paper_fidelity.md): only the tokens in the loss (senior tokens, plus w x junior tokens), which
   scales the per-token gradient by about 1/senior share (about 2x at p = 0.5) relative to the
-  paper's. The difference matters under gradient clipping and for the learning rate.
+  paper's released patch (the paper's own gate test and its older verl fork divide by the gated
+  mask, i.e. senior tokens: docs/paper_fidelity.md). Under AdamW a constant rescale of the loss
+  cancels (the update divides by the gradient's own scale), so the two differ only through
+  gradient clipping (``max_grad_norm``) and through the weighting across mini-batches whose
+  senior shares differ, not through the learning rate.
 
 Shapes: B rows (prompts x G), T completion positions.
 """

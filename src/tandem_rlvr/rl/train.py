@@ -148,9 +148,9 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
         + (" (not used by the rollouts of this method)" if cfg.method == "grpo" else ""),
         f"- training data: `{stored['dataset']}` (split {cfg.dataset_split}), validation: "
         f"{'`' + str(stored['val_dataset']) + '`' if cfg.val_dataset else f'a held-out slice of {cfg.val_size} problems'}",
-        f"- optimiser updates: {steps} ({-(-steps // cfg.updates_per_batch)} rollout steps; max_steps {cfg.max_steps} "
-        f"{cfg.step_unit}s); {cfg.prompts_per_minibatch} prompts x {cfg.group_size} rollouts per update, lr {cfg.lr}, "
-        f"clip {cfg.clip}, temperature {cfg.temperature}",
+        f"- optimiser steps: {steps} (updates; {-(-steps // cfg.updates_per_batch)} rollout steps of "
+        f"{cfg.updates_per_batch}; max_steps {cfg.max_steps} {cfg.step_unit}s); {cfg.prompts_per_minibatch} prompts x "
+        f"{cfg.group_size} rollouts per update, lr {cfg.lr}, clip {cfg.clip}, temperature {cfg.temperature}",
         f"- reward: binary verifier on the last \\boxed{{}} answer; seed {cfg.seed}",
         f"- weights: {_weights_note(cfg)}", "",
         "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
@@ -267,7 +267,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         fresh = not (out / "config.json").exists()
         if state.is_main_process:
             write_json(out / "config.json", stored_config(cfg))
-        runlog = RunLog(out, resume_step, print_fn)
+        runlog = RunLog(out, resume_step, print_fn, cfg.updates_per_batch)
         validation = Validation(prep, out, runlog, engine, rollout_model)
         if engine is not None and engine.data_parallel:
             engine.open(prep.pair.senior)  # collective: every process, before rank 0 validates alone

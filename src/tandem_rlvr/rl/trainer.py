@@ -41,7 +41,7 @@ SENIOR_MASK = "tool_mask"
 # attributes TRL's __init__ sets; trl.trainer.utils / trl.models.utils helpers for the reference.
 PRIVATE_SURFACE = {
     "methods": ("_compute_loss", "_generate_and_score_completions", "_get_per_token_logps_and_entropies",
-                "_prepare_inputs", "_load_from_checkpoint"),
+                "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load"),
     "attributes": ("_metrics", "temperature", "beta", "ref_model", "current_gradient_accumulation_steps"),
     "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model",
                 "trl.models.utils.prepare_deepspeed", "trl.models.utils.prepare_fsdp"),
@@ -84,6 +84,18 @@ class TandemGRPOTrainer(GRPOTrainer):
 
         self._load_from_checkpoint(checkpoint)
         self.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """transformers warns that a tied output layer (saved once, as the embedding) is a "missing
+        key" when a run resumes; it is not missing, so only other keys are reported."""
+        first, tied = {}, set()
+        for name, tensor in self.accelerator.unwrap_model(self.model).state_dict(keep_vars=True).items():
+            if id(tensor) in first:
+                tied |= {name, first[id(tensor)]}
+            first.setdefault(id(tensor), name)
+        missing = [k for k in load_result.missing_keys if k not in tied]
+        load_result = type(load_result)(missing_keys=missing, unexpected_keys=load_result.unexpected_keys)
+        super()._issue_warnings_after_load(load_result)
 
     def create_model_card(self, *args, **kwargs):
         """Our card (base model, method, junior, steps, data) in place of TRL's, whose base is "None"."""

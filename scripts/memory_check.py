@@ -1,0 +1,128 @@
+"""Predicted vs measured peak memory of `tandem train` on CPU (issue 22's check of the memory plan).
+
+Each configuration trains 2 updates of a randomly initialised model of a real architecture
+(the tiny world's, SmolLM2-135M's) in a fresh process and reads the process's peak resident
+memory (/proc/self/status VmHWM) minus its resident memory after the imports; glibc is told to
+hand every allocation of 64 KiB or more straight back to the system (MALLOC_MMAP_THRESHOLD_), so
+resident memory follows live tensors. Random weights rarely emit EOS, so every rollout runs to
+max_new_tokens, the length the plan assumes; prompts are all max_prompt_tokens long.
+
+Run: python scripts/memory_check.py [--quick] [--out docs/memory_check.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, sys
+def rss(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+import torch
+torch.set_num_threads(2)
+from tandem_rlvr.config import load_train_config
+from tandem_rlvr.rl import train as T
+from tandem_rlvr.rl.memory_plan import plan
+overrides = json.loads(sys.argv[1])
+cfg = load_train_config(None, None, overrides)
+predicted, phase = plan(cfg).peak("cpu")
+base = rss("VmRSS:")
+T.train(cfg, print_fn=lambda *_: None)
+print(json.dumps({"measured": rss("VmHWM:") - base, "predicted": predicted, "phase": phase}))
+"""
+
+
+def make_model(arch: str, root: Path) -> Path:
+    """A randomly initialised model of ``arch`` with its tokenizer, saved under ``root``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tandem_rlvr.models import load_tokenizer, resolve_model_path
+
+    src = resolve_model_path(arch)
+    out = root / arch
+    if not out.exists():
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src))
+        model.save_pretrained(out)
+        load_tokenizer(src).save_pretrained(out)
+    return out
+
+
+def make_data(root: Path, tokenizer_dir: Path, prompt_tokens: int) -> tuple[Path, int]:
+    """40 problems whose plain prompts are exactly as long (the longest sets max_prompt_tokens)."""
+    from tandem_rlvr.models import load_tokenizer
+    from tandem_rlvr.prompting import encode_prompt, format_prompt
+
+    tok = load_tokenizer(str(tokenizer_dir))
+    rows, n = [], 0
+    for i in range(40):
+        words = " ".join(["one"] * prompt_tokens)
+        text = f"{i} {words}"
+        ids = encode_prompt(tok, format_prompt(tok, text, "plain", "none"))
+        ids = ids[:prompt_tokens]
+        text = tok.decode(ids[:-1] if len(ids) > 1 else ids, skip_special_tokens=True)
+        n = max(n, len(encode_prompt(tok, format_prompt(tok, text, "plain", "none"))))
+        rows.append({"problem": text, "answer": "2"})
+    path = root / f"data-{tokenizer_dir.name}-{prompt_tokens}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path, n
+
+
+CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_rows, gradient checkpointing)
+    ("tiny", 64, 192, 0, True),
+    ("tiny", 64, 192, 0, False),
+    ("tiny", 64, 448, 8, False),
+    ("smol", 64, 192, 8, True),
+    ("smol", 64, 192, 8, False),
+    ("smol", 64, 448, 2, False),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the first configuration of each architecture only")
+    ap.add_argument("--out", default=None, help="write the table as JSON here")
+    a = ap.parse_args()
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_ARENA_MAX": "2",
+           "TANDEM_THREADS": "2"}
+    results = []
+    configs = [c for i, c in enumerate(CONFIGS) if not a.quick or i in (0, 3)]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for arch, prompt, new, micro, ckpt in configs:
+            model = make_model(arch, root)
+            data, prompt_len = make_data(root, model, prompt)
+            run = root / f"run-{len(results)}"
+            overrides = dict(method="tandem", senior=str(model), dataset=str(data), dataset_split=None, val_size=4,
+                             template="plain", instruction="none", lr=1e-5, group_size=8, prompts_per_step=2,
+                             prompts_per_minibatch=2, max_prompt_tokens=prompt_len, max_new_tokens=new,
+                             micro_batch_rows=micro, gradient_checkpointing=ckpt, max_steps=2, eval_every=0,
+                             save_every=100, kl_every=0, dtype="float32", output_dir=str(run))
+            out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(overrides)], env=env, capture_output=True,
+                                 text=True)
+            if out.returncode:
+                sys.exit(f"memory_check: configuration {arch} failed:\n{out.stderr[-2000:]}")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r.update(arch=arch, prompt=prompt_len, response=new, micro=micro or 16, checkpointing=ckpt,
+                     ratio=r["predicted"] / r["measured"])
+            results.append(r)
+            print(f"{arch:5s} prompt {prompt_len:4d} response {new:4d} micro {r['micro']:3d} ckpt {str(ckpt):5s} | "
+                  f"predicted {r['predicted'] / 2**20:8.1f} MiB ({r['phase']}) | measured {r['measured'] / 2**20:8.1f} "
+                  f"MiB | predicted/measured {r['ratio']:.2f}", flush=True)
+    if a.out:
+        Path(a.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    worst = max(abs(r["ratio"] - 1) for r in results)
+    print(f"worst |predicted/measured - 1| = {worst:.2f} over {len(results)} configurations (2 CPU threads)")
+
+
+if __name__ == "__main__":
+    main()

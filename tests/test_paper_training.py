@@ -1,0 +1,143 @@
+"""The paper-scale training settings of issue 22 reach TRL and the run as the paper's code has them:
+weight decay 0.01, dual-clip 3, step units, validation by method or solo, the renamed imitation
+key, and the memory plan's arithmetic (checked against numbers worked out by hand here)."""
+
+import json
+
+import pytest
+import torch
+
+from tandem_rlvr.config import load_train_config
+from tandem_rlvr.errors import TandemError
+from tandem_rlvr.rl.train import build_run, train
+
+from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
+
+
+def test_paper_training_defaults_reach_trl(setup, tmp_path):  # noqa: F811
+    run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
+    args = run.trainer.args
+    assert args.weight_decay == 0.01 and args.delta == 3.0 and args.gradient_checkpointing
+    paper = load_train_config("qwen3-4b-deepscaler", None, {})
+    assert (paper.weight_decay, paper.dual_clip, paper.kl_clamp) == (0.01, 3.0, 10.0)
+    assert (paper.master_dtype, paper.dtype, paper.step_unit) == ("float32", "bfloat16", "rollout")
+    # 16 prompts x 8 rollouts in mini-batches of 8 prompts: 64 rows per update, 1 row per micro-batch
+    assert paper.micro_batch_rows == 1 and paper.updates_per_batch == 2
+    assert paper.updates(paper.eval_every) == 40 and paper.updates(paper.save_every) == 40  # test_freq 20 x 2
+
+
+def test_step_unit_rollout_counts_rollout_batches(setup, tmp_path):  # noqa: F811
+    cfg = _cfg(setup, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, step_unit="rollout", max_steps=1,
+               save_every=1, eval_every=1)
+    run = build_run(cfg, print_fn=lambda *_: None)
+    assert run.trainer.args.max_steps == 2 and run.trainer.args.save_steps == 2  # 1 rollout batch = 2 updates
+    run.close()
+    run.lock.release()
+    summary = train(cfg, print_fn=lambda *_: None)
+    assert summary["steps"] == 2 and summary["rollout_steps"] == 1
+    rows = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    steps = [(r["step"], r["rollout_step"]) for r in rows if "loss" in r]
+    assert steps == [(1, 1), (2, 1)]
+    val = [r["step"] for r in rows if "val/accuracy" in r]
+    assert val == [0, 2]  # before training, then after each rollout batch (eval_every 1 rollout step)
+
+
+def test_save_every_must_be_whole_rollout_batches(setup, tmp_path):  # noqa: F811
+    with pytest.raises(TandemError, match="save_every"):
+        _cfg(setup, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, save_every=3)
+    _cfg(setup, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, save_every=3, step_unit="rollout")
+
+
+def test_validation_solo_samples_the_senior_alone(setup, tmp_path):  # noqa: F811
+    method = build_run(_cfg(setup, tmp_path / "m", output_dir=str(tmp_path / "m")), print_fn=lambda *_: None)
+    solo = build_run(_cfg(setup, tmp_path / "s", output_dir=str(tmp_path / "s"), validation="solo"),
+                     print_fn=lambda *_: None)
+    assert method.validation.schedule.name == "word" and method.validation.schedule.uses_junior
+    assert solo.validation.schedule.name == "senior" and not solo.validation.schedule.uses_junior
+    assert solo.rollout.cfg.rollout_schedule == "word"  # training rollouts stay tandem
+
+
+def test_renamed_key_lambda_jun_is_refused_with_its_new_names():
+    with pytest.raises(TandemError, match="junior_imitation.*junior_token_weight"):
+        load_train_config(None, None, {"lambda_jun": 0.5})
+
+
+@pytest.mark.parametrize("bad", [dict(max_steps=0), dict(max_steps=-2), dict(dual_clip=1.1),
+                                 dict(master_dtype="fp16"), dict(validation="tandem"), dict(step_unit="epoch")])
+def test_bad_training_settings_are_one_line_errors(bad):
+    with pytest.raises(TandemError):
+        load_train_config(None, None, bad)
+
+
+def test_training_set_smaller_than_a_rollout_batch_is_refused(setup, tmp_path):  # noqa: F811
+    with pytest.raises(TandemError, match="fewer than one rollout batch"):
+        build_run(_cfg(setup, tmp_path, limit=5, val_size=4, prompts_per_step=2), print_fn=lambda *_: None)
+
+
+# ---------------------------------------------------------------- the memory plan's arithmetic
+def _items(p, device=None):
+    return {i.name.split(" (")[0]: i.nbytes for i in p.items if device is None or i.device == device}
+
+
+def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_path):  # noqa: F811
+    from tandem_rlvr.rl.memory_plan import plan
+
+    cfg = _cfg(setup, tmp_path, dtype="bfloat16", rollout_batch_rows=3, prompts_per_step=2, group_size=4)
+    p = plan(cfg)
+    items = _items(p)
+    # the fixture's model: vocab V, hidden 32, intermediate 64, 1 layer, 4 heads of 8, 2 KV heads, untied
+    from test_train import make_model  # noqa: F401
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(setup[1])
+    V, h, i = c.vocab_size, 32, 64
+    layer = 2 * h + h * 32 + 2 * h * 16 + 32 * h + 3 * h * i + 2 * 8  # norms, q, k and v, o, MLP, q/k norms
+    P = 2 * V * h + layer + h  # embedding, head, the layer, final norm
+    assert items["senior weights"] == P * 4  # fp32 masters
+    assert items["AdamW moments"] == 2 * P * 4
+    assert items["gradients"] == P * 4
+    matrices = V * h + h * 32 + 2 * h * 16 + 32 * h + 3 * h * i
+    assert items["autocast copies of the matrices"] == matrices * 2
+    assert items["junior weights"] == P * 2
+    assert items["senior copy the rollouts decode"] == P * 2
+    seq = cfg.max_prompt_tokens + cfg.max_new_tokens
+    kv_per_token = 1 * 2 * 2 * 8 * 2  # layers x (K, V) x KV heads x head dim x bf16
+    kv = [i for i in p.items if i.name.startswith("senior KV cache") and i.phase == "rollout"]
+    assert kv[0].nbytes == 3 * seq * kv_per_token  # rollout_batch_rows rows
+    peak, phase = p.peak("cpu")  # one device: resident memory plus the heaviest phase
+    resident = sum(i.nbytes for i in p.items if i.phase == "resident")
+    phases = {ph: sum(i.nbytes for i in p.items if i.phase == ph) for ph in {i.phase for i in p.items} - {"resident"}}
+    assert {"update", "rollout", "kl-monitor"} <= set(phases)  # eval_every 0: no validation phase
+    assert peak == resident + max(phases.values()) and phases[phase] == max(phases.values())
+
+
+def test_memory_plan_activation_profile_matches_autograds_saved_bytes():
+    """The profile extends counts at small widths to the real ones; at a width it never saw it
+    must equal a direct count of what autograd saves in one layer."""
+    from transformers import Qwen3Config
+
+    from tandem_rlvr.rl.memory_plan import _saved_bytes, activation_profile
+
+    cfg = Qwen3Config(vocab_size=64, hidden_size=112, intermediate_size=272, num_hidden_layers=2, num_attention_heads=6,
+                      num_key_value_heads=2, head_dim=32)
+    prof = activation_profile(cfg, torch.float32, torch.float32)
+    one = _saved_bytes(cfg, 1, torch.float32, torch.float32, 2, 32)
+    two = _saved_bytes(cfg, 2, torch.float32, torch.float32, 2, 32)
+    assert prof.per_layer == pytest.approx((two - one) / 64, rel=0.02)
+    # a float32 layer saves at least its two norms' inputs and the MLP's four intermediate-width tensors
+    assert prof.per_layer >= 4 * (2 * 112 + 4 * 272)
+
+
+def test_paper_preset_plan_fits_two_80gb_gpus_and_not_one():
+    from tandem_rlvr.rl.memory_plan import GiB, plan
+
+    cfg = load_train_config("qwen3-4b-deepscaler", None, {"method": "tandem"})
+    p = plan(cfg, 1, 80)
+    peaks = {d: p.peak(d)[0] / GiB for d in p.devices()}
+    assert set(peaks) == {"cuda:0", "cuda:1"} and max(peaks.values()) < 77
+    P = _items(p, "cuda:0")["senior weights"] / 4
+    assert 4.0e9 < P < 4.05e9  # Qwen3-4B: 36 layers of 100.9M weights + a tied 389M embedding
+    one = load_train_config("qwen3-4b-deepscaler", None, {"method": "tandem", "junior_device": "cuda:0",
+                                                           "rollout_device": "cuda:0"})
+    p1 = plan(one, 1, 80)
+    assert p1.peak("cuda:0")[0] / GiB > 77  # fp32 masters + moments + gradients alone are 60 GiB
