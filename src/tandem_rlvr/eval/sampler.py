@@ -6,7 +6,7 @@ this module samples and scores.
 Used by ``tandem eval solo`` (schedule ``senior``), ``tandem eval handoff`` (paragraph or
 word schedules with any junior) and the demo. Output, in ``out``:
 
-- ``config.json``: models, schedule, sampling, template, instruction, answer mode, n,
+- ``config.json``: models, schedule, sampling, template, instruction, answer mode, n, dtype,
   benchmarks, and ``inputs``: fingerprints of the senior's and junior's files and of each
   benchmark's problem set (``fingerprint``). Written first; a resume with other inputs or
   another config is refused with a line naming what changed (``runs.check_config``), and so
@@ -69,6 +69,7 @@ class EvalSpec:
     instruction: str = DEFAULT_INSTRUCTION  # prompting.INSTRUCTIONS name (chat prompts)
     answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
     engine: str = "hf"  # engines.ENGINES
+    dtype: str | None = None  # the models' compute dtype ("float32", "bfloat16"); None: not known (models in memory)
     # {"senior": ..., "junior": ...} fingerprints of the model files (``fingerprint.model_fingerprint``);
     # empty for models given in memory
     fingerprints: dict = field(default_factory=dict)
@@ -76,7 +77,8 @@ class EvalSpec:
     def to_dict(self, benchmarks: Sequence[str]) -> dict:
         return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
                 "instruction": self.instruction, "answer_mode": self.answer_mode, "seed": self.seed,
-                "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine}
+                "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine,
+                "dtype": self.dtype}
 
     def run_config(self, problems: dict[str, list[Problem]]) -> dict:
         """config.json's content: ``to_dict`` plus the fingerprints of every input (``INPUTS``)."""
@@ -146,7 +148,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     from ..data.benchmarks import load_benchmarks
     from ..engines import open_decoder
     from ..fingerprint import model_fingerprint
-    from ..models import NAMED_MODELS, resolve_model_path
+    from ..models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
     from ..prompting import resolve_template
 
     problems = load_benchmarks(list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
@@ -159,6 +161,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
                         template=resolve_template(tok, cfg.template), seed=cfg.seed,
                         ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=cfg.instruction,
                         answer_mode=cfg.answer_mode, engine=cfg.engine, fingerprints=fingerprints,
+                        dtype=str(resolve_dtype(cfg.dtype, resolve_device(cfg.device))).removeprefix("torch."),
                         models={"senior": abs_spec(cfg.senior, NAMED_MODELS),
                                 "junior": abs_spec(cfg.junior or cfg.senior, NAMED_MODELS) if name != "senior" else None})
         metrics = run_eval(dec, tok, problems, spec, out, cfg.batch_size, progress)
