@@ -4,7 +4,8 @@ Two sampling runs in one table (the solo runs; the handoff runs of one label) an
 paired t-test must measure the same quantity on the same problems. So:
 
 - **settings** (``COMPARED``) must agree: schedule (name, p, K, ...), sampling (temperature,
-  top-p, top-k, max new tokens), n, template, instruction, answer mode (the verifier); for
+  top-p, top-k, max new tokens), n, template, instruction, answer mode (the verifier), the
+  models' compute dtype (where both runs record it); for
   handoff runs the junior, by the fingerprint of its files (by path for runs made before
   fingerprints); and per benchmark the problem set (count and fingerprint: another
   ``--limit``, an edited or reordered copy). ``settings_differences`` lists every difference,
@@ -33,7 +34,8 @@ from .runs import INPUTS, EvalRun, problem_of, set_change
 
 log = logging.getLogger("tandem_rlvr")
 
-COMPARED = ("schedule", "sampling", "n", "template", "instruction", "answer_mode")
+COMPARED = ("schedule", "sampling", "n", "template", "instruction", "answer_mode", "dtype")
+RECORDED_LATER = ("dtype",)  # compared only where both runs record it
 EXEMPT = ("models", "seed", "engine", "ks")
 
 
@@ -73,7 +75,7 @@ def settings_differences(runs: dict[str, EvalRun], what: str, handoff: bool) -> 
         pair = f"{ref_name} and {name}"
         for key in COMPARED:
             a, b = ref.config.get(key), run.config.get(key)
-            if a != b:
+            if a != b and not (key in RECORDED_LATER and (a is None or b is None)):
                 out.append(f"{what} runs {pair} differ in {key} ({_text(a)} vs {_text(b)})")
         if handoff and not _same_model(ref.config, run.config, "junior"):
             out.append(f"{what} runs {pair} have different juniors ({model_identity(ref.config, 'junior')} vs "
