@@ -89,14 +89,13 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
     solo_runs = {n: read_run(s.solo) for n, s in seniors.items() if s.solo}
     labels = list(dict.fromkeys(lb for s in seniors.values() for lb in s.handoff))
     handoff_runs = {lb: {n: read_run(s.handoff[lb]) for n, s in seniors.items() if lb in s.handoff} for lb in labels}
-    mixed = []
-    for what, group, handoff in [("solo", solo_runs, False),
-                                 *((f"handoff ({lb})", runs, True) for lb, runs in handoff_runs.items())]:
+    groups = [("solo", solo_runs, False), *((f"handoff ({lb})", runs, True) for lb, runs in handoff_runs.items())]
+    for _, group, _ in groups:
         if group:
             check_same_benchmarks(group)
-            mixed += refuse_or_warn(settings_differences(group, what, handoff), allow_mixed)
-    check_same_problems({f"{n} ({kind})": run for kind, group in [("solo", solo_runs), *handoff_runs.items()]
-                         for n, run in group.items()})
+    check_same_problems({f"{n} ({what})": run for what, group, _ in groups for n, run in group.items()})
+    mixed = [d for what, group, handoff in groups if group
+             for d in refuse_or_warn(settings_differences(group, what, handoff), allow_mixed)]
     leg = {n: read_legibility(s.legibility) for n, s in seniors.items() if s.legibility}
     if leg:
         mixed += refuse_or_warn(legibility_differences({n: res["config"] for n, (res, _) in leg.items()}), allow_mixed)
