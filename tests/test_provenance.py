@@ -233,6 +233,8 @@ def _other_value(f, value):
                "dataset_split": ["test"], "val_split": ["test"], "answer_mode": ["final-boxes"]}
     if f.name in choices:
         return choices[f.name]
+    if f.metadata.get("choices"):
+        return [c for c in f.metadata["choices"] if c != value]
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
