@@ -88,8 +88,9 @@ def provenance_html(comp: dict, train_dirs: dict[str, Path]) -> str:
                              f"{_fingerprints(cfg)}; {_command(src)}</li>")
         if dirs.get("legibility"):
             cfg = _read(Path(dirs["legibility"]) / "legibility.json").get("config", {})
+            fps = ", ".join(f"{role} {_code(fp)}" for role, fp in (cfg.get("inputs") or {}).items() if fp)
             items.append(f"<li>legibility: {_code(dirs['legibility'])}: junior {_code(cfg.get('junior'))}; "
-                         f"{_command(cfg)}</li>")
+                         f"{'fingerprints: ' + fps if fps else 'fingerprints not recorded'}; {_command(cfg)}</li>")
         out.append(f"<h3>{html.escape(name)}</h3><ul>{''.join(items)}</ul>")
     if comp.get("drift"):
         cfg = comp["drift"].get("config", {})
