@@ -43,10 +43,13 @@ def _text(x) -> str:
     return json.dumps(x, sort_keys=True)[:80] if isinstance(x, (dict, list)) else str(x)
 
 
-def model_identity(config: dict, role: str) -> str | None:
-    """The fingerprint of a run's ``role`` model if recorded, else its path (older runs)."""
+def model_identity(config: dict, role: str) -> str:
+    """A run's ``role`` model in words: its short name and, where recorded, its files' fingerprint."""
+    from ..models import model_name
+
     fp = ((config.get(INPUTS) or {}).get("models") or {}).get(role)
-    return fp or (config.get("models") or {}).get(role)
+    name = model_name((config.get("models") or {}).get(role))
+    return f"{name} [{fp}]" if fp else name
 
 
 def _same_model(a: dict, b: dict, role: str) -> bool:

@@ -151,13 +151,14 @@ def to_markdown(tables: Sequence[Table]) -> str:
 def print_tables(tables: Sequence[Table]) -> None:
     """Tables on the terminal (rich), first column left-aligned."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     con = Console()
-    for t in tables:
-        rt = RichTable(title=t.title, title_justify="left")
+    for t in tables:  # cells are text, never rich markup ("[5cd361de]" would vanish)
+        rt = RichTable(title=escape(t.title), title_justify="left")
         for i, c in enumerate(t.columns):
-            rt.add_column(c, justify="left" if i == 0 else "right")
+            rt.add_column(escape(c), justify="left" if i == 0 else "right")
         for r in t.rows:
-            rt.add_row(*r)
+            rt.add_row(*map(escape, r))
         con.print(rt)
