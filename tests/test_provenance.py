@@ -13,7 +13,9 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -151,7 +153,6 @@ def test_fingerprint_changes_when_one_byte_changes_even_with_size_and_mtime_kept
     data = bytearray(w.read_bytes())
     data[len(data) // 2] ^= 1  # one bit in the middle of the weights
     w.write_bytes(bytes(data))
-    import os
     os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime
     assert model_fingerprint(str(d)) != first
 
@@ -163,7 +164,7 @@ def test_built_in_model_is_fingerprinted_by_its_files(tmp_path):
     evaluate(cfg, tmp_path / "run", progress=False)
     d = resolve_model_path("tiny")
     h = hashlib.sha256()
-    for p in sorted(x for x in __import__("pathlib").Path(d).iterdir() if x.is_file()):
+    for p in sorted(x for x in Path(d).iterdir() if x.is_file()):
         h.update(f"{p.name}\t{p.stat().st_size}\t{hashlib.sha256(p.read_bytes()).hexdigest()}\n".encode())
     got = json.loads((tmp_path / "run" / "config.json").read_text())["inputs"]["models"]["senior"]
     assert got == h.hexdigest()[:16]

@@ -32,7 +32,6 @@ candidate > baseline); every senior is tested against ``--baseline`` (default: t
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Sequence
@@ -51,8 +50,6 @@ from .tables import Table, comparison_tables, drift_tables, macro_coverage, reco
 __all__ = ["EvalRun", "Senior", "Table", "build_comparison", "check_same_benchmarks", "classify", "comparison_tables",
            "discover", "drift_tables", "macro_coverage", "read_run", "recovery_sentence", "run_compare", "run_pass_at_k",
            "split_named", "to_markdown"]
-
-log = logging.getLogger("tandem_rlvr")
 
 
 def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> dict:
