@@ -15,6 +15,14 @@ handoff run, labelled by its directory name (``handoff``, ``handoff-ood``, ...);
 (``--drift`` names it explicitly). ``--solo/--handoff/--legibility NAME=DIR`` add or
 replace single entries (``--handoff NAME:LABEL=DIR`` sets the label).
 
+What may be compared (``comparable``): runs in one table and one t-test must agree on every
+setting that changes what is measured (schedule, p, K, sampling, n, template, instruction,
+answer mode; the junior of handoff runs, by the fingerprint of its files; each benchmark's
+problem set, so ``--limit`` too), else a one-line refusal naming the difference;
+``--allow-mixed`` compares them anyway, with the differences printed and recorded in
+compare.json (``mixed``). One problem id meaning two problems (an edited or reordered copy of
+a benchmark) is always refused.
+
 Statistics: pass@k is recomputed from samples.jsonl (so metrics.json is not trusted and k
 can be chosen; a k larger than the samples per problem is an error). The t-tests pair the
 problems two seniors share, pooled over all benchmarks: pass@1 (the per-problem fraction
@@ -24,7 +32,6 @@ candidate > baseline); every senior is tested against ``--baseline`` (default: t
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Sequence
@@ -35,6 +42,7 @@ from ..errors import TandemError
 from ..io import atomic_write, write_json
 from ..rundir import output_dir
 from .metrics import paired_ttest, pair_by_key, pass_at_k_summary
+from .comparable import check_same_problems, legibility_differences, refuse_or_warn, settings_differences
 from .runs import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
 from .tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
 
@@ -42,8 +50,6 @@ from .tables import Table, comparison_tables, drift_tables, macro_coverage, reco
 __all__ = ["EvalRun", "Senior", "Table", "build_comparison", "check_same_benchmarks", "classify", "comparison_tables",
            "discover", "drift_tables", "macro_coverage", "read_run", "recovery_sentence", "run_compare", "run_pass_at_k",
            "split_named", "to_markdown"]
-
-log = logging.getLogger("tandem_rlvr")
 
 
 def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> dict:
@@ -67,11 +73,12 @@ def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 1
     shares = np.array([r.get("senior_share", 1.0) for r in run.rows], dtype=np.float64)
     m["senior_share"] = {"mean": float(shares.mean()), "sd": float(shares.std())}
     m["config"] = {k: run.config.get(k) for k in ("models", "schedule", "sampling", "n", "template")}
+    m["config"]["junior_fingerprint"] = ((run.config.get("inputs") or {}).get("models") or {}).get("junior")
     return m
 
 
 def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, baseline: str | None = None,
-                     ks: Sequence[int] | None = None, n_boot: int = 10_000) -> dict:
+                     ks: Sequence[int] | None = None, n_boot: int = 10_000, allow_mixed: bool = False) -> dict:
     """compare.json's content from discovered seniors (see the module docstring)."""
     baseline = baseline or next(iter(seniors))
     if baseline not in seniors:
@@ -79,13 +86,16 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
     solo_runs = {n: read_run(s.solo) for n, s in seniors.items() if s.solo}
     labels = list(dict.fromkeys(lb for s in seniors.values() for lb in s.handoff))
     handoff_runs = {lb: {n: read_run(s.handoff[lb]) for n, s in seniors.items() if lb in s.handoff} for lb in labels}
-    for group in [solo_runs, *handoff_runs.values()]:
+    groups = [("solo", solo_runs, False), *((f"handoff ({lb})", runs, True) for lb, runs in handoff_runs.items())]
+    for _, group, _ in groups:
         if group:
             check_same_benchmarks(group)
+    check_same_problems({f"{n} ({what})": run for what, group, _ in groups for n, run in group.items()})
+    mixed = [d for what, group, handoff in groups if group
+             for d in refuse_or_warn(settings_differences(group, what, handoff), allow_mixed)]
     leg = {n: read_legibility(s.legibility) for n, s in seniors.items() if s.legibility}
-    juniors = sorted({str(res["config"].get("junior")) for res, _ in leg.values()})
-    if len(juniors) > 1:
-        log.warning("legibility results were scored with different juniors (%s): not comparable", ", ".join(juniors))
+    if leg:
+        mixed += refuse_or_warn(legibility_differences({n: res["config"] for n, (res, _) in leg.items()}), allow_mixed)
     drift = read_drift(drift_dir) if drift_dir else None
 
     ttests = []
@@ -116,7 +126,7 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot) for n, r in runs.items()} for lb, runs in handoff_runs.items()},
             "legibility": {n: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]}
                            for n, (res, _) in leg.items()},
-            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests}
+            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "mixed": mixed}
 
 
 def _abs(path: Path | None) -> str | None:
@@ -124,11 +134,12 @@ def _abs(path: Path | None) -> str | None:
 
 
 def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=(), legibility=(), drift: str | None = None,
-                baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> tuple[dict, list[Table]]:
+                baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000,
+                allow_mixed: bool = False) -> tuple[dict, list[Table]]:
     """Discover, compute, and write out/compare.json and out/compare.md; return them."""
     output_dir(out, create=False)
     seniors, found_drift = discover(runs, solo, handoff, legibility)
-    comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot)
+    comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot, allow_mixed)
     tables = comparison_tables(comp)
     out = Path(out)
     write_json(out / "compare.json", comp)

@@ -17,6 +17,10 @@ on the same benchmarks (the responses' token_ids, EOS included):
   than 10 qualifying tokens both are reported as not defined;
 - a table of the most over-emitted tokens with counts per model.
 
+The runs must have sampled the same problems: one (benchmark, problem id) with two problem
+fingerprints among them is refused (``comparable.check_same_problems``); drift.json records the
+fingerprints of every run it read (``config.inputs``).
+
 Token strings come from the tokenizer of the junior run's model (config.json models.senior);
 if it cannot be loaded, only ids are stored and the vocabulary size is the largest id + 1.
 
@@ -39,7 +43,8 @@ from ..errors import TandemError
 from ..io import atomic_write, write_json
 from ..runtime import invocation
 from ..rundir import output_dir
-from .runs import EvalRun, check_same_benchmarks, read_run, split_named
+from .comparable import check_same_problems
+from .runs import INPUTS, EvalRun, check_same_benchmarks, read_run, split_named
 from .tables import drift_tables, recovery_sentence, to_markdown
 from .legibility import check_tokenizer
 from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
@@ -149,6 +154,7 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
             raise TandemError(f"{run.path / 'config.json'}: {n}'s run is a {run.schedule!r} handoff run; "
                               "drift needs solo samples")
     check_same_benchmarks(runs)
+    check_same_problems(runs)
     tok = _tokenizer(runs[JUNIOR])
     if tok is not None:
         for n, run in runs.items():
@@ -163,7 +169,7 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
     result["config"] = {"junior_samples": str(runs[JUNIOR].path.resolve()),
                         "seniors": {n: str(d.resolve()) for n, d in dirs.items()},
                         "smoothing": smoothing, "min_count": min_count, "top_n": top_n, "min_ref_count": min_ref_count,
-                        "vocab_size": V,
+                        "vocab_size": V, INPUTS: {n: run.config.get(INPUTS) for n, run in runs.items()},
                         "tokenizer": runs[JUNIOR].config["models"]["senior"] if tok is not None else None,
                         **invocation()}
     _write(Path(out), result, counts)

@@ -21,7 +21,11 @@ logits = lm_head(final hidden state), true for Qwen, Llama and Mistral families.
 
 The prompt is re-made exactly as the sampler made it: config.json's template applied to
 the problem text, loaded with ``load_benchmarks`` (``--benchmarks`` overrides the names in
-config.json, e.g. for benchmarks sampled from a local file).
+config.json, e.g. for benchmarks sampled from a local file). What is read is checked against
+what was sampled: each row's problem fingerprint against the problem loaded now, and the
+senior's files against the fingerprint the run recorded (a refusal naming the difference;
+runs made before fingerprints get a warning). legibility.json records the fingerprints of
+the senior and junior it used (``config.inputs``), so ``compare`` can tell juniors apart.
 
 Run:  tandem eval legibility --samples RUN_DIR --junior tiny-junior --out DIR
 Writes DIR/legibility.json (summary, config, timing), DIR/per_problem.jsonl, DIR/per_sample.jsonl.
@@ -44,7 +48,7 @@ from ..io import atomic_write, write_json
 from ..rundir import abs_spec, output_dir
 from ..runtime import invocation
 from ..progress import progress_bar
-from .runs import EvalRun, read_legibility, read_run, run_problems  # noqa: F401 (read_legibility: re-exported)
+from .runs import INPUTS, EvalRun, check_problems, read_legibility, read_run, run_problems  # noqa: F401 (read_legibility: re-exported)
 from .metrics import mean_se_summary
 from .teacher_forcing import collate, hidden_states, pack_batches
 
@@ -112,6 +116,11 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
     specs, problems = run_problems(run.path, run.config, benchmarks, split)
+    if INPUTS in run.config:
+        check_problems(run.rows, problems, run.where)
+    else:
+        log.warning("%s: made before runs recorded fingerprints; whether its problems are those loaded now (%s) is "
+                    "not checked", run.path, ", ".join(specs))
     cache: dict[tuple[str, str], list[int]] = {}
     out = []
     for i, r in enumerate(run.rows):
@@ -153,6 +162,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
         raise TandemError(f"{run.path / 'config.json'}: no senior model recorded; pass --senior")
     if batch_tokens < 1:
         raise TandemError(f"--batch-tokens must be >= 1, got {batch_tokens}")
+    fingerprints = _check_senior(run, senior, junior)
     pair = load_pair(senior, junior, device, None, dtype)
     check_tokenizer(run, pair.tokenizer, senior, min(pair.senior.config.vocab_size, pair.junior.config.vocab_size))
     prompts = _prompts_for(run, pair.tokenizer, benchmarks, split)
@@ -175,7 +185,8 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     result = {"summary": summary, "samples": len(per_sample), "scored_tokens": n_tokens,
               "config": {"samples": str(run.path.resolve()), "senior": abs_spec(senior, NAMED_MODELS),
                          "junior": abs_spec(junior, NAMED_MODELS), "template": run.config.get("template"),
-                         "benchmarks": sorted(by_bench), "run_config": run.config, **invocation()},
+                         "benchmarks": sorted(by_bench), "run_config": run.config, INPUTS: fingerprints,
+                         **invocation()},
               "timing": {"seconds": round(seconds, 3), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1),
                          "device": str(next(pair.senior.parameters()).device), "batch_tokens": batch_tokens}}
     out = Path(out)
@@ -183,6 +194,23 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     _write_jsonl(out / "per_problem.jsonl", per_problem)
     write_json(out / "legibility.json", result)
     return result
+
+
+def _check_senior(run: EvalRun, senior: str, junior: str) -> dict:
+    """{"senior", "junior"} fingerprints; TandemError if the senior's files are not those that sampled ``run``."""
+    from ..fingerprint import model_fingerprint
+    from ..models import resolve_model_path
+
+    fps = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in (("senior", senior), ("junior", junior))}
+    recorded = ((run.config.get(INPUTS) or {}).get("models") or {}).get("senior")
+    if INPUTS not in run.config:
+        log.warning("%s: made before runs recorded fingerprints; whether %s is the senior that sampled it is not "
+                    "checked", run.path, senior)
+    elif recorded and recorded != fps["senior"]:
+        raise TandemError(f"{run.path / 'config.json'}: senior {senior} is not the model that sampled this run "
+                          f"(fingerprint {fps['senior']} vs {recorded}: its files changed since, or --senior names "
+                          "another); its samples would be scored under another senior")
+    return fps
 
 
 def _f(x) -> float | None:

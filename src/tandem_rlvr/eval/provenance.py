@@ -5,8 +5,9 @@ the report, says exactly what each result came from:
 
 - the sampling settings shared by the sampling runs (once, when every run agrees; per run
   otherwise): temperature, top-p, top-k, max new tokens, n, seed, template, benchmarks;
-- per senior, each run directory with its full senior and junior specs and the command that
-  made it (``argv`` and ``cwd``, recorded by ``runtime.invocation`` in sources.json,
+- per senior, each run directory with its full senior and junior specs, the fingerprints of
+  their files and of the benchmark problem sets (``fingerprint``; "not recorded" for runs
+  made before that), and the command that made it (``argv`` and ``cwd``, recorded by ``runtime.invocation`` in sources.json,
   legibility.json, drift.json and a training run's summary.json; "not recorded" for runs
   made before that);
 - the drift directory and the training runs, the same way.
@@ -47,6 +48,17 @@ def _models(models: dict) -> str:
     return ", ".join(f"{role} {_code(spec)}" for role, spec in (models or {}).items() if spec)
 
 
+def _fingerprints(cfg: dict) -> str:
+    """'fingerprints: senior <code>..</code>, benchmark b (30 problems) <code>..</code>' of a run's config."""
+    inputs = cfg.get("inputs")
+    if not inputs:
+        return "fingerprints not recorded"
+    parts = [f"{role} {_code(fp)}" for role, fp in (inputs.get("models") or {}).items() if fp]
+    parts += [f"{html.escape(b)} ({s['problems']} problems) {_code(s['sha256'])}"
+              for b, s in (inputs.get("benchmarks") or {}).items()]
+    return "fingerprints: " + ", ".join(parts)
+
+
 def _sampling(cfg: dict) -> str:
     s = cfg.get("sampling") or {}
     keys = ", ".join(f"{k} {v}" for k, v in s.items())
@@ -73,11 +85,12 @@ def provenance_html(comp: dict, train_dirs: dict[str, Path]) -> str:
                 extra = "" if same else f"; sampling {html.escape(_sampling(cfg))}"
                 split = f", split {src['split']}" if src.get("split") else ""
                 items.append(f"<li>{html.escape(kind)}: {_code(path)}: {_models(cfg.get('models'))}{split}{extra}; "
-                             f"{_command(src)}</li>")
+                             f"{_fingerprints(cfg)}; {_command(src)}</li>")
         if dirs.get("legibility"):
             cfg = _read(Path(dirs["legibility"]) / "legibility.json").get("config", {})
+            fps = ", ".join(f"{role} {_code(fp)}" for role, fp in (cfg.get("inputs") or {}).items() if fp)
             items.append(f"<li>legibility: {_code(dirs['legibility'])}: junior {_code(cfg.get('junior'))}; "
-                         f"{_command(cfg)}</li>")
+                         f"{'fingerprints: ' + fps if fps else 'fingerprints not recorded'}; {_command(cfg)}</li>")
         out.append(f"<h3>{html.escape(name)}</h3><ul>{''.join(items)}</ul>")
     if comp.get("drift"):
         cfg = comp["drift"].get("config", {})

@@ -2,10 +2,13 @@
 
 An evaluation run (``tandem eval solo|handoff``, the demo, the study) is a directory of
 
-- ``config.json``: what was sampled (``sampler.EvalSpec``); a resume with another config is
-  refused (``check_config``, by ``rundir.config_diff``);
-- ``samples.jsonl``: one row per sample (``SAMPLE_TYPES``; written by ``append_rows``, whole
-  problems at a time);
+- ``config.json``: what was sampled (``sampler.EvalSpec``) and the fingerprints of what it
+  was sampled from (``inputs``: model files, benchmark problem sets; ``fingerprint``); a
+  resume with other inputs or another config is refused (``check_config``: a changed input
+  by name first, then any other key by ``rundir.config_diff``);
+- ``samples.jsonl``: one row per sample (``SAMPLE_TYPES``, plus the gold ``answer`` and the
+  ``problem_fp`` of the problem it answers; written by ``append_rows``, whole problems at a
+  time; ``check_problems`` matches the rows against the problems loaded now);
 - ``metrics.json``: pass@k and senior share (``write_metrics``/``read_metrics``);
 - ``sources.json``: where the problems came from and the command line (``write_sources``;
   ``run_problems`` loads them again).
@@ -41,7 +44,9 @@ log = logging.getLogger("tandem_rlvr")
 CONFIG, SAMPLES, METRICS, SOURCES = "config.json", "samples.jsonl", "metrics.json", "sources.json"
 SAMPLE_TYPES = {"benchmark": (str,), "problem_id": (str, int), "sample_idx": (int,), "correct": (bool,),
                 "token_ids": (list,), "senior_mask": (list,)}
-OPTIONAL_TYPES = {"response": (str,), "senior_share": (int, float), "tokens": (int,), "finished": (bool,)}
+OPTIONAL_TYPES = {"response": (str,), "senior_share": (int, float), "tokens": (int,), "finished": (bool,),
+                  "answer": (str,), "problem_fp": (str,)}
+INPUTS = "inputs"  # config.json's fingerprints (``fingerprint``): models and benchmark sets
 
 
 # --------------------------------------------------------------------------- sample rows
@@ -223,10 +228,66 @@ def read_run(path: str | os.PathLike) -> EvalRun:
 
 
 def check_config(out: Path, config: dict) -> None:
-    """Write a new run's config.json; refuse an existing run whose config differs."""
-    if not refuse_other_config(out / CONFIG, config, "use a new --out directory",
+    """Write a new run's config.json; refuse an existing run whose inputs or config differ.
+
+    A run made before fingerprints were recorded is refused too: its samples cannot be checked
+    against today's model and problems (docs/evaluation.md, "Fingerprints").
+    """
+    path = out / CONFIG
+    if path.exists():
+        old = read_config(path)
+        if INPUTS not in old:
+            raise TandemError(f"{path}: this run was made before runs recorded input fingerprints, so its samples "
+                              "cannot be checked against the model and problems now; use a new --out directory")
+        check_inputs(path, old[INPUTS], config[INPUTS])
+    if not refuse_other_config(path, config, "use a new --out directory", ignore=(INPUTS,),
                                defaults={"engine": "hf"}):  # runs written before --engine existed
-        write_json(out / CONFIG, config)
+        write_json(path, config)
+
+
+def check_inputs(path: Path, old: dict, new: dict) -> None:
+    """TandemError naming the first input (model, benchmark) whose fingerprint differs."""
+    for role in sorted(set(old.get("models") or {}) | set(new.get("models") or {})):
+        a, b = (old.get("models") or {}).get(role), (new.get("models") or {}).get(role)
+        if a != b:
+            raise TandemError(f"{path}: the {role} model's files changed since this run was sampled (fingerprint "
+                              f"{a} -> {b}); its samples would be stale; use a new --out directory")
+    for name in sorted(set(old.get("benchmarks") or {}) | set(new.get("benchmarks") or {})):
+        a, b = (old.get("benchmarks") or {}).get(name), (new.get("benchmarks") or {}).get(name)
+        if a != b:
+            raise TandemError(f"{path}: benchmark {name} differs from the one this run sampled ({set_change(a, b)}); "
+                              "use a new --out directory")
+
+
+def set_change(a: dict | None, b: dict | None) -> str:
+    """How two problem-set fingerprints differ, in words (for one-line refusals)."""
+    if not a or not b:
+        return f"{'not ' if not a else ''}in one, {'not ' if not b else ''}in the other"
+    if a["problems"] != b["problems"]:
+        return f"{a['problems']} problems vs {b['problems']}: another --limit, or problems added or removed"
+    return (f"{a['problems']} problems in both, but fingerprint {a['sha256']} vs {b['sha256']}: problems or "
+            "answers edited, problems replaced or reordered")
+
+
+def check_problems(rows: Sequence[dict], problems: dict, where) -> None:
+    """Every row must answer the problem of its (benchmark, problem_id) as loaded now: same
+    ``problem_fp`` (text and answer); ``problems`` maps that key to a ``Problem``; ``where(i)``
+    names row i. TandemError naming the first row that does not."""
+    from ..fingerprint import problem_fingerprint
+
+    fps: dict = {}
+    for i, r in enumerate(rows):
+        key = problem_of(r)
+        if key not in problems:
+            raise TandemError(f"{where(i)}: problem {key[1]!r} of benchmark {key[0]!r} is not in the loaded benchmarks: "
+                              "a samples file from another benchmark set?")
+        if key not in fps:
+            fps[key] = problem_fingerprint(problems[key])
+        if r.get("problem_fp") != fps[key]:
+            what = "has no problem fingerprint (an older run)" if "problem_fp" not in r else \
+                "was sampled from another version of it (its text or answer changed)"
+            raise TandemError(f"{where(i)}: problem {key[1]!r} of benchmark {key[0]!r} {what}; its verdicts and prompts "
+                              "would not match the problem loaded now")
 
 
 def write_metrics(out: Path, metrics: dict) -> None:

@@ -6,10 +6,14 @@ this module samples and scores.
 Used by ``tandem eval solo`` (schedule ``senior``), ``tandem eval handoff`` (paragraph or
 word schedules with any junior) and the demo. Output, in ``out``:
 
-- ``config.json``: models, schedule, sampling, template, instruction, answer mode, n,
-  benchmarks (written first; a resume with a different config is refused).
+- ``config.json``: models, schedule, sampling, template, instruction, answer mode, n, dtype,
+  benchmarks, and ``inputs``: fingerprints of the senior's and junior's files and of each
+  benchmark's problem set (``fingerprint``). Written first; a resume with other inputs or
+  another config is refused with a line naming what changed (``runs.check_config``), and so
+  is a row whose problem text or answer no longer matches (``runs.check_problems``).
 - ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
-  correct, senior_share, tokens (count), token_ids, senior_mask, seed. A problem's n rows
+  correct, senior_share, tokens (count), token_ids, senior_mask, seed, the gold answer and
+  the problem's fingerprint (``problem_fp``). A problem's n rows
   are appended together once all are done, so an interrupted run resumes at the first
   unfinished problem without redoing finished ones.
 - ``metrics.json``: pass@k mean and bootstrap SE per benchmark and "macro", senior share
@@ -24,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -36,13 +40,14 @@ from ..decoding.rng import row_seed
 from ..decoding.sampling import SamplingParams
 from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
+from ..fingerprint import problem_fingerprint, problem_set_fingerprint
 from ..progress import progress_bar
 from ..prompting import DEFAULT_INSTRUCTION, encode_prompt, format_prompt
 from ..rewards.math import score
 from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
 from .metrics import pass_at_k_summary
-from .runs import (CONFIG, SAMPLES, append_rows, check_config, problem_counts, read_samples, run_problems,  # noqa: F401
-                   validate_sample_row, write_metrics, write_sources)
+from .runs import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
+                   read_samples, run_problems, validate_sample_row, write_metrics, write_sources)
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -64,11 +69,22 @@ class EvalSpec:
     instruction: str = DEFAULT_INSTRUCTION  # prompting.INSTRUCTIONS name (chat prompts)
     answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
     engine: str = "hf"  # engines.ENGINES
+    dtype: str | None = None  # the models' compute dtype ("float32", "bfloat16"); None: not known (models in memory)
+    # {"senior": ..., "junior": ...} fingerprints of the model files (``fingerprint.model_fingerprint``);
+    # empty for models given in memory
+    fingerprints: dict = field(default_factory=dict)
 
     def to_dict(self, benchmarks: Sequence[str]) -> dict:
         return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
                 "instruction": self.instruction, "answer_mode": self.answer_mode, "seed": self.seed,
-                "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine}
+                "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine,
+                "dtype": self.dtype}
+
+    def run_config(self, problems: dict[str, list[Problem]]) -> dict:
+        """config.json's content: ``to_dict`` plus the fingerprints of every input (``INPUTS``)."""
+        return {**self.to_dict(list(problems)),
+                INPUTS: {"models": dict(self.fingerprints),
+                         "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}}
 
 
 def problem_key(p: Problem) -> int:
@@ -91,9 +107,11 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
     with RunLock(out):
         fresh, wrote = not (out / "config.json").exists(), False
         try:
-            check_config(out, spec.to_dict(list(problems)))
+            check_config(out, spec.run_config(problems))
             samples_path = out / SAMPLES
             rows = read_samples(samples_path, spec.n)
+            by_key = {(p.benchmark, str(p.problem_id)): p for ps in problems.values() for p in ps}
+            check_problems(rows, by_key, lambda i: f"{samples_path}: sample row {i + 1}")
             done = {(r["benchmark"], str(r["problem_id"])) for r in rows}
             todo = [p for ps in problems.values() for p in ps if (p.benchmark, str(p.problem_id)) not in done]
             if done:
@@ -129,17 +147,21 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     """
     from ..data.benchmarks import load_benchmarks
     from ..engines import open_decoder
-    from ..models import NAMED_MODELS
+    from ..fingerprint import model_fingerprint
+    from ..models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
     from ..prompting import resolve_template
 
     problems = load_benchmarks(list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name
     dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
     try:
+        roles = {"senior": cfg.senior, **({"junior": cfg.junior or cfg.senior} if name != "senior" else {})}
+        fingerprints = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()}
         spec = EvalSpec(n=cfg.n, sampling=cfg.sampling, schedule=dec.schedule.describe(),
                         template=resolve_template(tok, cfg.template), seed=cfg.seed,
                         ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=cfg.instruction,
-                        answer_mode=cfg.answer_mode, engine=cfg.engine,
+                        answer_mode=cfg.answer_mode, engine=cfg.engine, fingerprints=fingerprints,
+                        dtype=str(resolve_dtype(cfg.dtype, resolve_device(cfg.device))).removeprefix("torch."),
                         models={"senior": abs_spec(cfg.senior, NAMED_MODELS),
                                 "junior": abs_spec(cfg.junior or cfg.senior, NAMED_MODELS) if name != "senior" else None})
         metrics = run_eval(dec, tok, problems, spec, out, cfg.batch_size, progress)
@@ -166,7 +188,7 @@ def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> l
         rows.append({"benchmark": p.benchmark, "problem_id": str(p.problem_id), "sample_idx": s, "response": text,
                      "correct": bool(score(text, p.answer, answer_mode=spec.answer_mode)), "senior_share": share[b], "tokens": len(toks),
                      "finished": bool(roll.finished[b]), "token_ids": toks, "senior_mask": roll.row_mask(b),
-                     "seed": seeds[b]})
+                     "seed": seeds[b], "answer": p.answer, "problem_fp": problem_fingerprint(p)})
     return rows
 
 

@@ -48,12 +48,28 @@ def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
     first = next(iter(metrics.values()))
     ks = [k for k in first["macro"] if k.startswith("pass@")]
     benches = [b for b, m in first.items() if isinstance(m, dict) and "problems" in m and b != "macro"]
-    macro = Table(f"{title}: pass@k, {macro_coverage(benches)} ({first['macro']['problems']} problems)",
+    macro = Table(f"{title}: pass@k, {macro_coverage(benches)} ({problem_counts_text(metrics)})",
                   ["senior", *ks, "senior share"],
                   [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"] for n, m in metrics.items()])
     per = Table(f"{title}: pass@1 per benchmark", ["senior", *benches, "macro"],
                 [[n, *[_pm(m.get(b, {}).get("pass@1")) for b in [*benches, "macro"]]] for n, m in metrics.items()])
     return [macro, per] if len(benches) > 1 else [macro]
+
+
+def problem_counts_text(metrics: dict[str, dict]) -> str:
+    """"200 problems" when every run of a table has that many; else each run's count."""
+    counts = {n: m["macro"]["problems"] for n, m in metrics.items()}
+    if len(set(counts.values())) == 1:
+        return f"{next(iter(counts.values()))} problems"
+    return "problems: " + ", ".join(f"{n} {c}" for n, c in counts.items())
+
+
+def _distinct(metrics: dict[str, dict], value) -> str:
+    """``value(config)`` when every run agrees; else each run's, named."""
+    vals = {n: value(m["config"]) for n, m in metrics.items()}
+    if len(set(vals.values())) == 1:
+        return next(iter(vals.values()))
+    return "; ".join(f"{n}: {v}" for n, v in vals.items())
 
 
 def macro_coverage(benches: Sequence[str]) -> str:
@@ -95,12 +111,16 @@ def comparison_tables(comp: dict) -> list[Table]:
     (never a full path; the report's provenance section has those)."""
     from ..models import model_name
 
-    tables = _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
+    tables = [Table("Compared with --allow-mixed: these runs differ in settings", ["difference"],
+                    [[d] for d in comp["mixed"]])] if comp.get("mixed") else []
+    tables += _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
     for lb, metrics in comp["handoff"].items():
-        cfg = next(iter(metrics.values()))["config"]
         label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
-        tables += _pass_tables(f"{label} (junior {model_name(cfg['models'].get('junior'))}, "
-                               f"{(cfg['schedule'] or {}).get('name')})", metrics)
+        junior = _distinct(metrics, lambda c: f"junior {model_name(c['models'].get('junior'))}")
+        if len({m["config"].get("junior_fingerprint") for m in metrics.values()}) > 1 and "; " not in junior:
+            junior += " (other files in each run)"  # one name, different weights (--allow-mixed)
+        schedule = _distinct(metrics, lambda c: str((c["schedule"] or {}).get("name")))
+        tables += _pass_tables(f"{label} ({junior}, {schedule})", metrics)
     if comp["legibility"]:
         tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
                             [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]), _pm(x["summary"]["alpha"]["macro"]),
@@ -131,13 +151,14 @@ def to_markdown(tables: Sequence[Table]) -> str:
 def print_tables(tables: Sequence[Table]) -> None:
     """Tables on the terminal (rich), first column left-aligned."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     con = Console()
-    for t in tables:
-        rt = RichTable(title=t.title, title_justify="left")
+    for t in tables:  # cells are text, never rich markup ("[5cd361de]" would vanish)
+        rt = RichTable(title=escape(t.title), title_justify="left")
         for i, c in enumerate(t.columns):
-            rt.add_column(c, justify="left" if i == 0 else "right")
+            rt.add_column(escape(c), justify="left" if i == 0 else "right")
         for r in t.rows:
-            rt.add_row(*r)
+            rt.add_row(*map(escape, r))
         con.print(rt)
