@@ -67,8 +67,8 @@ MUTANTS = [
            "done = set()",
            ("tests/test_resume.py",)),
     Mutant("junior-imitation-cut-from-gradient", "rl/trainer.py",
-           "nll = -(self._last_logps * jmask).sum()",
-           "nll = -(self._last_logps.detach() * jmask).sum()",
+           "nll_sum = -(self._last_logps * jmask).sum()",
+           "nll_sum = -(self._last_logps.detach() * jmask).sum()",
            ("tests/test_loss_reference.py",)),
     # further bugs of the same kinds
     Mutant("normalizer-response-tokens-counts-senior-only", "rl/losses.py",
@@ -117,6 +117,23 @@ MUTANTS = [
            "m = torch.tensor(senior_mask[b], dtype=torch.bool)",
            "m = torch.ones(len(senior_mask[b]), dtype=torch.bool)",
            ("tests/test_train.py",)),
+    # issue 22: paper-scale training
+    Mutant("imitation-normalised-per-micro-batch", "rl/trainer.py",
+           'nll_sum / self._token_mean_normalizer(inputs["num_junior_items_in_batch"])',
+           "nll_sum / jmask.sum().clamp(min=1) / self.current_gradient_accumulation_steps",
+           ("tests/test_microbatch.py",)),
+    Mutant("master-weights-in-compute-dtype", "rl/precision.py",
+           'master = torch.float32 if cfg.master_dtype == "float32" else compute',
+           "master = compute",
+           ("tests/test_precision.py",)),
+    Mutant("kl-clamp-ignored", "rl/trainer.py",
+           "k3 = (torch.exp(d) - d - 1).clamp(-self.kl_clamp, self.kl_clamp)",
+           "k3 = torch.exp(d) - d - 1",
+           ("tests/test_loss_reference.py",)),
+    Mutant("dual-clip-not-passed", "rl/train.py",
+           "delta=cfg.dual_clip or None,",
+           "delta=None,",
+           ("tests/test_loss_reference.py",)),
 ]
 
 

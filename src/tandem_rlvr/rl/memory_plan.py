@@ -15,6 +15,9 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
   those bytes are linear in the widths (hidden, q, kv, intermediate, heads), a least-squares
   fit over a few widths gives the bytes at the real widths. With gradient checkpointing each
   layer keeps only its input (hidden x residual dtype) and one layer is recomputed at a time.
+  The backward pass's working set (the gradients of one layer's tensors while it runs) is
+  taken as one layer's activations with checkpointing and two without: a rule read off the
+  CPU measurements of ``scripts/memory_check.py`` (docs/results.md), not derived.
 - rollouts (engine hf): the decoder's pre-allocated KV caches, rows x (prompt + response) x
   layers x 2 x kv_heads x head_dim x dtype per model (the senior's on the rollout device, the
   junior's on its own), the senior's compute-dtype copy when the masters are fp32, and the
@@ -257,8 +260,8 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
         act = tokens * (S.layers * S.hidden * (bm if mixed else bc) + 2 * prof.per_layer + prof.model_level)
         p.add(d0, "update", f"activations, checkpointed ({micro} rows x {seq} tokens: layer inputs + one layer "
                             f"recomputed)", act)
-    else:
-        act = tokens * (S.layers * prof.per_layer + prof.per_layer + prof.model_level)
+    else:  # all layers saved, plus the backward pass's working set: about two layers' worth (measured on CPU)
+        act = tokens * (S.layers * prof.per_layer + 2 * prof.per_layer + prof.model_level)
         p.add(d0, "update", f"activations ({micro} rows x {seq} tokens, {prof.per_layer / 1024:.1f} KiB per token "
                             f"and layer)", act)
     n_resp = micro * cfg.max_new_tokens
