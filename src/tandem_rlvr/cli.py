@@ -24,10 +24,10 @@ _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM
 
 # --------------------------------------------------------------------------- commands
 def cmd_generate(a):
-    from rich.console import Console
     from rich.text import Text
 
     from .decoding.render import author_segments
+    from .progress import console
     from .prompting import encode_prompt, format_prompt
 
     sched = a.schedule
@@ -41,7 +41,7 @@ def cmd_generate(a):
     finally:
         close()
     segs = author_segments(tok, roll.row_tokens(0), roll.row_mask(0))
-    con = Console(highlight=False, force_terminal=None if not a.no_color else False)
+    con = console(highlight=False, force_terminal=None if not a.no_color else False)
     out = Text()
     for piece, senior in segs:
         out.append(piece, style="bold cyan" if senior else "magenta")
@@ -85,8 +85,9 @@ def cmd_eval(a, mode: str):
 
 
 def _print_metrics(metrics: dict, out: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .progress import console
 
     ks = [k for k in metrics["macro"] if k.startswith("pass@")]
     t = Table(title=f"results in {out}")
@@ -97,7 +98,7 @@ def _print_metrics(metrics: dict, out: str) -> None:
     for b, m in metrics.items():
         if isinstance(m, dict) and "problems" in m:
             t.add_row(b, str(m["problems"]), *[f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" for k in ks])
-    Console().print(t)
+    console().print(t)
     print(f"senior share {metrics['senior_share']['mean']:.3f} (sd {metrics['senior_share']['sd']:.3f})")
 
 
@@ -107,9 +108,12 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
 
     from .config import config_fields, preset_names
 
-    p.add_argument("--preset", default=None, help=f"preset name ({', '.join(preset_names())})")
+    p.add_argument("--preset", default=None, help=f"preset name ({', '.join(preset_names())}); its values replace "
+                   "the base defaults shown below")
     p.add_argument("--config", default=None, help="YAML file of config keys (over the preset)")
-    g = p.add_argument_group("config keys (override preset and file)")
+    g = p.add_argument_group("config keys (override preset and file)",
+                             "Each flag overrides the --config file, which overrides the --preset, which overrides the "
+                             "base default shown. `tandem train --preset NAME --dry-run` prints the resolved values.")
     for f in config_fields():
         default = f.default if f.default is not MISSING else None
         kind = _parse_bool if "bool" in f.type else int if "int" in f.type else float if "float" in f.type else str
@@ -118,7 +122,7 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
         extra = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
                        metavar="BOOL" if kind is _parse_bool else None,
-                       help=f"{f.metadata['help']} (default {default})", **extra)
+                       help=f"{f.metadata['help']} (base default {default})", **extra)
 
 
 def _optional(kind):
