@@ -109,7 +109,7 @@ def check_model_dir(p: Path, spec: str) -> None:
     inner = sorted((d.name for d in p.iterdir() if d.is_dir() and (d / "config.json").is_file()
                     and any((d / f).is_file() for f in WEIGHT_FILES)), key=lambda n: (n not in ("best", "final"), n))
     if inner:
-        use = " or ".join(f"{spec.rstrip('/')}/{n}" for n in (inner[:2] if inner[0] in ("best", "final") else inner[:1]))
+        use = " or ".join(f"{spec.rstrip('/')}/{n}" for n in [n for n in inner if n in ("best", "final")] or inner[:1])
         raise TandemError(f"{spec} is not a model directory (a training run's?); it holds the model folders "
                           f"{', '.join(n + '/' for n in inner)}: use e.g. {use}")
     missing = "config.json" if not (p / "config.json").is_file() else f"a weights file ({', '.join(WEIGHT_FILES)})"
