@@ -95,7 +95,7 @@ def test_readme_command_runs_as_written(argv, workdir):
     if argv[0] == "generate":
         assert "senior share:" in res.stdout and f"schedule={flag['--schedule']}" in res.stdout
     elif argv[0] == "train" and "--dry-run" in argv:
-        cfg = json.loads(res.stdout)
+        cfg, _ = json.JSONDecoder().raw_decode(res.stdout)  # the resolved config first (a memory plan may follow)
         assert cfg["method"] == "grpo" and cfg["lr"] == 1e-4  # the YAML file's values
     elif argv[0] == "train":
         out = workdir / flag["--output-dir"]
