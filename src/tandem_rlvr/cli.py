@@ -14,7 +14,7 @@ import sys
 
 from .errors import TandemError
 from .cli_flags import (answer_mode_flag, engine_flags, model_flags, open_from_args, sampling_flags, sampling_from_args,
-                        schedule_flags, template_flag, vllm_settings)
+                        schedule_flags, seed_type, template_flag, vllm_settings)
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
@@ -24,10 +24,10 @@ _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM
 
 # --------------------------------------------------------------------------- commands
 def cmd_generate(a):
-    from rich.console import Console
     from rich.text import Text
 
     from .decoding.render import author_segments
+    from .progress import console
     from .prompting import encode_prompt, format_prompt
 
     sched = a.schedule
@@ -41,7 +41,7 @@ def cmd_generate(a):
     finally:
         close()
     segs = author_segments(tok, roll.row_tokens(0), roll.row_mask(0))
-    con = Console(highlight=False, force_terminal=None if not a.no_color else False)
+    con = console(highlight=False, force_terminal=None if not a.no_color else False)
     out = Text()
     for piece, senior in segs:
         out.append(piece, style="bold cyan" if senior else "magenta")
@@ -85,8 +85,9 @@ def cmd_eval(a, mode: str):
 
 
 def _print_metrics(metrics: dict, out: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .progress import console
 
     ks = [k for k in metrics["macro"] if k.startswith("pass@")]
     t = Table(title=f"results in {out}")
@@ -97,7 +98,7 @@ def _print_metrics(metrics: dict, out: str) -> None:
     for b, m in metrics.items():
         if isinstance(m, dict) and "problems" in m:
             t.add_row(b, str(m["problems"]), *[f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" for k in ks])
-    Console().print(t)
+    console().print(t)
     print(f"senior share {metrics['senior_share']['mean']:.3f} (sd {metrics['senior_share']['sd']:.3f})")
 
 
@@ -107,9 +108,12 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
 
     from .config import config_fields, preset_names
 
-    p.add_argument("--preset", default=None, help=f"preset name ({', '.join(preset_names())})")
+    p.add_argument("--preset", default=None, help=f"preset name ({', '.join(preset_names())}); its values replace "
+                   "the base defaults shown below")
     p.add_argument("--config", default=None, help="YAML file of config keys (over the preset)")
-    g = p.add_argument_group("config keys (override preset and file)")
+    g = p.add_argument_group("config keys (override preset and file)",
+                             "Each flag overrides the --config file, which overrides the --preset, which overrides the "
+                             "base default shown. `tandem train --preset NAME --dry-run` prints the resolved values.")
     for f in config_fields():
         default = f.default if f.default is not MISSING else None
         kind = _parse_bool if "bool" in f.type else int if "int" in f.type else float if "float" in f.type else str
@@ -118,7 +122,7 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
         extra = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
                        metavar="BOOL" if kind is _parse_bool else None,
-                       help=f"{f.metadata['help']} (default {default})", **extra)
+                       help=f"{f.metadata['help']} (base default {default})", **extra)
 
 
 def _optional(kind):
@@ -187,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="one tandem completion, senior and junior words in two colours")
     g.add_argument("--prompt", required=True, help="the problem or prompt text")
-    g.add_argument("--seed", type=int, default=0, help="row seed: same seed, same tokens and authors")
+    g.add_argument("--seed", type=seed_type, default=0, help="row seed: same seed, same tokens and authors")
     g.add_argument("--no-color", action="store_true", help="plain text output")
     model_flags(g)
     schedule_flags(g, "word")
@@ -203,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     wb = wsub.add_parser("build", help="build (or show) a cached built-in world")
     wb.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift"),
                     help="tiny (default) or tiny-drift (two styles, a word-only small junior)")
-    wb.add_argument("--seed", type=int, default=0)
+    wb.add_argument("--seed", type=seed_type, default=0, help="the world's seed (default 0)")
     wb.add_argument("--junior-kind", default=None, choices=("early", "small"),
                     help="override the world's junior kind (tiny: early, tiny-drift: small)")
     wb.add_argument("--force", action="store_true", help="rebuild even if cached")
@@ -233,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         x.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
         x.add_argument("--n", type=int, default=8, help="samples per problem (default 8)")
         x.add_argument("--out", required=True, help="run directory (resumes if it exists)")
-        x.add_argument("--seed", type=int, default=0)
+        x.add_argument("--seed", type=seed_type, default=0, help="base of every row's seed (default 0)")
         x.add_argument("--batch-size", type=int, default=64,
                        help="rows decoded together (vllm: rows handed to the engine at once; finished problems are "
                             "saved after each batch)")
@@ -277,9 +281,30 @@ def main(argv=None) -> int:
         if e.errno not in _FS_ERRNOS:
             raise
         where = f"{e.filename}: " if e.filename else ""
-        print(f"tandem: error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"tandem: error: {where}{e.strerror or e}{_RERUN if e.errno in (errno.ENOSPC, errno.EDQUOT) else ''}",
+              file=sys.stderr)
+        return 2
+    except Exception as e:
+        if not _write_failed(e):
+            raise
+        print(f"tandem: error: a file could not be written, is the disk full? ({str(e).splitlines()[0][:200]})"
+              f"{_RERUN}", file=sys.stderr)
         return 2
     return 0
+
+
+_RERUN = "; free space and re-run the same command (it resumes from the last complete checkpoint or sample)"
+
+
+def _write_failed(e: Exception) -> bool:
+    """A failed write reported by a library as its own error rather than an OSError: safetensors
+    ("I/O error: No space left on device (os error 28)") or torch.save's zip writer ("[enforce fail
+    at inline_container.cc] ... unexpected pos", "PytorchStreamWriter failed writing file")."""
+    text = str(e)
+    if type(e).__name__ == "SafetensorError":
+        return "I/O error" in text or "os error" in text
+    return isinstance(e, RuntimeError) and ("PytorchStreamWriter" in text
+                                            or ("inline_container.cc" in text and "unexpected pos" in text))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,17 @@ from __future__ import annotations
 import argparse
 
 
+def seed_type(text: str) -> int:
+    """argparse type of every --seed: an integer in [0, config.SEED_MAX]."""
+    from .config import check_seed
+    from .errors import TandemError
+
+    try:
+        return check_seed(int(text))
+    except (ValueError, TandemError) as e:
+        raise argparse.ArgumentTypeError(str(e) if isinstance(e, TandemError) else f"expected an integer, got {text!r}")
+
+
 def model_flags(p: argparse.ArgumentParser, junior: bool = True) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--senior", default="tiny", help="senior: directory, .gguf file, hub id, or a built-in name "

@@ -33,6 +33,14 @@ from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
 
 METHODS = ("tandem", "grpo", "klreg")
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding (transformers.set_seed) takes 0 .. 2**32 - 1
+
+
+def check_seed(seed: int, name: str = "seed") -> int:
+    """``seed`` if it is an int in [0, SEED_MAX], else a TandemError naming it."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise TandemError(f"{name} must be an integer in [0, {SEED_MAX}], got {seed!r}")
+    return seed
 
 
 def _f(default, help: str, **kw):
@@ -167,8 +175,9 @@ class TrainConfig:
             raise TandemError(f"weight_decay and kl_clamp must be >= 0, got {self.weight_decay}, {self.kl_clamp}")
         if self.dual_clip and self.dual_clip <= 1 + self.clip:
             raise TandemError(f"dual_clip must be 0 (off) or > 1 + clip = {1 + self.clip}, got {self.dual_clip}")
-        if self.clip <= 0 or self.temperature <= 0:
-            raise TandemError(f"clip and temperature must be > 0, got {self.clip}, {self.temperature}")
+        if not (self.clip > 0 and 0 < self.temperature < float("inf")):
+            raise TandemError(f"clip and temperature must be finite and > 0, got {self.clip}, {self.temperature}")
+        check_seed(self.seed)
         if self.beta < 0 or self.junior_imitation < 0:
             raise TandemError(f"beta and junior_imitation must be >= 0, got {self.beta}, {self.junior_imitation}")
         if self.method == "klreg" and self.beta == 0:
@@ -233,9 +242,32 @@ def preset_names() -> list[str]:
     return sorted(Path(str(f)).stem for f in files if str(f).endswith(".yaml"))
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a mapping key given twice is an error (PyYAML keeps the last
+    silently, so a config file's earlier setting of the same key would be ignored unseen)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                break
+            if first != key_node.start_mark.line + 1:
+                raise _DuplicateKey(f"key {key!r} given twice (lines {first} and {key_node.start_mark.line + 1})")
+        return super().construct_mapping(node, deep)
+
+
 def _read_yaml(text: str, origin: str) -> dict:
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
+    except _DuplicateKey as e:
+        raise TandemError(f"{origin}: {e}") from None
     except yaml.YAMLError as e:
         raise TandemError(f"{origin}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -368,6 +400,7 @@ class EvalConfig:
             raise TandemError(f"unknown evaluation mode {self.mode!r}; valid: solo, handoff")
         if self.n < 1:
             raise TandemError(f"n (samples per problem) must be >= 1, got {self.n}")
+        check_seed(self.seed)
         if self.batch_size < 1 or (self.limit is not None and self.limit < 1):
             raise TandemError(f"batch size and limit must be >= 1, got {self.batch_size} and {self.limit}")
         if self.mode == "solo" and (self.junior is not None or self.junior_device is not None):

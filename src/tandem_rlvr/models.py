@@ -87,12 +87,41 @@ def resolve_model_path(spec: str) -> str:
             raise TandemError(f"model file not found: {spec}")
         return str(gguf_to_dir(p))
     if p.exists():
-        if not (p / "config.json").exists():
-            raise TandemError(f"model directory {spec} has no config.json")
+        check_model_dir(p, spec)
         return str(p)
     if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
         raise TandemError(f"model not found: {spec} (not a directory, a .gguf file or a hub id owner/name)")
     return spec
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_model_dir(p: Path, spec: str) -> None:
+    """A local model directory has config.json and a weights file; a training run directory
+    (``tandem train --output-dir``: best/, final/, checkpoint-N/ inside) is the likeliest
+    mistake, so the error names the model folders it holds."""
+    if not p.is_dir():
+        raise TandemError(f"model {spec} is a file, not a model directory or a .gguf file")
+    if (p / "config.json").is_file() and any((p / f).is_file() for f in WEIGHT_FILES):
+        return
+    inner = sorted((d.name for d in p.iterdir() if d.is_dir() and (d / "config.json").is_file()
+                    and any((d / f).is_file() for f in WEIGHT_FILES)), key=lambda n: (n not in ("best", "final"), n))
+    if inner:
+        use = " or ".join(f"{spec.rstrip('/')}/{n}" for n in [n for n in inner if n in ("best", "final")] or inner[:1])
+        raise TandemError(f"{spec} is not a model directory (a training run's?); it holds the model folders "
+                          f"{', '.join(n + '/' for n in inner)}: use e.g. {use}")
+    missing = "config.json" if not (p / "config.json").is_file() else f"a weights file ({', '.join(WEIGHT_FILES)})"
+    raise TandemError(f"model directory {spec} has no {missing}")
+
+
+def check_tokenizer_dir(path: str, spec: str) -> None:
+    """A local model directory must carry its tokenizer (a checkpoint saved without one loads no vocabulary)."""
+    p = Path(path)
+    if p.is_dir() and not any((p / f).is_file() for f in TOKENIZER_FILES):
+        raise TandemError(f"model directory {spec} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                          f"save the tokenizer with the model (tokenizer.save_pretrained)")
 
 
 GENERIC_DIRS = ("final", "best", "senior", "junior")
@@ -134,12 +163,19 @@ def _from_pretrained(loader, spec: str, **kw):
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-tensor "Loading weights" bars; ours show real work
+    path = resolve_model_path(spec)
+    if loader.__name__ == "AutoTokenizer":
+        check_tokenizer_dir(path, spec)
     try:
-        return loader.from_pretrained(resolve_model_path(spec), **kw)
+        return loader.from_pretrained(path, **kw)
     except TandemError:
         raise
     except OSError as e:
         raise TandemError(f"cannot load model {spec}: {str(e).splitlines()[0][:200]}") from None
+    except Exception as e:  # a truncated or corrupt weights file: safetensors' error, or torch's zip reader's
+        if type(e).__name__ != "SafetensorError" and "PytorchStreamReader" not in str(e):
+            raise
+        raise TandemError(f"cannot load model {spec}: corrupt or truncated weights ({str(e).splitlines()[0][:200]})") from None
 
 
 def load_tokenizer(spec: str):

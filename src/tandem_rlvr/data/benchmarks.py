@@ -133,7 +133,7 @@ def load_file(path: str | Path, *, benchmark: str, limit: int | None = None) -> 
         rows: Iterable = ((f"{path}:row {i}", row) for i, row in enumerate(table.to_pylist()))
     else:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark is not part of the first row
         except (OSError, UnicodeDecodeError) as e:
             raise TandemError(f"{path}: unreadable ({_one_line(e)})") from None
         rows = _json_array_rows(path, text) if text.lstrip().startswith("[") else _json_lines_rows(path, text)
@@ -191,6 +191,8 @@ def _named(name: str, stems: tuple[str, ...], hub: tuple[str, str | None, str] |
         where = ", ".join(str(d) for d in data_dirs()) or "no data folder exists"
         if not os.environ.get("TANDEM_DATA"):
             where += "; $TANDEM_DATA, a folder of further files, is not set"
+        elif not Path(os.environ["TANDEM_DATA"]).expanduser().is_dir():
+            where += f"; $TANDEM_DATA={os.environ['TANDEM_DATA']} is not a folder"
         if hub is None:
             raise TandemError(f"benchmark {name!r}: no file {stems[0]}.jsonl/.json/.parquet found locally ({where})")
         hub_id, config, default_split = hub

@@ -31,8 +31,8 @@ class SamplingParams:
     max_new_tokens: int = 256
 
     def __post_init__(self):
-        if not (self.temperature >= 0):
-            raise TandemError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):  # nan and inf fail too (inf would sample uniform noise)
+            raise TandemError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise TandemError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:

@@ -137,6 +137,8 @@ def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=()
                 baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000,
                 allow_mixed: bool = False) -> tuple[dict, list[Table]]:
     """Discover, compute, and write out/compare.json and out/compare.md; return them."""
+    if n_boot < 2:  # a bootstrap SE is the sd of >= 2 resampled means; 0 or 1 would print "± nan"
+        raise TandemError(f"--n-boot must be >= 2 bootstrap resamples, got {n_boot}")
     output_dir(out, create=False)
     seniors, found_drift = discover(runs, solo, handoff, legibility)
     comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot, allow_mixed)

@@ -150,11 +150,12 @@ def to_markdown(tables: Sequence[Table]) -> str:
 
 def print_tables(tables: Sequence[Table]) -> None:
     """Tables on the terminal (rich), first column left-aligned."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    con = Console()
+    from ..progress import console
+
+    con = console()
     for t in tables:  # cells are text, never rich markup ("[5cd361de]" would vanish)
         rt = RichTable(title=escape(t.title), title_justify="left")
         for i, c in enumerate(t.columns):

@@ -41,7 +41,8 @@ def register_study(sub) -> None:
     p.add_argument("study", choices=["drift"], help="which study (drift: the drift world, docs/drift_world.md)")
     p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
-    p.add_argument("--juniors", default="self,weak", help="self (the base), weak (the world's small word-only junior) or both")
+    p.add_argument("--juniors", default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
+                   "default self,weak")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
     p.add_argument("--limit", type=int, default=200, help="test problems per evaluation (default 200)")
     p.add_argument("--n", type=int, default=4, help="samples per problem (default 4)")

@@ -43,12 +43,17 @@ def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0,
 
 def train_method(preset: str, method: str, senior: str, junior: str | None, run_dir: Path, overrides: dict,
                  print_fn: Callable = print) -> dict:
-    """Train one senior with ``method`` into ``run_dir``; ``overrides`` go over the preset."""
+    """Train one senior with ``method`` into ``run_dir``; ``overrides`` go over the preset.
+
+    A run already in ``run_dir`` with other settings is refused here, naming the recipes' own
+    flag (``--out``; ``tandem train``'s check would point the user to ``--output-dir``)."""
     from ..config import load_train_config
-    from ..rl.train import train
+    from ..rl.train import stored_config, train
+    from ..rundir import refuse_other_config
 
     cfg = load_train_config(preset, overrides=dict(method=method, senior=senior, junior=junior,
                                                    output_dir=str(run_dir), **overrides))
+    refuse_other_config(Path(run_dir) / "config.json", stored_config(cfg), "use another --out", ignore=("output_dir",))
     return train(cfg, print_fn=print_fn)
 
 

@@ -134,7 +134,7 @@ def _seed_battery(sd: Path, shared: Path, j: str, juniors: list[str]) -> None:
     jsamples = shared / "base" / "solo" if j == "self" else shared / "junior-weak" / "solo"
     drifted = list(names) if j == "self" else ["base", *names]
     battery({"base": shared / "base", **names}, [f"handoff-{k}" for k in juniors], f"legibility-{j}", jsamples,
-            drifted, sd / f"drift-{j}", sd / f"compare-{j}", baseline="grpo", skip_done=True, progress=False)
+            drifted, sd / f"drift-{j}", sd / f"compare-{j}", baseline="grpo", skip_done=True)
 
 
 def _check_settings(out: Path, s: StudySettings) -> None:

@@ -1,0 +1,121 @@
+"""Every `tandem` command of README.md's Usage block, run as written (issue 26).
+
+The commands are read from the README itself (so an edited README is what gets tested), run in
+README order in one working directory, each through the CLI in a subprocess, with small settings
+appended where a flag for them exists (later flags win in argparse; the README's own values stay
+on the line). Each must exit 0 and leave the files or print the output the README and the public
+contract promise. Commands that need vLLM are left to ``pytest -m vllm``; none here needs the hub
+or a GPU. The built-in ``tiny`` world is built once into the default cache if it is not there yet.
+
+Slow (minutes): ``python -m pytest -q -p no:cacheprovider -m slow tests/test_readme_commands.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+TRAIN_QUICK = ["--max-steps", "2", "--eval-every", "1", "--save-every", "1", "--val-size", "8", "--limit", "200",
+               "--max-new-tokens", "48"]
+# Small settings appended per command (by its first words); a command not listed runs as written.
+QUICK = {
+    ("train", "--preset"): TRAIN_QUICK,
+    ("eval", "solo"): ["--limit", "4", "--max-tokens", "48"],
+    ("eval", "handoff"): ["--limit", "4", "--max-tokens", "48"],
+    ("bench", "decode"): ["--batch", "4", "--new-tokens", "16", "--repeats", "1"],
+    ("bench", "train"): ["--steps", "2"],
+    ("study", "drift"): ["--quick", "--seeds", "0"],
+}
+
+
+def usage_commands() -> list[list[str]]:
+    """The `tandem ...` commands of the README's Usage code block, as argv lists (continuation
+    lines joined, comments dropped, an optional ``[...]`` part left out), vLLM ones excepted."""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"## Usage\n.*?```bash\n(.*?)```", text, re.S).group(1)
+    cmds = []
+    for line in block.replace("\\\n", " ").splitlines():
+        argv = shlex.split(re.sub(r"\[[^\]]*\]", "", line), comments=True)
+        if argv[:1] == ["tandem"] and "vllm" not in argv:
+            cmds.append(argv[1:])
+    return cmds
+
+
+COMMANDS = usage_commands()
+
+
+def _id(argv: list[str]) -> str:
+    return " ".join(argv)[:60]
+
+
+def test_the_usage_block_has_the_commands_this_file_checks():
+    firsts = {tuple(c[:2]) for c in COMMANDS}
+    assert {("generate", "--prompt"), ("train", "--preset"), ("train", "--config"), ("eval", "solo"),
+            ("eval", "handoff"), ("bench", "decode"), ("bench", "train"), ("world", "build"), ("study", "drift")} <= firsts
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("readme")
+    (d / "my.yaml").write_text("method: grpo\nlr: 0.0001\n")  # the README leaves my.yaml to the user
+    return d
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    quick = next((q for k, q in QUICK.items() if tuple(argv[: len(k)]) == k), [])
+    argv = [("runs/tiny-tandem/best" if a == "DIR" else a) for a in argv] + quick  # DIR: a model directory
+    res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", *argv], cwd=cwd, capture_output=True, text=True,
+                         timeout=1800)
+    assert res.returncode == 0, f"tandem {' '.join(argv)}\n{res.stderr[-3000:]}"
+    return res
+
+
+def _check_eval(out: Path, n: int, problems: int) -> None:
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == problems * n
+    assert {"benchmark", "problem_id", "sample_idx", "response", "correct", "senior_share", "tokens"} <= set(rows[0])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {f"pass@{k}" for k in (1, 2, 4, 8) if k <= n} <= set(metrics["macro"])
+    assert all({"mean", "se"} <= set(metrics["macro"][f"pass@{k}"]) for k in (1, 2) if k <= n)
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=_id)
+def test_readme_command_runs_as_written(argv, workdir):
+    res = _run(argv, workdir)
+    flag = dict(zip(argv, argv[1:]))
+    if argv[0] == "generate":
+        assert "senior share:" in res.stdout and f"schedule={flag['--schedule']}" in res.stdout
+    elif argv[0] == "train" and "--dry-run" in argv:
+        cfg, _ = json.JSONDecoder().raw_decode(res.stdout)  # the resolved config first (a memory plan may follow)
+        assert cfg["method"] == "grpo" and cfg["lr"] == 1e-4  # the YAML file's values
+    elif argv[0] == "train":
+        out = workdir / flag["--output-dir"]
+        assert json.loads((out / "summary.json").read_text())["steps"] == 2
+        assert (out / "final" / "model.safetensors").is_file() and (out / "best" / "config.json").is_file()
+    elif argv[0] == "eval":
+        benchmarks = flag["--benchmarks"].split(",")
+        per = 4 if benchmarks == ["tiny"] else 4 * len(benchmarks)  # --limit 4 per benchmark
+        _check_eval(workdir / flag["--out"], int(flag["--n"]), per)
+    elif argv[:2] == ["bench", "decode"]:
+        res_json = json.loads(res.stdout)
+        assert {"solo_tok_s", "tandem_tok_s", "naive_tandem_tok_s", "hf_generate_tok_s", "bound"} <= set(res_json)
+        assert all(res_json[k] > 0 for k in ("solo_tok_s", "tandem_tok_s", "bound"))
+    elif argv[:2] == ["bench", "train"]:
+        assert "tandem step / GRPO step:" in res.stdout
+    elif argv[:2] == ["world", "build"]:
+        world = json.loads(res.stdout)
+        assert Path(world["senior"], "config.json").is_file() and Path(world["junior"], "config.json").is_file()
+    elif argv[:2] == ["study", "drift"]:
+        out = workdir / flag["--out"]
+        assert (out / "study.md").is_file() and json.loads((out / "study.json").read_text())["seeds_done"] == [0]
+    else:
+        pytest.fail(f"no check for README command {argv}")

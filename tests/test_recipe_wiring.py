@@ -1,0 +1,70 @@
+"""The call paths of `tandem study drift` and `tandem demo` in the default suite (issue 26, item 1).
+
+The quick study and demo themselves take minutes (slow tests), so a renamed or removed keyword
+of a pipeline step went unseen by the default run (the study crashed after seed 0 that way).
+Here every heavy step (world build, training, evaluation, battery, aggregation, plots, report)
+is replaced by ``create_autospec`` of the real function: each recipe runs its whole loop in
+about a second, and every call is bound to the real signature, so an argument the step no
+longer takes fails the test as it would fail a user.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from tandem_rlvr.cli import build_parser
+from tandem_rlvr.eval import report
+from tandem_rlvr.recipes import demo, pipeline, study, study_stats
+from tandem_rlvr.world import build as world_build
+
+
+def _patch(monkeypatch, module, name, real, **kw):
+    fake = mock.create_autospec(real, **kw)
+    monkeypatch.setattr(module, name, fake)
+    return fake
+
+
+def test_study_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatch):
+    world = mock.Mock(root=tmp_path / "w", base=tmp_path / "w" / "senior", junior=tmp_path / "w" / "junior")
+    _patch(monkeypatch, world_build, "build_world", world_build.build_world, return_value=world)
+    train = _patch(monkeypatch, study, "train_method", pipeline.train_method, return_value={})
+    evaluate = _patch(monkeypatch, study, "evaluate_senior", pipeline.evaluate_senior, return_value={})
+    battery = _patch(monkeypatch, study, "battery", pipeline.battery, return_value=None)
+    _patch(monkeypatch, study, "aggregate", study_stats.aggregate, return_value={"table": {}})
+    _patch(monkeypatch, study, "to_markdown", study_stats.to_markdown, return_value="study table\n")
+
+    a = build_parser().parse_args(["study", "drift", "--seeds", "0,1", "--out", str(tmp_path / "s"), "--quick"])
+    study.run_study(a.out, study.settings_from_args(a), print_fn=lambda *x: None)
+
+    # 2 seeds x 5 variants (grpo + tandem/klreg per junior) trained; the base, the weak junior and
+    # each of the 10 seniors evaluated; per seed one battery per junior (self, weak).
+    assert train.call_count == 10 and evaluate.call_count == 12 and battery.call_count == 4
+    handoffs = {tuple(c.args[1]) for c in battery.call_args_list}
+    assert handoffs == {("handoff-self", "handoff-weak")}
+    assert Path(tmp_path / "s" / "study.md").read_text() == "study table\n"
+
+
+@pytest.mark.parametrize("world", ["tiny-drift", "tiny"])
+def test_demo_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatch, world):
+    cfg = {"slip_prob": 0.3, "shorthand_slip_prob": 0.1}
+    built = mock.Mock(root=tmp_path / "w", base=tmp_path / "w" / "senior", junior=tmp_path / "w" / "junior",
+                      meta={"config": cfg, "accuracy": {}})
+    _patch(monkeypatch, world_build, "build_world", world_build.build_world, return_value=built)
+    train = _patch(monkeypatch, demo, "train_method", pipeline.train_method, return_value={})
+    pass1 = {"pass@1": {"mean": 0.5, "se": 0.1}}
+    metrics = {"solo": {"macro": pass1}, "handoff": {"macro": pass1, "senior_share": {"mean": 0.5, "sd": 0.1}}}
+    evaluate = _patch(monkeypatch, demo, "evaluate_senior", pipeline.evaluate_senior, return_value=metrics)
+    _patch(monkeypatch, demo, "_style", demo._style, return_value={"shorthand_share": 0.5})
+    _patch(monkeypatch, demo, "plot_curves", demo.plot_curves, return_value=tmp_path / "curves.png")
+    battery = _patch(monkeypatch, demo, "battery", pipeline.battery, return_value=None)
+    _patch(monkeypatch, report, "run_report", report.run_report, return_value=tmp_path / "report.html")
+
+    demo.run_demo(tmp_path / "d", quick=True, print_fn=lambda *x: None, world=world)
+
+    drift = world == "tiny-drift"
+    # three methods trained; base, three seniors (and in the drift world the junior) evaluated; one battery
+    assert train.call_count == 3 and evaluate.call_count == 4 + drift and battery.call_count == 1
+    assert (tmp_path / "d" / "summary.md").is_file() and (tmp_path / "d" / "summary.json").is_file()
