@@ -391,6 +391,7 @@ class EvalConfig:
     batch_size: int = 64  # rows decoded together
     engine: str = "hf"
     vllm_settings: Any = None
+    server: Any = None  # engines.server_client.ServerSettings (engine vllm-server)
 
     def __post_init__(self):
         from .prompting import user_message
