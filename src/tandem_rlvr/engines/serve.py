@@ -15,7 +15,8 @@ It runs ``python -m vllm.entrypoints.openai.api_server`` (the module form: vllm-
 
 Safe by default: it listens on 127.0.0.1 unless ``--host`` says otherwise (vLLM's own default
 is every interface, with no authentication); ``--api-key`` is passed through, and binding
-elsewhere without one prints a warning. Any other flag goes to vLLM unchanged. Once the
+elsewhere without one prints a warning. ``--weight-sync`` lets a trainer push the senior's
+weights after each optimiser step (``weight_sync``). Any other flag goes to vLLM unchanged. Once the
 server answers ``/health`` the URL and an example request are printed; Ctrl-C or SIGTERM
 stops the server.
 """
@@ -35,12 +36,12 @@ from ..errors import TandemError
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # flags whose value the tandem engine depends on: set here, never passed through
 OWNED = ("--model", "--tokenizer", "--hf-overrides", "--logprobs-mode", "--host", "--api-key", "--dtype",
-         "--generation-config")
+         "--generation-config", "--weight-transfer-config")
 
 
 def server_argv(senior_path: str, junior_path: str, senior_archs: list[str], *, host: str, port: int,
                 api_key: str | None, dtype: str, on_cpu: bool, kv_cache_gib: float | None,
-                extra: list[str]) -> list[str]:
+                extra: list[str], weight_sync: str | None = None) -> list[str]:
     """The command line of vLLM's OpenAI server for the pair (see the module docstring)."""
     for flag in extra:
         name = flag.split("=", 1)[0]
@@ -57,6 +58,8 @@ def server_argv(senior_path: str, junior_path: str, senior_archs: list[str], *, 
             "--host", host, "--port", str(port)]
     if api_key:
         argv += ["--api-key", api_key]
+    if weight_sync:  # vLLM's weight-transfer engine (engines/weight_sync.py); its endpoints need dev mode
+        argv += ["--weight-transfer-config", json.dumps({"backend": weight_sync})]
     if kv_cache_gib is not None or on_cpu:
         argv += ["--kv-cache-memory-bytes", str(int((kv_cache_gib or 1.0) * (1 << 30)))]
     if on_cpu:
@@ -101,15 +104,21 @@ def run_server(a) -> None:
     require_vllm()
     on_cpu = _platform_is_cpu()
     dtype = with_dtype(VLLMSettings(), a.dtype, "cpu" if on_cpu else "cuda").dtype
+    sync = a.weight_sync if a.weight_sync != "auto" else ("tandem_gloo" if on_cpu else "nccl")
     argv = server_argv(senior, junior, _architectures(senior), host=a.host, port=a.port, api_key=a.api_key,
-                       dtype=dtype, on_cpu=on_cpu, kv_cache_gib=a.kv_cache_gib, extra=a.vllm_args)
+                       dtype=dtype, on_cpu=on_cpu, kv_cache_gib=a.kv_cache_gib, extra=a.vllm_args,
+                       weight_sync=sync)
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1") if sync else None
     shown = "[::1]" if a.host == "::1" else ("127.0.0.1" if a.host in ("0.0.0.0", "::", "") else a.host)
     url = f"http://{shown}:{a.port}"
     if a.host not in LOOPBACK and not a.api_key:
         print(f"tandem serve: warning: listening on {a.host or 'every interface'} without --api-key: anyone who "
               "can reach this port can use the server", file=sys.stderr)
+    if sync and a.host not in LOOPBACK:
+        print(f"tandem serve: warning: --weight-sync opens vLLM's development endpoints, which take no API key: "
+              f"anyone who can reach {a.host or 'every interface'} can replace the weights", file=sys.stderr)
     print(f"tandem serve: starting vLLM's OpenAI server: senior {senior}, junior {junior}", flush=True)
-    child = subprocess.Popen(argv)
+    child = subprocess.Popen(argv, env=env)
     old = signal.signal(signal.SIGTERM, lambda *_: child.terminate())  # a stop request stops the server
     ready = False
     try:
@@ -158,5 +167,9 @@ def register(sub, parser_class) -> None:
     s.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
     s.add_argument("--kv-cache-gib", type=float, default=None, help="KV-cache GiB (default: vLLM's share of GPU "
                    "memory; 1 GiB on CPU)")
+    s.add_argument("--weight-sync", nargs="?", const="auto", default=None, choices=("auto", "nccl", "tandem_gloo"),
+                   help="accept weight pushes from a trainer (tandem train --engine vllm-server): vLLM's weight "
+                        "transfer, nccl on GPU, tandem_gloo on CPU (auto). Opens vLLM's development endpoints, "
+                        "which take no API key")
     s.set_defaults(fn=run_server, vllm_args=[])
 
