@@ -7,7 +7,7 @@ seeds) -> Rollout``), so ``tandem eval``, ``tandem generate`` and everything dow
 its batch, as on the other engines); ``concurrency`` requests are in flight at once, and the
 server batches them itself. Timeouts and retries (connection errors, 408/429/5xx, with
 backoff) are the OpenAI client's. The senior mask is recovered by replaying the schedule on
-the returned ids (``client.senior_mask``, batched here); log-probs are the emitting model's
+the returned ids (``completions.senior_mask``, batched here); log-probs are the emitting model's
 (the server runs ``processed_logprobs``).
 
 Needs the ``openai`` client (``pip install openai``) and the served model's tokenizer on this
@@ -69,7 +69,7 @@ def connect(settings: ServerSettings):
         raise TandemError("--server needs the OpenAI client: pip install openai") from None
     client = openai.OpenAI(base_url=settings.base_url, api_key=settings.api_key or "EMPTY",
                            timeout=settings.timeout, max_retries=settings.retries)
-    from ..client import served_model
+    from .completions import served_model
 
     try:
         model, root, ctx = served_model(client)
@@ -96,7 +96,7 @@ class ServerDecoder:
     def _one(self, prompt: list[int], seed: int):
         import openai
 
-        from ..client import request
+        from .completions import request
 
         s = self.sampling
         max_tokens = s.max_new_tokens if self.context is None else min(s.max_new_tokens, self.context - len(prompt))
