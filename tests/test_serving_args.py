@@ -77,6 +77,15 @@ def test_serve_listens_on_loopback_unless_told_and_passes_unknown_flags_to_vllm(
     assert (a.senior, a.junior, a.host, a.api_key, a.vllm_args) == ("S", "J", "127.0.0.1", "k", ["--max-num-seqs", "8"])
 
 
+def test_binding_beyond_loopback_warns_without_a_key_and_always_with_weight_sync():
+    from tandem_rlvr.engines.serve import safety_warnings
+
+    assert safety_warnings("127.0.0.1", None, "tandem_gloo") == []
+    assert len(safety_warnings("0.0.0.0", None, None)) == 1 and "--api-key" in safety_warnings("0.0.0.0", None, None)[0]
+    assert safety_warnings("0.0.0.0", "k", None) == []
+    assert len(safety_warnings("10.0.0.5", "k", "nccl")) == 1  # the weight endpoints take no key
+
+
 def test_server_flags_choose_the_server_engine_and_bad_ones_are_one_line_errors(capsys):
     from tandem_rlvr.cli import main
 
@@ -84,6 +93,8 @@ def test_server_flags_choose_the_server_engine_and_bad_ones_are_one_line_errors(
     assert "--server URL" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--server", "http://127.0.0.1:1", "--engine", "vllm"]) == 2
     assert "choose one" in capsys.readouterr().err
+    assert main(["eval", "handoff", "--server", "http://127.0.0.1:1", "--junior", "j", "--out", "/nonexistent/x"]) == 2
+    assert "the server holds its junior" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--server", "127.0.0.1:1"]) == 2
     assert "http(s) URL" in capsys.readouterr().err
     assert main(["eval", "solo", "--server", "http://127.0.0.1:1", "--server-retries", "0", "--server-timeout", "2",

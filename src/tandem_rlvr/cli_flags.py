@@ -92,6 +92,9 @@ def engine_of(a) -> str:
                           "choose one")
     if engine == "vllm-server" and not server:
         raise TandemError("--engine vllm-server needs --server URL (a running `tandem serve`)")
+    if server and (getattr(a, "junior", None) or getattr(a, "junior_device", None)):
+        raise TandemError("--junior/--junior-device do not apply with --server: the server holds its junior "
+                          "(tandem serve SENIOR --junior JUNIOR)")
     return "vllm-server" if server else engine
 
 

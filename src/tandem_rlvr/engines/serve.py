@@ -81,6 +81,19 @@ def example_request(url: str, model: str, api_key: str | None) -> str:
             f"tandem generate --server {url}{key} --prompt 'Mia has 7 shells. She finds 5 more.' --seed 3")
 
 
+def safety_warnings(host: str, api_key: str | None, weight_sync: str | None) -> list[str]:
+    """What a server reachable from other machines exposes (nothing on loopback)."""
+    if host in LOOPBACK:
+        return []
+    where = host or "every interface"
+    out = [] if api_key else [f"listening on {where} without --api-key: anyone who can reach this port can use "
+                              "the server"]
+    if weight_sync:
+        out.append(f"--weight-sync opens vLLM's development endpoints, which take no API key: anyone who can reach "
+                   f"{where} can replace the weights")
+    return out
+
+
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
@@ -111,12 +124,8 @@ def run_server(a) -> None:
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1") if sync else None
     shown = "[::1]" if a.host == "::1" else ("127.0.0.1" if a.host in ("0.0.0.0", "::", "") else a.host)
     url = f"http://{shown}:{a.port}"
-    if a.host not in LOOPBACK and not a.api_key:
-        print(f"tandem serve: warning: listening on {a.host or 'every interface'} without --api-key: anyone who "
-              "can reach this port can use the server", file=sys.stderr)
-    if sync and a.host not in LOOPBACK:
-        print(f"tandem serve: warning: --weight-sync opens vLLM's development endpoints, which take no API key: "
-              f"anyone who can reach {a.host or 'every interface'} can replace the weights", file=sys.stderr)
+    for line in safety_warnings(a.host, a.api_key, sync):
+        print(f"tandem serve: warning: {line}", file=sys.stderr)
     print(f"tandem serve: starting vLLM's OpenAI server: senior {senior}, junior {junior}", flush=True)
     child = subprocess.Popen(argv, env=env)
     old = signal.signal(signal.SIGTERM, lambda *_: child.terminate())  # a stop request stops the server
