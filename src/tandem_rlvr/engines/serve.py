@@ -94,6 +94,16 @@ def safety_warnings(host: str, api_key: str | None, weight_sync: str | None) -> 
     return out
 
 
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``), or None."""
+    for i, x in enumerate(argv):
+        if x == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if x.startswith(flag + "="):
+            return x.split("=", 1)[1]
+    return None
+
+
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
@@ -135,8 +145,9 @@ def run_server(a) -> None:
             ready = _healthy(url)
             time.sleep(0 if ready else 1.0)
         if ready:
-            print(f"\ntandem serve: ready at {url}/v1 (OpenAI-compatible; model {senior})\nexample request:\n"
-                  f"{example_request(url, senior, a.api_key)}\n", flush=True)
+            name = _flag_value(a.vllm_args, "--served-model-name") or senior
+            print(f"\ntandem serve: ready at {url}/v1 (OpenAI-compatible; model {name})\nexample request:\n"
+                  f"{example_request(url, name, a.api_key)}\n", flush=True)
         code = child.wait()
     finally:
         signal.signal(signal.SIGTERM, old)
