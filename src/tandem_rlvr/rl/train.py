@@ -118,7 +118,7 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     """
     out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
-    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir",))
+    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server"))
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
