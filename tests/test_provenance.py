@@ -195,7 +195,8 @@ def test_legibility_refuses_a_senior_whose_weights_changed(tmp_path, capsys, mod
 # --------------------------------------------------------------------------- every setting that changes results
 EVAL_EXEMPT = {"device", "junior_device", "batch_size", "vllm_settings",  # same samples (batch size: row seeds)
                "engine",  # recorded and compared; the vllm engine is not installed in the fast suite
-               "mode", "split"}  # checked below through schedule and problems (a local file has one split)
+               "mode", "split",  # checked below through schedule and problems (a local file has one split)
+               "server"}  # where and how to reach a server; the served checkpoint is fingerprinted (test_vllm_serve)
 
 
 def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, models):
@@ -222,7 +223,7 @@ def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, m
     evaluate(dataclasses.replace(base, batch_size=1), run, progress=False)  # exempt: the same samples, nothing to do
 
 
-TRAIN_EXEMPT = {"output_dir"}  # a run's directory is not part of its identity (it may move)
+TRAIN_EXEMPT = {"output_dir", "server"}  # a run's directory and its rollout server's URL may move
 
 
 def _other_value(f, value):

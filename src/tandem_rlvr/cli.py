@@ -13,8 +13,8 @@ import logging
 import sys
 
 from .errors import TandemError
-from .cli_flags import (answer_mode_flag, engine_flags, model_flags, open_from_args, sampling_flags, sampling_from_args,
-                        schedule_flags, seed_type, template_flag, vllm_settings)
+from .cli_flags import (answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
+                        sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
@@ -78,7 +78,8 @@ def cmd_eval(a, mode: str):
                      split=a.split, limit=a.limit, n=a.n, sampling=sampling_from_args(a), template=a.template,
                      instruction=a.instruction, answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K,
                      device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
-                     batch_size=a.batch_size, engine=a.engine, vllm_settings=vllm_settings(a))
+                     batch_size=a.batch_size, engine=engine_of(a), vllm_settings=vllm_settings(a),
+                     server=server_settings(a))
     configure_cpu_threads()
     metrics = evaluate(cfg, a.out)
     _print_metrics(metrics, a.out)
@@ -197,10 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     schedule_flags(g, "word")
     sampling_flags(g)
     template_flag(g)
-    engine_flags(g)
+    engine_flags(g, server=True)
     g.set_defaults(fn=cmd_generate)
 
     register_bench(sub, _Parser)  # bench decode|train|memory (recipes/bench.py)
+
+    from .engines.serve import register as register_serve
+
+    register_serve(sub, _Parser)  # serve (engines/serve.py)
 
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
@@ -245,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
         template_flag(x)
         answer_mode_flag(x)
-        engine_flags(x)
+        engine_flags(x, server=True)
         if mode == "handoff":
             schedule_flags(x, "paragraph-roundrobin")
         else:

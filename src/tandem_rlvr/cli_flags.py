@@ -46,12 +46,14 @@ def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
     g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw (default 32)")
 
 
-def engine_flags(p: argparse.ArgumentParser) -> None:
-    """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings)."""
+def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
+    """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings); with
+    ``server``, also the vllm-server engine and its --server flags."""
     g = p.add_argument_group("engine")
-    g.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+    g.add_argument("--engine", default="hf", choices=("hf", "vllm", "vllm-server") if server else ("hf", "vllm"),
                    help="hf: our transformers decoder (default, the reference); vllm: stock vLLM with the tandem "
-                        "plugin (pip install -e \".[vllm]\")")
+                        "plugin (pip install -e \".[vllm]\")" + ("; vllm-server: a running `tandem serve` (--server)"
+                                                                  if server else ""))
     g.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85,
                    help="vllm: share of GPU memory for weights + KV cache (default 0.85)")
     g.add_argument("--vllm-kv-cache-gib", type=float, default=None,
@@ -60,6 +62,49 @@ def engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vllm-block-size", type=int, default=None, help="vllm: tokens per KV block (default: vLLM's)")
     g.add_argument("--vllm-tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model (default 1)")
     g.add_argument("--vllm-max-num-seqs", type=int, default=256, help="vllm: most sequences decoded at once (default 256)")
+    if server:
+        server_flags(p)
+
+
+def server_flags(p: argparse.ArgumentParser) -> None:
+    """--server URL and how to talk to it (engines/server_client.py, ServerSettings)."""
+    import os
+
+    g = p.add_argument_group("server (engine vllm-server: a running `tandem serve`)")
+    g.add_argument("--server", default=None, metavar="URL",
+                   help="generate on this server (e.g. http://127.0.0.1:8000); implies --engine vllm-server")
+    g.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"), help="the server's key (default $VLLM_API_KEY)")
+    g.add_argument("--server-timeout", type=float, default=600.0, help="seconds per request (default 600)")
+    g.add_argument("--server-retries", type=int, default=3,
+                   help="retries of a request after connection errors and 408/429/5xx answers (default 3)")
+    g.add_argument("--server-concurrency", type=int, default=32, help="requests in flight at once (default 32)")
+    g.add_argument("--server-tokenizer", default=None,
+                   help="the served model's tokenizer here (default: the checkpoint path the server reports)")
+
+
+def engine_of(a) -> str:
+    """The engine the flags choose: --server means vllm-server."""
+    from .errors import TandemError
+
+    engine, server = getattr(a, "engine", "hf"), getattr(a, "server", None)
+    if server and engine == "vllm":
+        raise TandemError("--server sends requests to a running server; --engine vllm starts one in this process: "
+                          "choose one")
+    if engine == "vllm-server" and not server:
+        raise TandemError("--engine vllm-server needs --server URL (a running `tandem serve`)")
+    if server and (getattr(a, "junior", None) or getattr(a, "junior_device", None)):
+        raise TandemError("--junior/--junior-device do not apply with --server: the server holds its junior "
+                          "(tandem serve SENIOR --junior JUNIOR)")
+    return "vllm-server" if server else engine
+
+
+def server_settings(a):
+    if not getattr(a, "server", None):
+        return None
+    from .engines.server_client import ServerSettings
+
+    return ServerSettings(a.server, a.api_key, a.server_timeout, a.server_retries, a.server_concurrency,
+                          a.server_tokenizer)
 
 
 def vllm_settings(a):
@@ -76,9 +121,9 @@ def open_from_args(a, schedule: str):
     """(decoder, tokenizer, close) for the command's models, schedule and engine."""
     from .engines import DecoderSetup, open_decoder
 
-    return open_decoder(DecoderSetup(a.senior, a.junior, sampling_from_args(a), a.engine, a.p, a.K, a.device,
+    return open_decoder(DecoderSetup(a.senior, a.junior, sampling_from_args(a), engine_of(a), a.p, a.K, a.device,
                                      getattr(a, "junior_device", None), a.dtype, getattr(a, "seed", 0),
-                                     vllm_settings(a)), schedule)
+                                     vllm_settings(a), server_settings(a)), schedule)
 
 
 def template_flag(p):

@@ -129,7 +129,9 @@ class TrainConfig:
     kl_clamp: float = _f(10.0, "klreg: clamp each token's k3 KL term to [-c, c] (verl: 10; 0 = off)")
     engine: str = _f("hf", "rollout and validation engine: hf (our transformers decoder) or vllm (an in-process "
                      "vLLM engine colocated with training; the senior's weights are synced after every "
-                     "optimiser step)", choices=("hf", "vllm"))
+                     "optimiser step; vllm-server: a running `tandem serve --weight-sync` at --server, "
+                     "weights pushed after every optimiser step)", choices=("hf", "vllm", "vllm-server"))
+    server: str | None = _f(None, "engine vllm-server: the server's URL, e.g. http://127.0.0.1:8000")
     vllm_gpu_memory_utilization: float = _f(0.3, "vllm engine: share of GPU memory for its weights + KV cache "
                                             "(training shares the device)")
     vllm_kv_cache_gib: float | None = _f(None, "vllm engine: KV-cache GiB (default: from the share on GPU, 1 on CPU)")
@@ -184,11 +186,13 @@ class TrainConfig:
             self.beta = 1e-3
         if self.method != "klreg" and self.beta != 0:
             raise TandemError(f"beta={self.beta} is only for --method klreg (got method {self.method})")
-        if self.engine not in ("hf", "vllm"):
-            raise TandemError(f"unknown engine {self.engine!r}; valid: hf, vllm")
+        if self.engine not in ("hf", "vllm", "vllm-server"):
+            raise TandemError(f"unknown engine {self.engine!r}; valid: hf, vllm, vllm-server")
+        if (self.engine == "vllm-server") != bool(self.server):
+            raise TandemError("--engine vllm-server and --server URL go together")
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             raise TandemError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
-        if self.engine == "vllm" and self.method == "tandem":
+        if self.engine != "hf" and self.method == "tandem":
             from .engines import check_vllm_schedule
 
             check_vllm_schedule(self.schedule)
@@ -391,6 +395,7 @@ class EvalConfig:
     batch_size: int = 64  # rows decoded together
     engine: str = "hf"
     vllm_settings: Any = None
+    server: Any = None  # engines.server_client.ServerSettings (engine vllm-server)
 
     def __post_init__(self):
         from .prompting import user_message

@@ -1,17 +1,19 @@
-"""Generation engines behind ``--engine hf|vllm``.
+"""Generation engines behind ``--engine hf|vllm|vllm-server``.
 
 ``hf`` is our transformers decoder (``decoding.tandem.TandemDecoder``): the CPU default and
 the reference every other engine is tested against. ``vllm`` runs the same schedules inside
 stock vLLM through a plugin (``vllm_model``: a model class holding vLLM's own senior and
 junior; ``vllm_logits``: a V1 logits processor that replays each request's schedule), never
-a fork. Both engines expose ``schedule`` and ``generate(prompts, seeds) -> Rollout``, so
-everything downstream of a rollout is engine-blind.
+a fork. ``vllm-server`` sends the requests to a running ``tandem serve`` (``server_client``;
+``serve`` starts one). All engines expose ``schedule`` and ``generate(prompts, seeds) -> Rollout``,
+so everything downstream of a rollout is engine-blind.
 """
 
 from dataclasses import dataclass
 
-ENGINES = ("hf", "vllm")
-NOT_ON_VLLM = ("word-atomic",)  # decides the author after the token is proposed: a second output layer
+from .request_args import NOT_ON_VLLM  # noqa: F401  (re-exported: checked before any loading)
+
+ENGINES = ("hf", "vllm", "vllm-server")
 
 
 def check_vllm_schedule(schedule: str) -> None:
@@ -38,6 +40,7 @@ class DecoderSetup:
     dtype: str | None = "auto"
     seed: int = 0
     vllm_settings: object = None  # engines.vllm_engine.VLLMSettings
+    server: object = None  # engines.server_client.ServerSettings (engine vllm-server)
 
 
 def open_decoder(setup, schedule: str):
@@ -56,8 +59,16 @@ def open_decoder(setup, schedule: str):
         raise TandemError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if schedule == "senior":
         junior = None
-    if engine == "vllm":
+    if engine != "hf":
         check_vllm_schedule(schedule)
+    if engine == "vllm-server":
+        from .server_client import open_server_decoder
+
+        if getattr(setup, "server", None) is None:
+            raise TandemError("engine vllm-server needs a server: --server URL")
+        dec, tok, close, root = open_server_decoder(setup.server, schedule, sampling, p=p, K=K)
+        dec.models = {"senior": root, "junior": None if schedule == "senior" else "served"}  # run records
+        return dec, tok, close
     if engine == "hf":
         from ..models import load_pair
 

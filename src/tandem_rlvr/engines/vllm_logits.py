@@ -9,8 +9,12 @@ returns the active model's half: (B, Vs). So a request's authorship is the same 
 function of (seed, tokens) as in the transformers decoder, and ``schedule.replay`` recovers
 the senior mask from the finished tokens alone.
 
-Per request, ``SamplingParams.extra_args["tandem"]`` = {"schedule", "p", "K", "seed"}.
-A request without it is written by the senior. On any model other than the tandem model the
+Per request, the schedule arrives in ``SamplingParams.extra_args``, flat (``tandem_schedule``,
+``tandem_p``, ``tandem_K``, ``tandem_seed``: what a server's ``vllm_xargs`` carries) or nested
+(``extra_args["tandem"] = {"schedule", "p", "K", "seed"}``: in-process engines); both are
+parsed and validated by ``request_args.parse`` in ``validate_params``, so a bad value is
+refused with the request (HTTP 400 on a server) and never reaches the step. A request
+without them is written by the senior. On any model other than the tandem model the
 processor does nothing, so having it installed never changes other vLLM engines.
 """
 
@@ -21,9 +25,8 @@ from dataclasses import dataclass
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from .request_args import RequestArgError, TandemArgs, parse
 from .vllm_plugin import ARCH
-
-EXTRA_KEY = "tandem"
 
 
 @dataclass
@@ -44,14 +47,14 @@ class TandemLogitsProcessor(LogitsProcessor):
 
     @classmethod
     def validate_params(cls, sampling_params):
-        args = (sampling_params.extra_args or {}).get(EXTRA_KEY)
-        if args is None:
-            return
-        from ..decoding.schedule import SCHEDULES
-        from . import NOT_ON_VLLM
+        """Refuse bad tandem arguments at admission, naming the field: vLLM's validation error,
+        which its server answers with HTTP 400 (``parameter`` = the field)."""
+        try:
+            parse(sampling_params.extra_args, sampling_params.seed)
+        except RequestArgError as e:
+            from vllm.exceptions import VLLMValidationError
 
-        if args.get("schedule") not in SCHEDULES or args.get("schedule") in NOT_ON_VLLM:
-            raise ValueError(f"tandem schedule {args.get('schedule')!r} is not available on the vLLM engine")
+            raise VLLMValidationError(str(e), parameter=e.field) from None
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool):
         mc = vllm_config.model_config
@@ -80,9 +83,9 @@ class TandemLogitsProcessor(LogitsProcessor):
         return self.schedules[key]
 
     def _new_row(self, params, out: list[int]) -> _Row:
-        args = (params.extra_args or {}).get(EXTRA_KEY) or {"schedule": "senior", "p": 1.0, "K": 32, "seed": 0}
-        key = (args["schedule"], float(args.get("p", 0.5)), int(args.get("K", 32)))
-        row = _Row(key, int(args.get("seed", 0)), out)
+        args = parse(params.extra_args, params.seed) or TandemArgs("senior", 1.0)
+        key = (args.schedule, args.p, args.K)
+        row = _Row(key, args.seed, out)
         st = self._schedule(key).start(torch.tensor([row.seed], dtype=torch.int64))
         row.author, row.since = bool(st.author[0]), int(st.since[0])
         row.tail = int(st.tail[0]) if st.tail is not None else 0

@@ -155,15 +155,20 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     name = cfg.schedule_name
     dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
     try:
-        roles = {"senior": cfg.senior, **({"junior": cfg.junior or cfg.senior} if name != "senior" else {})}
+        served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
+        if served is None:
+            roles = {"senior": cfg.senior, **({"junior": cfg.junior or cfg.senior} if name != "senior" else {})}
+        else:  # a client cannot see the server's junior; its senior is fingerprinted where its files are here
+            roles = {"senior": served["senior"]} if Path(served["senior"]).is_dir() else {}
         fingerprints = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()}
         spec = EvalSpec(n=cfg.n, sampling=cfg.sampling, schedule=dec.schedule.describe(),
                         template=resolve_template(tok, cfg.template), seed=cfg.seed,
                         ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=cfg.instruction,
                         answer_mode=cfg.answer_mode, engine=cfg.engine, fingerprints=fingerprints,
                         dtype=str(resolve_dtype(cfg.dtype, resolve_device(cfg.device))).removeprefix("torch."),
-                        models={"senior": abs_spec(cfg.senior, NAMED_MODELS),
-                                "junior": abs_spec(cfg.junior or cfg.senior, NAMED_MODELS) if name != "senior" else None})
+                        models=served or {
+                            "senior": abs_spec(cfg.senior, NAMED_MODELS),
+                            "junior": abs_spec(cfg.junior or cfg.senior, NAMED_MODELS) if name != "senior" else None})
         metrics = run_eval(dec, tok, problems, spec, out, cfg.batch_size, progress)
     finally:
         close()

@@ -118,7 +118,7 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     """
     out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
-    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir",))
+    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server"))
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
@@ -254,6 +254,12 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         require_vllm()  # fail before the run directory is touched
         engine = EngineRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior",
                                 data_parallel=state.num_processes > 1)
+    elif cfg.engine == "vllm-server":
+        from .server_rollouts import ServerRollouts
+
+        if state.num_processes > 1:
+            raise TandemError("engine vllm-server trains in one process (one sender of the weights)")
+        engine = ServerRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior")
     _, compute, _ = precision(cfg)
     rollout_model = RolloutModel(cfg.senior, compute, cfg.rollout_device if cfg.engine == "hf" else None)
     rollout = TandemRollout(cfg, prep.pair, engine, rollout_model)

