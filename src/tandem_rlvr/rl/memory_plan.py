@@ -290,6 +290,9 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
     if cfg.eval_every:
         phases.append(("validation", min(cfg.rollout_batch_rows or VALIDATION_ROWS, cfg.val_size * cfg.eval_n),
                        cfg.validation_schedule))
+    if cfg.engine == "vllm-server":
+        p.notes.append("engine vllm-server: rollouts and validation run on the server; its memory is the server's")
+        return p
     if cfg.engine == "vllm":
         if not gpu and not on_gpu:
             p.notes.append("engine vllm on CPU: its KV cache is vllm_kv_cache_gib (default 1 GiB) plus its weights")
