@@ -41,7 +41,7 @@ from pathlib import Path
 from ..errors import TandemError
 from ..eval.runs import read_run
 from ..io import atomic_write, write_json
-from ..runtime import configure_cpu_threads
+from ..runtime import DEMO_THREADS, configure_cpu_threads
 from ..rundir import output_dir
 from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_config
 
@@ -103,7 +103,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     if world not in WORLDS:
         raise TandemError(f"unknown demo world {world!r}; valid: {', '.join(WORLDS)}")
     out = output_dir(out, create=False)
-    threads = configure_cpu_threads()
+    threads = configure_cpu_threads(fixed=DEMO_THREADS)  # not from the load: the figures must reproduce
     drift = world == "tiny-drift"
     s = _settings(quick, world)
     print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
@@ -136,7 +136,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     print_fn("[4/4] curves, summary and report")
     curves = plot_curves(runs, out)
     summary = {"wall_s": time.perf_counter() - t0, "quick": quick, "world_name": world, "world": str(built.root),
-               "junior": junior, "checkpoint": ckpt, "world_accuracy": built.meta.get("accuracy"),
+               "junior": junior, "checkpoint": ckpt, "threads": threads, "world_accuracy": built.meta.get("accuracy"),
                "curves": str(curves), "results": results}
     notes = [drift_note(built.meta["config"], results)] if drift else []
     summary["notes"] = notes
