@@ -285,3 +285,36 @@ def test_tiny_is_a_registered_benchmark():
         ("tiny", q.problem_id, q.problem, q.answer) for q in want]
     with pytest.raises(TandemError, match="unknown split"):
         load_benchmark("tiny", split="nope", limit=1)
+
+
+def test_readme_generate_example_is_a_problem_of_the_tiny_world_and_states_its_answer():
+    # The README's first command should be in the world's distribution (2-4 steps in the
+    # generator's wording) and its comment should name the right answer. The answer is worked
+    # out here from the story's wording alone: a regex per clause template of tasks.py.
+    from tandem_rlvr.world import tasks
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme[readme.index("tandem generate --prompt"):]
+    prompt = re.search(r'--prompt "([^"]+)"', block).group(1)
+    names = "|".join(n for n, _ in tasks.NAMES)
+    first, *steps, question = re.split(r"(?<=[.?]) ", prompt)
+    m = re.fullmatch(rf"({names}) has (\d+) ({'|'.join(tasks.OBJECTS)})\.", first)
+    assert m, first
+    assert question == f"How many {m.group(3)} does {m.group(1)} have now?"
+    assert 2 <= len(steps) <= 4, steps  # the generator's range; a one-step story is outside it
+
+    def clause_regex(template: str) -> str:
+        return re.escape(template).replace(r"\{p\}", "(?:She|He|she|he)").replace(r"\{k\}", r"(\d+)").replace(
+            r"\{f\}", f"(?:{names})").replace(r"\{o\}", "(?:her|him)")
+
+    value = int(m.group(2))
+    for step in steps:
+        body = next(step[len(c):] for c in sorted(tasks.CONNECTIVES, key=len, reverse=True) if step.startswith(c))
+        body = body[0].upper() + body[1:] if body.startswith(("she ", "he ")) else body
+        signs = [(sign, re.fullmatch(clause_regex(story), body)) for sign, group in ((1, tasks.GAINS), (-1, tasks.LOSSES))
+                 for story, _ in group]
+        sign, hit = next((s, h) for s, h in signs if h)
+        value += sign * int(hit.group(1))
+    assert value == 10  # 7 + 5 - 2
+    comment = readme[:readme.index("tandem generate --prompt")].rsplit("```bash", 1)[1]
+    assert f"the right answer, {value}" in comment
