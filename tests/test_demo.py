@@ -15,6 +15,7 @@ import pytest
 @pytest.mark.parametrize("world", [None, "tiny"])
 def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, world):
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TANDEM_THREADS", raising=False)  # the demo's own fixed count, 1
     out = tmp_path / "demo"
     res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "demo", "--quick", "--out", str(out)]
                          + (["--world", world] if world else []), capture_output=True, text=True, timeout=900)
@@ -55,6 +56,13 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
     if drift:  # the note on what the drift world builds in: its slip rates (docs/drift_world.md) beside the table
         assert "slip 2% of the time, its word solutions 70%" in (out / "summary.md").read_text()
         assert "slip 2% of the time, its word solutions 70%" in html
+    # what is evaluated, and why, is said where a reader looks: summary.md and the report's headline
+    ckpt = "final checkpoint" if drift else "validation-best checkpoint"
+    assert ckpt in (out / "summary.md").read_text() and ckpt in html
+    assert html.index('id="headline"') < html.index("<figure>")
+    import torch
+
+    assert summary["threads"] == 1 or torch.cuda.is_available()  # CPU runs: the fixed count, whatever the load
     tandem_log = [json.loads(x) for x in (out / "runs" / "tandem" / "log.jsonl").read_text().splitlines()]
     shares = [r["senior/token_share"] for r in tandem_log if "senior/token_share" in r]
     assert all(0.0 < s < 1.0 for s in shares)  # tandem rollouts really mix both authors
