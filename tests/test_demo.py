@@ -120,3 +120,27 @@ def test_checkpoint_note_says_which_checkpoint_and_why(tmp_path):
     best = checkpoint_note("best", {m: {"steps": 60, "best": {"step": 50}} for m in runs}, runs)
     assert best.startswith("The trained seniors are each run's validation-best checkpoint: grpo step 50, tandem step 50, "
                            "klreg step 50 of 60")
+
+
+def test_demo_threads_are_fixed_whatever_the_load(monkeypatch):
+    import os
+
+    import torch
+
+    from tandem_rlvr import runtime
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA runs keep torch's own thread count")
+    saved = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("TANDEM_THREADS", raising=False)
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine ...
+        monkeypatch.setattr(os, "cpu_count", lambda: 8)
+        assert runtime.configure_cpu_threads(fixed=runtime.DEMO_THREADS) == 1 == torch.get_num_threads()
+        assert runtime.configure_cpu_threads() == 8  # ... where the load-based pick takes every idle core
+        monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))  # a busy one
+        assert runtime.configure_cpu_threads(fixed=runtime.DEMO_THREADS) == 1 and runtime.configure_cpu_threads() == 1
+        monkeypatch.setenv("TANDEM_THREADS", "2")  # an explicit choice wins
+        assert runtime.configure_cpu_threads(fixed=runtime.DEMO_THREADS) == 2 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)
