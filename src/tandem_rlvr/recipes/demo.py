@@ -12,10 +12,12 @@ Two worlds (``--world``):
 1. Build (or reuse) the world: tokenizer, base model, junior.
 2. Train three seniors from the base: vanilla GRPO, Tandem RLVR (word-level handoffs,
    p = 0.5, K = 32) and KL-Reg (beta = 1e-3 to the junior).
-3. Evaluate the base, each senior's final checkpoint in the drift world (its validation
-   peaks at step 0 there, the base itself, and drift is what training does to the senior;
-   ``summary.md`` and the report say so, with each run's best step) or its validation-best one
-   in the tiny world, and, in the drift world, the junior alone: solo pass@k and
+3. Evaluate the base, each senior's final checkpoint in the drift world (drift is what
+   training does to the senior, every method is measured after the same steps, and Tandem's
+   validation, with the junior, is no yardstick for GRPO's, alone; before issue 26 it peaked
+   at step 0, the base itself, in every run; ``summary.md`` and the report say which checkpoint,
+   with each run's best step) or its validation-best one in the tiny world, and, in the drift
+   world, the junior alone: solo pass@k and
    paragraph round-robin handoff pass@k with the junior, on held-out test problems, the
    junior legibility of each solo run, and (drift world) the share of shorthand paragraphs
    in the solo responses.
