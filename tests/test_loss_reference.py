@@ -3,9 +3,11 @@
 The expected values are derived here, not by the code under test: the senior's and the junior's
 log-probs come from our own teacher-forced forward at the rollout temperature, the advantages from
 the recorded rewards (group mean, group std), the clipped surrogate, the k3 KL to the junior and the
-junior-imitation NLL from their textbook formulas. Old log-probs are set so the importance ratios
-cycle through 0.5, 1.0, 1.1 and 1.5 (below, inside and above the clip range [0.8, 1.2]), so clipped
-and unclipped tokens both occur. Each case checks the loss value and every parameter's gradient.
+junior-imitation NLL from their textbook formulas (the dual-clip and the KL clamp as verl's
+``compute_policy_loss_vanilla`` and ``low_var_kl`` write them). Old log-probs are set so the
+importance ratios cycle through 0.5, 1.0, 1.1, 1.5 and 4.0 (below, inside and above the clip range
+[0.8, 1.2], and above the dual-clip c = 3), so clipped, unclipped and dual-clipped tokens all occur.
+Each case checks the loss value and every parameter's gradient.
 """
 
 import pytest
@@ -15,7 +17,7 @@ from tandem_rlvr.rl.train import build_run
 
 from test_train import _batch, _cfg, setup  # noqa: F401  (setup is the shared module fixture)
 
-RATIOS = (0.5, 1.0, 1.1, 1.5)
+RATIOS = (0.5, 1.0, 1.1, 1.5, 4.0)
 G = 4  # group size of _cfg
 
 
@@ -82,19 +84,25 @@ def _trainer_loss_and_grads(trainer, batch):
     return loss.detach(), grads
 
 
-def _hand_loss_and_grads(run, batch, temperature, normalizer="response_tokens", w=0.0, beta=0.0, lam=0.0):
-    """The loss by hand: clipped surrogate, weights 1 senior / w junior, + beta * k3 to the junior
-    (at ``temperature``), divided by the token count, + lam * mean junior-token NLL."""
+def _hand_loss_and_grads(run, batch, temperature, normalizer="response_tokens", w=0.0, beta=0.0, lam=0.0,
+                         dual_clip=3.0, kl_clamp=10.0):
+    """The loss by hand: clipped surrogate with verl's dual-clip for negative advantages, weights
+    1 senior / w junior, + beta * k3 to the junior (at ``temperature``) clamped to [-kl_clamp,
+    kl_clamp], divided by the token count, + lam * mean junior-token NLL."""
     model, junior = run.trainer.model, run.prep.pair.junior
     model.zero_grad()
     lp = _teacher_forced_logps(model, batch, temperature)  # (B, T), with grad
-    A = batch["advantages"].unsqueeze(1)  # (B, 1)
+    A = batch["advantages"].unsqueeze(1).expand_as(lp)  # (B, T)
     ratio = torch.exp(lp - batch["old_per_token_logps"])
-    per_token = -torch.minimum(ratio * A, ratio.clamp(0.8, 1.2) * A)
+    clipped = torch.maximum(-A * ratio, -A * ratio.clamp(0.8, 1.2))  # the PPO loss, as verl writes it
+    if dual_clip:  # verl: for A < 0 the loss is at most -A * c
+        clipped = torch.where(A < 0, torch.minimum(clipped, -A * dual_clip), clipped)
+    per_token = clipped
     if beta:
         with torch.no_grad():
             ref = _teacher_forced_logps(junior, batch, temperature)
-        per_token = per_token + beta * (torch.exp(ref - lp) - (ref - lp) - 1)  # k3, no IS factor
+        k3 = torch.exp(ref - lp) - (ref - lp) - 1  # no IS factor
+        per_token = per_token + beta * (k3.clamp(-kl_clamp, kl_clamp) if kl_clamp else k3)
     response = batch["completion_mask"].float()
     senior = response * batch["tool_mask"].float()
     weight = senior + w * (response - senior)
@@ -139,7 +147,7 @@ def test_klreg_loss_uses_k3_to_the_junior_at_the_rollout_temperature(setup, tmp_
 
 
 def test_junior_imitation_term_reaches_the_gradient(setup, tmp_path):  # noqa: F811
-    run, batch = _prepared(setup, tmp_path, temperature=0.6, lambda_jun=0.5)
+    run, batch = _prepared(setup, tmp_path, temperature=0.6, junior_imitation=0.5)
     _check(run, batch, 0.6, lam=0.5)
     batch["advantages"] = torch.zeros_like(batch["advantages"])  # only the imitation term is left
     _, grads = _trainer_loss_and_grads(run.trainer, batch)
@@ -150,3 +158,25 @@ def test_junior_imitation_term_reaches_the_gradient(setup, tmp_path):  # noqa: F
 def test_junior_token_weight_enters_loss_and_gradient(setup, tmp_path):  # noqa: F811
     run, batch = _prepared(setup, tmp_path, temperature=0.6, junior_token_weight=0.25)
     _check(run, batch, 0.6, w=0.25)
+
+
+def test_dual_clip_caps_negative_advantage_tokens_and_can_be_turned_off(setup, tmp_path):  # noqa: F811
+    run, batch = _prepared(setup, tmp_path, temperature=0.6)
+    A = batch["advantages"].unsqueeze(1).expand_as(batch["completion_mask"])
+    T = batch["completion_ids"].shape[1]
+    at_4 = torch.tensor([RATIOS[t % len(RATIOS)] == 4.0 for t in range(T)]).expand_as(A)
+    assert ((A < 0) & at_4 & batch["completion_mask"].bool() & batch["tool_mask"].bool()).any()  # the cap bites
+    _check(run, batch, 0.6, dual_clip=3.0)
+    run.trainer.args.delta = None  # dual_clip 0: plain PPO clipping, which differs on those tokens
+    _check(run, batch, 0.6, dual_clip=0.0)
+
+
+def test_klreg_k3_term_is_clamped_per_token(setup, tmp_path):  # noqa: F811
+    run, batch = _prepared(setup, tmp_path, temperature=0.6, method="klreg", beta=0.5, kl_clamp=0.05)
+    with torch.no_grad():
+        lp = _teacher_forced_logps(run.trainer.model, batch, 0.6)
+    d = batch["ref_per_token_logps"] - lp
+    k3 = torch.exp(d) - d - 1
+    m = batch["completion_mask"].bool()
+    assert (k3[m] > 0.05).any() and (k3[m] < 0.05).any()  # some tokens clamped, some not
+    _check(run, batch, 0.6, beta=0.5, kl_clamp=0.05)

@@ -223,15 +223,15 @@ def test_rerun_resumes_from_checkpoint_without_gaps(setup, tmp_path):
     assert totals == sorted(totals)
 
 
-def test_junior_imitation_term_adds_lambda_times_junior_token_nll(setup, tmp_path):
-    run = build_run(_cfg(setup, tmp_path, lambda_jun=0.5), print_fn=lambda *_: None)
+def test_junior_imitation_term_adds_coef_times_junior_token_nll(setup, tmp_path):
+    run = build_run(_cfg(setup, tmp_path, junior_imitation=0.5), print_fn=lambda *_: None)
     trainer = run.trainer
     batch, _ = _batch(run)
     trainer.current_gradient_accumulation_steps = 1
     with torch.no_grad():
-        trainer.lambda_jun = 0.0
+        trainer.junior_imitation = 0.0
         base = trainer._compute_loss(trainer.model, batch)
-        trainer.lambda_jun = 0.5
+        trainer.junior_imitation = 0.5
         with_term = trainer._compute_loss(trainer.model, batch)
     jmask = batch["completion_mask"] * (1 - batch["tool_mask"])
     nll = -(trainer._last_logps * jmask).sum() / jmask.sum()

@@ -6,10 +6,14 @@ by ``tandem train --help``, where every field is also a flag). Presets live in
 preset < file < flags, and rejects unknown keys naming the closest valid one.
 ``EvalConfig`` holds one ``tandem eval solo|handoff`` run (``eval.sampler.evaluate``).
 
-Units: a *step* is one optimiser step (TRL's ``global_step``), i.e. one mini-batch of
-``prompts_per_minibatch`` prompts x ``group_size`` rollouts. A rollout batch of
-``prompts_per_step`` prompts feeds ``prompts_per_step / prompts_per_minibatch`` steps
-(the paper: 16 prompts x 8 rollouts, mini-batches of 8 prompts, two updates per batch).
+Units: an *update* is one optimiser step (TRL's ``global_step``), i.e. one mini-batch of
+``prompts_per_minibatch`` prompts x ``group_size`` rollouts. A *rollout step* is one rollout
+batch of ``prompts_per_step`` prompts, which feeds ``prompts_per_step / prompts_per_minibatch``
+updates (the paper: 16 prompts x 8 rollouts, mini-batches of 8 prompts, two updates per
+rollout step; the paper's "step" is the rollout step). ``step_unit`` says which unit
+``max_steps``, ``eval_every`` and ``save_every`` count; logs carry both (``step``,
+``rollout_step``). A mini-batch may be split into micro-batches of ``micro_batch_rows`` rows
+per process whose gradients accumulate into the same update.
 """
 
 from __future__ import annotations
@@ -67,8 +71,9 @@ class TrainConfig:
     loss_normalizer: str = _f("response_tokens", "token-mean denominator: response_tokens (every response token of "
                               "the batch, junior ones included: the paper's) or senior_tokens (the tokens in the "
                               "loss only; about 1/senior-share larger gradients)", choices=LOSS_NORMALIZERS)
-    lambda_jun: float = _f(0.0, "junior-imitation coefficient on junior-written tokens (tandem only; our extension, "
-                           "not in the paper: 0 = off)")
+    junior_imitation: float = _f(0.0, "coefficient of a junior-imitation NLL on junior-written tokens (tandem only; "
+                                 "our extension, not in the paper: 0 = off; the paper's launcher's lambda_jun is "
+                                 "junior_token_weight here)")
     group_size: int = _f(8, "rollouts per prompt (G)")
     prompts_per_step: int = _f(16, "prompts per rollout batch")
     prompts_per_minibatch: int = _f(8, "prompts per optimiser step (mini-batch)")
@@ -78,19 +83,41 @@ class TrainConfig:
     top_p: float = _f(1.0, "rollout top-p")
     top_k: int = _f(0, "rollout top-k (0 = off)")
     scale_rewards: bool = _f(True, "divide advantages by the group reward std (paper: yes)")
-    max_steps: int = _f(-1, "optimiser steps (-1: epochs x steps per epoch)")
+    max_steps: int = _f(-1, "steps to train, in step_unit (-1: epochs x steps per epoch)")
     epochs: float = _f(2.0, "passes over the training problems when max_steps is -1")
     limit: int | None = _f(None, "use only the first N training problems")
-    eval_every: int = _f(20, "steps between validation tandem-rollout accuracy checks (0 = off)")
+    eval_every: int = _f(20, "steps (in step_unit) between validation accuracy checks (0 = off)")
+    validation: str = _f("method", "what validation measures: method (accuracy under the method's own rollout "
+                         "schedule: tandem rollouts for tandem, as the paper's text selects checkpoints) or solo "
+                         "(the senior alone, as the paper's released code validates)", choices=("method", "solo"))
     eval_n: int = _f(1, "samples per validation problem")
     decline_drop: float = _f(0.10, "flag a decline when validation accuracy falls this far below its best")
-    save_every: int = _f(20, "steps between checkpoints (a multiple of the updates per rollout batch)")
+    save_every: int = _f(20, "steps (in step_unit) between checkpoints (a whole number of rollout steps)")
+    step_unit: str = _f("update", "unit of max_steps, eval_every and save_every: update (one optimiser step) or "
+                        "rollout (one rollout batch = prompts_per_step / prompts_per_minibatch updates: the paper's "
+                        "step)", choices=("update", "rollout"))
     save_total_limit: int | None = _f(2, "checkpoints kept besides the best")
     kl_every: int = _f(1, "steps between KL-to-junior monitoring forwards (0 = off)")
     seed: int = _f(0, "seed of data order, initial rollouts and authorship coins")
     output_dir: str = _f("runs/tandem", "run directory: checkpoints, log.jsonl, best/")
     report_to: str = _f("none", "TRL/transformers report_to: none, tensorboard, wandb")
     rollout_batch_rows: int = _f(0, "rows decoded together (0: the whole per-process rollout batch)")
+    master_dtype: str = _f("float32", "dtype of the weights AdamW updates: float32 (fp32 master weights, forward and "
+                           "backward in `dtype` under autocast, as verl trains) or compute (the weights stay in "
+                           "`dtype`; with bf16 and lr 1e-6 most updates round away: only for comparison)",
+                           choices=("float32", "compute"))
+    micro_batch_rows: int = _f(0, "rows per forward/backward on each process; gradients of a mini-batch's "
+                               "micro-batches accumulate into one update (0: the whole mini-batch at once)")
+    gradient_checkpointing: bool = _f(True, "recompute each layer's activations in the backward pass (less memory, "
+                                      "about a third more compute; the paper's runs and TRL's default: on)")
+    rollout_device: str | None = _f(None, "engine hf: device of the senior copy the rollouts decode with (default: "
+                                    "the senior's device). With fp32 master weights the rollouts decode a copy in "
+                                    "`dtype`, refreshed after each update; beside the junior it keeps the training "
+                                    "device free (the paper preset: cuda:1)")
+    weight_decay: float = _f(0.01, "AdamW weight decay (paper / verl: 0.01)")
+    dual_clip: float = _f(3.0, "dual-clip constant c for negative advantages: the ratio is capped at c there (verl: "
+                          "3; 0 = off); must exceed 1 + clip")
+    kl_clamp: float = _f(10.0, "klreg: clamp each token's k3 KL term to [-c, c] (verl: 10; 0 = off)")
     engine: str = _f("hf", "rollout and validation engine: hf (our transformers decoder) or vllm (an in-process "
                      "vLLM engine colocated with training; the senior's weights are synced after every "
                      "optimiser step)", choices=("hf", "vllm"))
@@ -116,13 +143,33 @@ class TrainConfig:
         if self.prompts_per_step % self.prompts_per_minibatch:
             raise TandemError(f"prompts_per_step ({self.prompts_per_step}) must be a multiple of "
                               f"prompts_per_minibatch ({self.prompts_per_minibatch})")
-        if self.save_every % self.updates_per_batch:
-            raise TandemError(f"save_every ({self.save_every}) must be a multiple of the updates per rollout batch "
-                              f"({self.updates_per_batch}) so a resumed run regenerates the same rollouts")
+        if self.step_unit not in ("update", "rollout"):
+            raise TandemError(f"unknown step_unit {self.step_unit!r}; valid: update, rollout")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise TandemError(f"max_steps must be -1 (epochs decide) or >= 1, got {self.max_steps}")
+        for name in ("eval_every", "save_every", "micro_batch_rows", "rollout_batch_rows", "kl_every"):
+            if getattr(self, name) < 0:
+                raise TandemError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.save_every < 1:
+            raise TandemError(f"save_every must be >= 1, got {self.save_every}")
+        if self.updates(self.save_every) % self.updates_per_batch:
+            raise TandemError(f"save_every ({self.save_every} {self.step_unit}s) must be a multiple of the updates per "
+                              f"rollout batch ({self.updates_per_batch}) so a resumed run regenerates the same rollouts")
+        if self.micro_batch_rows and (self.prompts_per_minibatch * self.group_size) % self.micro_batch_rows:
+            raise TandemError(f"micro_batch_rows ({self.micro_batch_rows}) must divide the rows of a mini-batch "
+                              f"({self.prompts_per_minibatch} x {self.group_size})")
+        if self.master_dtype not in ("float32", "compute"):
+            raise TandemError(f"unknown master_dtype {self.master_dtype!r}; valid: float32, compute")
+        if self.validation not in ("method", "solo"):
+            raise TandemError(f"unknown validation {self.validation!r}; valid: method, solo")
+        if self.weight_decay < 0 or self.kl_clamp < 0:
+            raise TandemError(f"weight_decay and kl_clamp must be >= 0, got {self.weight_decay}, {self.kl_clamp}")
+        if self.dual_clip and self.dual_clip <= 1 + self.clip:
+            raise TandemError(f"dual_clip must be 0 (off) or > 1 + clip = {1 + self.clip}, got {self.dual_clip}")
         if self.clip <= 0 or self.temperature <= 0:
             raise TandemError(f"clip and temperature must be > 0, got {self.clip}, {self.temperature}")
-        if self.beta < 0 or self.lambda_jun < 0:
-            raise TandemError(f"beta and lambda_jun must be >= 0, got {self.beta}, {self.lambda_jun}")
+        if self.beta < 0 or self.junior_imitation < 0:
+            raise TandemError(f"beta and junior_imitation must be >= 0, got {self.beta}, {self.junior_imitation}")
         if self.method == "klreg" and self.beta == 0:
             self.beta = 1e-3
         if self.method != "klreg" and self.beta != 0:
@@ -143,12 +190,21 @@ class TrainConfig:
             raise TandemError(f"junior_token_weight must be in [0, 1], got {self.junior_token_weight}")
         if self.junior_token_weight > 0 and self.method != "tandem":
             raise TandemError("junior_token_weight > 0 needs --method tandem (there are no junior tokens otherwise)")
-        if self.lambda_jun > 0 and self.method != "tandem":
-            raise TandemError("lambda_jun > 0 needs --method tandem (there are no junior tokens otherwise)")
+        if self.junior_imitation > 0 and self.method != "tandem":
+            raise TandemError("junior_imitation > 0 needs --method tandem (there are no junior tokens otherwise)")
 
     @property
     def updates_per_batch(self) -> int:
         return self.prompts_per_step // self.prompts_per_minibatch
+
+    def updates(self, n: int) -> int:
+        """``n`` steps of ``step_unit`` in optimiser updates (-1 and 0 pass through)."""
+        return n * self.updates_per_batch if self.step_unit == "rollout" and n > 0 else n
+
+    @property
+    def validation_schedule(self) -> str:
+        """The schedule validation samples with: the method's rollout schedule, or the senior alone."""
+        return "senior" if self.validation == "solo" else self.rollout_schedule
 
     @property
     def rollout_schedule(self) -> str:
@@ -186,9 +242,15 @@ def _read_yaml(text: str, origin: str) -> dict:
     return data
 
 
+# Keys that were renamed: the old name gets a one-line error saying where it went.
+RENAMED = {"lambda_jun": "junior_imitation (the paper's launcher's lambda_jun is our junior_token_weight)"}
+
+
 def _check_keys(data: dict, origin: str) -> None:
     valid = [f.name for f in config_fields()]
     for k in data:
+        if k in RENAMED:
+            raise TandemError(f"{origin}: config key {k!r} was renamed {RENAMED[k]}")
         if k not in valid:
             close = difflib.get_close_matches(k, valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

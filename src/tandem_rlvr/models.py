@@ -206,13 +206,16 @@ class Pair:
 
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,
-              trainable: bool = False) -> Pair:
-    """Load the senior, the junior (frozen; None = solo) and their shared tokenizer."""
+              trainable: bool = False, senior_dtype=None) -> Pair:
+    """Load the senior, the junior (frozen; None = solo) and their shared tokenizer.
+
+    ``senior_dtype`` (default: ``dtype``) lets a trainable senior hold fp32 master weights
+    while the frozen junior stays in the compute dtype."""
     tok = load_tokenizer(senior)
     if junior is not None:
         check_same_tokenizer(tok, load_tokenizer(junior))
     s_dev = resolve_device(senior_device)
     j_dev = resolve_device(junior_device) if junior_device else s_dev
-    s = load_model(senior, s_dev, dtype, trainable=trainable)
+    s = load_model(senior, s_dev, senior_dtype if senior_dtype is not None else dtype, trainable=trainable)
     j = load_model(junior, j_dev, dtype) if junior is not None else None
     return Pair(s, j, tok)

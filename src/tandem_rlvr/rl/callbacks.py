@@ -29,6 +29,7 @@ from ..decoding.tandem import TandemDecoder
 from ..io import write_json
 from ..prompting import encode_prompt, format_prompt
 from ..rewards.math import score
+from .precision import save_in_dtype
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -109,14 +110,15 @@ class Validation(TrainerCallback):
 
     batch_rows = 256  # rows decoded together
 
-    def __init__(self, prep, run_dir: Path, runlog: RunLog, engine=None):
+    def __init__(self, prep, run_dir: Path, runlog: RunLog, engine=None, rollout_model=None):
         cfg, pair = prep.cfg, prep.pair
         self.cfg, self.run_dir, self.problems, self.runlog = cfg, run_dir, prep.val, runlog
         self.junior, self.tok, self.eos_ids, self.sampling = pair.junior, pair.tokenizer, pair.eos_ids, cfg.sampling
         self.prompts = [encode_prompt(self.tok, format_prompt(self.tok, p.problem, prep.template, cfg.instruction))
                         for p in prep.val]
-        self.schedule = make_schedule(cfg.rollout_schedule, self.tok, p=cfg.p, K=cfg.K,
+        self.schedule = make_schedule(cfg.validation_schedule, self.tok, p=cfg.p, K=cfg.K,
                                       vocab_size=pair.senior.config.vocab_size)
+        self.rollout_model = rollout_model  # rl.precision.RolloutModel: what decodes, and the dtype best/ is saved in
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.trainer = None
@@ -124,8 +126,10 @@ class Validation(TrainerCallback):
 
     def accuracy(self, model, step: int = 0) -> float:
         if self.engine is not None:
-            dec = self.engine.decoder(model, step, self.cfg.rollout_schedule, self.sampling, self.cfg.p, self.cfg.K)
+            dec = self.engine.decoder(model, step, self.schedule.name, self.sampling, self.cfg.p, self.cfg.K)
         else:
+            if self.rollout_model is not None:
+                model = self.rollout_model.get(model, step)
             junior = self.junior if self.schedule.uses_junior else None
             dec = TandemDecoder(model, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
         rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.eval_n)]
@@ -170,7 +174,10 @@ class Validation(TrainerCallback):
         out = self.run_dir / "best"
         tmp = self.run_dir / ".best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
+        if self.rollout_model is not None:
+            save_in_dtype(model, tmp, self.rollout_model.dtype)  # the compute dtype, as final/
+        else:
+            model.save_pretrained(tmp)
         self.tok.save_pretrained(tmp)
         write_json(tmp / "best.json", self.best)
         old = self.run_dir / ".best.old"

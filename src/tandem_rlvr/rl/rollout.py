@@ -58,8 +58,9 @@ class TandemRollout:
     ``models.Pair`` (its junior, tokenizer and EOS ids; the senior comes from the trainer).
     """
 
-    def __init__(self, cfg, pair, engine=None):
+    def __init__(self, cfg, pair, engine=None, rollout_model=None):
         self.cfg, self.junior, self.tok, self.eos_ids = cfg, pair.junior, pair.tokenizer, list(pair.eos_ids)
+        self.rollout_model = rollout_model  # rl.precision.RolloutModel (engine hf), or None: the senior itself
         self.sampling = cfg.sampling
         self.schedule = None  # built on first call, when the model's vocabulary size is known
         self.last = {}  # metrics of the last call, for tests and logging
@@ -119,6 +120,8 @@ class TandemRollout:
             roll = self.engine.decoder(senior, step, cfg.rollout_schedule, self.sampling, cfg.p, cfg.K).generate(ids, seeds)
             self.engine.sleep()
             return roll
+        if self.rollout_model is not None:  # the compute-dtype copy when the senior holds fp32 masters
+            senior = self.rollout_model.get(senior, step)
         junior = self.junior if self.schedule.uses_junior else None
         dec = TandemDecoder(senior, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
         n = self.cfg.rollout_batch_rows or len(ids)

@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 
 from ..config import TrainConfig
 from ..data.benchmarks import Problem, load_benchmark
@@ -31,6 +32,7 @@ from ..models import Pair, load_pair
 from ..prompting import encode_prompt, format_prompt, resolve_template
 from ..rewards.math import score
 from ..runtime import invocation
+from .precision import RolloutModel, precision, save_in_dtype
 from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
 
 log = logging.getLogger("tandem_rlvr")
@@ -71,6 +73,9 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
     for name, ps in (("training", train), ("validation", val)):
         if not ps:
             raise TandemError(f"the {name} set is empty")
+    if len(train) < cfg.prompts_per_step:  # a rollout batch takes prompts_per_step distinct problems
+        raise TandemError(f"the training set has {len(train)} problems, fewer than one rollout batch "
+                          f"(prompts_per_step={cfg.prompts_per_step}): nothing would be trained")
         missing = [p.problem_id for p in ps if not str(p.answer).strip()]
         if missing:
             raise TandemError(f"{name} problem {missing[0]} has no answer; the verifier needs one")
@@ -79,8 +84,9 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
 
 def prepare(cfg: TrainConfig) -> Prepared:
     train, val = split_problems(cfg)
-    pair = load_pair(cfg.senior, cfg.junior or cfg.senior, cfg.senior_device, cfg.junior_device, cfg.dtype,
-                     trainable=True)
+    _, compute, master = precision(cfg)
+    pair = load_pair(cfg.senior, cfg.junior or cfg.senior, cfg.senior_device, cfg.junior_device, compute,
+                     trainable=True, senior_dtype=master)
     template = resolve_template(pair.tokenizer, cfg.template)
     for p in train[:256] + val:
         n = len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, p.problem, template, cfg.instruction)))
@@ -142,29 +148,56 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
         + (" (not used by the rollouts of this method)" if cfg.method == "grpo" else ""),
         f"- training data: `{stored['dataset']}` (split {cfg.dataset_split}), validation: "
         f"{'`' + str(stored['val_dataset']) + '`' if cfg.val_dataset else f'a held-out slice of {cfg.val_size} problems'}",
-        f"- optimiser steps: {steps} (max_steps {cfg.max_steps}); {cfg.prompts_per_minibatch} prompts x "
-        f"{cfg.group_size} rollouts per step, lr {cfg.lr}, clip {cfg.clip}, temperature {cfg.temperature}",
-        f"- reward: binary verifier on the last \\boxed{{}} answer; seed {cfg.seed}", "",
+        f"- optimiser updates: {steps} ({-(-steps // cfg.updates_per_batch)} rollout steps; max_steps {cfg.max_steps} "
+        f"{cfg.step_unit}s); {cfg.prompts_per_minibatch} prompts x {cfg.group_size} rollouts per update, lr {cfg.lr}, "
+        f"clip {cfg.clip}, temperature {cfg.temperature}",
+        f"- reward: binary verifier on the last \\boxed{{}} answer; seed {cfg.seed}",
+        f"- weights: {_weights_note(cfg)}", "",
         "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
 
 
-def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
-    from trl import GRPOConfig
+def _weights_note(cfg: TrainConfig) -> str:
+    _, compute, master = precision(cfg)
+    if master == compute:
+        return f"trained and saved in {str(compute).removeprefix('torch.')}"
+    return (f"trained with {str(master).removeprefix('torch.')} master weights and {str(compute).removeprefix('torch.')} "
+            f"compute; checkpoint-* hold the {str(master).removeprefix('torch.')} masters, final/ and best/ are "
+            f"exported in {str(compute).removeprefix('torch.')}")
 
+
+def micro_batching(cfg: TrainConfig, num_processes: int) -> tuple[int, int]:
+    """(rows per forward/backward on each process, micro-batches accumulated per update)."""
     rows = cfg.prompts_per_minibatch * cfg.group_size
     if rows % num_processes:
         raise TandemError(f"{rows} rollouts per mini-batch do not split over {num_processes} processes")
-    bf16 = cfg.dtype in ("bfloat16", "bf16") or (cfg.dtype == "auto" and not on_cpu)
+    per_process = rows // num_processes
+    micro = cfg.micro_batch_rows or per_process
+    if per_process % micro:
+        raise TandemError(f"micro_batch_rows={micro} does not divide the {per_process} rows of a mini-batch per process")
+    return micro, per_process // micro
+
+
+def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
+    """TRL's GRPOConfig for ``cfg``: one update per mini-batch, accumulated over its micro-batches."""
+    from trl import GRPOConfig
+
+    micro, accumulate = micro_batching(cfg, num_processes)
+    _, compute, master = precision(cfg)
+    mixed = master != compute  # autocast in the compute dtype over fp32 master weights
     return GRPOConfig(
         output_dir=cfg.output_dir, learning_rate=cfg.lr, epsilon=cfg.clip, beta=cfg.beta, loss_type="dapo",
         scale_rewards="group" if cfg.scale_rewards else "none", num_generations=cfg.group_size,
-        per_device_train_batch_size=rows // num_processes, gradient_accumulation_steps=1,
-        steps_per_generation=cfg.updates_per_batch, num_iterations=1, max_completion_length=cfg.max_new_tokens,
-        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_steps=cfg.max_steps,
-        num_train_epochs=cfg.epochs, save_steps=cfg.save_every, save_total_limit=cfg.save_total_limit,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=accumulate,
+        # TRL counts one "step" per micro-batch here: a rollout batch feeds updates_per_batch x accumulate of them
+        steps_per_generation=cfg.updates_per_batch * accumulate, num_iterations=1,
+        max_completion_length=cfg.max_new_tokens,
+        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_steps=cfg.updates(cfg.max_steps),
+        num_train_epochs=cfg.epochs, save_steps=cfg.updates(cfg.save_every), save_total_limit=cfg.save_total_limit,
         logging_steps=1, report_to=[] if cfg.report_to == "none" else [cfg.report_to], seed=cfg.seed,
-        use_cpu=on_cpu, bf16=bf16 and not on_cpu, entropy_coef=0.0, disable_dropout=True,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+        use_cpu=on_cpu, bf16=mixed and compute == torch.bfloat16, fp16=mixed and compute == torch.float16,
+        gradient_checkpointing=cfg.gradient_checkpointing, entropy_coef=0.0, disable_dropout=True,
+        delta=cfg.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip (docs/paper_fidelity.md)
+        lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay, max_grad_norm=1.0,
         log_completions=False, remove_unused_columns=False, save_only_model=False, disable_tqdm=True,
         dataloader_num_workers=0,
         # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default
@@ -221,7 +254,9 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         require_vllm()  # fail before the run directory is touched
         engine = EngineRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior",
                                 data_parallel=state.num_processes > 1)
-    rollout = TandemRollout(cfg, prep.pair, engine)
+    _, compute, _ = precision(cfg)
+    rollout_model = RolloutModel(cfg.senior, compute, cfg.rollout_device if cfg.engine == "hf" else None)
+    rollout = TandemRollout(cfg, prep.pair, engine, rollout_model)
 
     dir_was_new = not Path(cfg.output_dir).expanduser().exists()
     out = output_dir(cfg.output_dir, "--output-dir")
@@ -233,7 +268,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         if state.is_main_process:
             write_json(out / "config.json", stored_config(cfg))
         runlog = RunLog(out, resume_step, print_fn)
-        validation = Validation(prep, out, runlog, engine)
+        validation = Validation(prep, out, runlog, engine, rollout_model)
         if engine is not None and engine.data_parallel:
             engine.open(prep.pair.senior)  # collective: every process, before rank 0 validates alone
         with warnings.catch_warnings():
@@ -242,7 +277,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             trainer = TandemGRPOTrainer(
                 model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
                 processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
-                require_senior_mask=cfg.method == "tandem", lambda_jun=cfg.lambda_jun, ref_is_junior=cfg.method == "klreg",
+                require_senior_mask=cfg.method == "tandem", junior_imitation=cfg.junior_imitation,
+                ref_is_junior=cfg.method == "klreg", kl_clamp=cfg.kl_clamp,
                 junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer,
                 model_card=lambda steps: model_card(cfg, steps))
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
@@ -280,19 +316,24 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     run = build_run(cfg, print_fn)
     trainer, out = run.trainer, Path(cfg.output_dir).expanduser()
     ckpt = str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None
+    if ckpt and trainer.accelerator.is_main_process:
+        print_fn(f"{cfg.output_dir}: resuming from checkpoint-{run.resume_step} (update {run.resume_step}, "
+                 f"rollout step {-(-run.resume_step // cfg.updates_per_batch)})")
     try:
         if (done := _said_complete(cfg, print_fn)) is not None:  # finished by another process meanwhile
             return done
-        if 0 < cfg.max_steps <= run.resume_step:  # killed after the last step, before summary.json
+        if 0 < cfg.updates(cfg.max_steps) <= run.resume_step:  # killed after the last step, before summary.json
             trainer.load_finished_checkpoint(ckpt)  # TRL would train one step more when resumed here
         else:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", category=FutureWarning)
                 trainer.train(resume_from_checkpoint=ckpt)
-        summary = {"method": cfg.method, "steps": trainer.state.global_step, "best": run.validation.best,
+        summary = {"method": cfg.method, "steps": trainer.state.global_step,
+                   "rollout_steps": -(-trainer.state.global_step // cfg.updates_per_batch), "best": run.validation.best,
                    "processes": trainer.accelerator.num_processes, "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
         if trainer.accelerator.is_main_process:
-            _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step))
+            _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step),
+                        precision(cfg)[1])
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     except BaseException:
         if run.fresh and run.lock is not None and not any(out.glob("checkpoint-*")):
@@ -314,11 +355,14 @@ def _said_complete(cfg: TrainConfig, print_fn) -> dict | None:
     return done
 
 
-def _save_final(trainer, tokenizer, out: Path, card: str) -> None:
-    """final/ (weights, tokenizer, model card) written beside and moved into place whole."""
+def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype) -> None:
+    """final/ (weights in the compute dtype, tokenizer, model card) written beside and moved into place whole."""
     tmp, old = out / ".final.tmp", out / ".final.old"
     shutil.rmtree(tmp, ignore_errors=True)
-    trainer.save_model(str(tmp))
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        trainer.save_model(str(tmp))  # gathers sharded weights; saved in the masters' dtype
+    else:
+        save_in_dtype(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype)
     tokenizer.save_pretrained(tmp)
     (tmp / "README.md").write_text(card, encoding="utf-8")
     shutil.rmtree(old, ignore_errors=True)

@@ -9,8 +9,12 @@
 2. KL-Reg's reference is the junior (also when it is not the senior's initial checkpoint):
    TRL would build its reference from the policy's own path, so we construct the trainer
    with beta = 0 (no reference load) and then install the junior as ``ref_model``.
-3. Optional junior imitation (``lambda_jun``, our extension, not in the paper): + lambda * mean
-   NLL of junior-written tokens under the senior, reusing the log-probs TRL already computed.
+3. Optional junior imitation (``junior_imitation``, our extension, not in the paper): + coef x
+   token-mean NLL of junior-written tokens under the senior, reusing the log-probs TRL already
+   computed, normalised like TRL's token-mean so micro-batching leaves the update unchanged.
+4. KL-Reg's k3 term clamped to [-kl_clamp, kl_clamp] per token, as verl's ``low_var_kl``
+   (TRL's is unclamped): we hand TRL beta = 0 inside the loss and add the clamped term
+   ourselves, with TRL's token-mean normaliser.
 
 Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backends,
 checkpointing and resume all stay TRL's / transformers'.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 from trl import GRPOTrainer
 
 from ..errors import TandemError
@@ -50,8 +55,8 @@ def record_metrics(trainer: GRPOTrainer, metrics: dict[str, float], mode: str = 
 
 
 class TandemGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args, junior=None, require_senior_mask: bool = False, lambda_jun: float = 0.0,
-                 ref_is_junior: bool = False, junior_token_weight: float = 0.0,
+    def __init__(self, *args, junior=None, require_senior_mask: bool = False, junior_imitation: float = 0.0,
+                 ref_is_junior: bool = False, junior_token_weight: float = 0.0, kl_clamp: float = 0.0,
                  loss_normalizer: str = "response_tokens", model_card=None, **kwargs):
         grpo_args = kwargs.get("args")
         beta = grpo_args.beta if grpo_args is not None else 0.0
@@ -62,7 +67,8 @@ class TandemGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self.model_card = model_card  # steps -> README.md text (None: TRL's card)
         self.require_senior_mask = require_senior_mask
-        self.lambda_jun = lambda_jun
+        self.junior_imitation = junior_imitation
+        self.kl_clamp = kl_clamp
         self.junior_token_weight = junior_token_weight
         self.loss_normalizer = loss_normalizer
         self._last_logps = None  # (B, T) log-probs of the last loss forward, captured below
@@ -116,7 +122,18 @@ class TandemGRPOTrainer(GRPOTrainer):
             weights = token_weights(out["completion_mask"], out[SENIOR_MASK], self.junior_token_weight)
             local = loss_denominator(out["completion_mask"], weights, self.loss_normalizer)
             out["num_items_in_batch"] = self.accelerator.gather(local.to(self.accelerator.device)).sum()
+            junior = (out["completion_mask"] * (1 - out[SENIOR_MASK])).sum().to(self.accelerator.device)
+            out["num_junior_items_in_batch"] = self.accelerator.gather(junior).sum()  # () junior-written tokens
         return out
+
+    def _token_mean_normalizer(self, items: torch.Tensor) -> torch.Tensor:
+        """What a summed per-token term of one micro-batch is divided by, as TRL's token-mean does:
+        the generation batch's ``items`` per process and per update (so the micro-batches of one
+        update add up to the same gradient whatever their number)."""
+        normalizer = items.clamp(min=1.0) / self.accelerator.num_processes
+        if self.model.training:
+            normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        return normalizer
 
     def _compute_loss(self, model, inputs):
         if self.require_senior_mask:
@@ -130,11 +147,27 @@ class TandemGRPOTrainer(GRPOTrainer):
         if inputs.get(SENIOR_MASK) is not None and self.junior_token_weight:
             weighted = {**inputs, SENIOR_MASK: token_weights(inputs["completion_mask"], inputs[SENIOR_MASK],
                                                              self.junior_token_weight)}
-        loss = super()._compute_loss(model, weighted)
-        if self.lambda_jun > 0:
+        mode = "train" if self.model.training else "eval"
+        beta = self.beta
+        clamped_kl = beta != 0.0 and self.kl_clamp > 0
+        if clamped_kl:
+            self.beta = 0.0  # TRL adds no KL term; the clamped one is added below
+        try:
+            loss = super()._compute_loss(model, weighted)
+        finally:
+            self.beta = beta
+        if clamped_kl:
+            mask = inputs["completion_mask"] if weighted.get(SENIOR_MASK) is None else \
+                inputs["completion_mask"] * weighted[SENIOR_MASK]  # (B, T) as TRL's loss mask
+            d = inputs["ref_per_token_logps"] - self._last_logps  # (B, T) log p_ref / p_senior
+            k3 = (torch.exp(d) - d - 1).clamp(-self.kl_clamp, self.kl_clamp)
+            loss = loss + beta * (k3 * mask).sum() / self._token_mean_normalizer(inputs["num_items_in_batch"])
+            totals = self.accelerator.reduce(torch.stack([(k3.detach() * mask).sum(), mask.sum().float()]), reduction="sum")
+            record_metrics(self, {"kl": (totals[0] / totals[1].clamp(min=1.0)).item()}, mode)
+        if self.junior_imitation > 0:
             jmask = inputs["completion_mask"] * (1 - inputs[SENIOR_MASK])  # (B, T) junior-written tokens
-            nll = -(self._last_logps * jmask).sum() / jmask.sum().clamp(min=1)
-            record_metrics(self, {"junior_imitation/nll": self.accelerator.gather(nll.detach()).mean().item()},
-                           "train" if self.model.training else "eval")
-            loss = loss + self.lambda_jun * nll / self.current_gradient_accumulation_steps
+            nll_sum = -(self._last_logps * jmask).sum()
+            totals = self.accelerator.reduce(torch.stack([nll_sum.detach(), jmask.sum().float()]), reduction="sum")
+            record_metrics(self, {"junior_imitation/nll": (totals[0] / totals[1].clamp(min=1.0)).item()}, mode)
+            loss = loss + self.junior_imitation * nll_sum / self._token_mean_normalizer(inputs["num_junior_items_in_batch"])
         return loss

@@ -77,8 +77,9 @@ class EngineRollouts:
         """Push ``model``'s weights (transformers names) into the engine's senior."""
         state = model.state_dict()
         llm = self.engine.llm
+        dtype = getattr(torch, self.engine.settings.dtype)  # fp32 master weights are pushed cast, tensor by tensor
         llm.collective_rpc("reload_weights", kwargs={
-            "weights_iterator": ((k, v.detach()) for k, v in state.items()), "is_checkpoint_format": True})
+            "weights_iterator": ((k, v.detach().to(dtype)) for k, v in state.items()), "is_checkpoint_format": True})
         llm.reset_prefix_cache()
         self.syncs += 1
 

@@ -1,0 +1,76 @@
+"""Micro-batching changes memory, not the update: the gradient of one mini-batch of 8 rows equals
+the sum of the gradients of its 4 micro-batches of 2 rows, through TRL's own pipeline (its
+generation-batch buffer, shuffle and split, gradient-accumulation scaling) and our loss terms.
+
+Expected value: the one-forward gradient of the whole mini-batch (micro_batch_rows 0), which
+needs no accumulation arithmetic at all; the accumulated one must equal it to float tolerance.
+"""
+
+import pytest
+import torch
+
+from tandem_rlvr.rl.train import build_run
+
+from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
+
+
+def _reward(completions, completion_ids, **_):
+    """A non-binary reward of the token ids, so every group has a spread and advantages are non-zero."""
+    return [(sum(c) % 5) / 4 + 0.5 * (len(c) % 2) for c in completion_ids]
+
+
+_reward.__name__ = "accuracy_reward"
+
+
+def _micro_batches(run) -> list[dict]:
+    """The loss inputs TRL buffers for one rollout batch (one per micro-batch)."""
+    trainer = run.trainer
+    trainer.reward_funcs[0] = _reward
+    inputs = next(iter(trainer.get_train_dataloader()))
+    trainer.model.train()
+    trainer._prepare_inputs(inputs)
+    return trainer._buffered_inputs
+
+
+def _accumulated_grads(run) -> dict[str, torch.Tensor]:
+    trainer = run.trainer
+    micro = _micro_batches(run)
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    trainer.model.zero_grad()
+    for batch in micro:
+        trainer._compute_loss(trainer.model, batch).backward()
+    grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    trainer.model.zero_grad()
+    return grads, micro
+
+
+@pytest.mark.parametrize("kw", [dict(method="tandem", loss_normalizer="response_tokens"),
+                                dict(method="tandem", loss_normalizer="senior_tokens"),
+                                dict(method="tandem", junior_imitation=0.5),
+                                dict(method="klreg", beta=0.5)], ids=["tandem-response", "tandem-senior",
+                                                                       "tandem-imitation", "klreg"])
+def test_four_micro_batches_of_two_rows_give_the_gradient_of_one_batch_of_eight(setup, tmp_path, kw):  # noqa: F811
+    common = dict(prompts_per_step=2, prompts_per_minibatch=2, group_size=4, temperature=0.8, **kw)
+    whole = build_run(_cfg(setup, tmp_path / "whole", output_dir=str(tmp_path / "whole"), **common),
+                      print_fn=lambda *_: None)
+    split = build_run(_cfg(setup, tmp_path / "split", output_dir=str(tmp_path / "split"), micro_batch_rows=2,
+                           **common), print_fn=lambda *_: None)
+    assert whole.trainer.args.gradient_accumulation_steps == 1 and whole.trainer.args.per_device_train_batch_size == 8
+    assert split.trainer.args.gradient_accumulation_steps == 4 and split.trainer.args.per_device_train_batch_size == 2
+    want, (one,) = _accumulated_grads(whole)
+    got, parts = _accumulated_grads(split)
+    assert [len(b["completion_ids"]) for b in parts] == [2, 2, 2, 2]
+    # the same 8 rollouts, cut into four (TRL shuffles the rows before splitting)
+    rows = sorted(tuple(r.tolist()) for b in parts for r in b["completion_ids"])
+    assert rows == sorted(tuple(r.tolist()) for r in one["completion_ids"])
+    assert want.keys() == got.keys() and want
+    assert any(float(g.abs().max()) > 0 for g in want.values())
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], atol=1e-6, rtol=1e-4, msg=n)
+
+
+def test_micro_batch_rows_must_divide_a_mini_batch(setup, tmp_path):  # noqa: F811
+    from tandem_rlvr.errors import TandemError
+
+    with pytest.raises(TandemError, match="micro_batch_rows"):
+        _cfg(setup, tmp_path, prompts_per_step=2, prompts_per_minibatch=2, group_size=4, micro_batch_rows=3)
