@@ -15,6 +15,7 @@ import pytest
 @pytest.mark.parametrize("world", [None, "tiny"])
 def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, world):
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TANDEM_THREADS", raising=False)  # the demo's own fixed count, 1
     out = tmp_path / "demo"
     res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "demo", "--quick", "--out", str(out)]
                          + (["--world", world] if world else []), capture_output=True, text=True, timeout=900)
@@ -55,6 +56,13 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
     if drift:  # the note on what the drift world builds in: its slip rates (docs/drift_world.md) beside the table
         assert "slip 2% of the time, its word solutions 70%" in (out / "summary.md").read_text()
         assert "slip 2% of the time, its word solutions 70%" in html
+    # what is evaluated, and why, is said where a reader looks: summary.md and the report's headline
+    ckpt = "final checkpoint" if drift else "validation-best checkpoint"
+    assert ckpt in (out / "summary.md").read_text() and ckpt in html
+    assert html.index('id="headline"') < html.index("<figure>")
+    import torch
+
+    assert summary["threads"] == 1 or torch.cuda.is_available()  # CPU runs: the fixed count, whatever the load
     tandem_log = [json.loads(x) for x in (out / "runs" / "tandem" / "log.jsonl").read_text().splitlines()]
     shares = [r["senior/token_share"] for r in tandem_log if "senior/token_share" in r]
     assert all(0.0 < s < 1.0 for s in shares)  # tandem rollouts really mix both authors
@@ -69,7 +77,7 @@ def test_demo_unknown_world_is_a_one_line_error(tmp_path):
 
 def _results(grpo, tandem, base):
     cell = lambda p: {"solo": {"pass@1": {"mean": p, "se": 0.01}}}  # noqa: E731
-    return {"base": cell(base), "grpo": {**cell(grpo), "shorthand_share": 0.9},
+    return {"base": {**cell(base), "shorthand_share": 0.58}, "grpo": {**cell(grpo), "shorthand_share": 0.9},
             "tandem": {**cell(tandem), "shorthand_share": 0.1}}
 
 
@@ -79,9 +87,60 @@ def test_drift_note_states_the_world_slip_rates_and_the_run_numbers():
     world = {"slip_prob": 0.7, "shorthand_slip_prob": 0.02}
     note = drift_note(world, _results(0.262, 0.154, 0.249))
     for s in ("slip 2% of the time", "word solutions 70%", "GRPO 0.262", "Tandem 0.154", "base 0.249",
-              "shorthand share 0.90 vs 0.10", "costs solo accuracy", "paper reports no such cost"):
+              "shorthand share of solo responses: GRPO 0.90, Tandem 0.10, base 0.58", "costs solo accuracy",
+              "paper reports no such cost"):
         assert s in note, s
     assert note.count(". ") <= 2  # two plain sentences
     even = drift_note({"slip_prob": 0.5, "shorthand_slip_prob": 0.1}, _results(0.2, 0.25, 0.2))
     assert "slip 10% of the time, its word solutions 50%" in even and "did not cost solo accuracy" in even
     assert "costs solo accuracy" not in even
+
+
+def _logs(tmp_path, schedules):
+    runs = {}
+    for m, sched in schedules.items():
+        runs[m] = tmp_path / m
+        runs[m].mkdir()
+        (runs[m] / "log.jsonl").write_text(json.dumps({"step": 0, "val/accuracy": 0.2, "val/schedule": sched}) + "\n")
+    return runs
+
+
+def test_checkpoint_note_says_which_checkpoint_and_why(tmp_path):
+    from tandem_rlvr.recipes.demo import checkpoint_note
+
+    runs = _logs(tmp_path, {"grpo": "senior", "tandem": "word", "klreg": "senior"})
+    at0 = {m: {"steps": 40, "best": {"step": 0, "accuracy": 0.2}} for m in runs}
+    note = checkpoint_note("final", at0, runs)
+    assert note.startswith("The trained seniors are each run's final checkpoint (step 40), not the validation-best one")
+    assert "grpo step 0, tandem step 0, klreg step 0" in note and "the base model itself for every run" in note
+    assert "grpo, klreg: senior alone; tandem: with the junior (word)" in note
+    mixed = {**at0, "tandem": {"steps": 40, "best": {"step": 30, "accuracy": 0.3}}}
+    note = checkpoint_note("final", mixed, runs)
+    assert "tandem step 30" in note and "base model itself" not in note
+    best = checkpoint_note("best", {m: {"steps": 60, "best": {"step": 50}} for m in runs}, runs)
+    assert best.startswith("The trained seniors are each run's validation-best checkpoint: grpo step 50, tandem step 50, "
+                           "klreg step 50 of 60")
+
+
+def test_demo_threads_are_fixed_whatever_the_load(monkeypatch):
+    import os
+
+    import torch
+
+    from tandem_rlvr import runtime
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA runs keep torch's own thread count")
+    saved = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("TANDEM_THREADS", raising=False)
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine ...
+        monkeypatch.setattr(os, "cpu_count", lambda: 8)
+        assert runtime.configure_cpu_threads(fixed=runtime.DEMO_THREADS) == 1 == torch.get_num_threads()
+        assert runtime.configure_cpu_threads() == 8  # ... where the load-based pick takes every idle core
+        monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))  # a busy one
+        assert runtime.configure_cpu_threads(fixed=runtime.DEMO_THREADS) == 1 and runtime.configure_cpu_threads() == 1
+        monkeypatch.setenv("TANDEM_THREADS", "2")  # an explicit choice wins
+        assert runtime.configure_cpu_threads(fixed=runtime.DEMO_THREADS) == 2 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)

@@ -337,3 +337,77 @@ def test_recovery_figure_title_fits_inside_the_figure():
     canvas.draw()
     box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
     assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # pixels: the title is not cut at either edge
+
+
+def _comp_with_base():
+    """A comparison by hand: base, grpo, tandem; solo and handoff pass@1, junior CE, KL, t-tests."""
+    def run(p1, share=1.0):
+        return {"macro": {"problems": 500, "pass@1": {"mean": p1, "se": 0.01}}, "senior_share": {"mean": share, "sd": 0.0},
+                "config": {"models": {"senior": "/m", "junior": "/w/jr"}, "schedule": {"name": "paragraph-roundrobin"},
+                           "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 96}, "n": 4}}
+    leg = lambda ce: {"summary": {"ce": {"macro": {"mean": ce, "se": 0.1}}, "alpha": {"macro": {"mean": 0.5, "se": 0.01}}},  # noqa: E731
+                      "junior": "/w/jr", "samples": 2000}
+    return {"baseline": "grpo",
+            "solo": {"base": run(0.223), "grpo": run(0.251), "tandem": run(0.165)},
+            "handoff": {"handoff": {"base": run(0.134, 0.47), "grpo": run(0.111, 0.46), "tandem": run(0.147, 0.49)}},
+            "legibility": {"base": leg(6.27), "grpo": leg(9.69), "tandem": leg(1.83)},
+            "drift": None,
+            "ttests": [{"candidate": "tandem", "baseline": "grpo", "statistic": "handoff pass@1 (handoff)", "n": 500,
+                        "alternative": "greater", "mean_diff": 0.036, "t": 3.1, "df": 499, "p": 0.001},
+                       {"candidate": "tandem", "baseline": "grpo", "statistic": "solo pass@1", "n": 500,
+                        "alternative": "greater", "mean_diff": -0.086, "t": -6.0, "df": 499, "p": 0.9999},
+                       {"candidate": "base", "baseline": "grpo", "statistic": "solo pass@1", "n": 500,
+                        "alternative": "greater", "mean_diff": -0.028, "t": -2.0, "df": 499, "p": 0.97}]}
+
+
+def test_headline_compares_every_senior_with_the_base():
+    from tandem_rlvr.eval.report_headline import headline_sentences, headline_table
+
+    t = headline_table(_comp_with_base())
+    assert t.columns == ["senior", "solo pass@1", "vs base", "handoff pass@1 (with jr, paragraph-roundrobin)", "vs base",
+                         "junior CE (nats)", "vs base"]
+    # differences by hand: 0.251 - 0.223, 0.165 - 0.223, 0.111 - 0.134, 0.147 - 0.134, 9.69 - 6.27, 1.83 - 6.27
+    assert t.rows == [["base", "0.223", "", "0.134", "", "6.27", ""],
+                      ["grpo", "0.251", "+0.028", "0.111", "-0.023", "9.69", "+3.42"],
+                      ["tandem", "0.165", "-0.058", "0.147", "+0.013", "1.83", "-4.44"]]
+    solo, hand, tests = headline_sentences(_comp_with_base())
+    assert solo == "Solo pass@1 against the base model's 0.223: grpo 0.251 (+0.028), tandem 0.165 (-0.058)."
+    assert hand.startswith("Handoff pass@1 (with jr, paragraph-roundrobin) against the base model's 0.134: ")
+    # only the test below 0.05 is named, in its own direction; the base's own test is not a method's
+    assert tests == "Paired one-sided t-tests against grpo at p < 0.05: tandem handoff pass@1 (handoff) higher (+0.036, p = 0.001)."
+    no_base = _comp_with_base()
+    for part in ("solo", "legibility"):
+        del no_base[part]["base"]
+    del no_base["handoff"]["handoff"]["base"]
+    assert headline_table(no_base).columns == ["senior", "solo pass@1", "handoff pass@1 (with jr, paragraph-roundrobin)",
+                                               "junior CE (nats)"]
+    assert headline_sentences(no_base)[0] == "Solo pass@1: grpo 0.251, tandem 0.165."
+
+
+def test_report_opens_with_the_headline_and_every_figure_says_what_it_measures(report):
+    page = (report / "report.html").read_text()
+    body = page[page.index("<body>"):]
+    assert body.index('id="headline"') < body.index("<figure>") < body.index("<h2>Tables</h2>")
+    headline = body[body.index('id="headline"'):body.index("<figure>")]
+    assert "<table>" in headline and "Solo pass@1: grpo" in headline and "Handoff pass@1" in headline
+    figures = re.findall(r'<figure><img alt="([^"]+)"[^>]*><figcaption>(.*?)</figcaption></figure>', body, re.S)
+    assert [f for f, _ in figures] == ["pass_at_k_solo.png", "pass_at_k_handoff_handoff.png", "training.png"]
+    assert all(len(cap) > 40 for _, cap in figures)
+    caps = dict(figures)
+    assert "answers alone" in caps["pass_at_k_solo.png"] and "4 samples per problem" in caps["pass_at_k_solo.png"]
+    assert "co-writes with the junior" in caps["pass_at_k_handoff_handoff.png"]
+
+
+def test_training_panels_say_when_methods_measured_validation_and_reward_differently():
+    logs = {"grpo": [{"step": 0, "val/accuracy": 0.2, "val/schedule": "senior"},
+                     {"step": 1, "reward/mean": 0.3, "senior/token_share": 1.0}],
+            "klreg": [{"step": 0, "val/accuracy": 0.2, "val/schedule": "senior"},
+                      {"step": 1, "reward/mean": 0.3, "senior/token_share": 1.0}],
+            "tandem": [{"step": 0, "val/accuracy": 0.1, "val/schedule": "word"},
+                       {"step": 1, "reward/mean": 0.2, "senior/token_share": 0.5}]}
+    titles = [ax.get_title() for ax in training_figure(logs).axes if ax.get_visible()]
+    assert "validation accuracy\ngrpo, klreg: senior alone; tandem: with the junior (word)" in titles
+    assert "reward\ngrpo, klreg: senior alone; tandem: co-written with the junior" in titles
+    same = {m: logs[m] for m in ("grpo", "klreg")}  # measured alike: a plain title
+    titles = [ax.get_title() for ax in training_figure(same).axes if ax.get_visible()]
+    assert "validation accuracy" in titles and "reward" in titles

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -196,6 +197,78 @@ def test_interrupted_build_leaves_no_world(tmp_path, monkeypatch):
     assert list((tmp_path / "worlds").iterdir()) == []
 
 
+def _weights(w) -> dict[str, bytes]:
+    return {who: (w.root / who / "model.safetensors").read_bytes() for who in ("senior", "junior")}
+
+
+def test_world_build_is_the_same_whatever_the_thread_setting(tmp_path, monkeypatch):
+    # A build must not read the load or $TANDEM_THREADS: torch runs it on 1 thread (issue 26: a
+    # build on 2 threads under load made another model under the same key). Seen from inside the
+    # training: every step runs with torch.get_num_threads() == 1, whatever was set before.
+    real, seen = world_build.make_batch, []
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return real(*a, **k)
+
+    monkeypatch.setattr(world_build, "make_batch", spy)
+    cfg = WorldConfig.for_tests()
+    builds = []
+    saved = torch.get_num_threads()
+    try:
+        for env in ("2", "1"):
+            monkeypatch.setenv("TANDEM_THREADS", env)
+            torch.set_num_threads(int(env))
+            builds.append(build_world(cfg, cache=tmp_path / f"t{env}", progress=False))
+            assert torch.get_num_threads() == int(env)  # the caller's setting is restored after the build
+    finally:
+        torch.set_num_threads(saved)
+    assert set(seen) == {1} and len(seen) == 2 * cfg.steps  # two builds x 6 steps, all on one thread
+    assert [b.meta["threads"] for b in builds] == [1, 1]
+    assert _weights(builds[0]) == _weights(builds[1])
+    assert builds[0].meta["accuracy"] == builds[1].meta["accuracy"]
+
+
+def test_world_key_changes_with_whatever_shapes_the_weights(tmp_path, monkeypatch):
+    import shutil
+
+    import transformers
+
+    import tandem_rlvr
+
+    # The build's code: a copy of the package's build sources hashes alike (CRLF line endings
+    # too), and one edited character in any of them changes the hash.
+    pkg = Path(tandem_rlvr.__file__).parent
+    copy = tmp_path / "pkg"
+    for rel in world_build.BUILD_SOURCES:
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pkg / rel, copy / rel)
+    assert world_build.source_hash(copy) == world_build.source_hash(pkg) == world_build.build_fingerprint()["code"]
+    for rel in world_build.BUILD_SOURCES:
+        text = (pkg / rel).read_bytes()
+        (copy / rel).write_bytes(text.replace(b"\n", b"\r\n"))
+        assert world_build.source_hash(copy) == world_build.source_hash(pkg), rel
+        (copy / rel).write_bytes(text + b"#")
+        assert world_build.source_hash(copy) != world_build.source_hash(pkg), rel
+        (copy / rel).write_bytes(text)
+    # The format version, the thread count and the libraries that train and initialise the models.
+    base = WorldConfig().key()
+    keys = {base}
+    for target, name, value in ((world_build, "FORMAT_VERSION", 99), (world_build, "BUILD_THREADS", 2),
+                                (torch, "__version__", "0.0.1"), (transformers, "__version__", "0.0.1")):
+        with monkeypatch.context() as mp:
+            mp.setattr(target, name, value)
+            world_build.build_fingerprint.cache_clear()
+            keys.add(WorldConfig().key())
+        world_build.build_fingerprint.cache_clear()
+    assert len(keys) == 5 and WorldConfig().key() == base
+    with monkeypatch.context() as mp:  # and an edited source file
+        mp.setattr(world_build, "source_hash", lambda pkg: "0" * 16)
+        world_build.build_fingerprint.cache_clear()
+        assert WorldConfig().key() != base
+    world_build.build_fingerprint.cache_clear()
+
+
 def test_small_junior_is_smaller_and_shares_the_tokenizer(tmp_path):
     w = build_world(WorldConfig.for_tests(junior="small"), cache=tmp_path, progress=False)
     assert w.meta["params"]["junior"] < w.meta["params"]["senior"]
@@ -212,3 +285,36 @@ def test_tiny_is_a_registered_benchmark():
         ("tiny", q.problem_id, q.problem, q.answer) for q in want]
     with pytest.raises(TandemError, match="unknown split"):
         load_benchmark("tiny", split="nope", limit=1)
+
+
+def test_readme_generate_example_is_a_problem_of_the_tiny_world_and_states_its_answer():
+    # The README's first command should be in the world's distribution (2-4 steps in the
+    # generator's wording) and its comment should name the right answer. The answer is worked
+    # out here from the story's wording alone: a regex per clause template of tasks.py.
+    from tandem_rlvr.world import tasks
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme[readme.index("tandem generate --prompt"):]
+    prompt = re.search(r'--prompt "([^"]+)"', block).group(1)
+    names = "|".join(n for n, _ in tasks.NAMES)
+    first, *steps, question = re.split(r"(?<=[.?]) ", prompt)
+    m = re.fullmatch(rf"({names}) has (\d+) ({'|'.join(tasks.OBJECTS)})\.", first)
+    assert m, first
+    assert question == f"How many {m.group(3)} does {m.group(1)} have now?"
+    assert 2 <= len(steps) <= 4, steps  # the generator's range; a one-step story is outside it
+
+    def clause_regex(template: str) -> str:
+        return re.escape(template).replace(r"\{p\}", "(?:She|He|she|he)").replace(r"\{k\}", r"(\d+)").replace(
+            r"\{f\}", f"(?:{names})").replace(r"\{o\}", "(?:her|him)")
+
+    value = int(m.group(2))
+    for step in steps:
+        body = next(step[len(c):] for c in sorted(tasks.CONNECTIVES, key=len, reverse=True) if step.startswith(c))
+        body = body[0].upper() + body[1:] if body.startswith(("she ", "he ")) else body
+        signs = [(sign, re.fullmatch(clause_regex(story), body)) for sign, group in ((1, tasks.GAINS), (-1, tasks.LOSSES))
+                 for story, _ in group]
+        sign, hit = next((s, h) for s, h in signs if h)
+        value += sign * int(hit.group(1))
+    assert value == 10  # 7 + 5 - 2
+    comment = readme[:readme.index("tandem generate --prompt")].rsplit("```bash", 1)[1]
+    assert f"the right answer, {value}" in comment

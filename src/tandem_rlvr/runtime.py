@@ -6,6 +6,12 @@ compete with other processes for cores run many times slower than one thread alo
 (measured here: a 64-row tiny-world rollout took 0.5 s on 1 thread and 8-20 s on
 2 threads while two other processes were busy). So we use the idle cores, at most 8.
 ``TANDEM_THREADS`` overrides the choice.
+
+Reproducibility: a float32 result can depend on the thread count (a reduction split over
+threads sums in another order), so a choice made from the load would let the same command
+give different numbers on a busy and an idle machine. What must reproduce does not use it:
+the tiny worlds always build on ``BUILD_THREADS`` (``world.build``), and ``tandem demo`` runs
+on ``configure_cpu_threads(fixed=DEMO_THREADS)`` unless ``TANDEM_THREADS`` says otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ import contextlib
 import os
 
 import torch
+
+BUILD_THREADS = 1  # every world build, whatever the load or $TANDEM_THREADS (part of the world key)
+DEMO_THREADS = 1  # tandem demo, unless $TANDEM_THREADS is set (recorded in its summary)
 
 
 def pick_threads() -> int:
@@ -25,11 +34,14 @@ def pick_threads() -> int:
     return max(1, min(8, cores - busy))
 
 
-def configure_cpu_threads() -> int:
-    """Set torch's intra-op threads with ``pick_threads`` (CPU runs only); return the count."""
+def configure_cpu_threads(fixed: int | None = None) -> int:
+    """Set torch's intra-op threads (CPU runs only); return the count.
+
+    $TANDEM_THREADS if set, else ``fixed`` if given (a count that does not depend on the
+    load, for results that must reproduce), else ``pick_threads``'s choice from the load."""
     if torch.cuda.is_available():
         return torch.get_num_threads()
-    n = pick_threads()
+    n = pick_threads() if fixed is None or os.environ.get("TANDEM_THREADS") else max(1, fixed)
     torch.set_num_threads(n)
     return n
 

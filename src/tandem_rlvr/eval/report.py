@@ -5,20 +5,25 @@ like ``tandem compare``) writes OUT/report.html, one file with every figure embe
 base64 PNG (the same PNGs also go to OUT/figures/, with ``styles.json``: every figure's line
 colours and styles read back from the drawn artists), containing:
 
+- a headline first (``report_headline``): one table of every senior's solo and handoff pass@1,
+  junior CE and KL to the junior beside its difference from the base model, the sentences
+  that say it, and the caller's notes (the demo's: what its world builds in, which checkpoint);
 - pass@k curves per benchmark and macro: solo (paper Figure 2) and per handoff set-up (Figure 3);
 - drift survival curves and the top-500 recovery scatter (Figure 4), if drift was compared;
 - training dynamics (Figure 5) from ``--train-log [NAME=]log.jsonl`` files: reward, response
   length, senior token share, validation accuracy, KL to the junior, wall-clock per step and
   accumulated, and the accumulated wall-clock to the best validation step; whichever of these
   keys a log has;
-- every table of ``tandem compare`` (models by short name, ``models.model_name``), with the
-  caller's notes beside the solo table;
+- every table of ``tandem compare`` (models by short name, ``models.model_name``);
 - sample solutions: the same problems for every senior side by side, solo and handoff, words
   coloured by author and answers marked (``report_samples``);
 - provenance: full model paths, sampling settings and command lines (``provenance``).
 
-Every method has one colour and line style in every figure (``palette``). Figures are drawn on
-``matplotlib.figure.Figure`` directly (no pyplot, no display backend).
+Every method has one colour and line style in every figure (``palette``), and every figure has
+a caption saying what it measures. Where runs measured a quantity differently (Tandem's reward
+and validation come from rollouts co-written with the junior, GRPO's from the senior alone),
+the panel says so. Figures are drawn on ``matplotlib.figure.Figure`` directly (no pyplot, no
+display backend).
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ from ..rundir import output_dir
 from .compare import run_compare
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
+from .report_headline import headline_sentences, headline_table
 from .report_samples import samples_html
 from .runs import split_named
-from .tables import Table, comparison_tables
+from .tables import Table, comparison_tables, recovery_sentence
 
 
 # Lenient training-log keys: the first present of each list is plotted.
@@ -153,8 +159,32 @@ def training_summary(rows: list[dict]) -> dict:
     return out
 
 
+def measured_by(logs: dict[str, list[dict]], title: str) -> str:
+    """How each run measured a panel's quantity, when that can differ between runs: "" or a line
+    like "grpo, klreg: senior alone; tandem: with the junior (word)".
+
+    Validation: the log's ``val/schedule`` (the senior alone, or tandem rollouts with the junior).
+    Reward: the rollouts the run trained on, co-written when its senior token share is below 1."""
+    how: dict[str, list[str]] = {}
+    for name, rows in logs.items():
+        if title == "validation accuracy":
+            sched = next((r["val/schedule"] for r in rows if isinstance(r.get("val/schedule"), str)), None)
+            desc = None if sched is None else "senior alone" if sched == "senior" else f"with the junior ({sched})"
+        elif title == "reward":
+            shares = [r["senior/token_share"] for r in rows if isinstance(r.get("senior/token_share"), (int, float))]
+            desc = None if not shares else "senior alone" if min(shares) >= 1.0 else "co-written with the junior"
+        else:
+            desc = None
+        if desc is not None:
+            how.setdefault(desc, []).append(name)
+    return "; ".join(f"{', '.join(names)}: {desc}" for desc, names in how.items()) if len(how) > 1 else ""
+
+
 def training_figure(logs: dict[str, list[dict]]) -> Figure | None:
-    """One panel per training quantity any log has (plus accumulated wall-clock); None if none."""
+    """One panel per training quantity any log has (plus accumulated wall-clock); None if none.
+
+    A panel whose quantity the runs measured differently (``measured_by``) says how in a second
+    title line: Tandem's validation accuracy with the junior is not GRPO's of the senior alone."""
     panels = [(t, keys) for t, keys in TRAIN_KEYS.items() if any(_series(rows, keys) for rows in logs.values())]
     if not panels:
         return None
@@ -171,7 +201,9 @@ def training_figure(logs: dict[str, list[dict]]) -> Figure | None:
         for name, rows in logs.items():
             if (s := _series(rows, keys)) is not None:
                 ax.plot(*s, label=name, **_line(name), marker=line_style(name)["marker"] if len(s[0]) < 30 else None)
-        ax.set(title=title, xlabel="step")
+        how = measured_by(logs, title)
+        ax.set_title(f"{title}\n{how}", fontsize=9) if how else ax.set_title(title)
+        ax.set(xlabel="step")
         ax.grid(alpha=0.3)
     if extra:
         for name, rows in logs.items():
@@ -195,7 +227,8 @@ padding:0.4em;margin:0.2em 0;max-height:24em;overflow:auto}
 .grid{display:grid;gap:6px;margin-bottom:1.5em}.colhead,.rowhead{font-weight:bold;padding:2px}
 .cell{border:2px solid #ccc;padding:3px;min-width:0}.cell.ok{border-color:#2e7d32}.cell.bad{border-color:#c62828}
 .ok .mark,.ok-mark{color:#2e7d32}.bad .mark,.bad-mark{color:#c62828}.mark{font-weight:bold;font-size:0.85em}
-.problem{font-style:italic}#provenance+div code{word-break:break-all}"""
+.problem{font-style:italic}#provenance+div code{word-break:break-all}
+figure{margin:1em 0 2em}figcaption{font-size:0.9em;color:#444;max-width:60em}"""
 
 
 def _table_html(t: Table) -> str:
@@ -215,9 +248,10 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
     """(report.html text, {figure file name: bytes}) of a comparison.
 
     The figures are PNGs plus ``styles.json``: the colour and line style of every labelled line
-    of every figure, read back from the drawn artists. ``notes`` are paragraphs shown beside
-    the solo table (the demo explains what its world builds in); ``train_dirs`` are the
-    training runs' directories, for provenance."""
+    of every figure, read back from the drawn artists. The page opens with the headline
+    (``report_headline``) and ``notes``, paragraphs of the caller's (the demo says what its world
+    builds in and which checkpoints it evaluated); ``train_dirs`` are the training runs'
+    directories, for provenance."""
     figs: dict[str, Figure] = {}
     if comp["solo"]:
         figs["pass_at_k_solo.png"] = pass_at_k_figure(comp["solo"], "Solo reasoning: pass@k")
@@ -240,19 +274,65 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
         tables.append(Table("Training", ["run", "steps", "wall-clock (min)", "best validation step", "wall-clock to best (min)"],
                             [[n, str(s["steps"]), _minutes(s["wall_s"]), best[n], _minutes(s.get("wall_to_best_s"))]
                              for n, s in summaries.items()]))
-    solo_end = max((i + 1 for i, t in enumerate(tables) if t.title.startswith("Solo")), default=0)
     notes_html = [f'<p class="note">{html.escape(n)}</p>' for n in notes]
-    body = ["<h1>Tandem RLVR evaluation report</h1>", f"<p>Baseline for the t-tests: {html.escape(comp['baseline'])}. "
+    caps = captions(comp, train_logs)
+    body = ["<h1>Tandem RLVR evaluation report</h1>", '<h2 id="headline">Headline</h2>',
+            _table_html(headline_table(comp)).replace("<h3>Headline</h3>\n", ""),
+            *[f"<p>{html.escape(x)}</p>" for x in headline_sentences(comp)], *notes_html,
+            f"<p>Baseline for the t-tests: {html.escape(comp['baseline'])}. "
             'Full model paths, sampling settings and commands: <a href="#provenance">Provenance</a>.</p>',
             "<h2>Figures</h2>"]
-    body += [f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(b).decode()}"></figure>'
-             for n, b in pngs.items()]
-    body += ["<h2>Tables</h2>", *map(_table_html, tables[:solo_end]), *notes_html, *map(_table_html, tables[solo_end:]),
+    body += [f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(b).decode()}">'
+             f"<figcaption>{html.escape(caps.get(n, ''))}</figcaption></figure>" for n, b in pngs.items()]
+    body += ["<h2>Tables</h2>", *map(_table_html, tables),
              '<h2 id="samples">Sample solutions</h2>', samples_html(comp, samples_per_run),
              '<h2 id="provenance">Provenance</h2>', provenance_html(comp, train_dirs or {})]
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Tandem RLVR report</title><style>{CSS}</style>"
             f"</head><body>\n" + "\n".join(body) + "\n</body></html>\n")
     return page, {**pngs, "styles.json": styles}
+
+
+def captions(comp: dict, train_logs: dict[str, list[dict]] | None = None) -> dict[str, str]:
+    """What each figure of ``build_report`` measures, by file name: one or two plain sentences."""
+    from ..models import model_name
+
+    def sampling(metrics: dict) -> str:
+        cfg = next(iter(metrics.values())).get("config", {})
+        sp = cfg.get("sampling") or {}
+        return (f"{cfg.get('n', '?')} samples per problem at temperature {sp.get('temperature', '?')}, "
+                f"top-p {sp.get('top_p', '?')}, top-k {sp.get('top_k', '?')}, at most {sp.get('max_new_tokens', '?')} new tokens")
+
+    est = "unbiased pass@k per problem, averaged over problems; error bars: bootstrap standard errors over problems"
+    out = {}
+    if comp["solo"]:
+        out["pass_at_k_solo.png"] = f"Solo reasoning: each senior answers alone; {est}; {sampling(comp['solo'])}."
+    for lb, metrics in comp["handoff"].items():
+        cfg = next(iter(metrics.values()))["config"]
+        out[f"pass_at_k_handoff_{lb}.png"] = (
+            f"Handoff robustness: each senior co-writes with the junior {model_name(cfg['models'].get('junior'))} "
+            f"under the {(cfg['schedule'] or {}).get('name')} schedule (the same junior for every senior); {est}; "
+            f"{sampling(metrics)}.")
+    drift = comp.get("drift") or {}
+    if drift:
+        out["drift_survival.png"] = (
+            f"Drift: over the {drift['survival']['frequent_tokens']} tokens frequent in the junior's own solo outputs, "
+            "the share whose |log(p_model / p_junior)| (smoothed token frequencies of each model's solo outputs) "
+            "exceeds the threshold on the x axis; a curve further up is further from the junior.")
+        if drift.get("recovery"):
+            rec = drift["recovery"]
+            out["drift_recovery.png"] = (
+                f"Recovery: each dot is one of the tokens {rec['reference']} over-emits most relative to the junior; "
+                f"x: {rec['reference']}'s log-ratio to the junior; y: {rec['candidate']}'s shift relative to "
+                f"{rec['reference']} (below 0: moved back toward the junior). {recovery_sentence(rec)}.")
+    if train_logs:
+        val = measured_by(train_logs, "validation accuracy")
+        out["training.png"] = (
+            "Training dynamics per optimiser step, from each run's log: reward of the rollouts the run trained on, "
+            "response length, the senior's share of the tokens, validation accuracy on held-out training problems, "
+            "KL(senior || junior) on the senior's rollouts and wall-clock, whichever the logs hold. "
+            + (f"Validation differs by method ({val}), so its curves compare each run with itself, not the "
+               "methods with one another." if val else ""))
+    return out
 
 
 def _minutes(s: float | None) -> str:

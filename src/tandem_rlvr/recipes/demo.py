@@ -12,8 +12,12 @@ Two worlds (``--world``):
 1. Build (or reuse) the world: tokenizer, base model, junior.
 2. Train three seniors from the base: vanilla GRPO, Tandem RLVR (word-level handoffs,
    p = 0.5, K = 32) and KL-Reg (beta = 1e-3 to the junior).
-3. Evaluate the base, each senior's best checkpoint (the final one in the drift world,
-   where drift is the point) and, in the drift world, the junior alone: solo pass@k and
+3. Evaluate the base, each senior's final checkpoint in the drift world (drift is what
+   training does to the senior, every method is measured after the same steps, and Tandem's
+   validation, with the junior, is no yardstick for GRPO's, alone; before issue 26 it peaked
+   at step 0, the base itself, in every run; ``summary.md`` and the report say which checkpoint,
+   with each run's best step) or its validation-best one in the tiny world, and, in the drift
+   world, the junior alone: solo pass@k and
    paragraph round-robin handoff pass@k with the junior, on held-out test problems, the
    junior legibility of each solo run, and (drift world) the share of shorthand paragraphs
    in the solo responses.
@@ -21,10 +25,13 @@ Two worlds (``--world``):
    a summary table (``summary.md``/``summary.json``; in the drift world with a note, from
    the world's slip rates and this run's numbers, on what the world builds in: the shorthand
    is the more accurate style alone, so anchoring Tandem to the legible style costs solo
-   accuracy here, a cost the paper does not report), then run the rest of the battery
-   (drift against the junior's own samples, comparison tables with paired t-tests against
-   GRPO) and write the HTML report (``report/report.html``, the same note beside its solo
-   table).
+   accuracy here, a cost the paper does not report, and one on the checkpoints evaluated),
+   then run the rest of the battery (drift against the junior's own samples, comparison tables
+   with paired t-tests against GRPO) and write the HTML report (``report/report.html``, which
+   opens with a headline table against the base model and the same notes).
+
+Threads: the demo runs on ``runtime.DEMO_THREADS`` (1) torch thread unless ``$TANDEM_THREADS``
+is set, so its figures do not depend on the machine's load (summary.json records the count).
 
 Training, evaluation and the battery are ``recipes.pipeline``'s, shared with the study.
 
@@ -41,7 +48,7 @@ from pathlib import Path
 from ..errors import TandemError
 from ..eval.runs import read_run
 from ..io import atomic_write, write_json
-from ..runtime import configure_cpu_threads
+from ..runtime import DEMO_THREADS, configure_cpu_threads
 from ..rundir import output_dir
 from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_config
 
@@ -82,7 +89,8 @@ def drift_note(world_config: dict, results: dict) -> str:
              f"solutions {word:.0%}.")
     if not {"grpo", "tandem"} <= set(p1):
         return first
-    shares = (f" (shorthand share {sh['grpo']:.2f} vs {sh['tandem']:.2f})"
+    shares = (f" (shorthand share of solo responses: GRPO {sh['grpo']:.2f}, Tandem {sh['tandem']:.2f}"
+              + (f", base {sh['base']:.2f}" if sh.get("base") is not None else "") + ")"
               if sh.get("grpo") is not None and sh.get("tandem") is not None else "")
     base = f", base {p1['base']:.3f}" if "base" in p1 else ""
     nums = f"solo pass@1 GRPO {p1['grpo']:.3f}, Tandem {p1['tandem']:.3f}{base}"
@@ -95,6 +103,26 @@ def drift_note(world_config: dict, results: dict) -> str:
     return first + second
 
 
+def checkpoint_note(ckpt: str, trained: dict[str, dict], runs: dict[str, Path]) -> str:
+    """Which checkpoint of each training run the demo evaluates and why, from the runs' summaries
+    (``{method: rl.train's summary}``: steps, best validation step) and logs (how each validated)."""
+    from ..eval.report import measured_by
+    from ..rl.callbacks import read_log
+
+    best = {m: t["best"]["step"] for m, t in trained.items() if t.get("best")}
+    steps = sorted({t["steps"] for t in trained.values()})
+    at = ", ".join(f"{m} step {b}" for m, b in best.items())
+    how = measured_by({m: read_log(r / "log.jsonl") for m, r in runs.items()}, "validation accuracy")
+    how = f" (validation measured {how})" if how else ""
+    if ckpt == "final":
+        why = ("the base model itself for every run, so 'best' would evaluate the base again"
+               if best and set(best.values()) == {0} else "the drift world asks what training does to the senior")
+        return (f"The trained seniors are each run's final checkpoint (step {'/'.join(map(str, steps))}), not the "
+                f"validation-best one: validation accuracy peaked at {at}{how}; {why}.")
+    return (f"The trained seniors are each run's validation-best checkpoint: {at} of {'/'.join(map(str, steps))}"
+            f"{how}; a best at step 0 is the base model itself.")
+
+
 def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, world: str = "tiny-drift") -> dict:
     """Run the demo into ``out`` (see the module docstring); return the summary."""
     from ..world.build import build_world
@@ -103,7 +131,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     if world not in WORLDS:
         raise TandemError(f"unknown demo world {world!r}; valid: {', '.join(WORLDS)}")
     out = output_dir(out, create=False)
-    threads = configure_cpu_threads()
+    threads = configure_cpu_threads(fixed=DEMO_THREADS)  # not from the load: the figures must reproduce
     drift = world == "tiny-drift"
     s = _settings(quick, world)
     print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
@@ -111,11 +139,11 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     base = str(built.base)
     junior = str(built.junior) if drift else base
 
-    runs = {}
+    runs, trained = {}, {}
     for i, method in enumerate(METHODS, 1):
         print_fn(f"[2/4] training {method} ({i}/{len(METHODS)})")
         runs[method] = out / "runs" / method
-        train_method(world, method, base, junior, runs[method], s["train"], print_fn=print_fn)
+        trained[method] = train_method(world, method, base, junior, runs[method], s["train"], print_fn=print_fn)
 
     print_fn(f"[3/4] evaluating base{', junior' if drift else ''} and seniors: solo and paragraph-handoff "
              "pass@k on held-out problems")
@@ -136,9 +164,9 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     print_fn("[4/4] curves, summary and report")
     curves = plot_curves(runs, out)
     summary = {"wall_s": time.perf_counter() - t0, "quick": quick, "world_name": world, "world": str(built.root),
-               "junior": junior, "checkpoint": ckpt, "world_accuracy": built.meta.get("accuracy"),
+               "junior": junior, "checkpoint": ckpt, "threads": threads, "world_accuracy": built.meta.get("accuracy"),
                "curves": str(curves), "results": results}
-    notes = [drift_note(built.meta["config"], results)] if drift else []
+    notes = [checkpoint_note(ckpt, trained, runs)] + ([drift_note(built.meta["config"], results)] if drift else [])
     summary["notes"] = notes
     _write_summary(out, summary)
     drift_ref = out / "eval" / "junior" / "solo" if drift else None

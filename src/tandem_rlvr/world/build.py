@@ -12,18 +12,25 @@ way (``junior="small"``). Both are saved with the identical tokenizer, loadable 
 Why: every command of the project must run end to end on a laptop with no downloads; a
 real architecture keeps the code paths (KV caches, generate, TRL) those of Qwen3 at scale.
 
-How: ``build_world(WorldConfig())`` trains in a few minutes on 2 cores and caches the result
-under ``cache_dir()/worlds/<config hash>``; the build happens in a temporary sibling folder
-renamed into place when complete, so an interrupted build leaves no half world and a complete
-one is reused. At the end it measures solo accuracies on held-out test problems and writes
-them, with sizes and timings, to ``world.json``. Run: ``python -m tandem_rlvr.world.build``.
+How: ``build_world(WorldConfig())`` trains in a few minutes and caches the result under
+``cache_dir()/worlds/<key>``; the build happens in a temporary sibling folder renamed into
+place when complete, so an interrupted build leaves no half world and a complete one is reused.
+At the end it measures solo accuracies on held-out test problems and writes them, with sizes
+and timings, to ``world.json``. Run: ``python -m tandem_rlvr.world.build``.
+
+Reproducible: the build always runs on ``runtime.BUILD_THREADS`` (1) torch threads, whatever
+the load or ``$TANDEM_THREADS`` (a float32 sum split over another number of threads rounds
+differently, and 600 steps of training carry such a difference into another model), and the
+key hashes the config with everything else that decides the weights (``build_fingerprint``:
+the format version, that thread count, the build's source files, the torch, transformers and
+tokenizers versions). A cached world is reused only if all of them match.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -34,7 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -44,13 +51,38 @@ from ..errors import TandemError
 from ..io import write_json
 from ..paths import cache_dir
 from ..prompting import plain_prompt
-from ..runtime import pick_threads
+from ..runtime import BUILD_THREADS, intra_op_threads
 from .evaluate import solo_accuracy, style_measure
 from .tasks import WorldProblem, draw_solutions, make_problems, render_shorthand
 from .tokenizer import boundary_ids, train_tokenizer
 
-FORMAT_VERSION = 1  # bump when the generator, tokenizer or training changes what a config builds
+FORMAT_VERSION = 2  # 2: always built on BUILD_THREADS threads (1 built on threads picked from the load)
 JUNIORS = ("early", "small")
+# The source files (relative to the package) whose code decides the weights: any edit changes the key.
+BUILD_SOURCES = ("world/build.py", "world/tasks.py", "world/tokenizer.py", "prompting.py")
+
+
+@functools.lru_cache(maxsize=1)
+def build_fingerprint() -> dict:
+    """Everything besides the config that decides what a build makes, for the key and world.json.
+
+    The code as a hash of ``BUILD_SOURCES`` (line endings normalised, so a Windows checkout keys
+    alike), not a hand-bumped number alone: an edit that nobody thought changes the weights
+    still rebuilds. The libraries by version: torch's kernels and RNG, transformers' Qwen3
+    initialisation and the tokenizers BPE trainer all shape the result."""
+    import tokenizers
+    import transformers
+
+    return {"format": FORMAT_VERSION, "threads": BUILD_THREADS, "code": source_hash(Path(__file__).resolve().parents[1]),
+            "torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+
+
+def source_hash(pkg: Path) -> str:
+    """16-hex sha256 over the ``BUILD_SOURCES`` of the package directory ``pkg`` (CRLF read as LF)."""
+    code = hashlib.sha256()
+    for rel in BUILD_SOURCES:
+        code.update(rel.encode() + b"\0" + (pkg / rel).read_bytes().replace(b"\r\n", b"\n") + b"\0")
+    return code.hexdigest()[:16]
 
 
 @dataclass
@@ -123,17 +155,18 @@ class WorldConfig:
         return cls(**{**fast, **overrides})
 
     def key(self) -> str:
-        """Short hash of the fields that shape the build (and the format): the world's folder name.
+        """Short hash of the fields that shape the build and of ``build_fingerprint()``: the
+        world's folder name.
 
         The other junior kind's fields are left out, so changing them never invalidates a world.
         """
         fields = dataclasses.asdict(self)
         for name in ("small_hidden", "small_layers") if self.junior == "early" else ("junior_at",):
             del fields[name]
-        if self.shorthand_frac == 0.0:  # single-style world: keys as before the style axis existed
+        if self.shorthand_frac == 0.0:  # single-style world: the unused style fields do not key it
             for name in ("shorthand_frac", "shorthand_slip_prob", "shorthand_from", "junior_shorthand"):
                 del fields[name]
-        blob = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True)
+        blob = json.dumps({"build": build_fingerprint(), **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -207,16 +240,6 @@ def build_world(cfg: WorldConfig | None = None, cache: str | os.PathLike | None 
     return _paths(root)
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    prev = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
-
-
 def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
     """Train tokenizer, base model and junior into ``out``; measure them; write world.json."""
     t0 = time.perf_counter()
@@ -226,8 +249,7 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
     if cfg.shorthand_frac > 0:  # the tokenizer must know the second style too
         texts += [plain_prompt(p.problem) + render_shorthand(p)[0] for p in train]
     tok = train_tokenizer(texts, cfg.vocab_size)
-    threads = pick_threads()
-    with _torch_threads(threads):
+    with intra_op_threads(BUILD_THREADS):
         torch.manual_seed(cfg.seed)
         senior = _new_model(tok, cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate)
         if cfg.junior == "early":
@@ -257,14 +279,14 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
             for who, model in (("senior", senior), ("junior", junior)):
                 styles[who] = style_measure(model, tok, test, seed=cfg.seed)
     write_json(out / "world.json", {
-        "key": cfg.key(), "format": FORMAT_VERSION, "config": dataclasses.asdict(cfg),
+        "key": cfg.key(), "format": FORMAT_VERSION, "build": build_fingerprint(), "config": dataclasses.asdict(cfg),
         "accuracy": acc, "n_eval": len(test), "eval_split": "test",
         "params": {"senior": _n_params(senior), "junior": _n_params(junior)},
         "tokenizer": {"vocab": len(tok), "word_initial_ids": len(boundary_ids(tok)),
                       "paragraph_id": tok.convert_tokens_to_ids("ĊĊ")},
         "seconds": {"train": round(train_s, 1), "eval": round(time.perf_counter() - t0 - train_s, 1),
                     "total": round(time.perf_counter() - t0, 1)},
-        "threads": threads,
+        "threads": BUILD_THREADS,
         **({"styles": styles} if styles else {}),
     })
 
