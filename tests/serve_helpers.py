@@ -10,7 +10,8 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
+
+from tandem_rlvr.engines.serve import healthy
 
 START_TRIES, READY_POLLS = 3, 600  # ports tried; 1-second health polls per try (a slow CI start-up is minutes)
 
@@ -21,12 +22,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -54,10 +49,10 @@ def running_server(args: list[str], log_path):
                                     stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             for _ in range(READY_POLLS):
-                if proc.poll() is not None or _healthy(url):
+                if proc.poll() is not None or healthy(url):
                     break
                 time.sleep(1.0)
-            if proc.poll() is None and _healthy(url):
+            if proc.poll() is None and healthy(url):
                 break
         except BaseException:
             _stop(proc)

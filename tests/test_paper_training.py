@@ -86,7 +86,6 @@ def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_pat
     p = plan(cfg)
     items = _items(p)
     # the fixture's model: vocab V, hidden 32, intermediate 64, 1 layer, 4 heads of 8, 2 KV heads, untied
-    from test_train import make_model  # noqa: F401
     from transformers import AutoConfig
 
     c = AutoConfig.from_pretrained(setup[1])

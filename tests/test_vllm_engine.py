@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from conftest import make_model
+from conftest import save_vllm_pair
 from test_decoding_reference import _boundary_ids  # the reference decoder's own boundary sets
 
 pytestmark = pytest.mark.vllm
@@ -34,14 +34,7 @@ SETTINGS = VLLMSettings(dtype="float32", kv_cache_gib=0.25, max_num_seqs=64)
 
 @pytest.fixture(scope="module")
 def pair_dirs(tok, tmp_path_factory):
-    root = tmp_path_factory.mktemp("vllm_pair")
-    dirs = []
-    for name, seed in (("senior", 0), ("junior", 1)):
-        model = make_model(len(tok), seed, hidden=128)  # head_dim 32: vLLM-CPU attention has no 16
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-        dirs.append(str(root / name))
-    return dirs
+    return save_vllm_pair(tok, tmp_path_factory.mktemp("vllm_pair"))
 
 
 @pytest.fixture(scope="module")

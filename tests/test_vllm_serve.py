@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from conftest import make_model
+from conftest import save_vllm_pair
 from serve_helpers import running_server
 from test_decoding_reference import _boundary_ids
 
@@ -32,14 +32,7 @@ SEEDS = [11, 22, 33, 44]
 
 @pytest.fixture(scope="module")
 def pair_dirs(tok, tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve_pair")
-    dirs = []
-    for name, seed in (("senior", 0), ("junior", 1)):
-        model = make_model(len(tok), seed, hidden=128)  # head_dim 32: vLLM-CPU attention has no 16
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-        dirs.append(str(root / name))
-    return dirs
+    return save_vllm_pair(tok, tmp_path_factory.mktemp("serve_pair"))
 
 
 @pytest.fixture(scope="module")

@@ -179,6 +179,32 @@ def context_limit(model) -> int | None:
 COMPACT = 0.25  # default: drop finished rows once a quarter of the batch has finished (docs/results.md)
 
 
+def rollout_from_rows(tokens: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
+                      logprobs: Sequence[Sequence[float]], finished: Sequence[bool], pad_id: int) -> "Rollout":
+    """A ``Rollout`` from per-row lists (an engine's completions): right-padded (B, T) tensors."""
+    B, T = len(tokens), max(1, max((len(t) for t in tokens), default=0))
+    out = torch.full((B, T), pad_id, dtype=torch.long)
+    logps = torch.zeros((B, T), dtype=torch.float32)
+    smask = torch.zeros((B, T), dtype=torch.bool)
+    for b, (t, m, lp) in enumerate(zip(tokens, masks, logprobs)):
+        if t:
+            out[b, : len(t)] = torch.tensor(t)
+            smask[b, : len(t)] = torch.tensor(m)
+            logps[b, : len(t)] = torch.tensor(list(lp)[: len(t)], dtype=torch.float32)
+    return Rollout(out, smask, logps, torch.tensor([len(t) for t in tokens], dtype=torch.long),
+                   torch.tensor(list(finished), dtype=torch.bool))
+
+
+def engine_batch_seeds(prompts: Sequence[Sequence[int]], seeds) -> torch.Tensor:
+    """(B,) long row seeds of an engine batch, after checking one seed per prompt and no empty prompt."""
+    seeds = torch.as_tensor(seeds, dtype=torch.long)
+    if seeds.shape != (len(prompts),):
+        raise TandemError(f"need one seed per prompt: {len(prompts)} prompts, {tuple(seeds.shape)} seeds")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise TandemError("every prompt must have at least one token")
+    return seeds
+
+
 class TandemDecoder:
     """Batched senior/junior co-generation under a handoff ``Schedule``.
 

@@ -104,7 +104,8 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
+    """Whether the server at ``url`` answers its /health check."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
             return r.status == 200
@@ -142,7 +143,7 @@ def run_server(a) -> None:
     ready = False
     try:
         while child.poll() is None and not ready:
-            ready = _healthy(url)
+            ready = healthy(url)
             time.sleep(0 if ready else 1.0)
         if ready:
             name = _flag_value(a.vllm_args, "--served-model-name") or senior

@@ -116,28 +116,16 @@ class ServerDecoder:
 
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor) -> Rollout:
         """prompts: B token lists; seeds: B row seeds (the coins' and the server sampler's seed)."""
-        seeds = torch.as_tensor(seeds, dtype=torch.long)
-        if seeds.shape != (len(prompts),):
-            raise TandemError(f"need one seed per prompt: {len(prompts)} prompts, {tuple(seeds.shape)} seeds")
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise TandemError("every prompt must have at least one token")
+        from ..decoding.tandem import engine_batch_seeds, rollout_from_rows
+
+        seeds = engine_batch_seeds(prompts, seeds)
         with ThreadPoolExecutor(max_workers=min(self.settings.concurrency, len(prompts))) as pool:
             comps = list(pool.map(self._one, [list(p) for p in prompts], seeds.tolist()))
         toks = [c.token_ids for c in comps]
         masks = replay(self.schedule, seeds, toks)
-        B, T = len(toks), max(1, max(len(t) for t in toks))
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
-        tokens = torch.full((B, T), pad, dtype=torch.long)
-        logps = torch.zeros((B, T), dtype=torch.float32)
-        smask = torch.zeros((B, T), dtype=torch.bool)
-        for b, (t, c, m) in enumerate(zip(toks, comps, masks)):
-            if t:
-                tokens[b, : len(t)] = torch.tensor(t)
-                smask[b, : len(t)] = torch.tensor(m)
-                logps[b, : len(t)] = torch.tensor(c.logprobs[: len(t)], dtype=torch.float32)
-        lengths = torch.tensor([len(t) for t in toks], dtype=torch.long)
-        finished = torch.tensor([c.finish_reason == "stop" for c in comps], dtype=torch.bool)
-        return Rollout(tokens, smask, logps, lengths, finished)
+        return rollout_from_rows(toks, masks, [c.logprobs for c in comps], [c.finish_reason == "stop" for c in comps],
+                                 pad)
 
 
 def _message(e) -> str:

@@ -217,31 +217,19 @@ class VLLMDecoder:
         """prompts: B token lists; seeds: B row seeds (the coins' and vLLM's sampler seed)."""
         from vllm.inputs import TokensPrompt
 
-        seeds = torch.as_tensor(seeds, dtype=torch.long)
-        if seeds.shape != (len(prompts),):
-            raise TandemError(f"need one seed per prompt: {len(prompts)} prompts, {tuple(seeds.shape)} seeds")
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise TandemError("every prompt must have at least one token")
+        from ..decoding.tandem import engine_batch_seeds, rollout_from_rows
+
+        seeds = engine_batch_seeds(prompts, seeds)
         params = [self._params(len(p), int(s)) for p, s in zip(prompts, seeds.tolist())]
         outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
                                         use_tqdm=False)
         comps = [o.outputs[0] for o in outs]
         toks = [list(c.token_ids) for c in comps]
         masks = replay(self.schedule, seeds, toks)  # (seed, tokens) -> authors, as the processor did
-        B, T = len(toks), max(1, max(len(t) for t in toks))
         tok = self.engine.tokenizer
-        tokens = torch.full((B, T), tok.pad_token_id if tok.pad_token_id is not None else self.engine.eos_ids[0],
-                            dtype=torch.long)
-        logps = torch.zeros((B, T), dtype=torch.float32)
-        smask = torch.zeros((B, T), dtype=torch.bool)
-        for b, (t, c, m) in enumerate(zip(toks, comps, masks)):
-            if t:
-                tokens[b, : len(t)] = torch.tensor(t)
-                smask[b, : len(t)] = torch.tensor(m)
-                logps[b, : len(t)] = torch.tensor([lp[i].logprob for lp, i in zip(c.logprobs, t)])
-        lengths = torch.tensor([len(t) for t in toks], dtype=torch.long)
-        finished = torch.tensor([c.finish_reason == "stop" for c in comps], dtype=torch.bool)
-        return Rollout(tokens, smask, logps, lengths, finished)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else self.engine.eos_ids[0]
+        logps = [[lp[i].logprob for lp, i in zip(c.logprobs, t)] for c, t in zip(comps, toks)]
+        return rollout_from_rows(toks, masks, logps, [c.finish_reason == "stop" for c in comps], pad)
 
 
 def _platform_is_cpu() -> bool:
