@@ -53,7 +53,8 @@ def test_demo_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatc
     built = mock.Mock(root=tmp_path / "w", base=tmp_path / "w" / "senior", junior=tmp_path / "w" / "junior",
                       meta={"config": cfg, "accuracy": {}})
     _patch(monkeypatch, world_build, "build_world", world_build.build_world, return_value=built)
-    train = _patch(monkeypatch, demo, "train_method", pipeline.train_method, return_value={})
+    train = _patch(monkeypatch, demo, "train_method", pipeline.train_method,
+                   return_value={"steps": 2, "best": {"step": 0, "accuracy": 0.1}})  # as rl.train.train returns
     pass1 = {"pass@1": {"mean": 0.5, "se": 0.1}}
     metrics = {"solo": {"macro": pass1}, "handoff": {"macro": pass1, "senior_share": {"mean": 0.5, "sd": 0.1}}}
     evaluate = _patch(monkeypatch, demo, "evaluate_senior", pipeline.evaluate_senior, return_value=metrics)
