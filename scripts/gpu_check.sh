@@ -16,6 +16,8 @@
 #    through vLLM, a 2-step training run with vLLM rollouts (peak GPU memory printed), vLLM
 #    sleep/wake (scripts/vllm_sleep_check.py: memory freed, same tokens after wake and a weight
 #    push), the 2-step run again with --vllm-sleep true (peak memory), and `bench train --engine vllm`
+#    and a served tiny pair (`tandem serve --weight-sync`) feeding a 2-step `--engine vllm-server` run
+#    (the weight push: vLLM's nccl engine on a GPU, never run yet)
 # 12 paper_layout: the qwen3-4b-deepscaler preset's layout (fp32 masters, bf16 compute, micro-batches of
 #    one 4,024-token row, checkpointing, decoder rollouts) for 2 updates on randomly initialised Qwen3-4B
 #    models built from the shipped config (scripts/paper_layout_check.py): the memory plan's predicted
@@ -116,8 +118,13 @@ if python -c "import vllm" >/dev/null 2>&1; then
       --junior-device "$JDEV" --dtype float32 --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 \
       --output-dir "$OUT/train_vllm_sleep"
   run vllm_bench_train tandem bench train --engine vllm --steps 3 --json
+  # rollouts from a served pair with weight pushes after each update (nccl on a GPU, tandem_gloo on CPU)
+  run vllm_server_train bash -c 'tandem serve tiny --weight-sync --port 8753 --gpu-memory-utilization 0.3 &
+    S=$!; for _ in $(seq 600); do curl -sf http://127.0.0.1:8753/health >/dev/null && break; sleep 1; done
+    tandem train --preset tiny --engine vllm-server --server http://127.0.0.1:8753 --max-steps 2 --eval-every 1 \
+      --save-every 1 --val-size 16 --output-dir "$0"; rc=$?; kill $S; wait $S; exit $rc' "$OUT/train_server"
   CHECKS+=(vllm_engine_tests vllm_bench_decode vllm_eval_handoff vllm_train_2_steps vllm_sleep vllm_train_sleep
-           vllm_bench_train)
+           vllm_bench_train vllm_server_train)
 else
   echo "== vLLM not installed: the vLLM engine checks are skipped (pip install -e \".[vllm]\")"
 fi
