@@ -71,16 +71,19 @@ def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done:
     """Evaluate ``model`` into ``d``: solo, then per junior (``{label: model}``; label "" = no
     suffix) a handoff run and the junior's legibility of the solo samples.
 
-    ``ev``: ``eval_settings``'s EvalConfig. Sampling runs resume or, finished, only check their inputs'
-    fingerprints; with ``skip_done`` a legibility result already written is kept. Returns metrics per run name.
+    ``ev``: ``eval_settings``'s EvalConfig. With ``skip_done`` a run that has its result file is kept as is
+    (the caller guarantees it holds the same settings; its inputs' fingerprints are not re-checked here).
+    Returns metrics per run name.
     """
     from ..eval.legibility import run_legibility
+    from ..eval.runs import read_metrics
     from ..eval.sampler import evaluate
 
     def sample(name: str, junior: str | None) -> dict:
+        done = read_metrics(d / name) if skip_done else None
         cfg = replace(ev, senior=model, junior=junior, mode="handoff" if junior else "solo",
                       schedule="paragraph-roundrobin")
-        return evaluate(cfg, d / name, progress=progress)  # a finished run: its fingerprints checked, nothing sampled
+        return done if done is not None else evaluate(cfg, d / name, progress=progress)
 
     metrics = {"solo": sample("solo", None)}
     for label, junior in juniors.items():
