@@ -140,3 +140,4 @@ def test_paper_preset_plan_fits_two_80gb_gpus_and_not_one():
                                                            "rollout_device": "cuda:0"})
     p1 = plan(one, 1, 80)
     assert p1.peak("cuda:0")[0] / GiB > 77  # fp32 masters + moments + gradients alone are 60 GiB
+

@@ -73,12 +73,12 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
     for name, ps in (("training", train), ("validation", val)):
         if not ps:
             raise TandemError(f"the {name} set is empty")
-    if len(train) < cfg.prompts_per_step:  # a rollout batch takes prompts_per_step distinct problems
-        raise TandemError(f"the training set has {len(train)} problems, fewer than one rollout batch "
-                          f"(prompts_per_step={cfg.prompts_per_step}): nothing would be trained")
         missing = [p.problem_id for p in ps if not str(p.answer).strip()]
         if missing:
             raise TandemError(f"{name} problem {missing[0]} has no answer; the verifier needs one")
+    if len(train) < cfg.prompts_per_step:  # a rollout batch takes prompts_per_step distinct problems
+        raise TandemError(f"the training set has {len(train)} problems, fewer than one rollout batch "
+                          f"(prompts_per_step={cfg.prompts_per_step}): nothing would be trained")
     return train, val
 
 
@@ -157,12 +157,11 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
 
 
 def _weights_note(cfg: TrainConfig) -> str:
-    _, compute, master = precision(cfg)
+    compute, master = (str(d).removeprefix("torch.") for d in precision(cfg)[1:])
     if master == compute:
-        return f"trained and saved in {str(compute).removeprefix('torch.')}"
-    return (f"trained with {str(master).removeprefix('torch.')} master weights and {str(compute).removeprefix('torch.')} "
-            f"compute; checkpoint-* hold the {str(master).removeprefix('torch.')} masters, final/ and best/ are "
-            f"exported in {str(compute).removeprefix('torch.')}")
+        return f"trained and saved in {compute}"
+    return (f"trained with {master} master weights and {compute} compute; checkpoint-* hold the {master} masters, "
+            f"final/ and best/ are exported in {compute}")
 
 
 def micro_batching(cfg: TrainConfig, num_processes: int) -> tuple[int, int]:
