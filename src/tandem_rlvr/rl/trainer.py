@@ -147,6 +147,12 @@ class TandemGRPOTrainer(GRPOTrainer):
             normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         return normalizer
 
+    def _global_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        """Mean of ``values`` (B, T) over the ``mask``ed tokens of every process (a logged figure)."""
+        totals = self.accelerator.reduce(torch.stack([(values.detach() * mask).sum(), mask.sum().float()]),
+                                         reduction="sum")
+        return (totals[0] / totals[1].clamp(min=1.0)).item()
+
     def _compute_loss(self, model, inputs):
         if self.require_senior_mask:
             mask = inputs.get(SENIOR_MASK)
@@ -174,12 +180,10 @@ class TandemGRPOTrainer(GRPOTrainer):
             d = inputs["ref_per_token_logps"] - self._last_logps  # (B, T) log p_ref / p_senior
             k3 = (torch.exp(d) - d - 1).clamp(-self.kl_clamp, self.kl_clamp)
             loss = loss + beta * (k3 * mask).sum() / self._token_mean_normalizer(inputs["num_items_in_batch"])
-            totals = self.accelerator.reduce(torch.stack([(k3.detach() * mask).sum(), mask.sum().float()]), reduction="sum")
-            record_metrics(self, {"kl": (totals[0] / totals[1].clamp(min=1.0)).item()}, mode)
+            record_metrics(self, {"kl": self._global_mean(k3, mask)}, mode)
         if self.junior_imitation > 0:
             jmask = inputs["completion_mask"] * (1 - inputs[SENIOR_MASK])  # (B, T) junior-written tokens
             nll_sum = -(self._last_logps * jmask).sum()
-            totals = self.accelerator.reduce(torch.stack([nll_sum.detach(), jmask.sum().float()]), reduction="sum")
-            record_metrics(self, {"junior_imitation/nll": (totals[0] / totals[1].clamp(min=1.0)).item()}, mode)
+            record_metrics(self, {"junior_imitation/nll": self._global_mean(-self._last_logps, jmask)}, mode)
             loss = loss + self.junior_imitation * nll_sum / self._token_mean_normalizer(inputs["num_junior_items_in_batch"])
         return loss
