@@ -315,8 +315,8 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
     return p
 
 
-def advice(cfg, plan: Plan, device: str, phase: str) -> str:
-    """Which knob lowers the peak of ``device`` set by ``phase``."""
+def advice(cfg, phase: str) -> str:
+    """Which knob lowers a device's peak when ``phase`` sets it."""
     if phase == "update":
         knobs = []
         if cfg.micro_batch_rows != 1:
@@ -361,7 +361,7 @@ def render(cfg, p: Plan, gpu_gib: float | None) -> str:
             ok = peak / GiB <= room
             fits_all &= ok
             lines.append(f"  {'fits' if ok else 'DOES NOT FIT'} in {gpu_gib:g} GiB (keeping {GPU_MARGIN_GIB:g} GiB "
-                         f"for the CUDA context)" + ("" if ok else f": try {advice(cfg, p, dev, phase)}"))
+                         f"for the CUDA context)" + ("" if ok else f": try {advice(cfg, phase)}"))
     lines += [f"note: {n}" for n in p.notes]
     if gpu_gib is not None:
         lines.append("plan: fits" if fits_all else "plan: does not fit")
