@@ -43,6 +43,7 @@ from ..io import atomic_write, write_json
 from ..rundir import output_dir
 from .metrics import paired_ttest, pair_by_key, pass_at_k_summary
 from .comparable import check_same_problems, legibility_differences, refuse_or_warn, settings_differences
+from .regrade import apply_regrade
 from .runs import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
 from .tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
 
@@ -83,9 +84,19 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
     baseline = baseline or next(iter(seniors))
     if baseline not in seniors:
         raise TandemError(f"--baseline {baseline!r} is not among the compared seniors ({', '.join(seniors)})")
-    solo_runs = {n: read_run(s.solo) for n, s in seniors.items() if s.solo}
+    regraded: dict[str, dict] = {}
+
+    def read(path: Path, label: str) -> EvalRun:  # a run's verdicts: regraded ones where `eval regrade` left them
+        run = read_run(path)
+        info = apply_regrade(run)
+        if info:
+            regraded[label] = info
+        return run
+
+    solo_runs = {n: read(s.solo, f"{n} (solo)") for n, s in seniors.items() if s.solo}
     labels = list(dict.fromkeys(lb for s in seniors.values() for lb in s.handoff))
-    handoff_runs = {lb: {n: read_run(s.handoff[lb]) for n, s in seniors.items() if lb in s.handoff} for lb in labels}
+    handoff_runs = {lb: {n: read(s.handoff[lb], f"{n} (handoff {lb})") for n, s in seniors.items() if lb in s.handoff}
+                    for lb in labels}
     groups = [("solo", solo_runs, False), *((f"handoff ({lb})", runs, True) for lb, runs in handoff_runs.items())]
     for _, group, _ in groups:
         if group:
@@ -126,7 +137,7 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot) for n, r in runs.items()} for lb, runs in handoff_runs.items()},
             "legibility": {n: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]}
                            for n, (res, _) in leg.items()},
-            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "mixed": mixed}
+            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "mixed": mixed, "regraded": regraded}
 
 
 def _abs(path: Path | None) -> str | None:

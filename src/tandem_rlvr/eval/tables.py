@@ -113,6 +113,7 @@ def comparison_tables(comp: dict) -> list[Table]:
 
     tables = [Table("Compared with --allow-mixed: these runs differ in settings", ["difference"],
                     [[d] for d in comp["mixed"]])] if comp.get("mixed") else []
+    tables += [regraded_table(comp["regraded"])] if comp.get("regraded") else []
     tables += _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
     for lb, metrics in comp["handoff"].items():
         label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
@@ -134,6 +135,17 @@ def comparison_tables(comp: dict) -> list[Table]:
                               str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
                               _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
     return tables
+
+
+def regraded_table(regraded: dict[str, dict]) -> Table:
+    """Which runs' verdicts come from `tandem eval regrade` (not the grader they were sampled with)."""
+    rows = []
+    for label, info in regraded.items():
+        for b, f in info["benchmarks"].items():
+            rows.append([label, b, info["grader"]["grader_sha256"][:12], str(f["0->1"]), str(f["1->0"]),
+                         f"{f['pass@1_before']:.3f} -> {f['pass@1_after']:.3f}"])
+    return Table("Regraded verdicts used (tandem eval regrade; the originals stay in samples.jsonl)",
+                 ["run", "benchmark", "grader", "0->1", "1->0", "pass@1"], rows)
 
 
 def to_markdown(tables: Sequence[Table]) -> str:
