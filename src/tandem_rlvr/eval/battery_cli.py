@@ -86,6 +86,9 @@ def _compare_flags(p) -> None:
     p.add_argument("--ks", default=None, metavar="K,K,...", help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
                    "a k above the samples per problem is an error")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--macro", choices=("ours", "paper"), default="ours",
+                   help="ours (default): the macro over the runs' benchmarks; paper: also the paper code's macro over "
+                        "aime24, aime25, aime26 and amc23_25, equal weights (a pooled aime run counts by year)")
     p.add_argument("--allow-mixed", action="store_true",
                    help="compare runs whose settings differ (junior, schedule, sampling, n, --limit, ...) instead of "
                         "refusing; the differences are printed and recorded in compare.json (problems that differ "
@@ -94,7 +97,7 @@ def _compare_flags(p) -> None:
 
 def _compare_kw(a) -> dict:
     return dict(solo=a.solo, handoff=a.handoff, legibility=a.legibility, drift=a.drift, baseline=a.baseline,
-                ks=_ks(a.ks), n_boot=a.n_boot, allow_mixed=a.allow_mixed)
+                ks=_ks(a.ks), n_boot=a.n_boot, allow_mixed=a.allow_mixed, macro=a.macro)
 
 
 def cmd_compare(a) -> None:

@@ -53,7 +53,13 @@ def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
                   [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"] for n, m in metrics.items()])
     per = Table(f"{title}: pass@1 per benchmark", ["senior", *benches, "macro"],
                 [[n, *[_pm(m.get(b, {}).get("pass@1")) for b in [*benches, "macro"]]] for n, m in metrics.items()])
-    return [macro, per] if len(benches) > 1 else [macro]
+    tables = [macro, per] if len(benches) > 1 else [macro]
+    if "macro_paper" in first:
+        sets = ", ".join(first["macro_paper"]["sets"])
+        tables.append(Table(f"{title}: pass@k, the paper's macro ({sets}; equal weights, "
+                            f"{first['macro_paper']['problems']} problems)", ["senior", *ks],
+                            [[n, *[_pm(m["macro_paper"].get(k)) for k in ks]] for n, m in metrics.items()]))
+    return tables
 
 
 def problem_counts_text(metrics: dict[str, dict]) -> str:
