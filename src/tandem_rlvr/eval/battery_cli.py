@@ -50,7 +50,7 @@ def cmd_regrade(a) -> None:
     from .regrade import RECORD, REGRADED, regrade
     from .tables import Table, print_tables
 
-    rec = regrade(a.run, replace=a.replace)
+    rec = regrade(a.run, replace=a.replace, progress=True)
     g = rec["grader"]
     print_tables([Table(f"regrade of {a.run} (grader {g['grader_sha256'][:12]}, tandem-rlvr {g['tandem_rlvr']}, "
                         f"math-verify {g['packages'].get('math-verify')}, sympy {g['packages'].get('sympy')})",

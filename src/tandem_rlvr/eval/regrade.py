@@ -79,9 +79,11 @@ def _pass_at_1(keys: list[tuple[str, str]], verdicts: list[bool]) -> dict[str, f
     return {b: sum(xs) / len(xs) for b, xs in by_bench.items()}
 
 
-def regrade(run_dir: str | os.PathLike, *, replace: bool = False) -> dict:
+def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool = False) -> dict:
     """Regrade one run (see the module docstring); returns regrade.json's content, with
-    ``"unchanged": True`` when an identical regrade was already there."""
+    ``"unchanged": True`` when an identical regrade was already there. ``progress``: a rich bar
+    (math-verify takes a few ms per sample)."""
+    from ..progress import progress_bar
     from ..rewards.math import check_answer_mode, get_verifier, grader_identity
 
     path = Path(run_dir)
@@ -102,7 +104,12 @@ def regrade(run_dir: str | os.PathLike, *, replace: bool = False) -> dict:
     answer_mode = check_answer_mode(run.config.get("answer_mode") or "last-box")
     verify = get_verifier(run.config.get("verifier") or "math")
     golds = _golds(run)
-    new = [verify(r["response"], g, answer_mode=answer_mode) == 1.0 for r, g in zip(run.rows, golds)]
+    new = []
+    with progress_bar(progress) as bar:
+        task = bar.add_task("regrade", total=len(run.rows))
+        for r, g in zip(run.rows, golds):
+            new.append(verify(r["response"], g, answer_mode=answer_mode) == 1.0)
+            bar.advance(task)
     old_v = [bool(r["correct"]) for r in run.rows]
     keys = [problem_of(r) for r in run.rows]
 
