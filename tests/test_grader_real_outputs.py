@@ -132,3 +132,23 @@ def agreement_table() -> str:
 
 if __name__ == "__main__":
     print(agreement_table())
+
+
+def test_minerva_scientific_golds_match_only_their_own_value():
+    """Every pair of Minerva's e-notation golds, one written as ``m \\times 10^{k}`` in the box:
+    1 exactly when the two literals are the same number (Python's float() decides, independently
+    of the grader); so no power of ten or mantissa digit is ever let through."""
+    import re
+
+    from tandem_rlvr.data.benchmarks import load_benchmark
+
+    golds = sorted({p.answer for p in load_benchmark("minerva") if re.fullmatch(r"\d+(\.\d+)?e-?\d+", p.answer)})
+    assert len(golds) >= 50
+    mismatches = []
+    for i, a in enumerate(golds):
+        mantissa, _, exponent = a.partition("e")
+        boxed = rf"\boxed{{{mantissa} \times 10^{{{int(exponent)}}}}}"
+        for b in golds[i:]:
+            if score(boxed, b) != float(float(a) == float(b)):
+                mismatches.append((a, b))
+    assert not mismatches, mismatches[:5]
