@@ -1,6 +1,7 @@
 """Commands of the evaluation battery, added to ``tandem``'s parser by ``cli.build_parser``.
 
 - ``tandem eval legibility --samples RUN_DIR --junior M [--senior M] --out DIR``
+- ``tandem eval regrade RUN_DIR [--replace]``
 - ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
 - ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
 - ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] [--note TEXT] --out DIR``
@@ -45,6 +46,23 @@ def cmd_legibility(a) -> None:
           f"{t['device']}); results in {a.out}")
 
 
+def cmd_regrade(a) -> None:
+    from .regrade import RECORD, REGRADED, regrade
+    from .tables import Table, print_tables
+
+    rec = regrade(a.run, replace=a.replace, progress=True)
+    g = rec["grader"]
+    print_tables([Table(f"regrade of {a.run} (grader {g['grader_sha256'][:12]}, tandem-rlvr {g['tandem_rlvr']}, "
+                        f"math-verify {g['packages'].get('math-verify')}, sympy {g['packages'].get('sympy')})",
+                        ["benchmark", "samples", "0->1", "1->0", "pass@1 before", "pass@1 after"],
+                        [[b, str(f["samples"]), str(f["0->1"]), str(f["1->0"]), f"{f['pass@1_before']:.3f}",
+                          f"{f['pass@1_after']:.3f}"] for b, f in rec["benchmarks"].items()])])
+    if rec["unchanged"]:
+        print(f"already regraded with this grader; nothing to do ({a.run}/{RECORD})")
+    else:
+        print(f"{REGRADED} and {RECORD} in {a.run}; samples.jsonl unchanged")
+
+
 def cmd_drift(a) -> None:
     from .drift import run_drift
     from .tables import drift_tables, print_tables, recovery_sentence
@@ -68,6 +86,9 @@ def _compare_flags(p) -> None:
     p.add_argument("--ks", default=None, metavar="K,K,...", help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
                    "a k above the samples per problem is an error")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--macro", choices=("ours", "paper"), default="ours",
+                   help="ours (default): the macro over the runs' benchmarks; paper: also the paper code's macro over "
+                        "aime24, aime25, aime26 and amc23_25, equal weights (a pooled aime run counts by year)")
     p.add_argument("--allow-mixed", action="store_true",
                    help="compare runs whose settings differ (junior, schedule, sampling, n, --limit, ...) instead of "
                         "refusing; the differences are printed and recorded in compare.json (problems that differ "
@@ -76,7 +97,7 @@ def _compare_flags(p) -> None:
 
 def _compare_kw(a) -> dict:
     return dict(solo=a.solo, handoff=a.handoff, legibility=a.legibility, drift=a.drift, baseline=a.baseline,
-                ks=_ks(a.ks), n_boot=a.n_boot, allow_mixed=a.allow_mixed)
+                ks=_ks(a.ks), n_boot=a.n_boot, allow_mixed=a.allow_mixed, macro=a.macro)
 
 
 def cmd_compare(a) -> None:
@@ -110,6 +131,15 @@ def register(sub, esub) -> None:
     lg.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
     lg.add_argument("--out", required=True, help="output dir: legibility.json, per_problem.jsonl, per_sample.jsonl")
     lg.set_defaults(fn=cmd_legibility)
+
+    rg = esub.add_parser("regrade", help="rescore a run's saved samples with today's grader (beside the originals)",
+                         description="Writes samples.regraded.jsonl and regrade.json (grader version, package versions, "
+                         "input hash, flips per benchmark) in RUN_DIR; samples.jsonl is never changed. compare and "
+                         "report then use the regraded verdicts.")
+    rg.add_argument("run", metavar="RUN_DIR", help="a `tandem eval solo|handoff` run directory")
+    rg.add_argument("--replace", action="store_true",
+                    help="regrade again a run regraded by another grader or from samples that changed since")
+    rg.set_defaults(fn=cmd_regrade)
 
     dr = esub.add_parser("drift", help="token-distribution drift of seniors from the junior (solo samples)")
     dr.add_argument("--junior-samples", required=True, help="a `tandem eval solo` run dir of the junior")

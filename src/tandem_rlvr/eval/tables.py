@@ -53,7 +53,13 @@ def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
                   [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"] for n, m in metrics.items()])
     per = Table(f"{title}: pass@1 per benchmark", ["senior", *benches, "macro"],
                 [[n, *[_pm(m.get(b, {}).get("pass@1")) for b in [*benches, "macro"]]] for n, m in metrics.items()])
-    return [macro, per] if len(benches) > 1 else [macro]
+    tables = [macro, per] if len(benches) > 1 else [macro]
+    if "macro_paper" in first:
+        sets = ", ".join(first["macro_paper"]["sets"])
+        tables.append(Table(f"{title}: pass@k, the paper's macro ({sets}; equal weights, "
+                            f"{first['macro_paper']['problems']} problems)", ["senior", *ks],
+                            [[n, *[_pm(m["macro_paper"].get(k)) for k in ks]] for n, m in metrics.items()]))
+    return tables
 
 
 def problem_counts_text(metrics: dict[str, dict]) -> str:
@@ -113,6 +119,7 @@ def comparison_tables(comp: dict) -> list[Table]:
 
     tables = [Table("Compared with --allow-mixed: these runs differ in settings", ["difference"],
                     [[d] for d in comp["mixed"]])] if comp.get("mixed") else []
+    tables += [regraded_table(comp["regraded"])] if comp.get("regraded") else []
     tables += _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
     for lb, metrics in comp["handoff"].items():
         label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
@@ -134,6 +141,17 @@ def comparison_tables(comp: dict) -> list[Table]:
                               str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
                               _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
     return tables
+
+
+def regraded_table(regraded: dict[str, dict]) -> Table:
+    """Which runs' verdicts come from `tandem eval regrade` (not the grader they were sampled with)."""
+    rows = []
+    for label, info in regraded.items():
+        for b, f in info["benchmarks"].items():
+            rows.append([label, b, info["grader"]["grader_sha256"][:12], str(f["0->1"]), str(f["1->0"]),
+                         f"{f['pass@1_before']:.3f} -> {f['pass@1_after']:.3f}"])
+    return Table("Regraded verdicts used (tandem eval regrade; the originals stay in samples.jsonl)",
+                 ["run", "benchmark", "grader", "0->1", "1->0", "pass@1"], rows)
 
 
 def to_markdown(tables: Sequence[Table]) -> str:
