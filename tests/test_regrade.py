@@ -109,3 +109,13 @@ def test_compare_reads_regraded_verdicts_and_says_so(tmp_path, capsys):
                             "answer": "3", "correct": True, "token_ids": [1], "senior_mask": [1]}) + "\n")
     assert main(["compare", f"a={tmp_path / 'a'}", "--n-boot", "50", "--out", str(tmp_path / "cmp2")]) != 0
     assert "made from other samples" in capsys.readouterr().err
+
+
+def test_report_sample_marks_use_the_regraded_verdicts(tmp_path):
+    from tandem_rlvr.eval.report_samples import samples_html
+
+    a = _run(tmp_path / "a" / "solo", samples=SAMPLES[1:2])  # b=m vs m: saved wrong, right today
+    before = samples_html({"runs": {"a": {"solo": str(a), "handoff": {}}}}, 1)
+    regrade(a)
+    after = samples_html({"runs": {"a": {"solo": str(a), "handoff": {}}}}, 1)
+    assert 'data-correct="false"' in before and 'data-correct="true"' in after
