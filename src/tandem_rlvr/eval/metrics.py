@@ -266,6 +266,22 @@ def sample_diagnostics(rows: Sequence[dict], counts: Mapping[tuple[str, str], tu
     return out
 
 
+def handoff_diagnostics(rows: Sequence[dict]) -> dict:
+    """metrics.json's figures of a handoff run: ``switches_per_seq`` ({"mean", "sd", "sequences"})
+    and ``junior_logprob``: the junior's mean log-prob per token over the tokens it wrote itself
+    (pooled over rows, temperature-scaled as sampled; from each row's ``junior_lp_sum``), with
+    ``tokens``; "mean" None and a "why" where the junior wrote nothing or rows lack the sums."""
+    out: dict = {"switches_per_seq": switches_summary(r["senior_mask"] for r in rows)}
+    n_jun = sum(len(r["senior_mask"]) - int(np.sum(r["senior_mask"])) for r in rows)
+    if any("junior_lp_sum" not in r for r in rows):
+        out["junior_logprob"] = {"mean": None, "tokens": n_jun, "why": "rows do not record junior_lp_sum (an older run)"}
+    elif n_jun == 0:
+        out["junior_logprob"] = {"mean": None, "tokens": 0, "why": "the junior wrote no token"}
+    else:
+        out["junior_logprob"] = {"mean": sum(r["junior_lp_sum"] for r in rows) / n_jun, "tokens": n_jun}
+    return out
+
+
 # --------------------------------------------------------------------------- drift
 def token_counts(sequences: Iterable[Sequence[int]], vocab_size: int) -> np.ndarray:
     """(V,) int64 number of times each token id occurs in ``sequences``."""
