@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -127,8 +128,14 @@ def test_client_replay_recovers_the_decoders_authorship(tok, pair, name, K):
 
 
 # --------------------------------------------------------------------------- the vLLM processor on CPU
-def _stub_vllm(monkeypatch):
-    """Just the names ``engines.vllm_logits`` imports from vLLM, so its bookkeeping runs without vLLM."""
+def _processor_class_on_stubs(monkeypatch):
+    """``engines.vllm_logits.TandemLogitsProcessor`` loaded against stand-ins for the three vLLM names it
+    imports, under a private module name; every stand-in and that module leave ``sys.modules`` after
+    the test, so nothing stubbed is ever seen by a test that has the real vLLM."""
+    import importlib.util
+
+    import tandem_rlvr.engines as engines
+
     lp = types.ModuleType("vllm.v1.sample.logits_processor")
     lp.BatchUpdate = object
     lp.LogitsProcessor = object
@@ -136,17 +143,19 @@ def _stub_vllm(monkeypatch):
     for name in ("vllm", "vllm.v1", "vllm.v1.sample"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "vllm.v1.sample.logits_processor", lp)
-    monkeypatch.delitem(sys.modules, "tandem_rlvr.engines.vllm_logits", raising=False)
+    name = "tandem_rlvr.engines._vllm_logits_on_stubs"
+    spec = importlib.util.spec_from_file_location(name, Path(engines.__file__).parent / "vllm_logits.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module.TandemLogitsProcessor
 
 
 @pytest.mark.parametrize("name,K", CASES)
 def test_vllm_processor_picks_the_plain_rules_author_token_by_token(tok, monkeypatch, name, K):
     """The processor replays each request's schedule over the tokens vLLM appended since its last
     call (several at once after a scheduling gap) and returns the active half of the logits."""
-    if "vllm" in sys.modules and hasattr(sys.modules["vllm"], "__file__"):
-        pytest.skip("real vLLM installed: tests/test_vllm_engine.py covers the processor")
-    _stub_vllm(monkeypatch)
-    from tandem_rlvr.engines.vllm_logits import TandemLogitsProcessor
+    TandemLogitsProcessor = _processor_class_on_stubs(monkeypatch)
 
     V = len(tok)
     proc = TandemLogitsProcessor.__new__(TandemLogitsProcessor)
