@@ -3,6 +3,7 @@
 - ``tandem eval legibility --samples RUN_DIR --junior M [--senior M] --out DIR``
 - ``tandem eval regrade RUN_DIR [--replace]``
 - ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
+- ``tandem eval replay RUN_DIR [--tokenizer M] [--out DIR]``: check every saved trace's authorship
 - ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
 - ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] [--note TEXT] --out DIR``
 
@@ -75,6 +76,26 @@ def cmd_drift(a) -> None:
     print(f"results in {a.out}")
 
 
+def cmd_replay(a) -> None:
+    from .replay import run_replay
+    from .tables import Table, print_tables
+
+    res = run_replay(a.run_dir, a.tokenizer, a.out)
+    sched = ", ".join(f"{k}={v}" for k, v in res["schedule"].items())
+    print_tables([Table(f"Trace replay of {a.run_dir} (schedule {sched}): traces whose recorded authorship differs "
+                        "from the schedule's", ["benchmark", "samples", "invalid"],
+                        [[b, str(x["samples"]), str(x["invalid"])] for b, x in res["benchmarks"].items()]
+                        + [["all", str(res["samples"]), str(res["invalid"])]])])
+    for ex in res["examples"]:
+        print(f"{ex['where']}: {ex['kind']} at token {ex['position']} (recorded {ex['recorded']}, "
+              f"schedule says {ex['expected']})")
+    if res["invalid"]:
+        per = ", ".join(f"{b}: {x['invalid']}" for b, x in res["benchmarks"].items() if x["invalid"])
+        raise TandemError(f"{res['invalid']} of {res['samples']} traces are invalid ({per}); first: "
+                          f"{res['examples'][0]['where']}")
+    print(f"all {res['samples']} traces agree with the schedule")
+
+
 def _compare_flags(p) -> None:
     p.add_argument("--solo", action="append", default=[], metavar="NAME=DIR", help="a senior's solo run (repeatable)")
     p.add_argument("--handoff", action="append", default=[], metavar="NAME[:LABEL]=DIR",
@@ -117,7 +138,7 @@ def cmd_report(a) -> None:
 
 
 def register(sub, esub) -> None:
-    """Add ``eval legibility`` and ``eval drift`` to ``esub`` (the subparsers of ``tandem eval``),
+    """Add ``eval legibility``, ``eval drift`` and ``eval replay`` to ``esub`` (the subparsers of ``tandem eval``),
     ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
@@ -154,6 +175,17 @@ def register(sub, esub) -> None:
                     "to count as over-emitted (default 5; see docs/evaluation.md)")
     dr.add_argument("--out", required=True, help="output dir: drift.json, drift.md, over_emitted.csv, counts.npz")
     dr.set_defaults(fn=cmd_drift)
+
+    rq = esub.add_parser("replay", help="check every saved trace's author switches against the run's schedule",
+                         description="Re-derive each sample's authorship from its schedule, seed and token ids (as a "
+                         "server's client does) and compare it with the recorded senior mask; exits non-zero if any "
+                         "trace is invalid.")
+    rq.add_argument("run_dir", metavar="RUN_DIR", help="a `tandem eval solo|handoff` run dir")
+    rq.add_argument("--tokenizer", default=None, help="tokenizer whose boundary sets the run used (default: "
+                    "models.senior of the run's config.json)")
+    rq.add_argument("--out", default=None, help="optional output dir for replay.json (every count and the first "
+                    "invalid traces)")
+    rq.set_defaults(fn=cmd_replay)
 
     cp = sub.add_parser("compare", help="the paper's tables from several evaluated seniors",
                         description="Solo/handoff pass@k, legibility, drift and paired one-sided t-tests of several "

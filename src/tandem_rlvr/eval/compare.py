@@ -28,6 +28,10 @@ can be chosen; a k larger than the samples per problem is an error). The t-tests
 problems two seniors share, pooled over all benchmarks: pass@1 (the per-problem fraction
 correct; H1 candidate > baseline), junior CE (H1 candidate < baseline) and alpha (H1
 candidate > baseline); every senior is tested against ``--baseline`` (default: the first).
+Beside each t-test, the paired bootstrap 95% interval of the same difference per benchmark
+and macro (``metrics.paired_bootstrap``, seed 0). Every run also carries its diagnostics
+(``metrics.sample_diagnostics``): truncation rate, distinct problems solved, and for handoff
+runs author switches per sequence.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import numpy as np
 from ..errors import TandemError
 from ..io import atomic_write, write_json
 from ..rundir import output_dir
-from .metrics import paired_ttest, pair_by_key, pass_at_k_summary
+from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
 from .comparable import check_same_problems, legibility_differences, refuse_or_warn, settings_differences
 from .regrade import apply_regrade
 from .runs import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
@@ -101,6 +105,7 @@ def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 1
     m["senior_share"] = {"mean": float(shares.mean()), "sd": float(shares.std())}
     m["config"] = {k: run.config.get(k) for k in ("models", "schedule", "sampling", "n", "template")}
     m["config"]["junior_fingerprint"] = ((run.config.get("inputs") or {}).get("models") or {}).get("junior")
+    m["diagnostics"] = sample_diagnostics(run.rows, run.counts(), handoff=run.schedule != "senior")
     return m
 
 
@@ -136,7 +141,7 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
         mixed += refuse_or_warn(legibility_differences({n: res["config"] for n, (res, _) in leg.items()}), allow_mixed)
     drift = read_drift(drift_dir) if drift_dir else None
 
-    ttests = []
+    ttests, bootstrap = [], []
     for cand in (n for n in seniors if n != baseline):
         tests = []
         if cand in solo_runs and baseline in solo_runs:
@@ -155,6 +160,8 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             if not keys:
                 raise TandemError(f"{cand} and {baseline} share no problems for {stat}")
             ttests.append({"candidate": cand, "baseline": baseline, "statistic": stat, **paired_ttest(x, y, alt)})
+            bootstrap.append({"candidate": cand, "baseline": baseline, "statistic": stat,
+                              **paired_bootstrap(a, b, n_boot)})
 
     return {"baseline": baseline,
             # absolute, so `report --compare DIR` finds the runs from any working directory
@@ -165,7 +172,8 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
                         for lb, runs in handoff_runs.items()},
             "legibility": {n: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]}
                            for n, (res, _) in leg.items()},
-            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "mixed": mixed, "regraded": regraded}
+            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "bootstrap": bootstrap, "mixed": mixed,
+            "regraded": regraded}
 
 
 def _abs(path: Path | None) -> str | None:
