@@ -106,8 +106,17 @@ def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_pat
     peak, phase = p.peak("cpu")  # one device: resident memory plus the heaviest phase
     resident = sum(i.nbytes for i in p.items if i.phase == "resident")
     phases = {ph: sum(i.nbytes for i in p.items if i.phase == ph) for ph in {i.phase for i in p.items} - {"resident"}}
-    assert {"update", "rollout", "kl-monitor"} <= set(phases)  # eval_every 0: no validation phase
+    assert {"update", "update/head", "update/layers", "rollout", "kl-monitor"} == set(phases)  # eval_every 0
+    for sub in ("update/head", "update/layers"):  # a sub-phase holds its parent's items too
+        phases[sub] += phases["update"]
     assert peak == resident + max(phases.values()) and phases[phase] == max(phases.values())
+    # the head's backward on CPU, by hand: the fixture scores every position (no Triton), fp32 tile
+    from tandem_rlvr.rl.train import micro_batching
+
+    head = micro_batching(cfg, 1)[0] * (seq - 1)
+    assert items["log-prob head: temporaries of TRL's torch fallback"] + items["log-prob head: TRL's tile and the hidden states' fp32 gradient"] == \
+        pytest.approx(min(head, 4096) * min(V, 32768) * (7.25 * 4 + 2) + head * h * 4)
+    assert items["log-prob head: fp32 accumulator of the head's gradient"] == V * h * 4
 
 
 def test_memory_plan_activation_profile_matches_autograds_saved_bytes():

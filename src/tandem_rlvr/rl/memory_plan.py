@@ -195,7 +195,7 @@ def _kv_heads(config) -> int:
 @dataclass
 class Item:
     device: str
-    phase: str  # "resident" or the phase it belongs to: rollout, update, validation
+    phase: str  # "resident" or the phase it belongs to: rollout, update (update/head, update/layers), validation
     name: str
     nbytes: float
 
@@ -214,11 +214,13 @@ class Plan:
 
     def peak(self, device: str) -> tuple[float, str]:
         """(peak bytes, the phase that sets it) of one device."""
-        resident = sum(i.nbytes for i in self.items if i.device == device and i.phase == "resident")
+        def total(phases) -> float:
+            return sum(i.nbytes for i in self.items if i.device == device and i.phase in phases)
+
+        # a sub-phase ("update/head") adds its items to its parent's ("update"), which hold throughout
         phases = {i.phase for i in self.items if i.phase != "resident"}
-        best = max(((sum(i.nbytes for i in self.items if i.device == device and i.phase == ph), ph) for ph in phases),
-                   default=(0.0, "resident"))
-        return resident + best[0], best[1]
+        best = max(((total({ph, ph.split("/")[0]}), ph) for ph in phases), default=(0.0, "resident"))
+        return total({"resident"}) + best[0], best[1]
 
 
 def _plan_device(spec: str | None, gpu: bool) -> str:
@@ -266,26 +268,33 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
         p.add(d0, "update", f"autocast copies of the matrices ({bc} B per weight)", S.matrix_params * bc)
     prof = activation_profile(s_cfg, master, compute)
     tokens = micro * seq
+    # The backward pass holds the update's shared items throughout, and at any moment either the
+    # head's backward (first) or one layer's (then, layer by layer): two sub-phases, not a sum.
     if cfg.gradient_checkpointing:
-        act = tokens * (S.layers * S.hidden * (bm if mixed else bc) + 2 * prof.per_layer + prof.model_level)
-        p.add(d0, "update", f"activations, checkpointed ({micro} rows x {seq} tokens: layer inputs + one layer "
-                            f"recomputed)", act)
+        p.add(d0, "update", f"activations, checkpointed: layer inputs ({micro} rows x {seq} tokens)",
+              tokens * (S.layers * S.hidden * (bm if mixed else bc) + prof.model_level))
+        p.add(d0, "update/layers", "one layer recomputed + its backward's working set", tokens * 2 * prof.per_layer)
     else:  # all layers saved, plus the backward pass's working set: about two layers' worth (measured on CPU)
-        act = tokens * (S.layers * prof.per_layer + 2 * prof.per_layer + prof.model_level)
         p.add(d0, "update", f"activations ({micro} rows x {seq} tokens, {prof.per_layer / 1024:.1f} KiB per token "
-                            f"and layer)", act)
-    n_resp = micro * cfg.max_new_tokens
-    tile = min(n_resp, TILE_TOKENS) * min(S.vocab, TILE_VOCAB)
-    p.add(d0, "update", "log-prob head: TRL's tile + kept hidden states + their fp32 gradient",
-          tile * bc + n_resp * S.hidden * (bc + 4) + 8 * n_resp * 4)
+                            f"and layer)", tokens * (S.layers * prof.per_layer + prof.model_level))
+        p.add(d0, "update/layers", "one layer's backward working set (two layers' activations)",
+              tokens * 2 * prof.per_layer)
+    # TRL's chunked head scores only the labelled (response) positions with Triton, every position without
+    head_tokens = micro * cfg.max_new_tokens if on_gpu else micro * (seq - 1)
+    tile = min(head_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB)
+    p.add(d0, "update", "log-prob head: hidden states it keeps", head_tokens * S.hidden * bc + 8 * head_tokens * 4)
+    p.add(d0, "update/head", "log-prob head: TRL's tile and the hidden states' fp32 gradient",
+          tile * bc + head_tokens * S.hidden * 4)
     if mixed:
-        p.add(d0, "update", "log-prob head: compute-dtype copy of one vocabulary slice of the head",
+        p.add(d0, "update/head", "log-prob head: compute-dtype copy of one vocabulary slice of the head",
               min(S.vocab, TILE_VOCAB) * S.hidden * bc)
-    p.add(d0, "update", "log-prob head: fp32 accumulator of the head's gradient" + (
-        " (tied: held until the embedding's gradient joins it)" if S.tied else ""), S.vocab * S.hidden * 4)
+    p.add(d0, "update/head", "log-prob head: fp32 accumulator of the head's gradient", S.vocab * S.hidden * 4)
     if not on_gpu:  # no Triton: TRL folds each tile with plain torch ops
-        p.add(d0, "update", f"log-prob head: temporaries of TRL's torch fallback ({CPU_FALLBACK_TILES:g} fp32 tiles)",
-              CPU_FALLBACK_TILES * tile * 4)
+        p.add(d0, "update/head", f"log-prob head: temporaries of TRL's torch fallback ({CPU_FALLBACK_TILES:g} fp32 "
+                                 f"tiles)", CPU_FALLBACK_TILES * tile * 4)
+    if S.tied:
+        p.add(d0, "update/layers", "the head's gradient, held until the tied embedding's gradient joins it",
+              S.vocab * S.hidden * bm)
 
     # scoring forwards without gradient (old log-probs when a rollout feeds several updates; KL-Reg's reference)
     tile = min(micro * cfg.max_new_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB) * bc
@@ -336,7 +345,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
 
 def advice(cfg, phase: str) -> str:
     """Which knob lowers a device's peak when ``phase`` sets it."""
-    if phase == "update":
+    if phase.startswith("update"):
         knobs = []
         if cfg.micro_batch_rows != 1:
             knobs.append("a smaller micro_batch_rows")
