@@ -383,7 +383,7 @@ def render(cfg, p: Plan, gpu_gib: float | None) -> str:
         lines.append(f"{dev}: peak {_size(peak).strip()} (during {phase})")
         for it in p.items:
             if it.device == dev:
-                lines.append(f"  {it.phase:>10}  {_size(it.nbytes)}  {it.name}")
+                lines.append(f"  {it.phase:>13}  {_size(it.nbytes)}  {it.name}")
         if gpu_gib is not None and dev.startswith("cuda"):
             room = gpu_gib - GPU_MARGIN_GIB
             ok = peak / GiB <= room
