@@ -263,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register(sub, esub)  # eval legibility, eval drift, compare, report
     register_study(sub)  # study drift (recipes/study.py, docs/drift_world.md)
+
+    from .tasks.grade import register as register_grade
+
+    register_grade(sub)  # grade (tasks/grade.py, docs/tasks.md)
     return P
 
 
