@@ -144,3 +144,10 @@ def test_an_unreachable_hub_id_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(TandemError, match="cannot load codeparrot/apps from the Hugging Face hub"):
         load_code("codeparrot/apps")
+
+
+def test_the_verifier_names_the_python_that_runs_the_programs():
+    from tandem_rlvr.sandbox import run_program
+
+    out = run_program("import sys\nprint('%d.%d' % sys.version_info[:2])", "", Limits(wall_s=30))
+    assert CodeTask().verifier == f"code@1:py{out.stdout.strip()}"
