@@ -100,7 +100,7 @@ HAZARDS = {  # HumanEval/0 responses: what each does -> the reason recorded
 
 def test_each_hazard_scores_zero_with_its_reason():
     row = _row("humaneval", "HumanEval/0")
-    task = CodeTask(limits=Limits(wall_s=5, cpu_s=5), workers=2)
+    task = CodeTask(limits=Limits(wall_s=60, cpu_s=3), workers=2)  # the loop ends on CPU time, not the clock
     grades = task.grade(list(HAZARDS), [row] * len(HAZARDS))
     assert [(g.score, g.reason) for g in grades] == [(0.0, r) for r in HAZARDS.values()]
 
