@@ -45,7 +45,7 @@ CONFIG, SAMPLES, METRICS, SOURCES = "config.json", "samples.jsonl", "metrics.jso
 SAMPLE_TYPES = {"benchmark": (str,), "problem_id": (str, int), "sample_idx": (int,), "correct": (bool,),
                 "token_ids": (list,), "senior_mask": (list,)}
 OPTIONAL_TYPES = {"response": (str,), "senior_share": (int, float), "tokens": (int,), "finished": (bool,),
-                  "answer": (str,), "problem_fp": (str,)}
+                  "answer": (str,), "problem_fp": (str,), "reason": (str,)}
 INPUTS = "inputs"  # config.json's fingerprints (``fingerprint``): models and benchmark sets
 
 
@@ -241,8 +241,16 @@ def check_config(out: Path, config: dict) -> None:
                               "cannot be checked against the model and problems now; use a new --out directory")
         check_inputs(path, old[INPUTS], config[INPUTS])
     if not refuse_other_config(path, config, "use a new --out directory", ignore=(INPUTS,),
-                               defaults={"engine": "hf"}):  # runs written before --engine existed
+                               defaults=legacy_defaults(read_config(path)) if path.exists() else None):
         write_json(path, config)
+
+
+def legacy_defaults(config: dict) -> dict:
+    """What a run recorded before a setting existed: engine ``hf`` (before --engine), task ``math`` and
+    its verifier under the run's answer mode (before --task: every run was the math task)."""
+    from ..tasks.answers import MathTask
+
+    return {"engine": "hf", "task": "math", "verifier": MathTask(answer_mode=config.get("answer_mode", "last-box")).verifier}
 
 
 def check_inputs(path: Path, old: dict, new: dict) -> None:
@@ -314,14 +322,24 @@ def run_problems(path: Path, config: dict, benchmarks: Sequence[str] | None = No
                  split: str | None = None) -> tuple[list[str], dict]:
     """(benchmark specs, {(benchmark, problem_id): Problem}) of the run in ``path``: the given
     ``benchmarks``/``split``, else those of its sources.json, else config.json's names."""
-    from ..data.benchmarks import load_benchmarks
+    from ..tasks import load_problems
 
     sources = Path(path) / SOURCES  # file benchmarks as absolute paths
     recorded = read_json(sources) if sources.is_file() else {}
     specs = list(benchmarks or recorded.get("benchmarks") or config.get("benchmarks") or [])
     if split is None:
         split = recorded.get("split")
-    return specs, {(p.benchmark, str(p.problem_id)): p for ps in load_benchmarks(specs, split=split).values() for p in ps}
+    loaded = load_problems(run_task(config), specs, split=split)
+    return specs, {(p.benchmark, str(p.problem_id)): p for ps in loaded.values() for p in ps}
+
+
+def run_task(config: dict):
+    """The task (``tasks``) a run was sampled with, as its config.json records it (math before tasks were
+    recorded; ``reason-step`` the instruction of runs from before instructions were recorded)."""
+    from ..tasks import task_for_eval
+
+    return task_for_eval(config.get("task", "math"), instruction=config.get("instruction", "reason-step"),
+                         answer_mode=config.get("answer_mode", "last-box"))
 
 
 def check_same_benchmarks(runs: dict[str, EvalRun]) -> None:
