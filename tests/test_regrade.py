@@ -119,3 +119,14 @@ def test_report_sample_marks_use_the_regraded_verdicts(tmp_path):
     regrade(a)
     after = samples_html({"runs": {"a": {"solo": str(a), "handoff": {}}}}, 1)
     assert 'data-correct="false"' in before and 'data-correct="true"' in after
+
+
+def test_regrade_reads_runs_recorded_with_a_task_and_refuses_non_math_tasks(tmp_path):
+    a = _run(tmp_path / "a", samples=SAMPLES[1:2])
+    cfg = json.loads((a / "config.json").read_text())
+    (a / "config.json").write_text(json.dumps({**cfg, "task": "math", "verifier": "math@1:last-box"}))
+    assert regrade(a)["benchmarks"]["minerva"]["0->1"] == 1  # b=m vs m, by hand
+    c = _run(tmp_path / "c", samples=SAMPLES[1:2])
+    (c / "config.json").write_text(json.dumps({**cfg, "task": "code", "verifier": "code@1"}))
+    with pytest.raises(TandemError, match="task is 'code'"):
+        regrade(c)

@@ -102,7 +102,10 @@ def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool
     if missing:
         raise TandemError(f"{run.where(missing[0])}: no response text saved ({len(missing)} rows), so it cannot be regraded")
     answer_mode = check_answer_mode(run.config.get("answer_mode") or "last-box")
-    verify = get_verifier(run.config.get("verifier") or "math")
+    task = run.config.get("task") or "math"
+    if task != "math":  # only the math grader has changed under saved runs; the other tasks grade as sampled
+        raise TandemError(f"{path}: regrade rescores math runs; this run's task is {task!r}")
+    verify = get_verifier("math")
     golds = _golds(run)
     new = []
     with progress_bar(progress) as bar:
