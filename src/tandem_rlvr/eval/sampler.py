@@ -122,7 +122,8 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
                 task = bar.add_task(f"sampling ({decoder.schedule.name}, n={spec.n})", total=len(todo))
                 for start in range(0, len(todo), per_batch):
                     chunk = todo[start:start + per_batch]
-                    new = _sample_chunk(decoder, tokenizer, chunk, spec)
+                    own = getattr(decoder, "sample_chunk", None)  # the text-level handoff samples its own rows
+                    new = own(chunk, spec) if own else _sample_chunk(decoder, tokenizer, chunk, spec)
                     wrote = True
                     try:
                         append_rows(f, new)
@@ -153,7 +154,14 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
 
     problems = load_benchmarks(list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name
-    dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
+    if cfg.handoff_protocol == "text":
+        from .text_handoff import open_text_handoff
+
+        dec, tok, close = open_text_handoff(cfg, name)
+    else:
+        if cfg.handoff_protocol == "stream":
+            _check_stream_vocab(cfg)
+        dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
     try:
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
         if served is None:
@@ -174,6 +182,20 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         close()
     write_sources(out, cfg.benchmarks, cfg.split)
     return metrics
+
+
+def _check_stream_vocab(cfg: EvalConfig) -> None:
+    """The in-stream handoff needs one vocabulary: a junior of another tokenizer is refused
+    before any model loads, with the protocol that takes it."""
+    from ..models import load_tokenizer
+
+    if cfg.engine == "vllm-server" or not cfg.junior or cfg.junior == cfg.senior:
+        return
+    s, j = load_tokenizer(cfg.senior), load_tokenizer(cfg.junior)
+    if s.get_vocab() != j.get_vocab():
+        raise TandemError(f"--protocol stream needs one tokenizer, and junior {cfg.junior} has another vocabulary "
+                          f"than senior {cfg.senior} ({len(j.get_vocab())} vs {len(s.get_vocab())} tokens); "
+                          "use --protocol text")
 
 
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
@@ -214,6 +236,10 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSp
     shares = np.array([r["senior_share"] for r in rows]) if rows else np.zeros(1)
     lengths = np.array([r["tokens"] for r in rows]) if rows else np.zeros(1)
     metrics["senior_share"] = {"mean": float(shares.mean()), "sd": float(shares.std())}
+    for key in ("senior_share_chars", "senior_share_junior_tokens"):  # text-level handoff rows
+        if rows and all(key in r for r in rows):
+            x = np.array([r[key] for r in rows])
+            metrics[key] = {"mean": float(x.mean()), "sd": float(x.std())}
     metrics["response_tokens"] = {"mean": float(lengths.mean())}
     metrics["config"] = spec.to_dict(list(problems))
     return metrics
