@@ -397,7 +397,7 @@ class EvalConfig:
     vllm_settings: Any = None
     server: Any = None  # engines.server_client.ServerSettings (engine vllm-server)
     # handoff mode: "text" (turns re-tokenised per model, the paper's code; eval/text_handoff.py) or
-    # "stream" (one token stream, one shared tokenizer); None = text for paragraph-* schedules, else stream
+    # "stream" (one token stream, one shared tokenizer); None = text for paragraph-* schedules on engine hf, else stream
     protocol: str | None = None
 
     def __post_init__(self):
@@ -431,7 +431,8 @@ class EvalConfig:
         """"text" or "stream" for a handoff run (the default by schedule), None for a solo run."""
         if self.mode == "solo":
             return None
-        return self.protocol or ("text" if self.schedule.startswith("paragraph-") else "stream")
+        # text is the paper's protocol; it runs on --engine hf only so far (docs/evaluation.md)
+        return self.protocol or ("text" if self.schedule.startswith("paragraph-") and self.engine == "hf" else "stream")
 
     @property
     def schedule_name(self) -> str:
