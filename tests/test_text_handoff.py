@@ -162,3 +162,13 @@ def test_text_protocol_command_resumes_to_the_same_rows(dirs, tmp_path):
     path.write_text("\n".join(first[:-3]) + "\n")  # the last problem lost, the one before torn in half
     assert main(argv) == 0
     assert sorted(path.read_text().splitlines()) == sorted(first)  # resumed, the same text from the same seeds
+
+
+def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
+    senior, _, data = dirs
+    argv = ["eval", "handoff", "--senior", senior, "--benchmarks", data, "--n", "1", "--max-tokens", "6",
+            "--out", str(tmp_path / "ev")]
+    assert main(argv) == 0
+    assert main(argv + ["--protocol", "stream"]) == 2
+    err = capsys.readouterr().err
+    assert "existing run has a different schedule" in err and len(err.strip().splitlines()) == 1, err

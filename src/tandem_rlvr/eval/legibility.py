@@ -54,6 +54,8 @@ from .teacher_forcing import collate, hidden_states, pack_batches
 
 log = logging.getLogger("tandem_rlvr")
 
+CE_PROTOCOLS = ("paper", "ids")  # --ce-protocol; the first is the default
+
 
 def token_ce_alpha(logits_sen: torch.Tensor, logits_jun: torch.Tensor,
                    targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,8 +151,14 @@ def check_tokenizer(run: EvalRun, tokenizer, name: str, vocab_size: int) -> None
 
 def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLike, senior: str | None = None,
                    benchmarks: Sequence[str] | None = None, split: str | None = None, device: str = "auto",
-                   dtype: str = "auto", batch_tokens: int = 16384, progress: bool = True) -> dict:
-    """Score a solo run's samples (see module docstring), write ``out``, return legibility.json's content."""
+                   dtype: str = "auto", batch_tokens: int = 16384, progress: bool = True,
+                   ce_protocol: str = "paper") -> dict:
+    """Score a solo run's samples (see module docstring), write ``out``, return legibility.json's content.
+
+    ``ce_protocol``: "paper" (the junior reads the text with its own tokenizer; ``legibility_text``)
+    or "ids" (teacher-forced sampled ids, both models, one tokenizer)."""
+    if ce_protocol not in CE_PROTOCOLS:
+        raise TandemError(f"unknown --ce-protocol {ce_protocol!r}; valid: {', '.join(CE_PROTOCOLS)}")
     output_dir(out, create=False)
     from ..models import NAMED_MODELS, load_pair
 
@@ -163,6 +171,11 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     if batch_tokens < 1:
         raise TandemError(f"--batch-tokens must be >= 1, got {batch_tokens}")
     fingerprints = _check_senior(run, senior, junior)
+    if ce_protocol == "paper":
+        from .legibility_text import run_paper_legibility
+
+        return run_paper_legibility(run, senior, junior, out, fingerprints, benchmarks, split, device, dtype,
+                                    batch_tokens, progress)
     pair = load_pair(senior, junior, device, None, dtype)
     check_tokenizer(run, pair.tokenizer, senior, min(pair.senior.config.vocab_size, pair.junior.config.vocab_size))
     prompts = _prompts_for(run, pair.tokenizer, benchmarks, split)
@@ -186,6 +199,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
               "config": {"samples": str(run.path.resolve()), "senior": abs_spec(senior, NAMED_MODELS),
                          "junior": abs_spec(junior, NAMED_MODELS), "template": run.config.get("template"),
                          "benchmarks": sorted(by_bench), "run_config": run.config, INPUTS: fingerprints,
+                         "ce_protocol": "ids",
                          **invocation()},
               "timing": {"seconds": round(seconds, 3), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1),
                          "device": str(next(pair.senior.parameters()).device), "batch_tokens": batch_tokens}}
