@@ -93,3 +93,10 @@ def _problems(root) -> dict:
 
     return {(p.benchmark, str(p.problem_id)): p.problem for b in ("alpha", "beta")
             for p in load_file(root / f"{b}.jsonl", benchmark=b)}
+
+
+def test_ids_protocol_refuses_another_vocabulary_naming_the_paper_protocol(setup, tmp_path, capsys):
+    rc = main(["eval", "legibility", "--samples", str(setup / "solo"), "--junior", str(setup / "junior"),
+               "--ce-protocol", "ids", "--out", str(tmp_path / "leg")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--ce-protocol paper" in err, err

@@ -1,6 +1,11 @@
 """Junior legibility: how well the frozen junior can read the senior's solo chain of thought.
 
-What (paper section 4, "junior legibility"): for every senior sample of a solo run,
+Two protocols (``--ce-protocol``): ``paper``, the default, is the paper's released code: the
+junior reads the response *text* with its own tokenizer and prompt (any junior; see
+``legibility_text``). ``ids``, below, teacher-forces the senior's sampled ids through both
+models (one shared tokenizer), which also gives alpha at every sampled position.
+
+What (``ids``; paper section 4, "junior legibility"): for every senior sample of a solo run,
 teacher-forced over prompt + response,
 
 - CE: the junior's per-token cross-entropy -log p_jun(y_t | x, y_<t) in nats, averaged over
@@ -176,6 +181,11 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
 
         return run_paper_legibility(run, senior, junior, out, fingerprints, benchmarks, split, device, dtype,
                                     batch_tokens, progress)
+    from ..models import load_tokenizer
+
+    if load_tokenizer(senior).get_vocab() != load_tokenizer(junior).get_vocab():
+        raise TandemError(f"--ce-protocol ids teacher-forces the senior's ids, and junior {junior} has another "
+                          f"vocabulary than senior {senior}; use --ce-protocol paper (the junior reads the text)")
     pair = load_pair(senior, junior, device, None, dtype)
     check_tokenizer(run, pair.tokenizer, senior, min(pair.senior.config.vocab_size, pair.junior.config.vocab_size))
     prompts = _prompts_for(run, pair.tokenizer, benchmarks, split)
