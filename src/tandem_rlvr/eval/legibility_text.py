@@ -22,12 +22,14 @@ none); per_problem.jsonl keeps those per-problem means for ``compare``'s paired 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import TandemError
+from ..io import atomic_write
 from ..prompting import encode_prompt, format_prompt, resolve_template
 from ..rundir import abs_spec
 from ..runtime import invocation
@@ -64,8 +66,7 @@ def paper_scores(junior, tokenizer, prompts, responses, senior=None, batch_token
     same vocabulary) and ``dropped`` ("" | "4088" | "context"). Arrays of length S."""
     import torch
 
-    from .legibility import score_sequences
-    from .teacher_forcing import response_logprobs
+    from .teacher_forcing import response_logprobs, score_sequences
 
     S = len(prompts)
     context = getattr(junior.config, "max_position_embeddings", None)
@@ -125,8 +126,6 @@ def run_paper_legibility(run: EvalRun, senior: str, junior: str, out, fingerprin
     """``run_legibility`` under ``--ce-protocol paper``: write ``out``, return legibility.json's content."""
     from ..io import write_json
     from ..models import NAMED_MODELS, load_model, load_tokenizer, resolve_device
-    from .legibility import _f, _write_jsonl, check_tokenizer
-
     jtok, stok = load_tokenizer(junior), load_tokenizer(senior)
     check_tokenizer(run, stok, senior, len(stok))  # the text scored is the text the senior's ids spell
     same_vocab = jtok.get_vocab() == stok.get_vocab()
@@ -140,7 +139,7 @@ def run_paper_legibility(run: EvalRun, senior: str, junior: str, out, fingerprin
     stats = ["ce", "ce_per_char", *(["alpha"] if same_vocab else [])]
     per_sample = [{"benchmark": r["benchmark"], "problem_id": str(r["problem_id"]), "sample_idx": r["sample_idx"],
                    "tokens": int(sc["tokens"][i]), "chars": int(sc["chars"][i]), "dropped": sc["dropped"][i] or None,
-                   **{k: _f(sc[k][i]) for k in stats}} for i, r in enumerate(run.rows)]
+                   **{k: f(sc[k][i]) for k in stats}} for i, r in enumerate(run.rows)]
     groups: dict[tuple[str, str], list[dict]] = {}
     for s in per_sample:
         if s["ce"] is not None:
@@ -163,7 +162,29 @@ def run_paper_legibility(run: EvalRun, senior: str, junior: str, out, fingerprin
               "timing": {"seconds": round(seconds, 3), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1),
                          "device": str(dev), "batch_tokens": batch_tokens}}
     out = Path(out)
-    _write_jsonl(out / "per_sample.jsonl", per_sample)
-    _write_jsonl(out / "per_problem.jsonl", per_problem)
+    write_jsonl(out / "per_sample.jsonl", per_sample)
+    write_jsonl(out / "per_problem.jsonl", per_problem)
     write_json(out / "legibility.json", result)
     return result
+
+
+def check_tokenizer(run: EvalRun, tokenizer, name: str, vocab_size: int) -> None:
+    """Every row's ids must lie in the vocabulary and decode to its response text; else the
+    samples came from another tokenizer (TandemError naming the file and line)."""
+    for i, r in enumerate(run.rows):
+        ids = r["token_ids"]
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+            raise TandemError(f"{run.where(i)}: token id {int(ids.max())} outside the vocabulary of {name} "
+                              f"({vocab_size}): a samples file from another tokenizer?")
+        if "response" in r and tokenizer.decode(ids.tolist(), skip_special_tokens=True) != r["response"]:
+            raise TandemError(f"{run.where(i)}: token_ids do not decode to the response with the tokenizer of "
+                              f"{name}: a samples file from another tokenizer?")
+
+
+def f(x) -> float | None:
+    return None if not np.isfinite(x) else float(x)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    with atomic_write(path) as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))

@@ -91,6 +91,11 @@ def problem_key(p: Problem) -> int:
     return zlib.crc32(f"{p.benchmark}/{p.problem_id}".encode())
 
 
+def sample_seed(seed: int, p: Problem, s: int) -> int:
+    """The row seed of sample ``s`` of problem ``p`` under the run's ``seed`` (module docstring)."""
+    return row_seed(seed, problem_key(p), s)
+
+
 def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem]], spec: EvalSpec, out: str | os.PathLike,
              batch_size: int = 64, progress: bool = True) -> dict:
     """Sample ``spec.n`` responses per problem, score them, write the run dir; return metrics.
@@ -123,7 +128,7 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
                 for start in range(0, len(todo), per_batch):
                     chunk = todo[start:start + per_batch]
                     own = getattr(decoder, "sample_chunk", None)  # the text-level handoff samples its own rows
-                    new = own(chunk, spec) if own else _sample_chunk(decoder, tokenizer, chunk, spec)
+                    new = own(chunk, spec, sample_seed) if own else _sample_chunk(decoder, tokenizer, chunk, spec)
                     wrote = True
                     try:
                         append_rows(f, new)
@@ -204,7 +209,7 @@ def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> l
         ids = encode_prompt(tokenizer, format_prompt(tokenizer, p.problem, spec.template, spec.instruction))
         for s in range(spec.n):
             prompts.append(ids)
-            seeds.append(row_seed(spec.seed, problem_key(p), s))
+            seeds.append(sample_seed(spec.seed, p, s))
             meta.append((p, s))
     roll = decoder.generate(prompts, seeds)
     share = roll.senior_share.tolist()

@@ -215,11 +215,10 @@ class TextHandoff:
             else:
                 c.author = self._author(c)
 
-    def sample_chunk(self, chunk, spec) -> list[dict]:
-        """Sample rows (``eval.sampler`` format plus ``turns``) of ``spec.n`` chains per problem of ``chunk``."""
-        from .sampler import problem_key
-
-        chains = [self.new_chain(p, s, row_seed(spec.seed, problem_key(p), s), spec.instruction)
+    def sample_chunk(self, chunk, spec, sample_seed) -> list[dict]:
+        """Sample rows (``eval.sampler`` format plus ``turns``) of ``spec.n`` chains per problem of ``chunk``;
+        ``sample_seed(seed, problem, sample)`` is the sampler's row seed (the chain seed)."""
+        chains = [self.new_chain(p, s, sample_seed(spec.seed, p, s), spec.instruction)
                   for p in chunk for s in range(spec.n)]
         self.run(chains)
         return [self.row(c, spec.answer_mode) for c in chains]
