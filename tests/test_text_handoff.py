@@ -172,3 +172,15 @@ def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
     assert main(argv + ["--protocol", "stream"]) == 2
     err = capsys.readouterr().err
     assert "existing run has a different schedule" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("p,author", [(1.0, 0), (0.0, 1)])
+def test_bernoulli_turns_follow_the_coin_at_its_extremes(cross_pair, p, author):
+    s, ts, j, tj = cross_pair
+    sp = SamplingParams(0.0, 1.0, 0, 60)
+    th = TextHandoff(TurnModel(s, ts, sp, "plain"), TurnModel(j, tj, sp, "plain"), "paragraph-bernoulli", p=p,
+                     max_new_tokens=60)
+    chains = [th.new_chain(q, 0, 3, "none") for q in PROBLEMS]
+    th.run(chains)
+    assert {w for c in chains for w, *_ in c.turns} == {author}
+    assert th.describe()["p"] == p and th.describe()["protocol"] == "text"
