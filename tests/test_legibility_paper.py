@@ -100,3 +100,13 @@ def test_ids_protocol_refuses_another_vocabulary_naming_the_paper_protocol(setup
                "--ce-protocol", "ids", "--out", str(tmp_path / "leg")])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--ce-protocol paper" in err, err
+
+
+def test_compare_tells_legibility_of_the_two_protocols_apart():
+    from tandem_rlvr.eval.comparable import legibility_differences
+
+    same = {"grpo": {"junior": "j", "ce_protocol": "paper"}, "tandem": {"junior": "j", "ce_protocol": "paper"}}
+    assert legibility_differences(same) == []
+    older = {"grpo": {"junior": "j", "ce_protocol": "paper"}, "tandem": {"junior": "j"}}  # before the flag: ids
+    (line,) = legibility_differences(older)
+    assert "--ce-protocol (paper vs ids)" in line
