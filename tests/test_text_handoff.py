@@ -184,3 +184,17 @@ def test_bernoulli_turns_follow_the_coin_at_its_extremes(cross_pair, p, author):
     th.run(chains)
     assert {w for c in chains for w, *_ in c.turns} == {author}
     assert th.describe()["p"] == p and th.describe()["protocol"] == "text"
+
+
+def test_one_generate_call_per_turn_for_every_live_chain(cross_pair):
+    th = _handoff(cross_pair)
+    calls = []
+    for m in th.pair:
+        real = m.decoder.generate
+        m.decoder.generate = lambda prompts, seeds, max_new_tokens, real=real: calls.append(len(prompts)) or real(
+            prompts, seeds, max_new_tokens=max_new_tokens)
+    chains = [th.new_chain(p, k, 40 + k, "none") for p in PROBLEMS for k in range(2)]
+    th.run(chains)
+    # round-robin: every chain's i-th turn falls in the same (round, author) slot, so one call each
+    assert len(calls) == max(len(c.turns) for c in chains)
+    assert calls == [sum(len(c.turns) > i for c in chains) for i in range(len(calls))]
