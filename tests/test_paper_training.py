@@ -141,3 +141,36 @@ def test_paper_preset_plan_fits_two_80gb_gpus_and_not_one():
     p1 = plan(one, 1, 80)
     assert p1.peak("cuda:0")[0] / GiB > 77  # fp32 masters + moments + gradients alone are 60 GiB
 
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_cpu_log_prob_head_backward_peak_matches_the_plans_tile_count(autocast):
+    """The plan's head items on CPU (tile, fp32 accumulators, CPU_FALLBACK_TILES temporaries)
+    against the live-tensor peak of TRL's own chunked head backward, read off the torch
+    profiler's memory timeline (every allocation and free of the CPU allocator)."""
+    import numpy as np
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import MemoryProfileTimeline
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    from tandem_rlvr.rl.memory_plan import CPU_FALLBACK_TILES, TILE_VOCAB
+
+    N, H, V = 300, 32, 40000  # two vocabulary slices: 32,768 and 7,232 wide
+    torch.manual_seed(0)
+    hidden = torch.randn(N, H, requires_grad=True)
+    weight = torch.randn(V, H, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        logps = ChunkedLogProbFunction.apply(hidden, weight, None, torch.randint(0, V, (N,)), 1.0, TILE_VOCAB,
+                                             None, 1.0, ("log_probs",))[0]
+    loss = logps.sum()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        loss.backward()
+    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
+    live = np.array(sizes).sum(1)
+    measured = live.max() - live[0]
+    tile = N * TILE_VOCAB
+    compute = 2 if autocast else 4
+    planned = (tile * compute + CPU_FALLBACK_TILES * tile * 4  # the tile and the fallback's temporaries
+               + V * H * 4 + N * H * 4  # fp32 accumulators of the head's and the hidden states' gradients
+               + (TILE_VOCAB * H * 2 if autocast else 0))  # bf16 copy of one vocabulary slice
+    assert planned == pytest.approx(measured, rel=0.02)

@@ -71,7 +71,12 @@ def test_eval_rerun_generates_nothing_twice_and_duplicates_no_row(tmp_path, tok,
     assert len(generated) == 6  # problems 1-3, two samples each; problem 0 not again
     assert len(resumed) == 8 and sorted(_keys(resumed)) == sorted(_keys(first))
     key = lambda r: (r["problem_id"], r["sample_idx"])  # noqa: E731
-    assert sorted(resumed, key=key) == sorted(first, key=key)  # same seeds, same samples
+    # same seeds, same samples; the junior's log-prob sums are floats of a batched forward (another
+    # batch, other last bits), so they agree to rounding
+    floats = lambda r: {k: v for k, v in r.items() if k != "junior_lp_sum"}  # noqa: E731
+    assert [floats(r) for r in sorted(resumed, key=key)] == [floats(r) for r in sorted(first, key=key)]
+    assert [r["junior_lp_sum"] for r in sorted(resumed, key=key)] == \
+        pytest.approx([r["junior_lp_sum"] for r in sorted(first, key=key)], abs=1e-4)
     assert metrics["bench"]["problems"] == 4
 
 

@@ -439,12 +439,13 @@ def test_kl_monitor_is_the_k3_sum_over_senior_tokens_from_a_plain_forward(tok):
     masks = [[1, 0] + [1] * (len(comps[0]) - 2), [0] * len(comps[1])]
     g = torch.Generator().manual_seed(0)
     sen_lp = [(-torch.rand(len(c), generator=g) * 3).tolist() for c in comps]
-    tot, n = ro._kl_to_junior(ids, comps, masks, sen_lp)
-    want, count = 0.0, 0
+    tot, n, lp_tot, lp_n = ro._kl_to_junior(ids, comps, masks, sen_lp)
+    want, count, want_lp = 0.0, 0, 0.0
     with torch.no_grad():
         for p, c, m, ls in zip(ids, comps, masks, sen_lp):
             logits = junior(torch.tensor([p + c])).logits[0, len(p) - 1: len(p) + len(c) - 1] / 0.7
             lj = torch.log_softmax(logits.double(), -1)[torch.arange(len(c)), torch.tensor(c)]
+            want_lp += float(lj.sum())  # junior/logprob: every emitted token, whoever wrote it
             for t in range(len(c)):
                 if m[t]:
                     r = float(lj[t]) - ls[t]
@@ -452,3 +453,4 @@ def test_kl_monitor_is_the_k3_sum_over_senior_tokens_from_a_plain_forward(tok):
                     count += 1
     assert n == count == len(comps[0]) - 1
     assert tot == pytest.approx(want, rel=1e-4)
+    assert lp_n == len(comps[0]) + len(comps[1]) and lp_tot == pytest.approx(want_lp, rel=1e-4)

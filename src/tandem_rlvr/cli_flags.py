@@ -43,7 +43,7 @@ def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
     g = p.add_argument_group("handoff schedule")
     g.add_argument("--schedule", default=default, choices=SCHEDULES, help=f"who writes each token (default {default})")
     g.add_argument("--p", type=float, default=0.5, help="probability that the senior writes (default 0.5)")
-    g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw (default 32)")
+    g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw; chunk, chunk-word: tokens or words per chunk (default 32)")
 
 
 def protocol_flag(p: argparse.ArgumentParser) -> None:

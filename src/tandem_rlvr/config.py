@@ -70,7 +70,7 @@ class TrainConfig:
                           choices=tuple(INSTRUCTIONS))
     schedule: str = _f("word", "handoff schedule of tandem rollouts", choices=SCHEDULES)
     p: float = _f(0.5, "probability that the senior writes after a redraw (paper: 0.5)")
-    K: int = _f(32, "word schedules: tokens before a forced redraw (paper: 32)")
+    K: int = _f(32, "word schedules: tokens before a forced redraw (paper: 32); chunk, chunk-word: tokens or words per chunk")
     lr: float = _f(1e-6, "learning rate (AdamW)")
     clip: float = _f(0.2, "PPO/GRPO clip epsilon")
     beta: float = _f(0.0, "KL(senior || junior) coefficient; klreg default 1e-3, must be 0 otherwise")

@@ -347,6 +347,7 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], tuple[str, str | None, str] | None]
     "aime26": (("aime26",), None),
     "amc23": (("amc23",), ("math-ai/amc23", None, "test")),
     "amc": (("amc",), ("AI-MO/aimo-validation-amc", None, "train")),
+    "amc23_25": (("amc23_25",), None),  # the paper's AMC set (AMC 2023 + AMC12 2024-2025, 121)
     "math500": (("math500",), ("HuggingFaceH4/MATH-500", None, "test")),
     "minerva": (("minerva_math", "minerva"), ("math-ai/minervamath", None, "test")),
     "olympiadbench": (("olympiadbench",), ("math-ai/olympiadbench", None, "test")),
@@ -377,6 +378,10 @@ def _pooled(name: str, members: tuple[str, ...]) -> Loader:
 
 for _name, _members in POOLED.items():
     register_benchmark(_name, _pooled(_name, _members))
+
+# The paper code's default evaluation sets (CSSLab/Tandem-RLVR eval/config.py): its macro average
+# weighs these four equally (``tandem compare --macro paper``).
+PAPER_MACRO_SETS = ("aime24", "aime25", "aime26", "amc23_25")
 
 
 # The built-in tiny world as benchmark "tiny": problems per split for the whole benchmark (no limit).

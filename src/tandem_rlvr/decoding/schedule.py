@@ -22,6 +22,15 @@ Registry (``make_schedule(name, ...)``):
 - ``paragraph-bernoulli``: Bernoulli(p) redraw after a paragraph break.
 - ``paragraph-roundrobin``: authors alternate at every paragraph break, senior first
   (the handoff-robustness evaluation of paper section 4).
+- ``chunk``: fixed-size chunks of K tokens, senior first: the senior writes tokens 0..K-1,
+  the junior K..2K-1, and so on (the paper's sampler, strategy ``chunk``; its chunk size is
+  our K). No coin: authorship is a function of the position alone.
+- ``chunk-word``: fixed-size chunks of K words, senior first: the author changes after
+  emitting its K-th word-initial token (the boundary set of ``word``, with ``word``'s literal
+  semantics: that token stays with the outgoing author). Our option; the paper's chunks
+  count tokens.
+- ``alternating``: strict alternation token by token, senior first (the paper's sampler,
+  strategy ``alternating``: the senior writes the even positions). ``chunk`` with K = 1.
 
 A paragraph break is a blank line: the token that writes the second newline of a run of
 newlines fires, whether the run is one token (Qwen's ``.\\n\\n``) or two (SmolLM2 writes a
@@ -330,6 +339,31 @@ class RoundRobin(Schedule):
         state.since = torch.where(hit, torch.zeros_like(state.since), state.since + 1)
 
 
+class Chunk(Schedule):
+    """Fixed-size chunks, senior first: the author flips after every ``K`` tokens (``boundary``
+    None) or after every ``K``-th boundary token (``chunk-word``). ``state.since`` counts the
+    tokens (or boundary tokens) of the current chunk; deterministic, so ``p`` plays no part."""
+
+    def __init__(self, name: str, K: int, boundary=None):
+        check_p_K(0.5, K)
+        self.name, self.K, self.boundary = name, K, as_boundary(boundary)
+
+    def describe(self):
+        return {"name": self.name} if self.name == "alternating" else {"name": self.name, "K": self.K}
+
+    def start(self, seeds, steps=None):
+        B = seeds.shape[0]
+        zeros = torch.zeros(B, dtype=torch.int64, device=seeds.device)
+        return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device), zeros, seeds, None, zeros.clone())
+
+    def advance(self, state, tokens, step):
+        counted = torch.ones_like(state.since) if self.boundary is None else self.boundary.hits(state, tokens).long()
+        since = state.since + counted
+        flip = since >= self.K
+        state.author = state.author ^ flip
+        state.since = torch.where(flip, torch.zeros_like(since), since)
+
+
 def check_p_K(p: float, K: int | None) -> None:
     """The one check of the two schedule knobs (configs, the CLI and schedules all call it)."""
     if not 0.0 <= p <= 1.0:
@@ -357,9 +391,12 @@ REGISTRY = {
     "sentence": lambda tok, p, K, V: BernoulliRedraw("sentence", p, TokenBoundary(boundary_mask(tok, "sentence", V)), None),
     "paragraph-bernoulli": lambda tok, p, K, V: BernoulliRedraw("paragraph-bernoulli", p, ParagraphBoundary(tok, V), None),
     "paragraph-roundrobin": lambda tok, p, K, V: RoundRobin("paragraph-roundrobin", ParagraphBoundary(tok, V)),
+    "chunk": lambda tok, p, K, V: Chunk("chunk", K),
+    "chunk-word": lambda tok, p, K, V: Chunk("chunk-word", K, _word(tok, V)),
+    "alternating": lambda tok, p, K, V: Chunk("alternating", 1),
 }
 SCHEDULES = tuple(REGISTRY)
-_NO_TOKENIZER = ("senior", "junior", "token")
+_NO_TOKENIZER = ("senior", "junior", "token", "chunk", "alternating")
 
 
 def make_schedule(name: str, tokenizer=None, *, p: float = 0.5, K: int = 32, vocab_size: int | None = None) -> Schedule:

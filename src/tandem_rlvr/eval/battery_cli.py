@@ -1,7 +1,9 @@
 """Commands of the evaluation battery, added to ``tandem``'s parser by ``cli.build_parser``.
 
 - ``tandem eval legibility --samples RUN_DIR --junior M [--senior M] --out DIR``
+- ``tandem eval regrade RUN_DIR [--replace]``
 - ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
+- ``tandem eval replay RUN_DIR [--tokenizer M] [--out DIR]``: check every saved trace's authorship
 - ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
 - ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] [--note TEXT] --out DIR``
 
@@ -51,6 +53,23 @@ def cmd_legibility(a) -> None:
           f"{t['device']}); results in {a.out}")
 
 
+def cmd_regrade(a) -> None:
+    from .regrade import RECORD, REGRADED, regrade
+    from .tables import Table, print_tables
+
+    rec = regrade(a.run, replace=a.replace, progress=True)
+    g = rec["grader"]
+    print_tables([Table(f"regrade of {a.run} (grader {g['grader_sha256'][:12]}, tandem-rlvr {g['tandem_rlvr']}, "
+                        f"math-verify {g['packages'].get('math-verify')}, sympy {g['packages'].get('sympy')})",
+                        ["benchmark", "samples", "0->1", "1->0", "pass@1 before", "pass@1 after"],
+                        [[b, str(f["samples"]), str(f["0->1"]), str(f["1->0"]), f"{f['pass@1_before']:.3f}",
+                          f"{f['pass@1_after']:.3f}"] for b, f in rec["benchmarks"].items()])])
+    if rec["unchanged"]:
+        print(f"already regraded with this grader; nothing to do ({a.run}/{RECORD})")
+    else:
+        print(f"{REGRADED} and {RECORD} in {a.run}; samples.jsonl unchanged")
+
+
 def cmd_drift(a) -> None:
     from .drift import run_drift
     from .tables import drift_tables, print_tables, recovery_sentence
@@ -61,6 +80,26 @@ def cmd_drift(a) -> None:
     if res.get("recovery"):
         print(recovery_sentence(res["recovery"]))
     print(f"results in {a.out}")
+
+
+def cmd_replay(a) -> None:
+    from .replay import run_replay
+    from .tables import Table, print_tables
+
+    res = run_replay(a.run_dir, a.tokenizer, a.out)
+    sched = ", ".join(f"{k}={v}" for k, v in res["schedule"].items())
+    print_tables([Table(f"Trace replay of {a.run_dir} (schedule {sched}): traces whose recorded authorship differs "
+                        "from the schedule's", ["benchmark", "samples", "invalid"],
+                        [[b, str(x["samples"]), str(x["invalid"])] for b, x in res["benchmarks"].items()]
+                        + [["all", str(res["samples"]), str(res["invalid"])]])])
+    for ex in res["examples"]:
+        print(f"{ex['where']}: {ex['kind']} at token {ex['position']} (recorded {ex['recorded']}, "
+              f"schedule says {ex['expected']})")
+    if res["invalid"]:
+        per = ", ".join(f"{b}: {x['invalid']}" for b, x in res["benchmarks"].items() if x["invalid"])
+        raise TandemError(f"{res['invalid']} of {res['samples']} traces are invalid ({per}); first: "
+                          f"{res['examples'][0]['where']}")
+    print(f"all {res['samples']} traces agree with the schedule")
 
 
 def _compare_flags(p) -> None:
@@ -74,6 +113,9 @@ def _compare_flags(p) -> None:
     p.add_argument("--ks", default=None, metavar="K,K,...", help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
                    "a k above the samples per problem is an error")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--macro", choices=("ours", "paper"), default="ours",
+                   help="ours (default): the macro over the runs' benchmarks; paper: also the paper code's macro over "
+                        "aime24, aime25, aime26 and amc23_25, equal weights (a pooled aime run counts by year)")
     p.add_argument("--allow-mixed", action="store_true",
                    help="compare runs whose settings differ (junior, schedule, sampling, n, --limit, ...) instead of "
                         "refusing; the differences are printed and recorded in compare.json (problems that differ "
@@ -82,7 +124,7 @@ def _compare_flags(p) -> None:
 
 def _compare_kw(a) -> dict:
     return dict(solo=a.solo, handoff=a.handoff, legibility=a.legibility, drift=a.drift, baseline=a.baseline,
-                ks=_ks(a.ks), n_boot=a.n_boot, allow_mixed=a.allow_mixed)
+                ks=_ks(a.ks), n_boot=a.n_boot, allow_mixed=a.allow_mixed, macro=a.macro)
 
 
 def cmd_compare(a) -> None:
@@ -102,7 +144,7 @@ def cmd_report(a) -> None:
 
 
 def register(sub, esub) -> None:
-    """Add ``eval legibility`` and ``eval drift`` to ``esub`` (the subparsers of ``tandem eval``),
+    """Add ``eval legibility``, ``eval drift`` and ``eval replay`` to ``esub`` (the subparsers of ``tandem eval``),
     ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
@@ -123,6 +165,15 @@ def register(sub, esub) -> None:
     lg.add_argument("--out", required=True, help="output dir: legibility.json, per_problem.jsonl, per_sample.jsonl")
     lg.set_defaults(fn=cmd_legibility)
 
+    rg = esub.add_parser("regrade", help="rescore a run's saved samples with today's grader (beside the originals)",
+                         description="Writes samples.regraded.jsonl and regrade.json (grader version, package versions, "
+                         "input hash, flips per benchmark) in RUN_DIR; samples.jsonl is never changed. compare and "
+                         "report then use the regraded verdicts.")
+    rg.add_argument("run", metavar="RUN_DIR", help="a `tandem eval solo|handoff` run directory")
+    rg.add_argument("--replace", action="store_true",
+                    help="regrade again a run regraded by another grader or from samples that changed since")
+    rg.set_defaults(fn=cmd_regrade)
+
     dr = esub.add_parser("drift", help="token-distribution drift of seniors from the junior (solo samples)")
     dr.add_argument("--junior-samples", required=True, help="a `tandem eval solo` run dir of the junior")
     dr.add_argument("--seniors", required=True, help="NAME=DIR,NAME=DIR: solo run dirs of the seniors")
@@ -136,6 +187,17 @@ def register(sub, esub) -> None:
                     "to count as over-emitted (default 5; see docs/evaluation.md)")
     dr.add_argument("--out", required=True, help="output dir: drift.json, drift.md, over_emitted.csv, counts.npz")
     dr.set_defaults(fn=cmd_drift)
+
+    rq = esub.add_parser("replay", help="check every saved trace's author switches against the run's schedule",
+                         description="Re-derive each sample's authorship from its schedule, seed and token ids (as a "
+                         "server's client does) and compare it with the recorded senior mask; exits non-zero if any "
+                         "trace is invalid.")
+    rq.add_argument("run_dir", metavar="RUN_DIR", help="a `tandem eval solo|handoff` run dir")
+    rq.add_argument("--tokenizer", default=None, help="tokenizer whose boundary sets the run used (default: "
+                    "models.senior of the run's config.json)")
+    rq.add_argument("--out", default=None, help="optional output dir for replay.json (every count and the first "
+                    "invalid traces)")
+    rq.set_defaults(fn=cmd_replay)
 
     cp = sub.add_parser("compare", help="the paper's tables from several evaluated seniors",
                         description="Solo/handoff pass@k, legibility, drift and paired one-sided t-tests of several "

@@ -28,6 +28,10 @@ can be chosen; a k larger than the samples per problem is an error). The t-tests
 problems two seniors share, pooled over all benchmarks: pass@1 (the per-problem fraction
 correct; H1 candidate > baseline), junior CE (H1 candidate < baseline) and alpha (H1
 candidate > baseline); every senior is tested against ``--baseline`` (default: the first).
+Beside each t-test, the paired bootstrap 95% interval of the same difference per benchmark
+and macro (``metrics.paired_bootstrap``, seed 0). Every run also carries its diagnostics
+(``metrics.sample_diagnostics``): truncation rate, distinct problems solved, and for handoff
+runs author switches per sequence.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ import numpy as np
 from ..errors import TandemError
 from ..io import atomic_write, write_json
 from ..rundir import output_dir
-from .metrics import paired_ttest, pair_by_key, pass_at_k_summary
+from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
 from .comparable import check_same_problems, legibility_differences, refuse_or_warn, settings_differences
+from .regrade import apply_regrade
 from .runs import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
 from .tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
 
@@ -52,8 +57,30 @@ __all__ = ["EvalRun", "Senior", "Table", "build_comparison", "check_same_benchma
            "split_named", "to_markdown"]
 
 
-def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 10_000) -> dict:
-    """metrics.json-like pass@k of a run from its samples; an explicit k above any problem's n is an error."""
+MACROS = ("ours", "paper")
+
+
+def paper_macro_counts(run: EvalRun) -> dict[str, tuple[list[int], list[int]]]:
+    """{paper set: (n per problem, correct per problem)} over ``PAPER_MACRO_SETS``; problems of the
+    pooled ``aime`` set count in their year (ids ``aime24/<id>``). A missing set is a TandemError."""
+    from ..data.benchmarks import PAPER_MACRO_SETS, POOLED
+
+    out: dict[str, tuple[list[int], list[int]]] = {s: ([], []) for s in PAPER_MACRO_SETS}
+    for (b, pid), (n, c) in run.counts().items():
+        year = pid.split("/", 1)[0] if b in POOLED else b
+        if year in out:
+            out[year][0].append(n)
+            out[year][1].append(c)
+    missing = [s for s, (ns, _) in out.items() if not ns]
+    if missing:
+        raise TandemError(f"{run.samples_path}: --macro paper needs samples of {', '.join(PAPER_MACRO_SETS)} "
+                          f"(the paper's four sets); none of {', '.join(missing)}")
+    return out
+
+
+def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 10_000, macro: str = "ours") -> dict:
+    """metrics.json-like pass@k of a run from its samples; an explicit k above any problem's n is an error.
+    With ``macro="paper"`` also ``macro_paper``: the mean over the paper's four sets, equal weights."""
     per_bench: dict[str, tuple[list[int], list[int]]] = {}
     asked = run.config.get("n")
     short = {key: n for key, (n, _) in run.counts().items() if isinstance(asked, int) and n < asked}
@@ -70,22 +97,38 @@ def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 1
                 raise TandemError(f"{run.where(i)}: k={k} is larger than the n={n} samples of problem {pid!r} ({b})")
     ks = list(ks or [k for k in run.config.get("ks") or (1,) if k <= min(n for ns, _ in per_bench.values() for n in ns)])
     m = pass_at_k_summary(per_bench, ks, n_boot)
+    if macro == "paper":
+        m["macro_paper"] = pass_at_k_summary(paper_macro_counts(run), ks, n_boot)["macro"]
+    elif macro != "ours":
+        raise TandemError(f"unknown --macro {macro!r}; valid: {', '.join(MACROS)}")
     shares = np.array([r.get("senior_share", 1.0) for r in run.rows], dtype=np.float64)
     m["senior_share"] = {"mean": float(shares.mean()), "sd": float(shares.std())}
     m["config"] = {k: run.config.get(k) for k in ("models", "schedule", "sampling", "n", "template")}
     m["config"]["junior_fingerprint"] = ((run.config.get("inputs") or {}).get("models") or {}).get("junior")
+    m["diagnostics"] = sample_diagnostics(run.rows, run.counts(), handoff=run.schedule != "senior")
     return m
 
 
 def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, baseline: str | None = None,
-                     ks: Sequence[int] | None = None, n_boot: int = 10_000, allow_mixed: bool = False) -> dict:
+                     ks: Sequence[int] | None = None, n_boot: int = 10_000, allow_mixed: bool = False,
+                     macro: str = "ours") -> dict:
     """compare.json's content from discovered seniors (see the module docstring)."""
     baseline = baseline or next(iter(seniors))
     if baseline not in seniors:
         raise TandemError(f"--baseline {baseline!r} is not among the compared seniors ({', '.join(seniors)})")
-    solo_runs = {n: read_run(s.solo) for n, s in seniors.items() if s.solo}
+    regraded: dict[str, dict] = {}
+
+    def read(path: Path, label: str) -> EvalRun:  # a run's verdicts: regraded ones where `eval regrade` left them
+        run = read_run(path)
+        info = apply_regrade(run)
+        if info:
+            regraded[label] = info
+        return run
+
+    solo_runs = {n: read(s.solo, f"{n} (solo)") for n, s in seniors.items() if s.solo}
     labels = list(dict.fromkeys(lb for s in seniors.values() for lb in s.handoff))
-    handoff_runs = {lb: {n: read_run(s.handoff[lb]) for n, s in seniors.items() if lb in s.handoff} for lb in labels}
+    handoff_runs = {lb: {n: read(s.handoff[lb], f"{n} (handoff {lb})") for n, s in seniors.items() if lb in s.handoff}
+                    for lb in labels}
     groups = [("solo", solo_runs, False), *((f"handoff ({lb})", runs, True) for lb, runs in handoff_runs.items())]
     for _, group, _ in groups:
         if group:
@@ -98,7 +141,7 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
         mixed += refuse_or_warn(legibility_differences({n: res["config"] for n, (res, _) in leg.items()}), allow_mixed)
     drift = read_drift(drift_dir) if drift_dir else None
 
-    ttests = []
+    ttests, bootstrap = [], []
     for cand in (n for n in seniors if n != baseline):
         tests = []
         if cand in solo_runs and baseline in solo_runs:
@@ -119,16 +162,20 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             if not keys:
                 raise TandemError(f"{cand} and {baseline} share no problems for {stat}")
             ttests.append({"candidate": cand, "baseline": baseline, "statistic": stat, **paired_ttest(x, y, alt)})
+            bootstrap.append({"candidate": cand, "baseline": baseline, "statistic": stat,
+                              **paired_bootstrap(a, b, n_boot)})
 
     return {"baseline": baseline,
             # absolute, so `report --compare DIR` finds the runs from any working directory
             "runs": {n: {"solo": _abs(s.solo), "handoff": {lb: _abs(p) for lb, p in s.handoff.items()},
                          "legibility": _abs(s.legibility)} for n, s in seniors.items()},
-            "solo": {n: run_pass_at_k(r, ks, n_boot) for n, r in solo_runs.items()},
-            "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot) for n, r in runs.items()} for lb, runs in handoff_runs.items()},
+            "solo": {n: run_pass_at_k(r, ks, n_boot, macro) for n, r in solo_runs.items()},
+            "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot, macro) for n, r in runs.items()}
+                        for lb, runs in handoff_runs.items()},
             "legibility": {n: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]}
                            for n, (res, _) in leg.items()},
-            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "mixed": mixed}
+            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "bootstrap": bootstrap, "mixed": mixed,
+            "regraded": regraded}
 
 
 def _abs(path: Path | None) -> str | None:
@@ -137,13 +184,15 @@ def _abs(path: Path | None) -> str | None:
 
 def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=(), legibility=(), drift: str | None = None,
                 baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000,
-                allow_mixed: bool = False) -> tuple[dict, list[Table]]:
+                allow_mixed: bool = False, macro: str = "ours") -> tuple[dict, list[Table]]:
     """Discover, compute, and write out/compare.json and out/compare.md; return them."""
     if n_boot < 2:  # a bootstrap SE is the sd of >= 2 resampled means; 0 or 1 would print "± nan"
         raise TandemError(f"--n-boot must be >= 2 bootstrap resamples, got {n_boot}")
     output_dir(out, create=False)
     seniors, found_drift = discover(runs, solo, handoff, legibility)
-    comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot, allow_mixed)
+    if macro not in MACROS:
+        raise TandemError(f"unknown --macro {macro!r}; valid: {', '.join(MACROS)}")
+    comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot, allow_mixed, macro)
     tables = comparison_tables(comp)
     out = Path(out)
     write_json(out / "compare.json", comp)

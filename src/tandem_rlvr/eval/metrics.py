@@ -13,6 +13,12 @@ of a mean, scipy on the same arrays).
   the paper. ``mean_se_summary`` applies this to any per-problem statistic (CE, alpha).
 - Paired one-sided t-tests (paper Table 3): per-problem statistics of two models, matched
   by (benchmark, problem id) and pooled over benchmarks, into ``scipy.stats.ttest_rel``.
+- Paired bootstrap intervals (``paired_bootstrap``): the 95% percentile interval of the mean
+  per-problem difference candidate - baseline, per benchmark and for the macro (problems
+  resampled within each benchmark, ``scipy.stats.bootstrap``), seeded.
+- Diagnostics of samples: author switches per sequence (``author_switches``), truncation
+  (``truncation_summary``: the response hit its token budget without EOS), distinct problems
+  solved (``solved_summary``: pass@n > 0). Each returns None or a reason where its set is empty.
 - Drift (paper section 5): token marginals with additive smoothing, signed log-ratios to
   the junior, full-vocabulary KL, survival curves of |log-ratio|, and the recovery of a
   reference senior's most over-emitted tokens by a candidate (share and Spearman rho).
@@ -149,6 +155,131 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> dict:
         return {"rho": None, "p": None, "n": int(x.size)}
     res = stats.spearmanr(x, y)
     return {"rho": _num(res.statistic), "p": _num(res.pvalue), "n": int(x.size)}
+
+
+def paired_bootstrap(candidate: Mapping, baseline: Mapping, n_boot: int = 10_000, seed: int = 0,
+                     level: float = 0.95) -> dict:
+    """Percentile bootstrap interval of the mean difference candidate - baseline, paired by problem.
+
+    candidate, baseline: {(benchmark, problem_id): per-problem statistic}; only their common keys
+    count. Per benchmark: the problems' differences d (P_b,) are resampled with replacement
+    ``n_boot`` times; the interval is the (1 - level)/2 and (1 + level)/2 quantiles of the
+    resampled means. Macro: the mean over benchmarks of the benchmark mean differences, each
+    benchmark resampled on its own (stratified, as the macro SEs). Returns {benchmark | "macro":
+    {"diff", "lo", "hi", "problems"}} plus "n_boot", "seed", "level"; a benchmark with fewer than
+    2 paired problems has lo = hi = None and a "why" (an interval from one problem means nothing).
+    """
+    diffs: dict[str, list[float]] = {}
+    for key in sorted(set(candidate) & set(baseline)):
+        diffs.setdefault(key[0], []).append(float(candidate[key]) - float(baseline[key]))
+    out: dict = {"n_boot": int(n_boot), "seed": int(seed), "level": float(level)}
+    usable = {}
+    for b, d in diffs.items():
+        x = np.asarray(d, dtype=np.float64)  # (P_b,)
+        out[b] = {"diff": float(x.mean()), "lo": None, "hi": None, "problems": int(x.size)}
+        if x.size < 2:
+            out[b]["why"] = f"{x.size} paired problem"
+            continue
+        usable[b] = x
+        out[b]["lo"], out[b]["hi"] = _percentile_interval((x,), n_boot, seed, level)
+    if not diffs:
+        out["macro"] = {"diff": None, "lo": None, "hi": None, "problems": 0, "why": "no paired problems"}
+    else:
+        out["macro"] = {"diff": float(np.mean([np.mean(d) for d in diffs.values()])), "lo": None, "hi": None,
+                        "problems": sum(len(d) for d in diffs.values()), "benchmarks": len(diffs)}
+        if len(usable) == len(diffs):
+            out["macro"]["lo"], out["macro"]["hi"] = _percentile_interval(tuple(usable.values()), n_boot, seed, level)
+        else:
+            out["macro"]["why"] = "a benchmark has fewer than 2 paired problems"
+    return out
+
+
+def _percentile_interval(groups: tuple, n_boot: int, seed: int, level: float) -> tuple[float, float]:
+    """(lo, hi) percentile interval of the mean of group means, each group resampled on its own."""
+    def mean_of_means(*xs, axis=-1):
+        return np.mean([x.mean(axis=axis) for x in xs], axis=0)
+
+    res = stats.bootstrap(groups, mean_of_means, n_resamples=n_boot, method="percentile", confidence_level=level,
+                          vectorized=True, rng=np.random.default_rng(seed))
+    lo, hi = res.confidence_interval
+    return float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------- sample diagnostics
+def author_switches(senior_mask: Sequence[int]) -> int:
+    """Author changes in one sequence: positions t >= 1 whose author differs from t - 1's."""
+    m = np.asarray(senior_mask, dtype=np.int64)
+    return int((m[1:] != m[:-1]).sum()) if m.size > 1 else 0
+
+
+def switches_summary(masks: Iterable[Sequence[int]]) -> dict | None:
+    """{"mean", "sd", "sequences"} of author switches per sequence; None for no sequences."""
+    x = np.array([author_switches(m) for m in masks], dtype=np.float64)
+    if x.size == 0:
+        return None
+    return {"mean": float(x.mean()), "sd": float(x.std()), "sequences": int(x.size)}
+
+
+def truncation_summary(rows: Sequence[dict]) -> dict:
+    """Share of samples whose response hit the token budget without EOS (``finished`` false).
+
+    {benchmark | "all": {"rate", "truncated", "samples"}} ("all" pools every sample), or
+    {"why": reason} when the rows do not record ``finished`` (runs from before it was written)."""
+    if not rows:
+        return {"why": "no samples"}
+    if any("finished" not in r for r in rows):
+        return {"why": "'finished' (ended with EOS) not recorded in samples.jsonl"}
+    out: dict = {}
+    for key in [*dict.fromkeys(r["benchmark"] for r in rows), "all"]:
+        sel = [r for r in rows if key == "all" or r["benchmark"] == key]
+        cut = sum(not r["finished"] for r in sel)
+        out[key] = {"rate": cut / len(sel), "truncated": cut, "samples": len(sel)}
+    return out
+
+
+def solved_summary(counts: Mapping[tuple[str, str], tuple[int, int]]) -> dict:
+    """Distinct problems solved (pass@n > 0: at least one correct sample) per benchmark and "all".
+
+    counts: {(benchmark, problem_id): (n, c)}. Returns {benchmark | "all": {"solved", "problems"}}
+    and "n" (the samples per problem, or the list of distinct ns if they differ)."""
+    out: dict = {}
+    for (b, _), (_, c) in counts.items():
+        for key in (b, "all"):
+            x = out.setdefault(key, {"solved": 0, "problems": 0})
+            x["problems"] += 1
+            x["solved"] += int(c > 0)
+    if "all" in out:
+        out["all"] = out.pop("all")  # last, after the benchmarks
+    ns = sorted({n for n, _ in counts.values()})
+    out["n"] = ns[0] if len(ns) == 1 else ns
+    return out
+
+
+def sample_diagnostics(rows: Sequence[dict], counts: Mapping[tuple[str, str], tuple[int, int]], handoff: bool) -> dict:
+    """A run's diagnostics: truncation, distinct problems solved and, for a handoff run, author
+    switches per sequence per benchmark and "all" (None where a benchmark has no sequence)."""
+    out = {"truncation": truncation_summary(rows), "solved": solved_summary(counts)}
+    if handoff:
+        benches = list(dict.fromkeys(r["benchmark"] for r in rows))
+        out["switches"] = {key: switches_summary(r["senior_mask"] for r in rows if key == "all" or r["benchmark"] == key)
+                           for key in [*benches, "all"]}
+    return out
+
+
+def handoff_diagnostics(rows: Sequence[dict]) -> dict:
+    """metrics.json's figures of a handoff run: ``switches_per_seq`` ({"mean", "sd", "sequences"})
+    and ``junior_logprob``: the junior's mean log-prob per token over the tokens it wrote itself
+    (pooled over rows, temperature-scaled as sampled; from each row's ``junior_lp_sum``), with
+    ``tokens``; "mean" None and a "why" where the junior wrote nothing or rows lack the sums."""
+    out: dict = {"switches_per_seq": switches_summary(r["senior_mask"] for r in rows)}
+    n_jun = sum(len(r["senior_mask"]) - int(np.sum(r["senior_mask"])) for r in rows)
+    if any("junior_lp_sum" not in r for r in rows):
+        out["junior_logprob"] = {"mean": None, "tokens": n_jun, "why": "rows do not record junior_lp_sum (an older run)"}
+    elif n_jun == 0:
+        out["junior_logprob"] = {"mean": None, "tokens": 0, "why": "the junior wrote no token"}
+    else:
+        out["junior_logprob"] = {"mean": sum(r["junior_lp_sum"] for r in rows) / n_jun, "tokens": n_jun}
+    return out
 
 
 # --------------------------------------------------------------------------- drift

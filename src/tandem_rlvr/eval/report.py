@@ -58,6 +58,8 @@ TRAIN_KEYS = {"reward": ("reward/mean", "reward", "train/reward"),
               "senior token share": ("senior/token_share", "senior_share"),
               "validation accuracy": ("val/accuracy",),
               "KL(senior || junior)": ("kl/junior",),
+              "author switches per sequence": ("senior/switches_per_seq",),
+              "junior log-prob per emitted token": ("junior/logprob",),
               "wall-clock per step (s)": ("wall/step_s", "step_time", "time/step_s")}
 VAL_PREFIXES = ("val/", "eval/", "validation/")
 

@@ -22,6 +22,7 @@ import logging
 
 import numpy as np
 
+from .regrade import apply_regrade
 from .runs import EvalRun, read_run, run_problems
 
 log = logging.getLogger("tandem_rlvr")
@@ -62,7 +63,8 @@ def samples_html(comp: dict, n_problems: int) -> str:
     for name, dirs in comp["runs"].items():
         for kind, path in [("solo", dirs["solo"]), *dirs["handoff"].items()]:
             if path:
-                cells[(kind, name)] = read_run(path)
+                cells[(kind, name)] = run = read_run(path)
+                apply_regrade(run)  # the verdicts the tables use: regraded ones where `eval regrade` left them
     if not cells:
         return "<p>No sampling runs.</p>"
     seniors = list(dict.fromkeys(name for _, name in cells))

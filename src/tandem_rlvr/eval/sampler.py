@@ -12,12 +12,14 @@ word schedules with any junior) and the demo. Output, in ``out``:
   another config is refused with a line naming what changed (``runs.check_config``), and so
   is a row whose problem text or answer no longer matches (``runs.check_problems``).
 - ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
-  correct, senior_share, tokens (count), token_ids, senior_mask, seed, the gold answer and
-  the problem's fingerprint (``problem_fp``). A problem's n rows
+  correct, senior_share, tokens (count), token_ids, senior_mask, seed, the gold answer,
+  the problem's fingerprint (``problem_fp``) and ``junior_lp_sum`` (the sum of the junior's
+  log-probs of the tokens it wrote, as sampled). A problem's n rows
   are appended together once all are done, so an interrupted run resumes at the first
   unfinished problem without redoing finished ones.
 - ``metrics.json``: pass@k mean and bootstrap SE per benchmark and "macro", senior share
-  mean and sd, written atomically at the end.
+  mean and sd, for handoff runs author switches per sequence and the junior's mean log-prob
+  of its own tokens (``metrics.handoff_diagnostics``), written atomically at the end.
 
 Row seeds are ``row_seed(seed, crc32(benchmark/problem_id), sample_idx)``: a sample's text
 does not depend on batch size or on which problems were already done.
@@ -45,7 +47,7 @@ from ..progress import progress_bar
 from ..prompting import DEFAULT_INSTRUCTION, encode_prompt, format_prompt
 from ..rewards.math import score
 from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
-from .metrics import pass_at_k_summary
+from .metrics import handoff_diagnostics, pass_at_k_summary
 from .runs import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
                    read_samples, run_problems, validate_sample_row, write_metrics, write_sources)
 
@@ -213,6 +215,7 @@ def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> l
             meta.append((p, s))
     roll = decoder.generate(prompts, seeds)
     share = roll.senior_share.tolist()
+    junior_lp = ((roll.logprobs.double() * (~roll.senior_mask & roll.response_mask)).sum(-1)).tolist()  # (B,)
     rows = []
     for b, (p, s) in enumerate(meta):
         toks = roll.row_tokens(b)
@@ -220,7 +223,8 @@ def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> l
         rows.append({"benchmark": p.benchmark, "problem_id": str(p.problem_id), "sample_idx": s, "response": text,
                      "correct": bool(score(text, p.answer, answer_mode=spec.answer_mode)), "senior_share": share[b], "tokens": len(toks),
                      "finished": bool(roll.finished[b]), "token_ids": toks, "senior_mask": roll.row_mask(b),
-                     "seed": seeds[b], "answer": p.answer, "problem_fp": problem_fingerprint(p)})
+                     "seed": seeds[b], "answer": p.answer, "problem_fp": problem_fingerprint(p),
+                     "junior_lp_sum": junior_lp[b]})
     return rows
 
 
@@ -246,5 +250,7 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSp
             x = np.array([r[key] for r in rows])
             metrics[key] = {"mean": float(x.mean()), "sd": float(x.std())}
     metrics["response_tokens"] = {"mean": float(lengths.mean())}
+    if spec.schedule.get("name") != "senior":
+        metrics.update(handoff_diagnostics(rows))
     metrics["config"] = spec.to_dict(list(problems))
     return metrics

@@ -53,7 +53,13 @@ def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
                   [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"] for n, m in metrics.items()])
     per = Table(f"{title}: pass@1 per benchmark", ["senior", *benches, "macro"],
                 [[n, *[_pm(m.get(b, {}).get("pass@1")) for b in [*benches, "macro"]]] for n, m in metrics.items()])
-    return [macro, per] if len(benches) > 1 else [macro]
+    tables = [macro, per] if len(benches) > 1 else [macro]
+    if "macro_paper" in first:
+        sets = ", ".join(first["macro_paper"]["sets"])
+        tables.append(Table(f"{title}: pass@k, the paper's macro ({sets}; equal weights, "
+                            f"{first['macro_paper']['problems']} problems)", ["senior", *ks],
+                            [[n, *[_pm(m["macro_paper"].get(k)) for k in ks]] for n, m in metrics.items()]))
+    return tables
 
 
 def problem_counts_text(metrics: dict[str, dict]) -> str:
@@ -113,6 +119,7 @@ def comparison_tables(comp: dict) -> list[Table]:
 
     tables = [Table("Compared with --allow-mixed: these runs differ in settings", ["difference"],
                     [[d] for d in comp["mixed"]])] if comp.get("mixed") else []
+    tables += [regraded_table(comp["regraded"])] if comp.get("regraded") else []
     tables += _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
     for lb, metrics in comp["handoff"].items():
         label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
@@ -134,7 +141,95 @@ def comparison_tables(comp: dict) -> list[Table]:
                             [[t["candidate"], t["statistic"], f"cand {'>' if t['alternative'] == 'greater' else '<'} base",
                               str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
                               _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
+    return tables + diagnostics_tables(comp)
+
+
+_BOOT_META = ("n_boot", "seed", "level")
+
+
+def _interval(x: dict | None) -> str:
+    """"+0.033 [-0.012, +0.080]", or the difference with why its interval is not defined."""
+    if not x or x.get("diff") is None:
+        return "n/a" + (f" ({x['why']})" if x and x.get("why") else "")
+    if x.get("lo") is None:
+        return f"{x['diff']:+.3f} (no interval: {x.get('why', 'undefined')})"
+    return f"{x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]"
+
+
+def _runs_of(comp: dict) -> list[tuple[str, str, dict]]:
+    """(run kind, senior, its metrics) of every sampling run of a comparison, solo first."""
+    out = [("solo", n, m) for n, m in comp["solo"].items()]
+    return out + [(lb, n, m) for lb, ms in comp["handoff"].items() for n, m in ms.items()]
+
+
+def _per_bench_table(title: str, runs: list[tuple[str, str, dict]], cell) -> Table | None:
+    """One row per run, one column per benchmark and "all"; ``cell(d, key)`` renders a run's entry."""
+    if not runs:
+        return None
+    benches = list(dict.fromkeys(k for _, _, d in runs for k in d if isinstance(d.get(k), (dict, type(None)))
+                                 and k != "all"))
+    return Table(title, ["run", "senior", *benches, "all"],
+                 [[kind, n, *[cell(d, b) for b in [*benches, "all"]]] for kind, n, d in runs])
+
+
+def diagnostics_tables(comp: dict) -> list[Table]:
+    """Paired bootstrap intervals beside the t-tests, then truncation, distinct problems solved and
+    author switches per sequence. A figure from an empty set is "n/a" with the reason."""
+    tables = []
+    boots = comp.get("bootstrap") or []
+    if boots:
+        benches = list(dict.fromkeys(k for bt in boots for k in bt
+                                     if isinstance(bt[k], dict) and k != "macro"))
+        b0 = boots[0]
+        tables.append(Table(f"Paired bootstrap {b0['level']:.0%} intervals of candidate - {comp['baseline']} "
+                            f"(mean per-problem difference; problems resampled within each benchmark, "
+                            f"{b0['n_boot']} resamples, seed {b0['seed']}; macro = mean of benchmark differences)",
+                            ["candidate", "statistic", *benches, "macro"],
+                            [[bt["candidate"], bt["statistic"], *[_interval(bt.get(b)) for b in [*benches, "macro"]]]
+                             for bt in boots]))
+    runs = [(k, n, m["diagnostics"]) for k, n, m in _runs_of(comp) if "diagnostics" in m]
+    trunc = [(k, n, d["truncation"]) for k, n, d in runs]
+
+    def trunc_cell(d, b):
+        if "why" in d:
+            return f"n/a ({d['why']})" if b == "all" else "n/a"
+        x = d.get(b)
+        return "-" if x is None else f"{x['rate']:.1%} ({x['truncated']}/{x['samples']})"
+
+    solved = [(k, n, d["solved"]) for k, n, d in runs]
+
+    def solved_cell(d, b):
+        x = d.get(b)
+        return "-" if x is None else f"{x['solved']}/{x['problems']}"
+
+    ns = {str(d.get("n")) for _, _, d in solved}
+    switches = [(k, n, d["switches"]) for k, n, d in runs if "switches" in d]
+
+    def switch_cell(d, b):
+        if b not in d:
+            return "-"
+        x = d[b]
+        return "n/a (no sequences)" if x is None else f"{x['mean']:.2f} ± {x['sd']:.2f}"
+
+    for t in (_per_bench_table("Truncation: share of responses that hit the token budget without EOS", trunc, trunc_cell),
+              _per_bench_table(f"Distinct problems solved (pass@n > 0: at least one of n = {', '.join(sorted(ns))} "
+                               "samples correct)", solved, solved_cell),
+              _per_bench_table("Author switches per sequence in handoff runs (mean ± sd over sequences)", switches,
+                               switch_cell)):
+        if t is not None:
+            tables.append(t)
     return tables
+
+
+def regraded_table(regraded: dict[str, dict]) -> Table:
+    """Which runs' verdicts come from `tandem eval regrade` (not the grader they were sampled with)."""
+    rows = []
+    for label, info in regraded.items():
+        for b, f in info["benchmarks"].items():
+            rows.append([label, b, info["grader"]["grader_sha256"][:12], str(f["0->1"]), str(f["1->0"]),
+                         f"{f['pass@1_before']:.3f} -> {f['pass@1_after']:.3f}"])
+    return Table("Regraded verdicts used (tandem eval regrade; the originals stay in samples.jsonl)",
+                 ["run", "benchmark", "grader", "0->1", "1->0", "pass@1"], rows)
 
 
 def to_markdown(tables: Sequence[Table]) -> str:

@@ -8,7 +8,13 @@ Over the evaluation directories ``recipes.study`` wrote (read through ``eval.run
    junior) for the tests;
 2. ``reduce``: mean and standard error over seeds per variant;
 3. ``paired_tests``: paired one-sided t-tests over problems of the seed-averaged per-problem
-   statistics, each variant against GRPO (CE: candidate < GRPO; else candidate > GRPO).
+   statistics, each variant against GRPO (CE: candidate < GRPO; else candidate > GRPO), each
+   with the paired bootstrap 95% interval of the same difference (macro over benchmarks).
+
+Diagnostics per seed: the share of solo responses that hit the token budget without EOS
+(``solo_truncated``; absent where the samples do not record it), the distinct problems solved
+(``solo_solved``: pass@n > 0) and the author switches per handoff sequence
+(``handoff_<junior>_switches``).
 
 ``aggregate`` chains them (plus the tokens GRPO over-emits most) into OUT/study.json's
 content; ``to_markdown`` renders OUT/study.md.
@@ -20,6 +26,7 @@ import json
 import math
 from pathlib import Path
 
+from ..eval.metrics import paired_bootstrap, sample_diagnostics, switches_summary
 from ..eval.runs import read_drift, read_legibility, read_metrics, read_run
 from ..io import read_json
 
@@ -45,13 +52,21 @@ def senior_stats(d: Path, juniors: list[str]) -> tuple[dict, dict]:
              **{k: sty[k] for k in ("shorthand_share", "frac_shorthand", "frac_word", "frac_mixed", "frac_other",
                                     "acc_word", "acc_shorthand")},
              "solo_tokens": sum(r["tokens"] for r in rows) / max(1, len(rows))}
+    diag = sample_diagnostics(rows, solo.counts(), handoff=False)
+    if "all" in diag["truncation"]:
+        stats["solo_truncated"] = diag["truncation"]["all"]["rate"]
+    stats["solo_solved"] = diag["solved"]["all"]["solved"]
     per = {"solo": _by_problem(solo.per_problem_correct())}
     for j in juniors:
         h = d / f"handoff-{j}"
         if read_metrics(h) is not None:
             stats[f"handoff_{j}_pass@1"] = _macro(h, "pass@1")
             stats[f"handoff_{j}_pass@4"] = _macro(h, "pass@4")
-            per[f"handoff_{j}"] = _by_problem(read_run(h).per_problem_correct())
+            hrun = read_run(h)
+            per[f"handoff_{j}"] = _by_problem(hrun.per_problem_correct())
+            sw = switches_summary(r["senior_mask"] for r in hrun.rows)
+            if sw is not None:
+                stats[f"handoff_{j}_switches"] = sw["mean"]
         lg = d / f"legibility-{j}"
         if (lg / "legibility.json").is_file():
             result, problems = read_legibility(lg)
@@ -133,8 +148,11 @@ def paired_tests(per_problem: dict[str, list[dict]]) -> dict[str, dict]:
                 continue
             alt = "less" if stat.startswith("ce_") else "greater"
             t = paired_ttest([cand[p] for p in common], [ref[p] for p in common], alternative=alt)
+            boot = paired_bootstrap({tuple(p.split("/", 1)): cand[p] for p in common},
+                                    {tuple(p.split("/", 1)): ref[p] for p in common})
             tests[f"{v} vs grpo: {stat}"] = {"alternative": alt, "n_problems": len(common),
-                                             "mean_diff": sum(cand[p] - ref[p] for p in common) / len(common), **t}
+                                             "mean_diff": sum(cand[p] - ref[p] for p in common) / len(common), **t,
+                                             "bootstrap_macro": boot["macro"]}
     return tests
 
 
@@ -166,7 +184,9 @@ def _top_tokens(out: Path, seeds: list[int], juniors: list[str], rows: int = 10)
 
 
 COLUMNS = [("solo_pass@1", "solo p@1"), ("solo_pass@4", "solo p@4"), ("handoff_self_pass@1", "handoff self p@1"),
-           ("handoff_weak_pass@1", "handoff weak p@1"), ("shorthand_share", "shorthand share"),
+           ("handoff_weak_pass@1", "handoff weak p@1"), ("solo_truncated", "solo truncated"),
+           ("solo_solved", "solo problems solved"), ("handoff_self_switches", "switches/seq self"),
+           ("handoff_weak_switches", "switches/seq weak"), ("shorthand_share", "shorthand share"),
            ("acc_word", "acc (word)"), ("acc_shorthand", "acc (shorthand)"), ("kl_to_self", "KL to base"),
            ("kl_to_weak", "KL to weak"), ("ce_self", "CE base"), ("alpha_self", "alpha base"),
            ("ce_weak", "CE weak"), ("alpha_weak", "alpha weak")]
@@ -182,6 +202,13 @@ def _fmt(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
+def _ci(m: dict | None) -> str:
+    """"[lo, hi]" of a bootstrap interval, or "n/a (why)" where it is not defined (or not computed: older study.json)."""
+    if not m or m.get("lo") is None:
+        return "n/a" + (f" ({m['why']})" if m and m.get("why") else "")
+    return f"[{m['lo']:+.4f}, {m['hi']:+.4f}]"
+
+
 def to_markdown(res: dict) -> str:
     """OUT/study.md: the table of means and SEs, the paired tests, the top over-emitted tokens."""
     lines = [f"# Drift-world study (seeds finished: {res['seeds_done']})", "",
@@ -193,12 +220,15 @@ def to_markdown(res: dict) -> str:
     for v, t in res["table"].items():
         lines.append(f"| {v} | " + " | ".join(_cell(t.get(k)) for k, _ in cols) + " |")
     lines += ["", "Paired one-sided t-tests over problems (per-problem statistic averaged over seeds; "
-              "candidate > GRPO, CE: candidate < GRPO):", "", "| test | mean diff | t | p |", "|---|---|---|---|"]
+              "candidate > GRPO, CE: candidate < GRPO), with the paired bootstrap 95% interval of the difference "
+              "(problems resampled within each benchmark, 10000 resamples, seed 0; macro = mean of benchmark "
+              "differences):", "", "| test | mean diff | 95% interval (macro) | t | p |", "|---|---|---|---|---|"]
     for name, t in res["tests"].items():
         stat = name.split(": ")[-1]
         if stat.startswith("ce_") and not name.split(" ")[0].endswith(stat[3:]):
             continue  # CE against the other junior: in study.json
-        lines.append(f"| {name} | {t['mean_diff']:+.4f} | {_fmt(t.get('t'))} | {_fmt(t.get('p'))} |")
+        lines.append(f"| {name} | {t['mean_diff']:+.4f} | {_ci(t.get('bootstrap_macro'))} | {_fmt(t.get('t'))} | "
+                     f"{_fmt(t.get('p'))} |")
     for j, top in res["top_over_emitted"].items():
         lines += ["", f"Top tokens GRPO over-emits vs the {j} junior (seed {top['seed']}; GRPO count >= 10; "
                   "'junior' = the junior's solo samples):", "",

@@ -35,6 +35,8 @@ from functools import lru_cache
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from tandem_rlvr.rewards.notation import canonical, float_rounding
+
 # Both sides arrive as bare boxed contents; re-wrapping them in \boxed{} makes math-verify
 # extract exactly that expression (and apply its unit/\text/degree normalisation to it).
 _EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -51,16 +53,25 @@ _REPAIRS = (
 
 @lru_cache(maxsize=4096)
 def _parse(expr: str) -> list:
-    """math-verify's parse of ``\\boxed{expr}``; cached, since a group repeats gold and often answers."""
+    """math-verify's parse of ``\\boxed{expr}`` after ``notation.canonical`` and the spelling repairs;
+    cached, since a group repeats gold and often answers."""
+    expr = canonical(expr)
     for pattern, replacement in _REPAIRS:
         expr = pattern.sub(replacement, expr)
     return parse("\\boxed{" + expr + "}", list(_EXTRACTION), parsing_timeout=None)
 
 
 def equivalent(pred: str, gold: str) -> bool:
-    """True iff math-verify finds ``pred`` equivalent to ``gold`` (no time limit: the parent's job)."""
+    """True iff math-verify finds ``pred`` equivalent to ``gold`` (no time limit: the parent's job).
+
+    Floats are compared at ``notation.float_rounding`` places of a plain-number gold (math-verify's
+    6 unless the gold is below 1e-3)."""
     gold_parsed, pred_parsed = _parse(gold), _parse(pred)
-    return bool(gold_parsed and pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=None))
+    if not (gold_parsed and pred_parsed):
+        return False
+    value = gold_parsed[0]
+    places = float_rounding(value) if getattr(value, "is_Number", False) else 6
+    return bool(verify(gold_parsed, pred_parsed, float_rounding=places, timeout_seconds=None))
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -319,6 +319,31 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_shutdown)
 
 VERIFIERS: dict[str, Callable[..., float]] = {"math": score}
+# The files whose source decides a verdict; their hash is the grader's version (``grader_identity``).
+GRADER_SOURCES = ("math.py", "_worker.py", "notation.py")
+GRADER_PACKAGES = ("math-verify", "latex2sympy2_extended", "sympy", "antlr4-python3-runtime")
+
+
+def grader_identity() -> dict:
+    """What a verdict depends on: tandem-rlvr's version, a SHA-256 of the grader's source files
+    (``GRADER_SOURCES``) and the installed versions of the packages math-verify parses with.
+    Recorded by ``tandem eval regrade`` so a regraded result names the grader that made it."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .. import __version__
+
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in GRADER_SOURCES:
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    packages = {}
+    for name in GRADER_PACKAGES:
+        try:
+            packages[name] = version(name)
+        except PackageNotFoundError:
+            packages[name] = None
+    return {"tandem_rlvr": __version__, "grader_sha256": digest.hexdigest(), "packages": packages}
 
 
 def get_verifier(name: str) -> Callable[..., float]:

@@ -7,8 +7,11 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
   two moments (same dtype: torch's AdamW keeps them in the parameter's dtype), under mixed
   precision the compute-dtype copies autocast makes of every matrix during the forward
   pass (they live until the backward pass has used them), the activations the backward pass
-  needs, and TRL's chunked log-prob head (a 4,096-token x 32,768-vocabulary tile, plus the
-  hidden states it keeps; the (rows, tokens, vocab) logits never exist).
+  needs, and TRL's chunked log-prob head: a 4,096-token x 32,768-vocabulary tile, the hidden
+  states it keeps, its backward's fp32 accumulator for the head matrix (vocab x hidden x 4 B;
+  with tied embeddings autograd holds it through the whole backward pass until the
+  embedding's gradient is added to it) and, without Triton (CPU), the tile-sized temporaries
+  of TRL's torch fallback; the (rows, tokens, vocab) logits never exist.
 - activations per token and layer are *counted*, not guessed: ``activation_profile`` runs
   the architecture's own transformers layer (at small widths, 1 and 2 layers, under the
   run's precision) and records every tensor autograd saves (``saved_tensors_hooks``); as
@@ -49,6 +52,13 @@ TILE_TOKENS, TILE_VOCAB = 4096, 32768  # TRL's chunked log-prob tile (trl.kernel
 KL_BATCH_TOKENS, KL_CHUNK = 16384, 4096  # eval.teacher_forcing.response_logprobs defaults
 VALIDATION_ROWS = 256  # rl.callbacks.Validation.batch_rows when rollout_batch_rows is 0
 GPU_MARGIN_GIB = 3.0  # CUDA context + allocator slack kept free on a GPU
+# Without Triton (CPU), TRL's chunked head folds each recomputed tile with torch ops
+# (trl.kernels.chunked_logprob._backward_tile). Live together at its peak, beside the tile:
+# five fp32 tile-sized tensors (scaled logits, z, log p, p, the gradient), two of the three
+# temporaries of the gradient's update (indicator as float, 1[target] - p, their product; each
+# is freed once the next is made) and the boolean target mask: 7.25 fp32 tiles.
+# tests/test_paper_training.py measures it on TRL's own function.
+CPU_FALLBACK_TILES = 7.25
 
 
 def _bytes(dtype: torch.dtype) -> int:
@@ -265,8 +275,17 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
         p.add(d0, "update", f"activations ({micro} rows x {seq} tokens, {prof.per_layer / 1024:.1f} KiB per token "
                             f"and layer)", act)
     n_resp = micro * cfg.max_new_tokens
-    p.add(d0, "update", "log-prob head (TRL's chunked tile + kept hidden states + their gradient)",
-          min(n_resp, TILE_TOKENS) * min(S.vocab, TILE_VOCAB) * bc + n_resp * S.hidden * (bc + 4) + 8 * n_resp * 4)
+    tile = min(n_resp, TILE_TOKENS) * min(S.vocab, TILE_VOCAB)
+    p.add(d0, "update", "log-prob head: TRL's tile + kept hidden states + their fp32 gradient",
+          tile * bc + n_resp * S.hidden * (bc + 4) + 8 * n_resp * 4)
+    if mixed:
+        p.add(d0, "update", "log-prob head: compute-dtype copy of one vocabulary slice of the head",
+              min(S.vocab, TILE_VOCAB) * S.hidden * bc)
+    p.add(d0, "update", "log-prob head: fp32 accumulator of the head's gradient" + (
+        " (tied: held until the embedding's gradient joins it)" if S.tied else ""), S.vocab * S.hidden * 4)
+    if not on_gpu:  # no Triton: TRL folds each tile with plain torch ops
+        p.add(d0, "update", f"log-prob head: temporaries of TRL's torch fallback ({CPU_FALLBACK_TILES:g} fp32 tiles)",
+              CPU_FALLBACK_TILES * tile * 4)
 
     # scoring forwards without gradient (old log-probs when a rollout feeds several updates; KL-Reg's reference)
     tile = min(micro * cfg.max_new_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB) * bc

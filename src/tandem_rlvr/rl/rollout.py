@@ -24,6 +24,7 @@ from ..decoding.rng import row_seed
 from ..decoding.schedule import make_schedule
 from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
+from ..eval.metrics import author_switches
 from ..prompting import encode_prompt
 from .trainer import record_metrics
 
@@ -99,16 +100,21 @@ class TandemRollout:
 
         # Metrics of the whole step: with several processes each holds only its share of the rows.
         share, lengths = roll.senior_share.tolist(), roll.lengths.tolist()
+        switches = [author_switches(m) for m in senior_mask]
         want_kl = bool(cfg.kl_every and step % cfg.kl_every == 0 and self.junior is not None)
-        kl = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs) if want_kl else (0.0, 0)
+        kl = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs) if want_kl else (0.0, 0, 0.0, 0)
         if acc.num_processes > 1:
             share, lengths, kls = gather_object(share), gather_object(lengths), gather_object([kl])
-            kl = (sum(t for t, _ in kls), sum(n for _, n in kls))
+            switches = gather_object(switches)
+            kl = tuple(map(sum, zip(*kls)))
         share = torch.tensor(share, dtype=torch.float64)
         metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
-                   "response/mean_length": float(torch.tensor(lengths, dtype=torch.float64).mean())}
+                   "response/mean_length": float(torch.tensor(lengths, dtype=torch.float64).mean()),
+                   "senior/switches_per_seq": sum(switches) / max(len(switches), 1)}
         if want_kl:
             metrics["kl/junior"] = kl[0] / max(kl[1], 1)
+            if kl[3]:  # the junior's mean log-prob per emitted token, whoever emitted it (the paper's code logs it)
+                metrics["junior/logprob"] = kl[2] / kl[3]
         self.last = metrics
         record_metrics(trainer, metrics)
         # env_mask: TRL's name for the senior mask (1 = the senior sampled this token)
@@ -129,13 +135,15 @@ class TandemRollout:
         return parts[0] if len(parts) == 1 else _concat(parts, self.tok.pad_token_id)
 
     @torch.no_grad()
-    def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs) -> tuple[float, int]:
+    def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs) -> tuple[float, int, float, int]:
         """Sum and count of the k3 estimate of KL(senior || junior) on senior-written tokens
-        (temperature-scaled distributions), from one teacher-forced junior forward. Monitoring only."""
+        (temperature-scaled distributions), then sum and count of the junior's log-prob of every
+        emitted token, from one teacher-forced junior forward. Monitoring only."""
         from ..eval.teacher_forcing import response_logprobs
 
         lj = response_logprobs(self.junior, ids, completion_ids, self.tok.pad_token_id, self.sampling.temperature)
         tot, n = 0.0, 0
+        lp_tot, lp_n = sum(float(x.double().sum()) for x in lj), sum(len(x) for x in lj)
         for b, c in enumerate(completion_ids):
             m = torch.tensor(senior_mask[b], dtype=torch.bool)
             if not m.any():
@@ -143,7 +151,7 @@ class TandemRollout:
             log_r = lj[b][m] - torch.tensor(logprobs[b])[m]  # log p_jun / p_sen at senior tokens
             tot += float((torch.exp(log_r) - log_r - 1).clamp(min=0).sum())  # >= 0 exactly; rounding can dip below
             n += int(m.sum())
-        return tot, n
+        return tot, n, lp_tot, lp_n
 
 
 def _concat(parts, pad_id):

@@ -1,0 +1,106 @@
+"""Trace validator: re-derive every saved sample's authorship from its schedule and compare.
+
+What: ``tandem eval replay RUN_DIR`` reads a sampling run (config.json's schedule: name, p, K;
+each row's seed and token ids), recomputes who wrote each token by replaying the schedule
+(``decoding.schedule.replay``: the same pure function of (seed, token ids) the decoder, the
+vLLM logits processor and a server's client use), and compares it with the row's recorded
+``senior_mask``. A trace is invalid when any position differs: an author switch the schedule's
+rule does not allow there, or one it requires and the trace lacks. Prints a table of invalid
+traces per benchmark and the first few (file:line, position, what differs); exits non-zero
+(``TandemError``) when any trace is invalid.
+
+Why: a Tandem-vs-GRPO verdict rests on the senior mask (training) and on who wrote what
+(handoff evaluation); the replication validated every switch of its word-handoff traces. This
+checks more than "switches only at boundaries": it re-derives the coins, so a switch at a
+boundary where the row's coin kept the author is caught too.
+
+Which tokenizer: the run's senior (``config.json`` ``models.senior``) or ``--tokenizer``; the
+boundary sets come from it as at sampling time. ``word-atomic`` decides authors before it
+samples and cannot be replayed from the emitted tokens; text-level handoff runs (``protocol``
+``text``) record turns, not a token schedule; both are refused with a line saying so.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from ..errors import TandemError
+from ..io import write_json
+from .runs import EvalRun, read_run
+
+SHOWN = 5  # invalid traces listed by file:line
+
+
+def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
+    """{"schedule", "samples", "invalid", "benchmarks": {b: {"samples", "invalid"}}, "examples": [...]}.
+
+    Each example: where (file:line), benchmark, problem_id, sample_idx, position (first differing
+    token), recorded and expected author there, and ``kind``: "switch not allowed" (the trace
+    changes author where the schedule keeps it), "missing switch" (the schedule changes it, the
+    trace does not) or "first author differs"."""
+    from ..decoding.schedule import make_schedule, replay
+
+    cfg = run.config
+    if cfg.get("protocol") == "text":
+        raise TandemError(f"{run.path}: a text-level handoff run records turns, not a token schedule; "
+                          "replay checks token-level traces")
+    sched_cfg = cfg.get("schedule") or {"name": "senior"}
+    name = sched_cfg.get("name", "senior")
+    if name == "word-atomic":
+        raise TandemError(f"{run.path}: schedule 'word-atomic' decides each author before it samples the token; "
+                          "its traces cannot be re-derived from the emitted tokens")
+    missing = [i for i, r in enumerate(run.rows) if not isinstance(r.get("seed"), int)]
+    if missing:
+        raise TandemError(f"{run.where(missing[0])}: the row records no seed, so its authorship cannot be replayed "
+                          f"({len(missing)} such rows)")
+    V = max(len(tokenizer), max((int(r["token_ids"].max()) + 1 for r in run.rows if len(r["token_ids"])), default=0))
+    sched = make_schedule(name, tokenizer, p=sched_cfg.get("p", 0.5), K=sched_cfg.get("K") or 32, vocab_size=V)
+    out = {"schedule": sched.describe(), "samples": len(run.rows), "invalid": 0, "benchmarks": {}, "examples": []}
+    for start in range(0, len(run.rows), rows_per_batch):
+        idx = list(range(start, min(start + rows_per_batch, len(run.rows))))
+        rows = [run.rows[i] for i in idx]
+        want = replay(sched, torch.tensor([r["seed"] for r in rows], dtype=torch.int64),
+                      [r["token_ids"].tolist() for r in rows])
+        for i, r, w in zip(idx, rows, want):
+            b = out["benchmarks"].setdefault(r["benchmark"], {"samples": 0, "invalid": 0})
+            b["samples"] += 1
+            got = [bool(x) for x in r["senior_mask"].tolist()]
+            if got == w:
+                continue
+            b["invalid"] += 1
+            out["invalid"] += 1
+            if len(out["examples"]) < SHOWN:
+                t = next(t for t, (x, y) in enumerate(zip(got, w)) if x != y)
+                switched = t > 0 and got[t] != got[t - 1]
+                out["examples"].append({"where": run.where(i), "benchmark": r["benchmark"],
+                                        "problem_id": str(r["problem_id"]), "sample_idx": r["sample_idx"],
+                                        "position": t, "recorded": "senior" if got[t] else "junior",
+                                        "expected": "senior" if w[t] else "junior",
+                                        "kind": "first author differs" if t == 0 else
+                                        "switch not allowed" if switched else "missing switch"})
+    return out
+
+
+def run_replay(run_dir: str | os.PathLike, tokenizer_spec: str | None = None, out: str | os.PathLike | None = None) -> dict:
+    """Validate a run's traces (``check_traces``); write ``out``/replay.json if given. The caller
+    decides what an invalid trace means (the CLI exits non-zero)."""
+    from ..models import load_tokenizer
+    from ..rundir import output_dir
+
+    if out is not None:
+        output_dir(out, create=False)  # a bad --out fails before the work, leaving nothing behind
+    run = read_run(run_dir)
+    spec = tokenizer_spec or (run.config.get("models") or {}).get("senior")
+    if not spec:
+        raise TandemError(f"{run.path / 'config.json'}: no models.senior to load the tokenizer from; pass --tokenizer")
+    try:
+        tok = load_tokenizer(spec)
+    except TandemError as e:
+        raise TandemError(f"{e}; pass --tokenizer with the run's tokenizer") from None
+    res = {"run": str(Path(run_dir).resolve()), "tokenizer": spec, **check_traces(run, tok)}
+    if out is not None:
+        write_json(output_dir(out) / "replay.json", res)
+    return res
