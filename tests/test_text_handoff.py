@@ -198,3 +198,12 @@ def test_one_generate_call_per_turn_for_every_live_chain(cross_pair):
     # round-robin: every chain's i-th turn falls in the same (round, author) slot, so one call each
     assert len(calls) == max(len(c.turns) for c in chains)
     assert calls == [sum(len(c.turns) > i for c in chains) for i in range(len(calls))]
+
+
+def test_replay_refuses_a_text_run_as_a_token_trace(capsys, dirs, tmp_path):
+    senior, other, data = dirs
+    assert main(["eval", "handoff", "--senior", senior, "--junior", other, "--benchmarks", data, "--n", "1",
+                 "--max-tokens", "6", "--out", str(tmp_path / "ev")]) == 0
+    assert main(["eval", "replay", str(tmp_path / "ev")]) == 2
+    err = capsys.readouterr().err
+    assert "records turns, not a token schedule" in err and len(err.strip().splitlines()) == 1, err
