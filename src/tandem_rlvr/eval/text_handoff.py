@@ -76,8 +76,9 @@ class TurnModel:
     def encode(self, text: str) -> list[int]:
         return encode_prompt(self.tokenizer, text)
 
-    def turns(self, prompts: list[list[int]], seeds: list[int], caps: list[int]) -> list[tuple[str, int, str]]:
-        """One turn of each row: (text, tokens generated, end in "break" | "eos" | "length").
+    def turns(self, prompts: list[list[int]], seeds: list[int], caps: list[int]) -> list[tuple[str, int, str, float]]:
+        """One turn of each row: (text, tokens generated, end in "break" | "eos" | "length", the sum of
+        the generated tokens' log-probs under this model's temperature-scaled distribution).
 
         Rows are grouped so that no row's cap is cut by a longer prompt in its call (the
         decoder bounds one call by context - longest prompt)."""
@@ -89,12 +90,13 @@ class TurnModel:
                 toks = roll.row_tokens(b)
                 text = self.tokenizer.decode(toks, skip_special_tokens=True)
                 cut = text.find(BREAK)
+                lp = float(roll.logprobs[b, : len(toks)].double().sum())
                 if bool(roll.finished[b]):
-                    out[i] = (text, len(toks), "eos")
+                    out[i] = (text, len(toks), "eos", lp)
                 elif cut >= 0:
-                    out[i] = (text[: cut + len(BREAK)], len(toks), "break")
+                    out[i] = (text[: cut + len(BREAK)], len(toks), "break", lp)
                 else:
-                    out[i] = (text, len(toks), "length")
+                    out[i] = (text, len(toks), "length", lp)
         return out
 
 
@@ -126,6 +128,7 @@ class Chain:
     text: str = ""
     used: int = 0
     turns: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)  # per turn, the sum of its tokens' log-probs (its author's)
     end: str | None = None
 
     @property
@@ -204,8 +207,9 @@ class TextHandoff:
         if not go:
             return
         seeds = [row_seed(c.seed, len(c.turns)) for c in go]
-        for c, (text, n, end) in zip(go, m.turns(ids, seeds, caps)):
+        for c, (text, n, end, lp) in zip(go, m.turns(ids, seeds, caps)):
             c.turns.append((who, text, n, end))
+            c.logprobs.append(lp)
             c.text += text
             c.used += n
             if end == "eos":
@@ -240,7 +244,9 @@ class TextHandoff:
                 "token_ids": ids, "senior_mask": mask, "seed": c.seed, "answer": p.answer,
                 "problem_fp": problem_fingerprint(p), "senior_share_chars": _share(chars[0], sum(chars)),
                 "senior_share_junior_tokens": _share(j_count[0], sum(j_count)), "generated_tokens": c.used,
-                "end": c.end, "turns": [{"author": ROLES[w], "text": t, "tokens": n, "end": e} for w, t, n, e in c.turns]}
+                "end": c.end, "junior_lp_sum": sum(lp for (w, *_), lp in zip(c.turns, c.logprobs) if w == JUNIOR),
+                "turns": [{"author": ROLES[w], "text": t, "tokens": n, "end": e, "logprob_sum": lp}
+                          for (w, t, n, e), lp in zip(c.turns, c.logprobs)]}
 
 
 def _share(a: int, total: int) -> float:
