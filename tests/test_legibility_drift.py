@@ -104,7 +104,7 @@ def test_eval_legibility_command(tmp_path, tok, pair, world):
     run = write_run(tmp_path / "solo", rows, dirs["senior"])
     out = tmp_path / "leg"
     assert main(["eval", "legibility", "--samples", str(run), "--junior", dirs["junior"], "--benchmarks", str(bench),
-                 "--out", str(out), "--batch-tokens", "64", "--device", "cpu"]) == 0
+                 "--out", str(out), "--batch-tokens", "64", "--device", "cpu", "--ce-protocol", "ids"]) == 0
     res = json.loads((out / "legibility.json").read_text())
     per_sample = [json.loads(x) for x in (out / "per_sample.jsonl").read_text().splitlines()]
     per_problem = [json.loads(x) for x in (out / "per_problem.jsonl").read_text().splitlines()]

@@ -196,7 +196,8 @@ def test_legibility_refuses_a_senior_whose_weights_changed(tmp_path, capsys, mod
 EVAL_EXEMPT = {"device", "junior_device", "batch_size", "vllm_settings",  # same samples (batch size: row seeds)
                "engine",  # recorded and compared; the vllm engine is not installed in the fast suite
                "mode", "split",  # checked below through schedule and problems (a local file has one split)
-               "server"}  # where and how to reach a server; the served checkpoint is fingerprinted (test_vllm_serve)
+               "server",  # where and how to reach a server; the served checkpoint is fingerprinted (test_vllm_serve)
+               "protocol"}  # needs a paragraph schedule: test_text_handoff.py checks its resume refusal
 
 
 def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, models):

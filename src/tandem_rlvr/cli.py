@@ -14,7 +14,7 @@ import sys
 
 from .errors import TandemError
 from .cli_flags import (answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
-                        sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
+                        protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
@@ -79,7 +79,7 @@ def cmd_eval(a, mode: str):
                      instruction=a.instruction, answer_mode=a.answer_mode, task=a.task, seed=a.seed, p=a.p, K=a.K,
                      device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
                      batch_size=a.batch_size, engine=engine_of(a), vllm_settings=vllm_settings(a),
-                     server=server_settings(a))
+                     server=server_settings(a), protocol=getattr(a, "protocol", None))
     configure_cpu_threads()
     metrics = evaluate(cfg, a.out)
     _print_metrics(metrics, a.out)
@@ -101,6 +101,9 @@ def _print_metrics(metrics: dict, out: str) -> None:
             t.add_row(b, str(m["problems"]), *[f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" for k in ks])
     console().print(t)
     print(f"senior share {metrics['senior_share']['mean']:.3f} (sd {metrics['senior_share']['sd']:.3f})")
+    if "senior_share_chars" in metrics:  # text-level handoff: the share in characters and in the junior's tokens
+        print(f"senior share in characters {metrics['senior_share_chars']['mean']:.3f}, in the junior's tokens "
+              f"{metrics['senior_share_junior_tokens']['mean']:.3f}")
 
 
 def _train_flags(p: argparse.ArgumentParser) -> None:
@@ -255,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         engine_flags(x, server=True)
         if mode == "handoff":
             schedule_flags(x, "paragraph-roundrobin")
+            protocol_flag(x)
         else:
             x.set_defaults(p=0.5, K=32)
         x.set_defaults(fn=lambda a, m=mode: cmd_eval(a, m))

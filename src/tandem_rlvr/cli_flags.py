@@ -46,6 +46,15 @@ def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
     g.add_argument("--K", type=int, default=32, help="word schedules: tokens before a forced redraw; chunk, chunk-word: tokens or words per chunk (default 32)")
 
 
+def protocol_flag(p: argparse.ArgumentParser) -> None:
+    """--protocol of `tandem eval handoff` (config.EvalConfig.protocol; docs/evaluation.md)."""
+    p.add_argument("--protocol", default=None, choices=("text", "stream"),
+                   help="text: turns end at a paragraph break and the text is re-tokenised for the other model "
+                        "(the paper's eval/handoff.py; any junior, its own tokenizer and template); stream: one "
+                        "token stream, authors switch inside it (one shared tokenizer). Default: text for "
+                        "paragraph-* schedules, else stream")
+
+
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
     """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings); with
     ``server``, also the vllm-server engine and its --server flags."""

@@ -397,6 +397,9 @@ class EvalConfig:
     engine: str = "hf"
     vllm_settings: Any = None
     server: Any = None  # engines.server_client.ServerSettings (engine vllm-server)
+    # handoff mode: "text" (turns re-tokenised per model, the paper's code; eval/text_handoff.py) or
+    # "stream" (one token stream, one shared tokenizer); None = text for paragraph-* schedules on engine hf, else stream
+    protocol: str | None = None
 
     def __post_init__(self):
         from .prompting import user_message
@@ -414,11 +417,26 @@ class EvalConfig:
                               "alone); use `tandem eval handoff` to sample with a junior")
         if self.mode == "handoff" and self.schedule == "senior":
             raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
+        if self.protocol not in (None, "text", "stream"):
+            raise TandemError(f"unknown handoff protocol {self.protocol!r}; valid: text, stream")
+        if self.mode == "solo" and self.protocol is not None:
+            raise TandemError("--protocol applies to `tandem eval handoff` only (a solo run has no handoff)")
+        if self.handoff_protocol == "text" and not self.schedule.startswith("paragraph-"):
+            raise TandemError(f"--protocol text hands off at paragraph breaks; schedule {self.schedule!r} needs "
+                              "--protocol stream")
         check_answer_mode(self.answer_mode)
         from .tasks import task_for_eval
 
         task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode)  # a bad name fails here
         user_message("", self.instruction)  # an unknown instruction name fails here, before any loading
+
+    @property
+    def handoff_protocol(self) -> str | None:
+        """"text" or "stream" for a handoff run (the default by schedule), None for a solo run."""
+        if self.mode == "solo":
+            return None
+        # text is the paper's protocol; it runs on --engine hf only so far (docs/evaluation.md)
+        return self.protocol or ("text" if self.schedule.startswith("paragraph-") and self.engine == "hf" else "stream")
 
     @property
     def schedule_name(self) -> str:

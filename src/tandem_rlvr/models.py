@@ -67,6 +67,12 @@ def _tiny(which: str, world: str = "tiny") -> str:
 
 
 # Built-in names a user can pass instead of a path: the tiny world's base and junior.
+def _cross_junior() -> str:
+    from .world.cross import build_cross_junior
+
+    return str(build_cross_junior())
+
+
 def _fetched(name: str) -> str:
     from .fetch import fetch
 
@@ -74,7 +80,8 @@ def _fetched(name: str) -> str:
 
 
 NAMED_MODELS = {"tiny": lambda: _tiny("base"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol"),
-                "tiny-drift": lambda: _tiny("base", "tiny-drift"), "tiny-drift-junior": lambda: _tiny("junior", "tiny-drift")}
+                "tiny-drift": lambda: _tiny("base", "tiny-drift"), "tiny-drift-junior": lambda: _tiny("junior", "tiny-drift"),
+                "tiny-xjunior": _cross_junior}  # a junior with a second tokenizer (world/cross.py)
 
 
 def resolve_model_path(spec: str) -> str:

@@ -37,7 +37,7 @@ from . import rng
 from .kvcache import preallocated_cache
 from .lean import LeanBody
 from .sampling import SamplingParams, sample, scaled_logprobs
-from .schedule import Schedule
+from .schedule import Schedule, ScheduleState
 
 
 @dataclass
@@ -220,11 +220,13 @@ class TandemDecoder:
     each with all of torch's intra-op threads (measured faster than two threads with half the
     threads each: the GIL serialises the two loops' Python work, docs/results.md). True on a
     CPU splits the intra-op threads between the bodies (N // 2 each: the same cores as solo).
+    ``stop``: a boundary (``schedule.ParagraphBoundary``) whose hit ends a row, the token kept
+    (finished stays False, as at the cap): the turns of the text-level handoff (``eval.text_handoff``).
     """
 
     def __init__(self, senior, junior, schedule: Schedule, sampling: SamplingParams,
                  eos_ids: Sequence[int], pad_id: int, *, preallocate: bool = True,
-                 compact: float | None = COMPACT, parallel: bool | None = None):
+                 compact: float | None = COMPACT, parallel: bool | None = None, stop=None):
         if schedule.uses_junior and junior is None:
             raise TandemError(f"schedule {schedule.name!r} needs a junior model")
         if schedule.uses_senior and senior is None:
@@ -236,7 +238,7 @@ class TandemDecoder:
         self.schedule, self.sampling = schedule, sampling
         self.eos_ids = torch.tensor(sorted(set(int(e) for e in eos_ids)), dtype=torch.long)
         self.pad_id = int(pad_id)
-        self.compact, self.parallel = compact, parallel
+        self.compact, self.parallel, self.stop = compact, parallel, stop
         self.runners = [r for r in (self.senior, self.junior) if r is not None]
         self.device = self.runners[0].device
         limits = [x for x in (context_limit(r.model) for r in self.runners) if x]
@@ -291,6 +293,8 @@ class TandemDecoder:
         for r in self.runners:
             r.prefill(ids, attn, pos, P + max_new)
         state = self.schedule.start(seeds, max_new)
+        stop_state = ScheduleState(state.author, state.since, seeds, tail=torch.zeros_like(seeds)) \
+            if self.stop is not None else None
         u_sample = rng.uniform_table(seeds, max_new, rng.SAMPLE)  # (B, T): no hashing inside the loop
         eos = self.eos_ids.to(dev)
         # The batch shrinks as rows finish (``compact``): ``live`` maps its rows to the output rows;
@@ -311,10 +315,12 @@ class TandemDecoder:
             tok, lp = self._step(state, t, u_sample[:, t])
             tok = torch.where(done, self.pad_id, tok)
             out[0][:, t], out[1][:, t], out[2][:, t] = tok, state.author & ~done, torch.where(done, 0.0, lp)
-            ended_eos = ~done & torch.isin(tok, eos)
-            out[3].masked_fill_(ended_eos, t + 1)
-            out[4].logical_or_(ended_eos)
-            done = done | ended_eos | (caps <= t + 1)
+            ended = ~done & torch.isin(tok, eos)
+            out[4].logical_or_(ended)
+            if stop_state is not None:  # a stop token ends its row, kept, not finished (as at the cap)
+                ended = ended | (~done & self.stop.hits(stop_state, tok))
+            out[3].masked_fill_(ended, t + 1)
+            done = done | ended | (caps <= t + 1)
             T = t + 1
             n_done, R = int(done.sum()), done.shape[0]
             if n_done == R or t + 1 == max_new:
@@ -328,6 +334,7 @@ class TandemDecoder:
                 live, done, caps, last_pos = live[keep], done[keep], caps[keep], last_pos[keep]
                 u_sample, attn_full, mask_full = u_sample[keep], attn_full[keep], mask_full[keep]
                 tok, state = tok[keep], state.select(keep)
+                stop_state = stop_state.select(keep) if stop_state is not None else None
                 for r in self.runners:
                     r.keep_rows(keep)
             last_pos = last_pos + 1

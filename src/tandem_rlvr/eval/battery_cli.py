@@ -36,12 +36,18 @@ def cmd_legibility(a) -> None:
     from .tables import Table, print_tables
 
     benchmarks = [b for b in (a.benchmarks or "").split(",") if b] or None
-    res = run_legibility(a.samples, a.junior, a.out, a.senior, benchmarks, a.split, a.device, a.dtype, a.batch_tokens)
+    res = run_legibility(a.samples, a.junior, a.out, a.senior, benchmarks, a.split, a.device, a.dtype, a.batch_tokens,
+                         ce_protocol=a.ce_protocol)
     s = res["summary"]
-    print_tables([Table(f"junior legibility of {res['config']['senior']} for {a.junior} ({res['samples']} samples)",
-                  ["benchmark", "problems", "CE (nats)", "alpha"],
-                  [[b, str(s["ce"][b]["problems"]), f"{s['ce'][b]['mean']:.3f} ± {s['ce'][b]['se']:.3f}",
-                    f"{s['alpha'][b]['mean']:.3f} ± {s['alpha'][b]['se']:.3f}"] for b in s["ce"]])])
+    pm = lambda stat, b: f"{s[stat][b]['mean']:.3f} ± {s[stat][b]['se']:.3f}" if stat in s else "n/a"  # noqa: E731
+    print_tables([Table(f"junior legibility of {res['config']['senior']} for {a.junior} ({res['samples']} samples, "
+                        f"--ce-protocol {a.ce_protocol})",
+                  ["benchmark", "problems", "CE (nats/token)", "CE (nats/char)", "alpha"],
+                  [[b, str(s["ce"][b]["problems"]), pm("ce", b), pm("ce_per_char", b), pm("alpha", b)]
+                   for b in s["ce"]])])
+    if "dropped" in res:
+        print(f"dropped {res['dropped']['4088']} chain(s) of 4088 junior tokens or more and "
+              f"{res['dropped']['context']} longer than the junior's context")
     t = res["timing"]
     print(f"scored {res['scored_tokens']} response tokens in {t['seconds']:.2f} s ({t['tokens_per_s']:.0f} tok/s, "
           f"{t['device']}); results in {a.out}")
@@ -142,7 +148,13 @@ def register(sub, esub) -> None:
     ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
-    lg.add_argument("--junior", required=True, help="the junior (dir, .gguf, hub id, or tiny-junior), same tokenizer")
+    lg.add_argument("--junior", required=True, help="the junior (dir, .gguf, hub id, or tiny-junior); any tokenizer "
+                    "with --ce-protocol paper, the senior's with ids")
+    lg.add_argument("--ce-protocol", default="paper", choices=("paper", "ids"),
+                    help="paper (default; the paper's code): the junior scores the response text re-tokenised with "
+                         "its own tokenizer and prompt, EOS excluded, chains of 4088 tokens or more dropped, averaged "
+                         "per sample, then per benchmark, then over benchmarks; ids: the sampled ids teacher-forced, "
+                         "EOS included, averaged sample -> problem -> benchmark (docs/evaluation.md)")
     lg.add_argument("--senior", default=None, help="the senior (default: models.senior of the run's config.json)")
     lg.add_argument("--benchmarks", default=None, help="comma-separated benchmark specs to re-make the prompts "
                     "(default: the names in config.json; give the files for benchmarks sampled from local files)")

@@ -126,7 +126,10 @@ def legibility_differences(juniors: dict[str, dict]) -> list[str]:
         return (cfg.get(INPUTS) or {}).get("junior") or cfg.get("junior")
 
     out = []
-    for name, cfg in rest:
+    for name, cfg in rest:  # results before --ce-protocol existed were "ids"
+        if ref.get("ce_protocol", "ids") != cfg.get("ce_protocol", "ids"):
+            out.append(f"legibility of {ref_name} and {name} was scored under different --ce-protocol "
+                       f"({ref.get('ce_protocol', 'ids')} vs {cfg.get('ce_protocol', 'ids')})")
         a, b = (ref.get(INPUTS) or {}).get("junior"), (cfg.get(INPUTS) or {}).get("junior")
         same = a == b if a and b else ref.get("junior") == cfg.get("junior")
         if not same:

@@ -153,6 +153,8 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
                               runs[baseline].per_problem_correct()))
         if cand in leg and baseline in leg:
             for stat, alt in (("ce", "less"), ("alpha", "greater")):
+                if any(r.get(stat) is None for res in (leg[cand], leg[baseline]) for r in res[1].values()):
+                    continue  # alpha needs one vocabulary; --ce-protocol paper leaves it out for another junior
                 tests.append((f"junior {'CE' if stat == 'ce' else 'alpha'}", alt,
                               {k: r[stat] for k, r in leg[cand][1].items()}, {k: r[stat] for k, r in leg[baseline][1].items()}))
         for stat, alt, a, b in tests:

@@ -1,6 +1,11 @@
 """Junior legibility: how well the frozen junior can read the senior's solo chain of thought.
 
-What (paper section 4, "junior legibility"): for every senior sample of a solo run,
+Two protocols (``--ce-protocol``): ``paper``, the default, is the paper's released code: the
+junior reads the response *text* with its own tokenizer and prompt (any junior; see
+``legibility_text``). ``ids``, below, teacher-forces the senior's sampled ids through both
+models (one shared tokenizer), which also gives alpha at every sampled position.
+
+What (``ids``; paper section 4, "junior legibility"): for every senior sample of a solo run,
 teacher-forced over prompt + response,
 
 - CE: the junior's per-token cross-entropy -log p_jun(y_t | x, y_<t) in nats, averaged over
@@ -33,7 +38,6 @@ Writes DIR/legibility.json (summary, config, timing), DIR/per_problem.jsonl, DIR
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -41,69 +45,19 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from ..errors import TandemError
-from ..io import atomic_write, write_json
+from ..io import write_json
 from ..rundir import abs_spec, output_dir
 from ..runtime import invocation
-from ..progress import progress_bar
 from .runs import INPUTS, EvalRun, check_problems, read_legibility, read_run, run_problems, run_task  # noqa: F401 (read_legibility: re-exported)
 from .metrics import mean_se_summary
-from .teacher_forcing import collate, hidden_states, pack_batches
+from .legibility_text import check_tokenizer, f as _f, run_paper_legibility, write_jsonl as _write_jsonl  # noqa: F401 (check_tokenizer: drift)
+from .teacher_forcing import pack_batches, score_sequences, token_ce_alpha  # noqa: F401 (re-exported: the scoring lives there)
 
 log = logging.getLogger("tandem_rlvr")
 
-
-def token_ce_alpha(logits_sen: torch.Tensor, logits_jun: torch.Tensor,
-                   targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Junior CE (N,) and overlap alpha (N,) at N positions.
-
-    logits_sen (N, V_s), logits_jun (N, V_j): both models' logits predicting (N,) targets.
-    If the two output layers differ in size (padded vocabularies), alpha sums over the
-    shared ids; ids past the tokenizer carry no mass in practice.
-    """
-    V = min(logits_sen.shape[-1], logits_jun.shape[-1])
-    logp_jun = torch.log_softmax(logits_jun.float(), dim=-1)  # (N, V_j)
-    ce = -logp_jun.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
-    p_sen = torch.softmax(logits_sen.float(), dim=-1)[:, :V]
-    alpha = torch.minimum(p_sen, logp_jun[:, :V].exp()).sum(-1)  # (N,)
-    return ce, alpha
-
-
-@torch.no_grad()
-def score_sequences(senior, junior, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
-                    batch_tokens: int = 16384, chunk: int = 4096, progress: bool = False) -> dict[str, np.ndarray]:
-    """Teacher-forced legibility of S (prompt, response) pairs.
-
-    Returns {"ce": (S,), "alpha": (S,), "tokens": (S,)}: per-sample means over response
-    tokens (NaN for an empty response) and response lengths.
-    """
-    S = len(prompts)
-    if any(len(p) == 0 for p in prompts):
-        raise TandemError("teacher forcing needs a non-empty prompt for every sample")
-    n_tok = torch.tensor([len(r) for r in responses], dtype=torch.float64)
-    sums = torch.zeros(2, S, dtype=torch.float64)  # CE, alpha
-    dev = next(senior.parameters()).device
-    live = [i for i in range(S) if len(responses[i])]
-    batches = pack_batches([len(prompts[i]) + len(responses[i]) for i in live], batch_tokens)
-    head_s, head_j = senior.get_output_embeddings(), junior.get_output_embeddings()
-    with progress_bar(progress) as bar:
-        task = bar.add_task("legibility (teacher-forced)", total=len(live))
-        for batch in batches:
-            idx = [live[j] for j in batch]
-            ids, attn, rows, cols, targets, owner = collate(prompts, responses, idx, pad_id)
-            h_s = hidden_states(senior, ids, attn)[rows.to(dev), cols.to(dev)]  # (N, H_s)
-            h_j = hidden_states(junior, ids, attn)
-            h_j = h_j[rows.to(h_j.device), cols.to(h_j.device)]  # (N, H_j)
-            for c in range(0, targets.numel(), chunk):
-                ce, alpha = token_ce_alpha(head_s(h_s[c:c + chunk]), head_j(h_j[c:c + chunk]).to(dev),
-                                           targets[c:c + chunk].to(dev))
-                sums.index_add_(1, owner[c:c + chunk], torch.stack([ce, alpha]).double().cpu())
-            bar.advance(task, len(idx))
-    means = (sums / n_tok.clamp(min=1)).numpy()
-    means[:, n_tok.numpy() == 0] = np.nan
-    return {"ce": means[0], "alpha": means[1], "tokens": n_tok.numpy().astype(np.int64)}
+CE_PROTOCOLS = ("paper", "ids")  # --ce-protocol; the first is the default
 
 
 # --------------------------------------------------------------------------- run-level
@@ -135,23 +89,16 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
     return out
 
 
-def check_tokenizer(run: EvalRun, tokenizer, name: str, vocab_size: int) -> None:
-    """Every row's ids must lie in the vocabulary and decode to its response text; else the
-    samples came from another tokenizer (TandemError naming the file and line)."""
-    for i, r in enumerate(run.rows):
-        ids = r["token_ids"]
-        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-            raise TandemError(f"{run.where(i)}: token id {int(ids.max())} outside the vocabulary of {name} "
-                              f"({vocab_size}): a samples file from another tokenizer?")
-        if "response" in r and tokenizer.decode(ids.tolist(), skip_special_tokens=True) != r["response"]:
-            raise TandemError(f"{run.where(i)}: token_ids do not decode to the response with the tokenizer of "
-                              f"{name}: a samples file from another tokenizer?")
-
-
 def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLike, senior: str | None = None,
                    benchmarks: Sequence[str] | None = None, split: str | None = None, device: str = "auto",
-                   dtype: str = "auto", batch_tokens: int = 16384, progress: bool = True) -> dict:
-    """Score a solo run's samples (see module docstring), write ``out``, return legibility.json's content."""
+                   dtype: str = "auto", batch_tokens: int = 16384, progress: bool = True,
+                   ce_protocol: str = "paper") -> dict:
+    """Score a solo run's samples (see module docstring), write ``out``, return legibility.json's content.
+
+    ``ce_protocol``: "paper" (the junior reads the text with its own tokenizer; ``legibility_text``)
+    or "ids" (teacher-forced sampled ids, both models, one tokenizer)."""
+    if ce_protocol not in CE_PROTOCOLS:
+        raise TandemError(f"unknown --ce-protocol {ce_protocol!r}; valid: {', '.join(CE_PROTOCOLS)}")
     output_dir(out, create=False)
     from ..models import NAMED_MODELS, load_pair
 
@@ -164,6 +111,14 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     if batch_tokens < 1:
         raise TandemError(f"--batch-tokens must be >= 1, got {batch_tokens}")
     fingerprints = _check_senior(run, senior, junior)
+    if ce_protocol == "paper":
+        return run_paper_legibility(run, senior, junior, out, fingerprints, benchmarks, split, device, dtype,
+                                    batch_tokens, progress)
+    from ..models import load_tokenizer
+
+    if load_tokenizer(senior).get_vocab() != load_tokenizer(junior).get_vocab():
+        raise TandemError(f"--ce-protocol ids teacher-forces the senior's ids, and junior {junior} has another "
+                          f"vocabulary than senior {senior}; use --ce-protocol paper (the junior reads the text)")
     pair = load_pair(senior, junior, device, None, dtype)
     check_tokenizer(run, pair.tokenizer, senior, min(pair.senior.config.vocab_size, pair.junior.config.vocab_size))
     prompts = _prompts_for(run, pair.tokenizer, benchmarks, split)
@@ -187,6 +142,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
               "config": {"samples": str(run.path.resolve()), "senior": abs_spec(senior, NAMED_MODELS),
                          "junior": abs_spec(junior, NAMED_MODELS), "template": run.config.get("template"),
                          "benchmarks": sorted(by_bench), "run_config": run.config, INPUTS: fingerprints,
+                         "ce_protocol": "ids",
                          **invocation()},
               "timing": {"seconds": round(seconds, 3), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1),
                          "device": str(next(pair.senior.parameters()).device), "batch_tokens": batch_tokens}}
@@ -214,10 +170,6 @@ def _check_senior(run: EvalRun, senior: str, junior: str) -> dict:
     return fps
 
 
-def _f(x) -> float | None:
-    return None if not np.isfinite(x) else float(x)
-
-
 def _per_problem(per_sample: list[dict]) -> list[dict]:
     """Mean CE and alpha over each problem's scored (non-empty) samples."""
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -227,8 +179,3 @@ def _per_problem(per_sample: list[dict]) -> list[dict]:
     return [{"benchmark": b, "problem_id": pid, "samples": len(ss), "tokens": sum(s["tokens"] for s in ss),
              "ce": float(np.mean([s["ce"] for s in ss])), "alpha": float(np.mean([s["alpha"] for s in ss]))}
             for (b, pid), ss in groups.items()]
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    with atomic_write(path) as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))

@@ -272,7 +272,8 @@ def handoff_diagnostics(rows: Sequence[dict]) -> dict:
     (pooled over rows, temperature-scaled as sampled; from each row's ``junior_lp_sum``), with
     ``tokens``; "mean" None and a "why" where the junior wrote nothing or rows lack the sums."""
     out: dict = {"switches_per_seq": switches_summary(r["senior_mask"] for r in rows)}
-    n_jun = sum(len(r["senior_mask"]) - int(np.sum(r["senior_mask"])) for r in rows)
+    n_jun = sum(sum(t["tokens"] for t in r["turns"] if t["author"] == "junior") if "turns" in r  # text protocol:
+                else len(r["senior_mask"]) - int(np.sum(r["senior_mask"])) for r in rows)  # the junior's own tokens
     if any("junior_lp_sum" not in r for r in rows):
         out["junior_logprob"] = {"mean": None, "tokens": n_jun, "why": "rows do not record junior_lp_sum (an older run)"}
     elif n_jun == 0:

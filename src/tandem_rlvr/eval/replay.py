@@ -44,7 +44,7 @@ def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
     from ..decoding.schedule import make_schedule, replay
 
     cfg = run.config
-    if cfg.get("protocol") == "text":
+    if (cfg.get("schedule") or {}).get("protocol") == "text":  # eval.text_handoff records it there
         raise TandemError(f"{run.path}: a text-level handoff run records turns, not a token schedule; "
                           "replay checks token-level traces")
     sched_cfg = cfg.get("schedule") or {"name": "senior"}

@@ -101,6 +101,11 @@ def problem_key(p: Problem) -> int:
     return zlib.crc32(f"{p.benchmark}/{p.problem_id}".encode())
 
 
+def sample_seed(seed: int, p: Problem, s: int) -> int:
+    """The row seed of sample ``s`` of problem ``p`` under the run's ``seed`` (module docstring)."""
+    return row_seed(seed, problem_key(p), s)
+
+
 def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem]], spec: EvalSpec, out: str | os.PathLike,
              batch_size: int = 64, progress: bool = True) -> dict:
     """Sample ``spec.n`` responses per problem, score them, write the run dir; return metrics.
@@ -132,7 +137,8 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
                 task = bar.add_task(f"sampling ({decoder.schedule.name}, n={spec.n})", total=len(todo))
                 for start in range(0, len(todo), per_batch):
                     chunk = todo[start:start + per_batch]
-                    new = _sample_chunk(decoder, tokenizer, chunk, spec)
+                    own = getattr(decoder, "sample_chunk", None)  # the text-level handoff samples its own rows
+                    new = own(chunk, spec, sample_seed) if own else _sample_chunk(decoder, tokenizer, chunk, spec)
                     wrote = True
                     try:
                         append_rows(f, new)
@@ -164,7 +170,14 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode)
     problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name
-    dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
+    if cfg.handoff_protocol == "text":
+        from .text_handoff import open_text_handoff
+
+        dec, tok, close = open_text_handoff(cfg, name)
+    else:
+        if cfg.handoff_protocol == "stream":
+            _check_stream_vocab(cfg)
+        dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
     try:
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
         if served is None:
@@ -187,6 +200,20 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     return metrics
 
 
+def _check_stream_vocab(cfg: EvalConfig) -> None:
+    """The in-stream handoff needs one vocabulary: a junior of another tokenizer is refused
+    before any model loads, with the protocol that takes it."""
+    from ..models import load_tokenizer
+
+    if cfg.engine == "vllm-server" or not cfg.junior or cfg.junior == cfg.senior:
+        return
+    s, j = load_tokenizer(cfg.senior), load_tokenizer(cfg.junior)
+    if s.get_vocab() != j.get_vocab():
+        raise TandemError(f"--protocol stream needs one tokenizer, and junior {cfg.junior} has another vocabulary "
+                          f"than senior {cfg.senior} ({len(j.get_vocab())} vs {len(s.get_vocab())} tokens); "
+                          "use --protocol text")
+
+
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
     task = spec.grader()
     prompts, seeds, meta = [], [], []
@@ -194,7 +221,7 @@ def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> l
         ids = encode_prompt(tokenizer, prompt_text(tokenizer, task, p, spec.template))
         for s in range(spec.n):
             prompts.append(ids)
-            seeds.append(row_seed(spec.seed, problem_key(p), s))
+            seeds.append(sample_seed(spec.seed, p, s))
             meta.append((p, s))
     roll = decoder.generate(prompts, seeds)
     share = roll.senior_share.tolist()
@@ -229,6 +256,10 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSp
     shares = np.array([r["senior_share"] for r in rows]) if rows else np.zeros(1)
     lengths = np.array([r["tokens"] for r in rows]) if rows else np.zeros(1)
     metrics["senior_share"] = {"mean": float(shares.mean()), "sd": float(shares.std())}
+    for key in ("senior_share_chars", "senior_share_junior_tokens"):  # text-level handoff rows
+        if rows and all(key in r for r in rows):
+            x = np.array([r[key] for r in rows])
+            metrics[key] = {"mean": float(x.mean()), "sd": float(x.std())}
     metrics["response_tokens"] = {"mean": float(lengths.mean())}
     if spec.schedule.get("name") != "senior":
         metrics.update(handoff_diagnostics(rows))

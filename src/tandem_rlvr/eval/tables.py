@@ -130,7 +130,8 @@ def comparison_tables(comp: dict) -> list[Table]:
         tables += _pass_tables(f"{label} ({junior}, {schedule})", metrics)
     if comp["legibility"]:
         tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
-                            [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]), _pm(x["summary"]["alpha"]["macro"]),
+                            [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]),
+                              _pm(x["summary"]["alpha"]["macro"]) if "alpha" in x["summary"] else "n/a",
                               str(x["samples"])] for n, x in comp["legibility"].items()]))
     if comp["drift"]:
         tables += drift_tables(comp["drift"])

@@ -5,14 +5,19 @@ tokens with an attention mask (right padding is inert under the causal mask). A 
 body runs once per batch and its output layer only at response positions, in chunks, so
 (N, V) logits for a whole batch never materialise (151k-token vocabularies). This assumes
 logits = output layer(final hidden state), true for the Qwen, Llama and Mistral families.
-Used by the legibility battery and by the training monitor of KL(senior || junior).
+Used by the legibility battery (``score_sequences``: junior CE and overlap alpha) and by the
+training monitor of KL(senior || junior).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
+
+from ..errors import TandemError
+from ..progress import progress_bar
 
 
 def pack_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
@@ -73,3 +78,54 @@ def response_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_ids
         for i in idx:
             out[i] = lp[owner == i]
     return out
+
+
+def token_ce_alpha(logits_sen: torch.Tensor, logits_jun: torch.Tensor,
+                   targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Junior CE (N,) and overlap alpha (N,) at N positions.
+
+    logits_sen (N, V_s), logits_jun (N, V_j): both models' logits predicting (N,) targets.
+    If the two output layers differ in size (padded vocabularies), alpha sums over the
+    shared ids; ids past the tokenizer carry no mass in practice.
+    """
+    V = min(logits_sen.shape[-1], logits_jun.shape[-1])
+    logp_jun = torch.log_softmax(logits_jun.float(), dim=-1)  # (N, V_j)
+    ce = -logp_jun.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
+    p_sen = torch.softmax(logits_sen.float(), dim=-1)[:, :V]
+    alpha = torch.minimum(p_sen, logp_jun[:, :V].exp()).sum(-1)  # (N,)
+    return ce, alpha
+
+
+@torch.no_grad()
+def score_sequences(senior, junior, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
+                    batch_tokens: int = 16384, chunk: int = 4096, progress: bool = False) -> dict[str, np.ndarray]:
+    """Teacher-forced legibility of S (prompt, response) pairs.
+
+    Returns {"ce": (S,), "alpha": (S,), "tokens": (S,)}: per-sample means over response
+    tokens (NaN for an empty response) and response lengths.
+    """
+    S = len(prompts)
+    if any(len(p) == 0 for p in prompts):
+        raise TandemError("teacher forcing needs a non-empty prompt for every sample")
+    n_tok = torch.tensor([len(r) for r in responses], dtype=torch.float64)
+    sums = torch.zeros(2, S, dtype=torch.float64)  # CE, alpha
+    dev = next(senior.parameters()).device
+    live = [i for i in range(S) if len(responses[i])]
+    batches = pack_batches([len(prompts[i]) + len(responses[i]) for i in live], batch_tokens)
+    head_s, head_j = senior.get_output_embeddings(), junior.get_output_embeddings()
+    with progress_bar(progress) as bar:
+        task = bar.add_task("legibility (teacher-forced)", total=len(live))
+        for batch in batches:
+            idx = [live[j] for j in batch]
+            ids, attn, rows, cols, targets, owner = collate(prompts, responses, idx, pad_id)
+            h_s = hidden_states(senior, ids, attn)[rows.to(dev), cols.to(dev)]  # (N, H_s)
+            h_j = hidden_states(junior, ids, attn)
+            h_j = h_j[rows.to(h_j.device), cols.to(h_j.device)]  # (N, H_j)
+            for c in range(0, targets.numel(), chunk):
+                ce, alpha = token_ce_alpha(head_s(h_s[c:c + chunk]), head_j(h_j[c:c + chunk]).to(dev),
+                                           targets[c:c + chunk].to(dev))
+                sums.index_add_(1, owner[c:c + chunk], torch.stack([ce, alpha]).double().cpu())
+            bar.advance(task, len(idx))
+    means = (sums / n_tok.clamp(min=1)).numpy()
+    means[:, n_tok.numpy() == 0] = np.nan
+    return {"ce": means[0], "alpha": means[1], "tokens": n_tok.numpy().astype(np.int64)}

@@ -1,0 +1,271 @@
+"""Text-level handoff: ``tandem eval handoff --protocol text`` (the paper's ``eval/handoff.py``).
+
+What: senior and junior write a response in turns. A turn is one generation call that runs
+until the model writes a paragraph break ``\\n\\n`` (kept, the text after it in the same
+token cut, as vLLM's ``stop`` with ``include_stop_str_in_output`` does), ends its answer
+(EOS), or reaches the turn's cap. The turn's text is decoded and appended to the response;
+the next turn's model reads its own prompt (its own tokenizer and prompt template) followed
+by the response so far, re-tokenised. ``paragraph-roundrobin``: the senior writes the
+first turn, then the two alternate; ``paragraph-bernoulli``: each turn's author is a coin,
+senior with probability p. A chain ends at EOS, when its tokens reach the shared budget
+(each turn's tokens counted in its author's tokenizer, as the paper counts them), when a
+turn hits its cap, when the next prompt leaves no room in the model's context, or after
+``MAX_ROUNDS`` rounds (a round: every live senior turn, then every live junior turn).
+
+Budget per chain: min(max new tokens, context - longest reading of the prompt - 8) over the
+two models' contexts (the paper: min(3000, 4096 - prompt - 8) with vLLM's 4096-token window;
+ours uses each model's own context, max_position_embeddings).
+
+Seeds: chain seed = ``row_seed(seed, problem key, sample)`` as in the in-stream sampler;
+turn i of a chain samples with ``row_seed(chain seed, i)`` and its coin (bernoulli) is
+``rng.uniform(chain seed, i, COIN)``. Nothing depends on the batch or on which chains share it.
+
+Why: the two models never share a KV cache or an id, so the junior may have another
+tokenizer and chat template (the paper's out-of-family juniors); the in-stream decoder
+(``--protocol stream``) needs one vocabulary and keeps text after a break inside the same
+token with the outgoing author. Differences, measured: docs/results.md.
+
+How: one ``TandemDecoder`` per model with the solo schedule and a paragraph stop
+(``decoding.tandem``, ``stop=``); each turn is one batched call over every live chain whose
+author it is (split only where one call's padded length would bind a row's cap below what
+it is owed; rarely). The sample row keeps each turn's text, author, tokens and end, so
+authorship is exact per character; ``token_ids`` / ``senior_mask`` are the turns re-encoded
+with the senior's tokenizer, turn by turn, so the in-stream readers work unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decoding import rng
+from ..decoding.rng import row_seed
+from ..errors import TandemError
+from ..fingerprint import problem_fingerprint
+from ..prompting import encode_prompt, resolve_template
+from ..tasks import prompt_text, task_row
+
+MAX_ROUNDS = 150  # the paper's code (MAX_ROUNDS in eval/handoff.py)
+CONTEXT_RESERVE = 8  # tokens kept free below the context, as the paper's code does
+BREAK = "\n\n"
+TEXT_SCHEDULES = ("paragraph-roundrobin", "paragraph-bernoulli")
+SENIOR, JUNIOR = 0, 1
+ROLES = ("senior", "junior")
+
+
+class TurnModel:
+    """One model of the pair on ``--engine hf``: its tokenizer, prompt template and a solo
+    decoder that stops at the first paragraph break of each turn."""
+
+    def __init__(self, model, tokenizer, sampling, template: str):
+        from ..decoding.schedule import ParagraphBoundary, make_schedule
+        from ..decoding.tandem import TandemDecoder, context_limit
+        from ..models import eos_ids
+
+        V = model.config.vocab_size
+        self.tokenizer, self.template = tokenizer, resolve_template(tokenizer, template)
+        self.decoder = TandemDecoder(model, None, make_schedule("senior"), sampling,
+                                     eos_ids(tokenizer, getattr(model, "generation_config", None)),
+                                     tokenizer.pad_token_id, stop=ParagraphBoundary(tokenizer, V))
+        self.context = context_limit(model)
+
+    def prompt(self, problem, task) -> str:
+        return prompt_text(self.tokenizer, task, problem, self.template)
+
+    def encode(self, text: str) -> list[int]:
+        return encode_prompt(self.tokenizer, text)
+
+    def turns(self, prompts: list[list[int]], seeds: list[int], caps: list[int]) -> list[tuple[str, int, str, float]]:
+        """One turn of each row: (text, tokens generated, end in "break" | "eos" | "length", the sum of
+        the generated tokens' log-probs under this model's temperature-scaled distribution).
+
+        Rows are grouped so that no row's cap is cut by a longer prompt in its call (the
+        decoder bounds one call by context - longest prompt)."""
+        out: list = [None] * len(prompts)
+        for group in _context_groups([len(p) for p in prompts], caps, self.context):
+            roll = self.decoder.generate([prompts[i] for i in group], [seeds[i] for i in group],
+                                         max_new_tokens=[caps[i] for i in group])
+            for b, i in enumerate(group):
+                toks = roll.row_tokens(b)
+                text = self.tokenizer.decode(toks, skip_special_tokens=True)
+                cut = text.find(BREAK)
+                lp = float(roll.logprobs[b, : len(toks)].double().sum())
+                if bool(roll.finished[b]):
+                    out[i] = (text, len(toks), "eos", lp)
+                elif cut >= 0:
+                    out[i] = (text[: cut + len(BREAK)], len(toks), "break", lp)
+                else:
+                    out[i] = (text, len(toks), "length", lp)
+        return out
+
+
+def _context_groups(lens: list[int], caps: list[int], context: int | None) -> list[list[int]]:
+    """Rows (longest prompt first) in calls where every cap fits context - the call's longest prompt."""
+    order = sorted(range(len(lens)), key=lambda i: -lens[i])
+    if context is None:
+        return [order] if order else []
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and caps[i] <= context - lens[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+@dataclass
+class Chain:
+    """One response being written in turns. ``turns``: [author (0 senior, 1 junior), text,
+    tokens generated by the author, end]; ``end`` of the chain: eos | budget | length | context | rounds."""
+
+    problem: object  # data.benchmarks.Problem
+    sample_idx: int
+    seed: int
+    prompts: tuple[str, str]  # the prompt text in the senior's and in the junior's template
+    budget: int
+    author: int = SENIOR
+    text: str = ""
+    used: int = 0
+    turns: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)  # per turn, the sum of its tokens' log-probs (its author's)
+    end: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.end is not None
+
+
+class TextHandoff:
+    """The text-level handoff of a pair of ``TurnModel``s; ``sample_chunk`` is what the sampler calls."""
+
+    def __init__(self, senior: TurnModel, junior: TurnModel, schedule: str, p: float = 0.5,
+                 max_new_tokens: int = 3000, max_rounds: int = MAX_ROUNDS):
+        if schedule not in TEXT_SCHEDULES:
+            raise TandemError(f"--protocol text hands off at paragraph breaks: schedule must be one of "
+                              f"{', '.join(TEXT_SCHEDULES)}, got {schedule!r} (use --protocol stream)")
+        self.pair, self.name, self.p = (senior, junior), schedule, p
+        self.max_new_tokens, self.max_rounds = max_new_tokens, max_rounds
+
+    @property
+    def schedule(self):
+        return self  # the sampler reads ``decoder.schedule.name`` and ``.describe()``
+
+    def describe(self) -> dict:
+        d = {"name": self.name, "protocol": "text", "max_rounds": self.max_rounds, "context_reserve": CONTEXT_RESERVE,
+             "templates": {r: m.template for r, m in zip(ROLES, self.pair)}}
+        return {**d, "p": self.p} if self.name == "paragraph-bernoulli" else d
+
+    def _author(self, chain: Chain) -> int:
+        """The author of the chain's next turn."""
+        i = len(chain.turns)
+        if self.name == "paragraph-roundrobin":
+            return SENIOR if i == 0 else 1 - chain.turns[-1][0]
+        coin = rng.uniform(torch.tensor([chain.seed], dtype=torch.long), i, rng.COIN)
+        return SENIOR if bool(coin[0] < self.p) else JUNIOR
+
+    def new_chain(self, problem, sample_idx: int, seed: int, task) -> Chain:
+        prompts = tuple(m.prompt(problem, task) for m in self.pair)
+        room = [m.context - len(m.encode(pr)) - CONTEXT_RESERVE for m, pr in zip(self.pair, prompts)
+                if m.context is not None]
+        budget = min([self.max_new_tokens, *room])
+        chain = Chain(problem, sample_idx, seed, prompts, budget)
+        if budget < 1:
+            chain.end = "context"
+        chain.author = self._author(chain)
+        return chain
+
+    def run(self, chains: list[Chain]) -> None:
+        """Write every chain to its end (in place): rounds of senior turns, then junior turns."""
+        for _ in range(self.max_rounds):
+            moved = False
+            for who in (SENIOR, JUNIOR):
+                live = [c for c in chains if not c.done and c.author == who]
+                if live:
+                    self._turn(who, live)
+                    moved = True
+            if not moved:
+                return
+        for c in chains:
+            if not c.done:
+                c.end = "rounds"
+
+    def _turn(self, who: int, chains: list[Chain]) -> None:
+        m = self.pair[who]
+        ids, caps, go = [], [], []
+        for c in chains:
+            x = m.encode(c.prompts[who] + c.text)
+            cap = c.budget - c.used
+            if m.context is not None:
+                cap = min(cap, m.context - len(x))
+            if cap < 1:
+                c.end = "context"
+                continue
+            ids.append(x)
+            caps.append(cap)
+            go.append(c)
+        if not go:
+            return
+        seeds = [row_seed(c.seed, len(c.turns)) for c in go]
+        for c, (text, n, end, lp) in zip(go, m.turns(ids, seeds, caps)):
+            c.turns.append((who, text, n, end))
+            c.logprobs.append(lp)
+            c.text += text
+            c.used += n
+            if end == "eos":
+                c.end = "eos"
+            elif end == "length" or c.used >= c.budget:
+                c.end = "budget" if c.used >= c.budget else "length"
+            else:
+                c.author = self._author(c)
+
+    def sample_chunk(self, chunk, spec, sample_seed) -> list[dict]:
+        """Sample rows (``eval.sampler`` format plus ``turns``) of ``spec.n`` chains per problem of ``chunk``;
+        ``sample_seed(seed, problem, sample)`` is the sampler's row seed (the chain seed)."""
+        task = spec.grader()  # the run's task: its prompt and its verifier
+        chains = [self.new_chain(p, s, sample_seed(spec.seed, p, s), task) for p in chunk for s in range(spec.n)]
+        self.run(chains)
+        grades = task.grade([c.text for c in chains], [task_row(c.problem) for c in chains])
+        return [self.row(c, g) for c, g in zip(chains, grades, strict=True)]
+
+    def row(self, c: Chain, grade) -> dict:
+        """A samples.jsonl row of a finished chain."""
+        s_tok, j_tok = (m.tokenizer for m in self.pair)
+        ids, mask, j_count = [], [], [0, 0]
+        for who, text, _, _ in c.turns:
+            x = s_tok.encode(text, add_special_tokens=False)
+            ids += x
+            mask += [int(who == SENIOR)] * len(x)
+            j_count[who] += len(j_tok.encode(text, add_special_tokens=False))
+        chars = [sum(len(t[1]) for t in c.turns if t[0] == w) for w in (SENIOR, JUNIOR)]
+        p = c.problem
+        return {"benchmark": p.benchmark, "problem_id": str(p.problem_id), "sample_idx": c.sample_idx,
+                "response": c.text, "correct": grade.score == 1.0, "reason": grade.reason,
+                "senior_share": _share(sum(mask), len(mask)), "tokens": len(ids), "finished": c.end == "eos",
+                "token_ids": ids, "senior_mask": mask, "seed": c.seed, "answer": p.answer,
+                "problem_fp": problem_fingerprint(p), "senior_share_chars": _share(chars[0], sum(chars)),
+                "senior_share_junior_tokens": _share(j_count[0], sum(j_count)), "generated_tokens": c.used,
+                "end": c.end, "junior_lp_sum": sum(lp for (w, *_), lp in zip(c.turns, c.logprobs) if w == JUNIOR),
+                "turns": [{"author": ROLES[w], "text": t, "tokens": n, "end": e, "logprob_sum": lp}
+                          for (w, t, n, e), lp in zip(c.turns, c.logprobs)]}
+
+
+def _share(a: int, total: int) -> float:
+    return a / total if total else 0.0
+
+
+def open_text_handoff(cfg, schedule: str):
+    """(TextHandoff, senior tokenizer, close) for an ``EvalConfig`` on ``--engine hf``."""
+    from ..models import load_model, load_tokenizer, resolve_device
+
+    if cfg.engine != "hf":
+        raise TandemError(f"--protocol text runs on --engine hf only for now (got {cfg.engine}); "
+                          "use --engine hf, or --protocol stream on vLLM")
+    dev = resolve_device(cfg.device)
+    jdev = resolve_device(cfg.junior_device) if cfg.junior_device else dev
+    junior = cfg.junior or cfg.senior
+    models = []
+    for spec, d in ((cfg.senior, dev), (junior, jdev)):
+        models.append(TurnModel(load_model(spec, d, cfg.dtype), load_tokenizer(spec), cfg.sampling, cfg.template))
+    return (TextHandoff(*models, schedule, p=cfg.p, max_new_tokens=cfg.sampling.max_new_tokens),
+            models[0].tokenizer, lambda: None)

@@ -1,0 +1,230 @@
+"""Text-level handoff (``--protocol text``): the batched turns against a plain one-row loop,
+authorship per character, the round cap, the stream protocol's refusal of another vocabulary,
+and the command end to end with resume."""
+
+import json
+
+import pytest
+import torch
+
+from tandem_rlvr.cli import main
+from tandem_rlvr.config import EvalConfig
+from tandem_rlvr.data.benchmarks import Problem
+from tandem_rlvr.decoding.sampling import SamplingParams
+from tandem_rlvr.errors import TandemError
+from tandem_rlvr.eval.metrics import handoff_diagnostics
+from tandem_rlvr.eval.text_handoff import TextHandoff, TurnModel
+from tandem_rlvr.tasks import task_for_eval, task_row
+
+from conftest import TEXT, make_model, make_tokenizer
+
+TASK = task_for_eval("math", instruction="none", answer_mode="last-box")  # the prompts and verdicts of these tests
+
+PROBLEMS = [Problem("t", str(i), q, "12") for i, q in
+            enumerate(["Mia has 7 shells.", "Tom buys 3 apples", "Leo has 9 cards.", "She finds 5"])]
+
+
+def _fit(model, tok, steps):
+    """A few full-batch steps on the fixture text, so greedy turns write sentences and paragraph breaks."""
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    batch = tok(TEXT[:3], return_tensors="pt", padding=True, padding_side="right")
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    model.train()
+    for _ in range(steps):
+        loss = model(**batch, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="module")
+def cross_pair():
+    """(senior, its tokenizer, junior, another tokenizer): 300 vs 280 ids, other merges."""
+    tok_s, tok_j = make_tokenizer(300), make_tokenizer(280)
+    return (_fit(make_model(len(tok_s), 0, hidden=32, layers=1), tok_s, 30), tok_s,
+            _fit(make_model(len(tok_j), 2, hidden=32, layers=1), tok_j, 15), tok_j)
+
+
+def _handoff(cross_pair, budget=80, **kw):
+    s, ts, j, tj = cross_pair
+    sp = SamplingParams(0.0, 1.0, 0, budget)
+    return TextHandoff(TurnModel(s, ts, sp, "plain"), TurnModel(j, tj, sp, "plain"), "paragraph-roundrobin",
+                       max_new_tokens=budget, **kw)
+
+
+def _reference(models, toks, prompts, budget):
+    """One chain, one row, greedy, the whole prefix recomputed per token: turns as (author, text, tokens, end)."""
+    text, used, who, turns = "", 0, 0, []
+    while True:
+        m, t = models[who], toks[who]
+        ids = t.encode(prompts[who] + text, add_special_tokens=False)
+        cap = min(budget - used, m.config.max_position_embeddings - len(ids))
+        gen, end = [], None
+        while end is None:
+            gen.append(int(m(torch.tensor([ids + gen])).logits[0, -1].argmax()))
+            out = t.decode(gen, skip_special_tokens=True)
+            if gen[-1] == t.eos_token_id:
+                end = "eos"
+            elif "\n\n" in out:
+                end, out = "break", out[: out.index("\n\n") + 2]
+            elif len(gen) == cap:
+                end = "length"
+        turns.append((who, out, len(gen), end))
+        text, used = text + out, used + len(gen)
+        if end != "break" or used >= budget:
+            return turns
+        who = 1 - who
+
+
+@pytest.mark.slow  # the reference recomputes the whole prefix per token
+@torch.no_grad()
+def test_batched_turns_equal_one_row_reference_greedy(cross_pair):
+    s, ts, j, tj = cross_pair
+    th = _handoff(cross_pair)
+    chains = [th.new_chain(p, k, 100 + 10 * i + k, TASK) for i, p in enumerate(PROBLEMS) for k in range(2)]
+    th.run(chains)
+    prompts = [p.problem + "\n\n" for p in PROBLEMS]  # the plain template, both models
+    for c in chains:
+        pr = prompts[int(c.problem.problem_id)]
+        assert c.turns == _reference((s, j), (ts, tj), (pr, pr), 80)
+    assert {w for c in chains for w, *_ in c.turns} == {0, 1}  # both models wrote, across tokenizers
+    assert any(len(c.turns) >= 3 for c in chains)
+
+
+def test_rows_keep_authorship_per_character_and_shares_by_hand(cross_pair):
+    s, ts, j, tj = cross_pair
+    th = _handoff(cross_pair)
+    chains = [th.new_chain(p, 0, 5, TASK) for p in PROBLEMS]
+    th.run(chains)
+    for c in chains:
+        row = th.row(c, TASK.grade([c.text], [task_row(c.problem)])[0])
+        assert "".join(t["text"] for t in row["turns"]) == row["response"]
+        sen = [t["text"] for t in row["turns"] if t["author"] == "senior"]
+        jun = [t["text"] for t in row["turns"] if t["author"] == "junior"]
+        n_s, n_j = sum(map(len, sen)), sum(map(len, jun))
+        assert row["senior_share_chars"] == pytest.approx(n_s / (n_s + n_j))
+        js = sum(len(tj.encode(x)) for x in sen)
+        assert row["senior_share_junior_tokens"] == pytest.approx(js / (js + sum(len(tj.encode(x)) for x in jun)))
+        ss = sum(len(ts.encode(x)) for x in sen)
+        assert sum(row["senior_mask"]) == ss and row["senior_share"] == pytest.approx(ss / len(row["token_ids"]))
+        assert row["generated_tokens"] == sum(t["tokens"] for t in row["turns"])
+        jt = [t for t in row["turns"] if t["author"] == "junior"]
+        assert row["junior_lp_sum"] == pytest.approx(sum(t["logprob_sum"] for t in jt))
+        n_j = sum(t["tokens"] for t in jt)  # the junior's own tokens, as it generated them
+        if n_j:
+            assert handoff_diagnostics([row])["junior_logprob"]["mean"] == pytest.approx(row["junior_lp_sum"] / n_j)
+
+
+def test_round_cap_ends_live_chains_after_one_senior_and_one_junior_turn(cross_pair):
+    th = _handoff(cross_pair, max_rounds=1)
+    chains = [th.new_chain(p, 0, 5, TASK) for p in PROBLEMS]
+    th.run(chains)
+    for c in chains:
+        assert len(c.turns) <= 2 and [w for w, *_ in c.turns] == [0, 1][: len(c.turns)]
+        assert c.end == "rounds" or c.turns[-1][3] != "break" or c.used >= c.budget
+
+
+def test_protocol_default_is_text_for_paragraph_schedules_on_hf():
+    assert EvalConfig(mode="handoff").handoff_protocol == "text"
+    assert EvalConfig(mode="handoff", schedule="word").handoff_protocol == "stream"
+    assert EvalConfig(mode="handoff", engine="vllm").handoff_protocol == "stream"
+    assert EvalConfig(mode="solo").handoff_protocol is None
+    with pytest.raises(TandemError, match="--protocol stream"):
+        EvalConfig(mode="handoff", schedule="word", protocol="text")
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("xt")
+    out = []
+    for name, vocab, seed in (("senior", 300, 0), ("other", 280, 1)):
+        t = make_tokenizer(vocab)
+        make_model(len(t), seed, hidden=32, layers=1).save_pretrained(root / name)
+        t.save_pretrained(root / name)
+        out.append(str(root / name))
+    data = root / "probs.jsonl"
+    data.write_text("".join(json.dumps({"problem": p.problem, "answer": "12"}) + "\n" for p in PROBLEMS))
+    return out + [str(data)]
+
+
+def test_stream_protocol_refuses_another_vocabulary_naming_protocol_text(capsys, dirs, tmp_path):
+    senior, other, data = dirs
+    rc = main(["eval", "handoff", "--senior", senior, "--junior", other, "--protocol", "stream", "--benchmarks", data,
+               "--n", "1", "--max-tokens", "4", "--out", str(tmp_path / "ev")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1 and "--protocol text" in err, err
+    assert not (tmp_path / "ev").exists()
+
+
+def test_text_protocol_command_resumes_to_the_same_rows(dirs, tmp_path):
+    senior, other, data = dirs
+    argv = ["eval", "handoff", "--senior", senior, "--junior", other, "--benchmarks", data, "--n", "2",
+            "--max-tokens", "24", "--template", "plain", "--out", str(tmp_path / "ev")]
+    assert main(argv) == 0
+    path = tmp_path / "ev" / "samples.jsonl"
+    first = path.read_text().splitlines()
+    assert json.loads((tmp_path / "ev" / "config.json").read_text())["schedule"]["protocol"] == "text"
+    assert all(json.loads(r)["turns"] for r in first)
+    assert main(argv) == 0 and path.read_text().splitlines() == first  # a finished run re-run is a no-op
+    path.write_text("\n".join(first[:-3]) + "\n")  # the last problem lost, the one before torn in half
+    assert main(argv) == 0
+    again = path.read_text().splitlines()
+    assert sorted(map(_exact, again)) == sorted(map(_exact, first))  # resumed, the same text from the same seeds
+    lps = lambda lines: sorted(json.loads(x)["junior_lp_sum"] for x in lines)  # noqa: E731
+    assert lps(again) == pytest.approx(lps(first), abs=1e-4)  # float sums depend on the batch's padding
+
+
+def _exact(line: str) -> str:
+    """A row without its log-prob sums (floats that vary in the last digits with the batch)."""
+    row = json.loads(line)
+    row.pop("junior_lp_sum")
+    for t in row["turns"]:
+        t.pop("logprob_sum")
+    return json.dumps(row, sort_keys=True)
+
+
+def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
+    senior, _, data = dirs
+    argv = ["eval", "handoff", "--senior", senior, "--benchmarks", data, "--n", "1", "--max-tokens", "6",
+            "--out", str(tmp_path / "ev")]
+    assert main(argv) == 0
+    assert main(argv + ["--protocol", "stream"]) == 2
+    err = capsys.readouterr().err
+    assert "existing run has a different schedule" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("p,author", [(1.0, 0), (0.0, 1)])
+def test_bernoulli_turns_follow_the_coin_at_its_extremes(cross_pair, p, author):
+    s, ts, j, tj = cross_pair
+    sp = SamplingParams(0.0, 1.0, 0, 60)
+    th = TextHandoff(TurnModel(s, ts, sp, "plain"), TurnModel(j, tj, sp, "plain"), "paragraph-bernoulli", p=p,
+                     max_new_tokens=60)
+    chains = [th.new_chain(q, 0, 3, TASK) for q in PROBLEMS]
+    th.run(chains)
+    assert {w for c in chains for w, *_ in c.turns} == {author}
+    assert th.describe()["p"] == p and th.describe()["protocol"] == "text"
+
+
+def test_one_generate_call_per_turn_for_every_live_chain(cross_pair):
+    th = _handoff(cross_pair)
+    calls = []
+    for m in th.pair:
+        real = m.decoder.generate
+        m.decoder.generate = lambda prompts, seeds, max_new_tokens, real=real: calls.append(len(prompts)) or real(
+            prompts, seeds, max_new_tokens=max_new_tokens)
+    chains = [th.new_chain(p, k, 40 + k, TASK) for p in PROBLEMS for k in range(2)]
+    th.run(chains)
+    # round-robin: every chain's i-th turn falls in the same (round, author) slot, so one call each
+    assert len(calls) == max(len(c.turns) for c in chains)
+    assert calls == [sum(len(c.turns) > i for c in chains) for i in range(len(calls))]
+
+
+def test_replay_refuses_a_text_run_as_a_token_trace(capsys, dirs, tmp_path):
+    senior, other, data = dirs
+    assert main(["eval", "handoff", "--senior", senior, "--junior", other, "--benchmarks", data, "--n", "1",
+                 "--max-tokens", "6", "--out", str(tmp_path / "ev")]) == 0
+    assert main(["eval", "replay", str(tmp_path / "ev")]) == 2
+    err = capsys.readouterr().err
+    assert "records turns, not a token schedule" in err and len(err.strip().splitlines()) == 1, err
