@@ -1,0 +1,91 @@
+"""Tasks: what a model is asked (loader, prompt) and how its answer is graded (verifier), one registry.
+
+A task is a plug-in with four parts (the ``Task`` protocol):
+
+- ``name`` ("math", "gsm8k", "answer-tag", "code") and ``verifier``, the identifier recorded in
+  every run config and eval result (the task's name, its grader's version and its options, e.g.
+  ``math@1:last-box``); ``tandem compare`` refuses to put runs of different verifiers in one table;
+- ``load(benchmark, limit, split=None) -> rows``: dicts with at least ``benchmark``, ``problem_id``,
+  ``question`` (the problem as shown to the model) and ``gold`` (what the verifier checks against:
+  an answer string, or for code a description of the tests), plus whatever else the task needs;
+- ``prompt(row) -> str``: the user message of the chat (the chat template is applied by the caller);
+- ``grade(responses, rows) -> [Grade]``: batched; a ``Grade`` is the task's correctness reward in
+  [0, 1] (binary for every built-in task), a short reason and details (``pass_fraction`` for code).
+
+Built in (``TASKS``; conventions in ``docs/tasks.md``): ``math`` (``tasks.answers.MathTask``, the
+paper's last-``\\boxed{}`` verifier of ``rewards.math`` unchanged), ``gsm8k`` (``####`` answer, else
+the last number), ``answer-tag`` (exact match inside the last ``<answer>...</answer>``, normalised)
+and ``code`` (``tasks.code.CodeTask``: programs run against unit tests in ``tandem_rlvr.sandbox``).
+
+Where runs use it: ``tandem eval solo|handoff --task T`` (``eval.sampler``) and ``tandem grade``
+(``tasks.grade``). ``load_problems`` turns a task's rows into the ``data.benchmarks.Problem``
+records the evaluation layer fingerprints and samples from.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from ..errors import TandemError
+from .base import Grade, Task
+
+
+def _builtin() -> dict[str, Task]:
+    from .answers import AnswerTagTask, Gsm8kTask, MathTask
+
+    return {t.name: t for t in (MathTask(), Gsm8kTask(), AnswerTagTask())}
+
+
+TASKS: dict[str, Task] = _builtin()
+
+
+def get_task(name: str) -> Task:
+    """The task registered as ``name``; a ``TandemError`` lists the valid names otherwise."""
+    try:
+        return TASKS[name]
+    except (KeyError, TypeError):
+        raise TandemError(f"unknown task {name!r}; valid: {', '.join(sorted(TASKS))}") from None
+
+
+def task_for_eval(name: str, *, instruction: str, answer_mode: str) -> Task:
+    """The task an evaluation runs: ``math`` takes the eval's instruction and answer mode; the other
+    tasks have their own prompt and grader, so a non-default answer mode for them is an error."""
+    from dataclasses import replace
+
+    from ..rewards.math import ANSWER_MODES, check_answer_mode
+
+    task = get_task(name)
+    if name == "math":
+        return replace(task, instruction=instruction, answer_mode=check_answer_mode(answer_mode))
+    if answer_mode != ANSWER_MODES[0]:
+        raise TandemError(f"--answer-mode {answer_mode} applies to the math task only (task {name} has its own grader)")
+    return task
+
+
+def gold_text(gold) -> str:
+    """A row's gold as text (what a ``Problem`` records and fingerprints): strings as they are, else JSON."""
+    return gold if isinstance(gold, str) else json.dumps(gold, sort_keys=True)
+
+
+def load_problems(task: Task, specs: Sequence[str], *, split: str | None = None,
+                  limit: int | None = None) -> dict:
+    """``{benchmark: [Problem]}`` of ``task``'s rows for each spec; a row rides along as ``Problem.meta``.
+
+    ``Problem.problem`` is the row's question and ``Problem.answer`` its gold as text, so a problem's
+    fingerprint covers exactly what the model sees and what it is graded against.
+    """
+    from ..data.benchmarks import Problem
+
+    out: dict[str, list[Problem]] = {}
+    for spec in specs:
+        rows = task.load(spec, limit, split=split)
+        name = rows[0]["benchmark"] if rows else spec
+        if name in out:
+            raise TandemError(f"two benchmark specs resolve to the same name {name!r} (second: {spec})")
+        out[name] = [Problem(r["benchmark"], str(r["problem_id"]), r["question"], gold_text(r["gold"]),
+                             r.get("solution"), meta=r) for r in rows]
+    return out
+
+
+__all__ = ["Grade", "TASKS", "Task", "get_task", "gold_text", "load_problems", "task_for_eval"]
