@@ -80,7 +80,7 @@ def test_training_rerun_after_a_kill_reproduces_the_step_values(setup, tmp_path,
         return [float(len(c) % 2) for c in completions]
 
     parity_reward.__name__ = "accuracy_reward"
-    monkeypatch.setattr(train_module, "accuracy_reward", parity_reward)
+    monkeypatch.setattr(train_module, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
     cfg = _cfg(setup, tmp_path, max_steps=2, save_every=1, eval_every=0)
     train(cfg, print_fn=lambda *_: None)
     log = tmp_path / "run" / "log.jsonl"

@@ -312,7 +312,9 @@ class Judge:
         return out, stats
 
     def close(self) -> None:
-        if hasattr(self.backend, "close"):
+        """Free the backend and the cache (idempotent)."""
+        if self.backend is not None and hasattr(self.backend, "close"):
             self.backend.close()
         if self.cache is not None:
             self.cache.close()
+        self.backend = self.cache = None
