@@ -3,65 +3,15 @@ a local model on our hf engine, the on-disk cache, and failures as None (never a
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from judge_helpers import FakeJudgeServer
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rewards.judge import Judge, JudgeSettings, parse_verdict, template_text
 
 pytest.importorskip("openai")
-
-
-class FakeJudgeServer:
-    """/v1/models and /v1/chat/completions on localhost. ``mode``: "grade" answers BASHY when the
-    prompt's solution says "every pair", else ELEGANT; "error" answers 500; "hang" never answers."""
-
-    def __init__(self, mode: str = "grade"):
-        self.mode, self.requests, self.release = mode, [], threading.Event()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, body):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": "fake-judge", "object": "model"}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                if outer.mode == "hang":
-                    outer.release.wait(30)
-                    return
-                if outer.mode == "error":
-                    return self._send(500, {"error": {"message": "boom"}})
-                prompt = body["messages"][-1]["content"]
-                verdict = "BASHY" if "every pair" in prompt else "ELEGANT"
-                self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": f"Reasoning.\n{verdict}"}}]})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
