@@ -76,7 +76,7 @@ def cmd_eval(a, mode: str):
     cfg = EvalConfig(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
                      schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
                      split=a.split, limit=a.limit, n=a.n, sampling=sampling_from_args(a), template=a.template,
-                     instruction=a.instruction, answer_mode=a.answer_mode, seed=a.seed, p=a.p, K=a.K,
+                     instruction=a.instruction, answer_mode=a.answer_mode, task=a.task, seed=a.seed, p=a.p, K=a.K,
                      device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
                      batch_size=a.batch_size, engine=engine_of(a), vllm_settings=vllm_settings(a),
                      server=server_settings(a))
@@ -250,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
         template_flag(x)
         answer_mode_flag(x)
+        x.add_argument("--task", default="math", help="what is asked and how it is graded: math (default), gsm8k, "
+                       "answer-tag, code (docs/tasks.md); recorded as the run's verifier")
         engine_flags(x, server=True)
         if mode == "handoff":
             schedule_flags(x, "paragraph-roundrobin")
@@ -261,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register(sub, esub)  # eval legibility, eval drift, compare, report
     register_study(sub)  # study drift (recipes/study.py, docs/drift_world.md)
+
+    from .tasks.grade import register as register_grade
+
+    register_grade(sub)  # grade (tasks/grade.py, docs/tasks.md)
     return P
 
 

@@ -447,6 +447,7 @@ class EvalConfig:
     template: str = "auto"
     instruction: str = DEFAULT_INSTRUCTION
     answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
+    task: str = "math"  # tasks.TASKS: prompt and verifier (docs/tasks.md)
     seed: int = 0
     p: float = 0.5
     K: int = 32
@@ -475,6 +476,9 @@ class EvalConfig:
         if self.mode == "handoff" and self.schedule == "senior":
             raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
         check_answer_mode(self.answer_mode)
+        from .tasks import task_for_eval
+
+        task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode)  # a bad name fails here
         user_message("", self.instruction)  # an unknown instruction name fails here, before any loading
 
     @property

@@ -4,7 +4,8 @@ Two sampling runs in one table (the solo runs; the handoff runs of one label) an
 paired t-test must measure the same quantity on the same problems. So:
 
 - **settings** (``COMPARED``) must agree: schedule (name, p, K, ...), sampling (temperature,
-  top-p, top-k, max new tokens), n, template, instruction, answer mode (the verifier), the
+  top-p, top-k, max new tokens), n, template, instruction, answer mode, task and verifier
+  (``tasks``; a run made before they were recorded is the math task's verifier), the
   models' compute dtype (where both runs record it); for
   handoff runs the junior, by the fingerprint of its files (by path for runs made before
   fingerprints); and per benchmark the problem set (count and fingerprint: another
@@ -30,11 +31,11 @@ import json
 import logging
 
 from ..errors import TandemError
-from .runs import INPUTS, EvalRun, problem_of, set_change
+from .runs import INPUTS, EvalRun, legacy_defaults, problem_of, set_change
 
 log = logging.getLogger("tandem_rlvr")
 
-COMPARED = ("schedule", "sampling", "n", "template", "instruction", "answer_mode", "dtype")
+COMPARED = ("schedule", "sampling", "n", "template", "instruction", "answer_mode", "task", "verifier", "dtype")
 RECORDED_LATER = ("dtype",)  # compared only where both runs record it
 EXEMPT = ("models", "seed", "engine", "ks")
 
@@ -50,6 +51,13 @@ def model_identity(config: dict, role: str) -> str:
     fp = ((config.get(INPUTS) or {}).get("models") or {}).get(role)
     name = model_name((config.get("models") or {}).get(role))
     return f"{name} [{fp}]" if fp else name
+
+
+def _setting(config: dict, key: str):
+    """A run's recorded ``key``; the task and verifier of a run made before they were recorded are math's."""
+    if key in ("task", "verifier") and key not in config:
+        return legacy_defaults(config)[key]
+    return config.get(key)
 
 
 def _same_model(a: dict, b: dict, role: str) -> bool:
@@ -77,7 +85,7 @@ def settings_differences(runs: dict[str, EvalRun], what: str, handoff: bool) -> 
     for name, run in rest:
         pair = f"{ref_name} and {name}"
         for key in COMPARED:
-            a, b = ref.config.get(key), run.config.get(key)
+            a, b = (_setting(ref.config, key), _setting(run.config, key))
             if a != b and not (key in RECORDED_LATER and (a is None or b is None)):
                 out.append(f"{what} runs {pair} differ in {key} ({_text(a)} vs {_text(b)})")
         if handoff and not _same_model(ref.config, run.config, "junior"):

@@ -45,7 +45,7 @@ CONFIG, SAMPLES, METRICS, SOURCES = "config.json", "samples.jsonl", "metrics.jso
 SAMPLE_TYPES = {"benchmark": (str,), "problem_id": (str, int), "sample_idx": (int,), "correct": (bool,),
                 "token_ids": (list,), "senior_mask": (list,)}
 OPTIONAL_TYPES = {"response": (str,), "senior_share": (int, float), "tokens": (int,), "finished": (bool,),
-                  "answer": (str,), "problem_fp": (str,)}
+                  "answer": (str,), "problem_fp": (str,), "reason": (str,)}
 INPUTS = "inputs"  # config.json's fingerprints (``fingerprint``): models and benchmark sets
 
 
@@ -241,8 +241,16 @@ def check_config(out: Path, config: dict) -> None:
                               "cannot be checked against the model and problems now; use a new --out directory")
         check_inputs(path, old[INPUTS], config[INPUTS])
     if not refuse_other_config(path, config, "use a new --out directory", ignore=(INPUTS,),
-                               defaults={"engine": "hf"}):  # runs written before --engine existed
+                               defaults=legacy_defaults(read_config(path)) if path.exists() else None):
         write_json(path, config)
+
+
+def legacy_defaults(config: dict) -> dict:
+    """What a run recorded before a setting existed: engine ``hf`` (before --engine), task ``math`` and
+    its verifier under the run's answer mode (before --task: every run was the math task)."""
+    from ..tasks.answers import MathTask
+
+    return {"engine": "hf", "task": "math", "verifier": MathTask(answer_mode=config.get("answer_mode", "last-box")).verifier}
 
 
 def check_inputs(path: Path, old: dict, new: dict) -> None:

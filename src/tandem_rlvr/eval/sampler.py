@@ -6,14 +6,15 @@ this module samples and scores.
 Used by ``tandem eval solo`` (schedule ``senior``), ``tandem eval handoff`` (paragraph or
 word schedules with any junior) and the demo. Output, in ``out``:
 
-- ``config.json``: models, schedule, sampling, template, instruction, answer mode, n, dtype,
-  benchmarks, and ``inputs``: fingerprints of the senior's and junior's files and of each
+- ``config.json``: models, schedule, sampling, template, instruction, answer mode, task and its
+  verifier (``tasks``: the prompt and the grader; ``math`` by default), n, dtype, benchmarks, and ``inputs``: fingerprints of the senior's and junior's files and of each
   benchmark's problem set (``fingerprint``). Written first; a resume with other inputs or
   another config is refused with a line naming what changed (``runs.check_config``), and so
   is a row whose problem text or answer no longer matches (``runs.check_problems``).
 - ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
-  correct, senior_share, tokens (count), token_ids, senior_mask, seed, the gold answer and
-  the problem's fingerprint (``problem_fp``). A problem's n rows
+  correct, senior_share, tokens (count), token_ids, senior_mask, seed, the gold answer,
+  the grader's ``reason`` (passed, wrong answer, failed test 2, timeout, ...) and the problem's
+  fingerprint (``problem_fp``). A problem's n rows
   are appended together once all are done, so an interrupted run resumes at the first
   unfinished problem without redoing finished ones.
 - ``metrics.json``: pass@k mean and bootstrap SE per benchmark and "macro", senior share
@@ -43,7 +44,6 @@ from ..errors import TandemError
 from ..fingerprint import problem_fingerprint, problem_set_fingerprint
 from ..progress import progress_bar
 from ..prompting import DEFAULT_INSTRUCTION, encode_prompt, format_prompt
-from ..rewards.math import score
 from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
 from .metrics import pass_at_k_summary
 from .runs import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
@@ -68,6 +68,7 @@ class EvalSpec:
     ks: Sequence[int]
     instruction: str = DEFAULT_INSTRUCTION  # prompting.INSTRUCTIONS name (chat prompts)
     answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
+    task: str = "math"  # tasks.TASKS: the prompt and the verifier
     engine: str = "hf"  # engines.ENGINES
     dtype: str | None = None  # the models' compute dtype ("float32", "bfloat16"); None: not known (models in memory)
     # {"senior": ..., "junior": ...} fingerprints of the model files (``fingerprint.model_fingerprint``);
@@ -78,7 +79,13 @@ class EvalSpec:
         return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
                 "instruction": self.instruction, "answer_mode": self.answer_mode, "seed": self.seed,
                 "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine,
-                "dtype": self.dtype}
+                "dtype": self.dtype, "task": self.task, "verifier": self.grader().verifier}
+
+    def grader(self):
+        """The task that prompts and grades this run (``tasks.task_for_eval``)."""
+        from ..tasks import task_for_eval
+
+        return task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode)
 
     def run_config(self, problems: dict[str, list[Problem]]) -> dict:
         """config.json's content: ``to_dict`` plus the fingerprints of every input (``INPUTS``)."""
@@ -145,13 +152,14 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
 
     ``cfg`` says what to sample (see ``config.EvalConfig``; defaults are the paper's evaluation).
     """
-    from ..data.benchmarks import load_benchmarks
     from ..engines import open_decoder
     from ..fingerprint import model_fingerprint
     from ..models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
     from ..prompting import resolve_template
+    from ..tasks import load_problems, task_for_eval
 
-    problems = load_benchmarks(list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
+    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode)
+    problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name
     dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
     try:
@@ -164,7 +172,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         spec = EvalSpec(n=cfg.n, sampling=cfg.sampling, schedule=dec.schedule.describe(),
                         template=resolve_template(tok, cfg.template), seed=cfg.seed,
                         ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=cfg.instruction,
-                        answer_mode=cfg.answer_mode, engine=cfg.engine, fingerprints=fingerprints,
+                        answer_mode=cfg.answer_mode, task=cfg.task, engine=cfg.engine, fingerprints=fingerprints,
                         dtype=str(resolve_dtype(cfg.dtype, resolve_device(cfg.device))).removeprefix("torch."),
                         models=served or {
                             "senior": abs_spec(cfg.senior, NAMED_MODELS),
@@ -176,23 +184,38 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     return metrics
 
 
+def task_row(p: Problem) -> dict:
+    """The task row of a problem: its loader's row (``Problem.meta``) with the fingerprinted fields on top."""
+    return {**p.meta, "benchmark": p.benchmark, "problem_id": str(p.problem_id), "question": p.problem,
+            "gold": p.answer, "solution": p.solution}
+
+
+def prompt_text(tokenizer, task, p: Problem, template: str) -> str:
+    """The prompt of ``p``: the task's user message in the chat template; the bare problem under ``plain``."""
+    if template == "plain":
+        return format_prompt(tokenizer, p.problem, template)
+    return format_prompt(tokenizer, task.prompt(task_row(p)), template, "none")
+
+
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
+    task = spec.grader()
     prompts, seeds, meta = [], [], []
     for p in chunk:
-        ids = encode_prompt(tokenizer, format_prompt(tokenizer, p.problem, spec.template, spec.instruction))
+        ids = encode_prompt(tokenizer, prompt_text(tokenizer, task, p, spec.template))
         for s in range(spec.n):
             prompts.append(ids)
             seeds.append(row_seed(spec.seed, problem_key(p), s))
             meta.append((p, s))
     roll = decoder.generate(prompts, seeds)
     share = roll.senior_share.tolist()
+    toks = [roll.row_tokens(b) for b in range(len(meta))]
+    texts = [tokenizer.decode(t, skip_special_tokens=True) for t in toks]
+    grades = task.grade(texts, [task_row(p) for p, _ in meta])
     rows = []
-    for b, (p, s) in enumerate(meta):
-        toks = roll.row_tokens(b)
-        text = tokenizer.decode(toks, skip_special_tokens=True)
-        rows.append({"benchmark": p.benchmark, "problem_id": str(p.problem_id), "sample_idx": s, "response": text,
-                     "correct": bool(score(text, p.answer, answer_mode=spec.answer_mode)), "senior_share": share[b], "tokens": len(toks),
-                     "finished": bool(roll.finished[b]), "token_ids": toks, "senior_mask": roll.row_mask(b),
+    for b, ((p, s), g) in enumerate(zip(meta, grades, strict=True)):
+        rows.append({"benchmark": p.benchmark, "problem_id": str(p.problem_id), "sample_idx": s, "response": texts[b],
+                     "correct": g.score == 1.0, "reason": g.reason, "senior_share": share[b], "tokens": len(toks[b]),
+                     "finished": bool(roll.finished[b]), "token_ids": toks[b], "senior_mask": roll.row_mask(b),
                      "seed": seeds[b], "answer": p.answer, "problem_fp": problem_fingerprint(p)})
     return rows
 

@@ -33,8 +33,9 @@ from .base import Grade, Task
 
 def _builtin() -> dict[str, Task]:
     from .answers import AnswerTagTask, Gsm8kTask, MathTask
+    from .code import CodeTask
 
-    return {t.name: t for t in (MathTask(), Gsm8kTask(), AnswerTagTask())}
+    return {t.name: t for t in (MathTask(), Gsm8kTask(), AnswerTagTask(), CodeTask())}
 
 
 TASKS: dict[str, Task] = _builtin()

@@ -1,0 +1,11 @@
+"""The code sandbox: run untrusted Python programs, one process each, contained and limited.
+
+``run_program(source, stdin, limits, slot) -> Outcome`` and ``run_pool(jobs, workers)`` (a bounded
+pool) are in ``runner``; the launcher that isolates a program (``_launch.py``) and the in-process
+guard (``_guard.py``) run in the child. What is contained, and how, on which OS: docs/tasks.md,
+"The sandbox".
+"""
+
+from .runner import Limits, Outcome, run_pool, run_program, sandbox_python
+
+__all__ = ["Limits", "Outcome", "run_pool", "run_program", "sandbox_python"]

@@ -1,0 +1,174 @@
+"""``tandem grade``: grade another system's responses (JSONL) with a task's verifier, resumably.
+
+    tandem grade --task code --benchmark humaneval --responses answers.jsonl --out graded/
+
+Input: one JSON object a line with ``problem_id`` (a problem of ``--benchmark``) and ``response``
+(text); every other column is kept. Output in ``--out``:
+
+- ``config.json``: task, verifier, benchmark, split, the responses file's rows and SHA-256 (and its
+  path, which may change); a re-run with other settings or another responses file is refused;
+- ``graded.jsonl``: one row per input row, in input order: the input's columns plus ``score``
+  (the task's reward in [0, 1]), ``reason`` (passed, wrong answer, failed test K, timeout, memory,
+  crashed, no code found, ...) and ``details`` (``pass_fraction`` and test count for code);
+  these three column names are the grader's (an input column of the same name is replaced);
+- ``summary.json``: responses, mean score, the count of each reason, written last.
+
+Rows are graded in chunks, in parallel (the code task's sandbox pool), and each chunk is appended
+and synced before the next, so an interrupted run resumes at the first ungraded row; a finished run
+re-run is a no-op. Bad input (unreadable JSON, a missing or mistyped field, an unknown problem id)
+is a one-line error naming file and line, checked before anything is graded or written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+
+from ..errors import TandemError
+from ..io import read_json, write_json
+from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
+from . import get_task
+
+log = logging.getLogger("tandem_rlvr")
+
+CONFIG, GRADED, SUMMARY = "config.json", "graded.jsonl", "summary.json"
+CHUNK = 64
+
+
+def read_responses(path: Path) -> list[dict]:
+    """The responses file's rows; TandemError naming file:line for any malformed one."""
+    if not path.is_file():
+        raise TandemError(f"--responses {path}: no such file")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TandemError(f"{where}: malformed JSON line ({e.msg})") from None
+            if not isinstance(row, dict) or "problem_id" not in row or "response" not in row:
+                raise TandemError(f"{where}: each line must be an object with problem_id and response")
+            if not isinstance(row["response"], str) or not isinstance(row["problem_id"], (str, int)) \
+                    or isinstance(row["problem_id"], bool):
+                raise TandemError(f"{where}: response must be a string and problem_id a string or an integer")
+            rows.append(row)
+    if not rows:
+        raise TandemError(f"--responses {path}: no responses")
+    return rows
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def _done_rows(path: Path, inputs: list[dict]) -> list[dict]:
+    """Graded rows already written; a torn last line (an interrupted write) is dropped and the file rewritten."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) and not text.endswith("\n"):
+                log.warning("%s: dropping a torn last line from an interrupted run", path)
+                path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+                break
+            raise TandemError(f"{path}:{i}: malformed JSON line") from None
+    if len(rows) > len(inputs) or any(str(r.get("problem_id")) != str(x["problem_id"]) for r, x in zip(rows, inputs)):
+        raise TandemError(f"{path}: its rows do not follow the responses file; use a new --out directory")
+    return rows
+
+
+def summarize(rows: list[dict], config: dict) -> dict:
+    scores = [r["score"] for r in rows]
+    return {"task": config["task"], "verifier": config["verifier"], "benchmark": config["benchmark"],
+            "responses": len(rows), "mean_score": sum(scores) / len(scores) if scores else 0.0,
+            "reasons": dict(Counter(r["reason"] for r in rows).most_common())}
+
+
+def grade_file(task_name: str, benchmark: str, responses: str | os.PathLike, out: str | os.PathLike,
+               split: str | None = None, workers: int | None = None) -> dict:
+    """Grade every row of ``responses`` against ``benchmark`` with ``task_name``'s verifier; the summary."""
+    from dataclasses import replace
+
+    task = get_task(task_name)
+    if workers is not None:
+        if workers < 1:
+            raise TandemError(f"--workers must be >= 1, got {workers}")
+        if hasattr(task, "workers"):
+            task = replace(task, workers=workers)
+    path = Path(responses).expanduser()
+    inputs = read_responses(path)
+    problems = {str(r["problem_id"]): r for r in task.load(benchmark, split=split)}
+    for i, row in enumerate(inputs):
+        if str(row["problem_id"]) not in problems:
+            raise TandemError(f"{path}: row {i + 1}: problem_id {row['problem_id']!r} is not a problem of {benchmark} "
+                              f"({len(problems)} problems)")
+    config = {"task": task.name, "verifier": task.verifier, "benchmark": benchmark, "split": split,
+              "responses": {"rows": len(inputs), "sha256": _sha256(path)}, "responses_path": str(path.resolve())}
+    dir_was_new = not Path(out).expanduser().exists()
+    out = output_dir(out)
+    with RunLock(out):
+        fresh, wrote = not (out / CONFIG).exists(), False
+        try:
+            if not refuse_other_config(out / CONFIG, config, "use a new --out directory", ignore=("responses_path",)):
+                write_json(out / CONFIG, config)
+            if (out / SUMMARY).is_file():
+                return read_json(out / SUMMARY)
+            done = _done_rows(out / GRADED, inputs)
+            if done:
+                log.info("resuming %s: %d of %d responses graded", out, len(done), len(inputs))
+            with open(out / GRADED, "a", encoding="utf-8") as f:
+                for start in range(len(done), len(inputs), CHUNK):
+                    chunk = inputs[start:start + CHUNK]
+                    grades = task.grade([r["response"] for r in chunk], [problems[str(r["problem_id"])] for r in chunk])
+                    new = [{**r, "score": g.score, "reason": g.reason, "details": g.details} for r, g in zip(chunk, grades)]
+                    f.write("".join(json.dumps(r) + "\n" for r in new))
+                    f.flush()
+                    os.fsync(f.fileno())
+                    wrote = True
+                    done.extend(new)
+            summary = summarize(done, config)
+            write_json(out / SUMMARY, summary)
+        except BaseException:
+            if fresh and not wrote:
+                remove_failed_start(out, [CONFIG, GRADED], dir_was_new)
+            raise
+    return summary
+
+
+def cmd_grade(a) -> None:
+    summary = grade_file(a.task, a.benchmark, a.responses, a.out, a.split, a.workers)
+    reasons = ", ".join(f"{k} {v}" for k, v in summary["reasons"].items())
+    print(f"{summary['responses']} responses graded by {summary['verifier']} on {summary['benchmark']}: "
+          f"mean score {summary['mean_score']:.3f} ({reasons}); rows in {Path(a.out) / GRADED}")
+
+
+def register(sub) -> None:
+    """Add ``tandem grade`` to the command parser's subparsers."""
+    g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
+    g.add_argument("--task", default="math", help="math (default), gsm8k, answer-tag or code (docs/tasks.md)")
+    g.add_argument("--benchmark", required=True, help="the problems the responses answer: a name (humaneval, mbpp, "
+                   "mbpp-full, apps-sample, gsm8k, ...), a local file, or a hub id")
+    g.add_argument("--responses", required=True, help="JSONL file: one object a line with problem_id and response; "
+                   "other columns are kept")
+    g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")
+    g.add_argument("--split", default=None, help="split for registered or hub benchmarks")
+    g.add_argument("--workers", type=int, default=None, help="programs run at once (code; default: CPUs, at most 8)")
+    g.set_defaults(fn=cmd_grade)
