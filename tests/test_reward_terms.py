@@ -54,6 +54,7 @@ def test_length_penalty_is_the_replications_r_correct_minus_coef_tokens_over_cei
     ("math", "\\boxed{3}", "\\boxed{3"),  # an unclosed box states no answer
     ("gsm8k", "so #### 3", "so 3"),
     ("answer-tag", "<answer>3</answer>", "<answer>3"),
+    ("code", "here:\n```python\nprint(3)\n```", "```js\nconsole.log(3)\n```"),
 ])
 def test_format_term_is_one_where_the_answer_has_the_tasks_form(task, good, bad):
     funcs, _ = build_terms(parse_terms("format"), get_task(task), ceiling=10)
@@ -167,3 +168,19 @@ def test_user_reward_returning_the_wrong_count_is_an_error_naming_it(tmp_path):
     fn = load_reward(f"{_write_reward(tmp_path)}:wrong_length")
     with pytest.raises(TandemError, match="wrong_length.*returned 1 rewards for 2"):
         fn(prompts=["a", "b"], completions=["x", "y"])
+
+
+def test_code_task_terms_run_the_tests_once_and_log_the_pass_fraction():
+    task = get_task("code")
+    row = next(r for r in task.load("humaneval", 3))
+    good = "```python\n" + row["gold"]["prompt"] + row["solution"] + "```" if row.get("solution") else None
+    if good is None:
+        pytest.skip("the shipped HumanEval rows carry no canonical solution")
+    funcs, weights = build_terms(parse_terms("correct,format"), task, ceiling=10)
+    logged = {}
+    rows = [json.dumps(row, sort_keys=True, default=str)] * 2
+    per = [f(prompts=["q", "q"], completions=[good, "no code here, sorry"], task_row=rows,
+             log_metric=lambda k, v: logged.setdefault(k, v)) for f in funcs]
+    # the canonical solution passes every test; prose is "the whole completion", which fails to run
+    assert per == [[1.0, 0.0], [1.0, 0.0]]
+    assert logged["correct/pass_fraction"] == pytest.approx(0.5)  # (1 + 0) / 2

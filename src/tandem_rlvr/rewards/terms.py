@@ -12,7 +12,8 @@ as ``reward`` (our log: ``reward/mean``). The terms:
   included; ceiling = ``length_ceiling`` or the run's ``max_new_tokens``. With ``correct`` it
   is the replication's R = correct - 0.2 * tokens / ceiling.
 - ``format`` (coef 0.1): 1 if the response states its answer in the task's form (a closed
-  ``\\boxed{}``, ``#### x``, ``<answer>...</answer>``, a fenced code block), else 0.
+  ``\\boxed{}``, ``#### x``, ``<answer>...</answer>``, a closed python or unlabelled
+  code block), else 0.
 - ``judge`` (coef 0.5): a judge model's verdict v in [0, 1] on each correct response
   (``rewards.judge``), 0 on incorrect ones. ``judge_mode`` multiply: the term is v x correct,
   so correct x (1 + coef x v): coef 0.5 is the replication's x1.5 for elegant correct
@@ -44,7 +45,7 @@ JUDGE_MODES = ("multiply", "add")
 ANSWER_FORMS = {
     "gsm8k": re.compile(r"####\s*\S"),
     "answer-tag": re.compile(r"<answer>.*?</answer>", re.S),
-    "code": re.compile(r"```[^\n`]*\n.*?```", re.S),
+    "code": re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n.*?```", re.S | re.I),  # a closed python/unlabelled block
 }
 
 
