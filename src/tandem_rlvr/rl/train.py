@@ -30,7 +30,7 @@ from ..data.benchmarks import Problem
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
 from ..models import Pair, load_pair
-from ..prompting import encode_prompt, format_prompt, plain_prompt, resolve_template
+from ..prompting import encode_prompt, resolve_template
 from ..runtime import invocation
 from .precision import RolloutModel, precision, save_in_dtype
 from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
@@ -89,19 +89,18 @@ class Prepared:
     task: object = None  # tasks.Task
 
     def prompt_text(self, p: Problem) -> str:
-        """The prompt of problem ``p``: math as before (``format_prompt``); another task's user message
-        (``Task.prompt``) under the chat template, or followed by a blank line under ``plain``."""
-        if self.cfg.task == "math":
-            return format_prompt(self.pair.tokenizer, p.problem, self.template, self.cfg.instruction)
-        content = self.task.prompt(p.meta)
-        if self.template == "plain":
-            return plain_prompt(content)
-        return self.pair.tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                       add_generation_prompt=True, enable_thinking=False)
+        """The prompt of problem ``p``, exactly as ``tandem eval`` builds it (``eval.sampler.prompt_text``):
+        the task's user message under the chat template, the bare problem under ``plain``; for math
+        that is today's ``format_prompt`` with the run's instruction."""
+        from ..eval.sampler import prompt_text
+
+        return prompt_text(self.pair.tokenizer, self.task, p, self.template)
 
     def grade(self, texts: list[str], problems: list[Problem]) -> list[float]:
         """The task's correctness of each response (validation accuracy)."""
-        return [float(g.score) for g in self.task.grade(list(texts), [p.meta for p in problems])]
+        from ..eval.sampler import task_row
+
+        return [float(g.score) for g in self.task.grade(list(texts), [task_row(p) for p in problems])]
 
 
 def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
@@ -314,6 +313,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from accelerate import PartialState
     from transformers import PrinterCallback, ProgressCallback
 
+    from ..eval.sampler import task_row
     from .callbacks import RunLog, Validation
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
@@ -328,7 +328,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     tok = prep.pair.tokenizer
     # task_row: the task's row as JSON (nested gold such as unit tests fits any Arrow schema), for the reward terms
     rows = [{"prompt": prep.prompt_text(p), "answer": p.answer, "problem_id": str(p.problem_id),
-             "task_row": json.dumps(p.meta, sort_keys=True, default=str)} for p in prep.train]
+             "task_row": json.dumps(task_row(p), sort_keys=True, default=str)} for p in prep.train]
     ds = datasets.Dataset.from_list(rows)
     engine = None
     if cfg.engine == "vllm":
