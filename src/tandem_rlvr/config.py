@@ -257,6 +257,13 @@ class TrainConfig:
             raise TandemError("reward term 'judge' and --judge MODEL go together (the judge grades for that term)")
         if self.judge:
             self.judge_settings()
+        else:  # checked even unused, so a config file's typo is caught before it matters
+            from .rewards.judge import check_parser, template_text
+
+            if not isinstance(self.judge_template, str) or not isinstance(self.judge_parser, str):
+                raise TandemError("judge_template and judge_parser must be strings")
+            template_text(self.judge_template)
+            check_parser(self.judge_parser)
         if self.judge_mode not in ("multiply", "add"):
             raise TandemError(f"unknown judge_mode {self.judge_mode!r}; valid: multiply, add")
 

@@ -247,21 +247,30 @@ class LocalBackend:
             DecoderSetup(s.model, sampling=greedy, device=s.device, dtype=s.dtype), "senior")
 
     def complete(self, prompts: list[str]) -> list[str | None]:
-        from ..prompting import encode_prompt, format_prompt
-
         out: list[str | None] = []
         n = self.settings.batch_size
         for i in range(0, len(prompts), n):
             part = prompts[i:i + n]
             try:
-                ids = [encode_prompt(self.tok, format_prompt(self.tok, p, "auto", "none")) for p in part]
-                roll = self.decoder.generate(ids, [0] * len(ids))
-                out += [self.tok.decode(roll.row_tokens(b), skip_special_tokens=True) for b in range(len(ids))]
+                out += self._generate(part)
             except Exception as e:  # noqa: BLE001 (a judge failure is a logged zero, never a crash mid-run)
-                log.warning("judge %s: a batch of %d failed (%s: %s)", self.settings.model, len(part),
-                            type(e).__name__, str(e)[:200])
-                out += [None] * len(part)
+                log.warning("judge %s: a batch of %d failed (%s: %s); judging its rows one by one",
+                            self.settings.model, len(part), type(e).__name__, str(e)[:200])
+                out += [self._one(p) for p in part]  # one bad row (e.g. over the context) fails alone
         return out
+
+    def _generate(self, prompts: list[str]) -> list[str]:
+        from ..prompting import encode_prompt, format_prompt
+
+        ids = [encode_prompt(self.tok, format_prompt(self.tok, p, "auto", "none")) for p in prompts]
+        roll = self.decoder.generate(ids, [0] * len(ids))
+        return [self.tok.decode(roll.row_tokens(b), skip_special_tokens=True) for b in range(len(ids))]
+
+    def _one(self, prompt: str) -> str | None:
+        try:
+            return self._generate([prompt])[0]
+        except Exception:  # noqa: BLE001 (already logged for its batch)
+            return None
 
     def close(self) -> None:
         self._close()

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TandemError
+from .judge import JudgeStats
 
 DEFAULT_COEF = {"correct": 1.0, "length": 0.2, "format": 0.1, "judge": 0.5, "user": 1.0}
 TERMS = tuple(DEFAULT_COEF)
@@ -190,12 +191,12 @@ class JudgeTerm(_Term):
             row = json.loads(rows_json[i])
             question = str(row.get("question", completion_text(prompts[i]) if prompts else ""))
             items.append((question, texts[i], str(row.get("gold", row.get("answer", "")))))
-        verdicts, stats = self.judge.verdicts(items) if items else ([], None)
+        verdicts, stats = self.judge.verdicts(items) if items else ([], JudgeStats())
         out = [0.0] * len(texts)
         for i, v in zip(judged, verdicts):
             out[i] = 0.0 if v is None else v * (scores[i] if self.mode == "multiply" else 1.0)
         log_metric = kwargs.get("log_metric")
-        if log_metric and stats is not None:
+        if log_metric:  # every step logs the counters (zeros when no response was correct)
             for key in ("asked", "cached", "queried", "failed"):
                 log_metric(f"judge/{'failures' if key == 'failed' else key}", float(getattr(stats, key)))
             ok = [v for v in verdicts if v is not None]
