@@ -100,7 +100,7 @@ HAZARDS = {  # HumanEval/0 responses: what each does -> the reason recorded
 
 def test_each_hazard_scores_zero_with_its_reason():
     row = _row("humaneval", "HumanEval/0")
-    task = CodeTask(limits=Limits(wall_s=5, cpu_s=5), workers=2)
+    task = CodeTask(limits=Limits(wall_s=60, cpu_s=3), workers=2)  # the loop ends on CPU time, not the clock
     grades = task.grade(list(HAZARDS), [row] * len(HAZARDS))
     assert [(g.score, g.reason) for g in grades] == [(0.0, r) for r in HAZARDS.values()]
 
@@ -144,3 +144,27 @@ def test_an_unreachable_hub_id_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(TandemError, match="cannot load codeparrot/apps from the Hugging Face hub"):
         load_code("codeparrot/apps")
+
+
+def test_the_verifier_names_the_python_that_runs_the_programs():
+    from tandem_rlvr.sandbox import run_program
+
+    out = run_program("import sys\nprint('%d.%d' % sys.version_info[:2])", "", Limits(wall_s=30))
+    assert CodeTask().verifier == f"code@1:py{out.stdout.strip()}"
+
+
+def test_a_hub_id_goes_through_datasets_load_dataset_with_its_split(monkeypatch):
+    """The hub path itself, fed locally: load_dataset is asked for the id and split, its rows become APPS rows."""
+    import datasets
+
+    raw = [json.loads(x) for x in (PACKAGE_DATA / "code" / "apps_sample.jsonl").read_text().splitlines()]
+    asked = []
+
+    def fake(hub_id, split=None):
+        asked.append((hub_id, split))
+        return datasets.Dataset.from_list(raw)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    rows = load_code("codeparrot/apps:train", limit=3)
+    assert asked == [("codeparrot/apps", "train")] and [r["problem_id"] for r in rows] == ["1", "111", "2404"]
+    assert rows[0]["benchmark"] == "apps" and rows[2]["gold"]["fn_name"] == "findKthPositive"

@@ -267,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .tasks.grade import register as register_grade
 
     register_grade(sub)  # grade (tasks/grade.py, docs/tasks.md)
+
+    from .eval.probe import register as register_probe
+
+    register_probe(sub)  # probe forced-junior (eval/probe.py, docs/tasks.md)
     return P
 
 

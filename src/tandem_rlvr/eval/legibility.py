@@ -48,7 +48,7 @@ from ..io import atomic_write, write_json
 from ..rundir import abs_spec, output_dir
 from ..runtime import invocation
 from ..progress import progress_bar
-from .runs import INPUTS, EvalRun, check_problems, read_legibility, read_run, run_problems  # noqa: F401 (read_legibility: re-exported)
+from .runs import INPUTS, EvalRun, check_problems, read_legibility, read_run, run_problems, run_task  # noqa: F401 (read_legibility: re-exported)
 from .metrics import mean_se_summary
 from .teacher_forcing import collate, hidden_states, pack_batches
 
@@ -109,10 +109,11 @@ def score_sequences(senior, junior, prompts: Sequence[Sequence[int]], responses:
 # --------------------------------------------------------------------------- run-level
 def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, split: str | None) -> list[list[int]]:
     """Prompt ids of every row, re-made from config.json's template and the benchmark problems."""
-    from ..prompting import encode_prompt, format_prompt
+    from ..prompting import encode_prompt
+    from ..tasks import prompt_text
 
     template = run.config.get("template")
-    instruction = run.config.get("instruction", "reason-step")  # runs from before it was recorded used that
+    task = run_task(run.config)  # its prompt: the run's task and instruction
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
     specs, problems = run_problems(run.path, run.config, benchmarks, split)
@@ -129,7 +130,7 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
             raise TandemError(f"{run.where(i)}: problem {key[1]!r} of benchmark {key[0]!r} is not in the loaded "
                               f"benchmarks ({', '.join(specs)}): a samples file from another benchmark set?")
         if key not in cache:
-            cache[key] = encode_prompt(tokenizer, format_prompt(tokenizer, problems[key].problem, template, instruction))
+            cache[key] = encode_prompt(tokenizer, prompt_text(tokenizer, task, problems[key], template))
         out.append(cache[key])
     return out
 

@@ -322,14 +322,24 @@ def run_problems(path: Path, config: dict, benchmarks: Sequence[str] | None = No
                  split: str | None = None) -> tuple[list[str], dict]:
     """(benchmark specs, {(benchmark, problem_id): Problem}) of the run in ``path``: the given
     ``benchmarks``/``split``, else those of its sources.json, else config.json's names."""
-    from ..data.benchmarks import load_benchmarks
+    from ..tasks import load_problems
 
     sources = Path(path) / SOURCES  # file benchmarks as absolute paths
     recorded = read_json(sources) if sources.is_file() else {}
     specs = list(benchmarks or recorded.get("benchmarks") or config.get("benchmarks") or [])
     if split is None:
         split = recorded.get("split")
-    return specs, {(p.benchmark, str(p.problem_id)): p for ps in load_benchmarks(specs, split=split).values() for p in ps}
+    loaded = load_problems(run_task(config), specs, split=split)
+    return specs, {(p.benchmark, str(p.problem_id)): p for ps in loaded.values() for p in ps}
+
+
+def run_task(config: dict):
+    """The task (``tasks``) a run was sampled with, as its config.json records it (math before tasks were
+    recorded; ``reason-step`` the instruction of runs from before instructions were recorded)."""
+    from ..tasks import task_for_eval
+
+    return task_for_eval(config.get("task", "math"), instruction=config.get("instruction", "reason-step"),
+                         answer_mode=config.get("answer_mode", "last-box"))
 
 
 def check_same_benchmarks(runs: dict[str, EvalRun]) -> None:

@@ -43,8 +43,9 @@ from ..decoding.tandem import TandemDecoder
 from ..errors import TandemError
 from ..fingerprint import problem_fingerprint, problem_set_fingerprint
 from ..progress import progress_bar
-from ..prompting import DEFAULT_INSTRUCTION, encode_prompt, format_prompt
+from ..prompting import DEFAULT_INSTRUCTION, encode_prompt
 from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
+from ..tasks import prompt_text, task_row
 from .metrics import pass_at_k_summary
 from .runs import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
                    read_samples, run_problems, validate_sample_row, write_metrics, write_sources)
@@ -182,19 +183,6 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         close()
     write_sources(out, cfg.benchmarks, cfg.split)
     return metrics
-
-
-def task_row(p: Problem) -> dict:
-    """The task row of a problem: its loader's row (``Problem.meta``) with the fingerprinted fields on top."""
-    return {**p.meta, "benchmark": p.benchmark, "problem_id": str(p.problem_id), "question": p.problem,
-            "gold": p.answer, "solution": p.solution}
-
-
-def prompt_text(tokenizer, task, p: Problem, template: str) -> str:
-    """The prompt of ``p``: the task's user message in the chat template; the bare problem under ``plain``."""
-    if template == "plain":
-        return format_prompt(tokenizer, p.problem, template)
-    return format_prompt(tokenizer, task.prompt(task_row(p)), template, "none")
 
 
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:

@@ -6,6 +6,6 @@ guard (``_guard.py``) run in the child. What is contained, and how, on which OS:
 "The sandbox".
 """
 
-from .runner import Limits, Outcome, run_pool, run_program, sandbox_python
+from .runner import Limits, Outcome, run_pool, run_program, sandbox_python, sandbox_python_version
 
-__all__ = ["Limits", "Outcome", "run_pool", "run_program", "sandbox_python"]
+__all__ = ["Limits", "Outcome", "run_pool", "run_program", "sandbox_python", "sandbox_python_version"]

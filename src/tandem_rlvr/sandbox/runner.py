@@ -18,6 +18,7 @@ processes only.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -91,6 +92,17 @@ def sandbox_python() -> str:
     raise TandemError(f"as root the sandbox runs programs as an unprivileged user, who cannot execute "
                       f"{sys.executable} (a directory on its path is private) and no {' or '.join(_FALLBACK_PYTHONS)} "
                       "exists; install a system python3 or run as an ordinary user")
+
+
+@functools.lru_cache(maxsize=None)
+def sandbox_python_version() -> str:
+    """``major.minor`` of the interpreter programs run on (part of the code task's verifier)."""
+    python = sandbox_python()
+    if python == sys.executable:
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    out = subprocess.run([python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, timeout=60, env=PROGRAM_ENV)
+    return out.stdout.strip() or "unknown"
 
 
 def _classify(timed_out: bool, overflow: bool, report: dict, stderr: str) -> str:

@@ -64,6 +64,23 @@ def task_for_eval(name: str, *, instruction: str, answer_mode: str) -> Task:
     return task
 
 
+def task_row(problem) -> dict:
+    """The task row of a ``Problem``: its loader's row (``meta``) with the fingerprinted fields on top."""
+    p = problem
+    return {**p.meta, "benchmark": p.benchmark, "problem_id": str(p.problem_id), "question": p.problem,
+            "gold": p.answer, "solution": p.solution}
+
+
+def prompt_text(tokenizer, task: Task, problem, template: str) -> str:
+    """The prompt of a ``Problem``: the task's user message in the chat template; under ``plain``, the
+    bare problem and a blank line (the tiny worlds' format), whatever the task."""
+    from ..prompting import format_prompt
+
+    if template == "plain":
+        return format_prompt(tokenizer, problem.problem, template)
+    return format_prompt(tokenizer, task.prompt(task_row(problem)), template, "none")
+
+
 def gold_text(gold) -> str:
     """A row's gold as text (what a ``Problem`` records and fingerprints): strings as they are, else JSON."""
     return gold if isinstance(gold, str) else json.dumps(gold, sort_keys=True)
@@ -89,4 +106,5 @@ def load_problems(task: Task, specs: Sequence[str], *, split: str | None = None,
     return out
 
 
-__all__ = ["Grade", "TASKS", "Task", "get_task", "gold_text", "load_problems", "task_for_eval"]
+__all__ = ["Grade", "TASKS", "Task", "get_task", "gold_text", "load_problems", "prompt_text", "task_for_eval",
+           "task_row"]

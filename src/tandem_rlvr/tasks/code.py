@@ -30,11 +30,10 @@ import json
 import os
 import re
 import secrets
-import sys
 from dataclasses import dataclass, field
 from functools import partial
 
-from ..sandbox import Limits, run_pool, run_program
+from ..sandbox import Limits, run_pool, run_program, sandbox_python_version
 from .base import Grade
 from .code_data import load_code
 
@@ -139,7 +138,7 @@ class CodeTask:
 
     @property
     def verifier(self) -> str:
-        return f"code@1:py{sys.version_info.major}.{sys.version_info.minor}"
+        return f"code@1:py{sandbox_python_version()}"
 
     def load(self, benchmark: str = "humaneval", limit: int | None = None, *, split: str | None = None) -> list[dict]:
         return load_code(benchmark, limit, split)
