@@ -89,16 +89,16 @@ class Prepared:
     task: object = None  # tasks.Task
 
     def prompt_text(self, p: Problem) -> str:
-        """The prompt of problem ``p``, exactly as ``tandem eval`` builds it (``eval.sampler.prompt_text``):
+        """The prompt of problem ``p``, exactly as ``tandem eval`` builds it (``tasks.prompt_text``):
         the task's user message under the chat template, the bare problem under ``plain``; for math
         that is today's ``format_prompt`` with the run's instruction."""
-        from ..eval.sampler import prompt_text
+        from ..tasks import prompt_text
 
         return prompt_text(self.pair.tokenizer, self.task, p, self.template)
 
     def grade(self, texts: list[str], problems: list[Problem]) -> list[float]:
         """The task's correctness of each response (validation accuracy)."""
-        from ..eval.sampler import task_row
+        from ..tasks import task_row
 
         return [float(g.score) for g in self.task.grade(list(texts), [task_row(p) for p in problems])]
 
@@ -313,7 +313,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from accelerate import PartialState
     from transformers import PrinterCallback, ProgressCallback
 
-    from ..eval.sampler import task_row
+    from ..tasks import task_row
     from .callbacks import RunLog, Validation
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
