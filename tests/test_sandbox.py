@@ -121,13 +121,17 @@ def test_bad_limits_are_an_error():
 
 
 def test_zz_a_fork_bomb_is_contained_and_leaves_no_process_behind():
-    """Last in the file: a fork bomb under a process limit of 16 and a 3 s wall clock."""
+    """Last in the file: a fork bomb under a process limit of 16 and a 3 s wall clock; the slot is reusable at once."""
     src = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     out = run_program(src, "", Limits(wall_s=3, cpu_s=10, nproc=16), slot=7)
     assert out.status in ("timeout", "process limit")
     if os.getuid() == 0:  # every process of the slot's uid is gone
         left = [p for p in os.listdir("/proc") if p.isdigit() and _uid(p) == SLOT_UID_BASE + 7]
         assert left == []
+    # the slot's next program starts clean: its own 4 children fit under the same process limit
+    forks = "import os\nfor _ in range(4):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\nprint('ok')"
+    after = run_program(forks, "", Limits(wall_s=30, nproc=16), slot=7)
+    assert (after.status, after.stdout) == ("ok", "ok\n")
 
 
 def _uid(pid: str) -> int | None:

@@ -17,7 +17,9 @@ It never runs user code itself. Steps:
    drop to the slot's unprivileged uid/gid (no supplementary groups), enter the work directory and
    ``execve`` the interpreter on ``_guard.py`` with the clean environment from the spec.
 
-The launcher reports ``{"exit": code}`` or ``{"signal": number}`` of the program on ``status_fd``.
+On ``status_fd`` the launcher reports what it isolated, ``{"init": pid}``, then ``{"exit": code}``
+or ``{"signal": number}`` of the program. To stop a program the parent SIGKILLs that init: the
+kernel then kills the whole PID namespace, and the launcher's wait returns only once it is empty.
 """
 
 import ctypes
@@ -105,7 +107,9 @@ def main() -> None:
     if pid == 0:
         status.close()
         _init(libc, spec, work_fd)
-    _, st = os.waitpid(pid, 0)
+    status.write(json.dumps({"init": pid}) + "\n")  # the parent kills this one to end the namespace
+    status.flush()
+    _, st = os.waitpid(pid, 0)  # returns once every process of the PID namespace is gone
     code = os.waitstatus_to_exitcode(st)
     # _init relays a signal death as 128 + signal; a death of _init itself arrives negative
     report = {"signal": code - 128} if code > 128 else {"signal": -code} if code < 0 else {"exit": code}

@@ -158,7 +158,7 @@ def run_program(source: str, stdin: str = "", limits: Limits = Limits(), slot: i
         shutil.rmtree(work, ignore_errors=True)
     reports = [json.loads(x) for x in status_text.decode().splitlines() if x.strip()]
     iso = reports[0] if reports else {}
-    report = reports[1] if len(reports) > 1 else {"signal": signal.SIGKILL}
+    report = reports[2] if len(reports) > 2 else {"signal": signal.SIGKILL}
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     return Outcome(_classify(timed_out, overflow, report, stderr), report.get("exit"), report.get("signal"),
                    stdout, stderr, wall, iso)
@@ -200,7 +200,7 @@ def _communicate(proc: subprocess.Popen, data: bytes, status, limits: Limits):
         if overflow:
             break
     if timed_out or overflow:
-        _kill_group(proc)
+        _stop(proc, bytes(bufs[status]))
     sel.close()
     proc.wait()
     for f in (proc.stdout, proc.stderr):
@@ -209,7 +209,24 @@ def _communicate(proc: subprocess.Popen, data: bytes, status, limits: Limits):
     return bytes(bufs[proc.stdout][:cap]), bytes(bufs[proc.stderr][:cap]), bytes(bufs[status]), timed_out, overflow
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, status: bytes) -> None:
+    """End a program and everything it started, and return once they are gone.
+
+    With a PID namespace: SIGKILL its init, which takes every process of the namespace down; the
+    launcher waits for that and exits, so its exit means the namespace is empty (a slot's next
+    program then starts with no leftovers counting against its process limit). Without one, or if
+    the launcher does not finish, SIGKILL the launcher's process group (a process that left the
+    group with ``setsid`` escapes this; docs/tasks.md).
+    """
+    lines = [json.loads(x) for x in status.decode().splitlines() if x.strip()]
+    init = next((x["init"] for x in lines if "init" in x), None)
+    if init is not None and "pid" in (lines[0].get("namespaces") or ""):
+        try:
+            os.kill(init, signal.SIGKILL)
+            proc.wait(timeout=30)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher's session: launcher, its init, the program's group
     except ProcessLookupError:
