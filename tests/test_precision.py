@@ -45,7 +45,7 @@ def _spread_reward(completions, completion_ids, **_):
 
 @pytest.mark.slow
 def test_fp32_masters_train_at_lr_1e_6_where_pure_bf16_rounds_the_updates_away(setup, tmp_path, monkeypatch):  # noqa: F811
-    monkeypatch.setattr("tandem_rlvr.rl.train.accuracy_reward", _spread_reward)
+    monkeypatch.setattr("tandem_rlvr.rl.train.reward_functions", lambda *a: ([_spread_reward], [1.0], None))
     base = load_file(str(setup[1] / "model.safetensors"))  # the fixture's senior, saved in fp32
     kw = dict(method="grpo", dtype="bfloat16", lr=LR, max_steps=3, save_every=1, temperature=1.0)
     train(_cfg(setup, tmp_path, output_dir=str(tmp_path / "mixed"), **kw), print_fn=lambda *_: None)

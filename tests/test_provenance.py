@@ -233,7 +233,9 @@ def _other_value(f, value):
                "template": ["plain", "chat"], "instruction": ["reason-step"], "loss_normalizer": ["senior_tokens"],
                "report_to": ["tensorboard"], "engine": ["vllm"], "senior": ["tiny-junior"], "dataset": ["aime24"],
                "junior": ["tiny-junior"], "val_dataset": ["aime24"], "senior_device": ["cpu"], "junior_device": ["cpu"],
-               "dataset_split": ["test"], "val_split": ["test"], "answer_mode": ["final-boxes"]}
+               "dataset_split": ["test"], "val_split": ["test"], "answer_mode": ["final-boxes"],
+               "task": ["gsm8k"], "reward_terms": [["correct", "length:0.2"]], "reward": ["tandem_rlvr.rewards.math:score"],
+               "judge_template": ["yes-no"], "judge_parser": ["yes-no"], "judge": ["http://127.0.0.1:9"]}
     if f.name in choices:
         return choices[f.name]
     if f.metadata.get("choices"):
@@ -269,7 +271,9 @@ def test_training_resume_check_covers_every_setting_seed_included(tmp_path):
         return False
 
     (tmp_path / "run").mkdir()
-    bases = [TrainConfig(output_dir=str(tmp_path / "run")), TrainConfig(method="klreg", output_dir=str(tmp_path / "run"))]
+    bases = [TrainConfig(output_dir=str(tmp_path / "run")), TrainConfig(method="klreg", output_dir=str(tmp_path / "run")),
+             # the judge's own keys change alone only where a judge term uses them
+             TrainConfig(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8", output_dir=str(tmp_path / "run"))]
     untested = [f.name for f in dataclasses.fields(TrainConfig)
                 if f.name not in TRAIN_EXEMPT and not any(refused(b, f) for b in bases)]
     assert untested == []

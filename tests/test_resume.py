@@ -85,12 +85,14 @@ def test_training_rerun_after_a_kill_reproduces_the_step_values(setup, tmp_path,
         return [float(len(c) % 2) for c in completions]
 
     parity_reward.__name__ = "accuracy_reward"
-    monkeypatch.setattr(train_module, "accuracy_reward", parity_reward)
+    monkeypatch.setattr(train_module, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
     cfg = _cfg(setup, tmp_path, max_steps=2, save_every=1, eval_every=0)
     train(cfg, print_fn=lambda *_: None)
     log = tmp_path / "run" / "log.jsonl"
     before = {r["step"]: r for r in map(json.loads, log.read_text().splitlines()) if "reward/mean" in r}
-    shutil.rmtree(tmp_path / "run" / "checkpoint-2")  # killed after step 2's log line, before its checkpoint
+    for name in ("checkpoint-2", "final"):  # killed after step 2's log line, before its checkpoint (and
+        shutil.rmtree(tmp_path / "run" / name)  # before final/ and summary.json, which would make the rerun a no-op)
+    (tmp_path / "run" / "summary.json").unlink()
     train(cfg, print_fn=lambda *_: None)
     after = {r["step"]: r for r in map(json.loads, log.read_text().splitlines()) if "reward/mean" in r}
     assert sorted(after) == [1, 2]

@@ -115,7 +115,7 @@ def test_resumed_vllm_run_replays_the_same_steps(setup, tmp_path, monkeypatch):
 
     import tandem_rlvr.rl.train as train_mod
 
-    monkeypatch.setattr(train_mod, "accuracy_reward", _parity_reward)
+    monkeypatch.setattr(train_mod, "reward_functions", lambda *a: ([_parity_reward], [1.0], None))
     kw = dict(max_steps=2, save_every=1, eval_every=1)
     train(_cfg(setup, tmp_path / "a", **kw), print_fn=lambda *_: None)
     train(_cfg(setup, tmp_path / "b", **kw), print_fn=lambda *_: None)

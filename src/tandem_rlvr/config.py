@@ -69,6 +69,32 @@ class TrainConfig:
                           "exact text, default), reason-step (this project's earlier wording) or none",
                           choices=tuple(INSTRUCTIONS))
     schedule: str = _f("word", "handoff schedule of tandem rollouts", choices=SCHEDULES)
+    task: str = _f("math", "what is asked and how it is graded (tasks.TASKS: math, gsm8k, answer-tag, ...); its "
+                   "verifier is recorded in config.json")
+    reward_terms: list[str] = field(default_factory=lambda: ["correct"], metadata={"help": (
+        "reward = sum of coef x term over NAME[:COEF] specs (comma-separated on the command line): correct (the "
+        "task's correctness, coef 1), length (-tokens/ceiling, EOS counted, coef 0.2), format (answer in the task's "
+        "form, coef 0.1), judge (judge verdict on correct responses, coef 0.5), user (--reward's function, coef 1); "
+        "each logged per step as rewards/NAME/mean. Default: correct")})
+    reward: str | None = _f(None, "your own TRL reward function, module:function or path/to/file.py:function "
+                            "(prompts, completions, dataset columns as kwargs -> list of floats); the reward term "
+                            "user (added with coef 1 unless reward_terms names it)")
+    length_ceiling: int | None = _f(None, "length term: tokens at which the penalty is full (default max_new_tokens)")
+    judge: str | None = _f(None, "judge term: the judge model, local (directory, hub id, tiny; our hf engine) or "
+                           "the http(s) URL of an OpenAI-compatible server (API key: $TANDEM_JUDGE_API_KEY)")
+    judge_model: str | None = _f(None, "judge term: the model name at the judge server (default: the first it lists)")
+    judge_template: str = _f("elegance", "judge term: the judge's user prompt, a built-in (elegance, yes-no) or a "
+                             "text file with {question}, {response}, {answer}")
+    judge_parser: str = _f("elegant-bashy", "judge term: how the verdict is read from the reply: elegant-bashy, "
+                           "yes-no or score:N (the last word/number; unreadable = a logged zero)")
+    judge_mode: str = _f("multiply", "judge term: multiply (term = verdict x correct, so correct x (1 + coef x "
+                         "verdict): coef 0.5 is the replication's x1.5 for elegant correct solutions) or add (term "
+                         "= verdict on correct responses, a flat bonus)", choices=("multiply", "add"))
+    judge_max_tokens: int = _f(512, "judge term: reply budget in tokens")
+    judge_timeout: float = _f(120.0, "judge term: seconds per request to a judge server")
+    judge_retries: int = _f(2, "judge term: retries of a failed request to a judge server")
+    judge_concurrency: int = _f(8, "judge term: requests in flight to a judge server (a local judge: rows per batch)")
+    judge_device: str | None = _f(None, "judge term: device of a local judge (default: the senior's)")
     p: float = _f(0.5, "probability that the senior writes after a redraw (paper: 0.5)")
     K: int = _f(32, "word schedules: tokens before a forced redraw (paper: 32); chunk, chunk-word: tokens or words per chunk")
     lr: float = _f(1e-6, "learning rate (AdamW)")
@@ -206,6 +232,48 @@ class TrainConfig:
             raise TandemError("junior_token_weight > 0 needs --method tandem (there are no junior tokens otherwise)")
         if self.junior_imitation > 0 and self.method != "tandem":
             raise TandemError("junior_imitation > 0 needs --method tandem (there are no junior tokens otherwise)")
+        self._check_rewards()
+
+    def _check_rewards(self) -> None:
+        """Task, reward terms, the user's reward and the judge settings; specs made canonical (NAME:COEF)."""
+        from .rewards.terms import parse_terms
+        from .tasks import get_task
+
+        get_task(self.task)
+        terms = parse_terms(self.reward_terms)
+        names = [t.name for t in terms]
+        if self.reward and "user" not in names:
+            terms = [*terms, *parse_terms(["user"])]
+        self.reward_terms = [str(t) for t in terms]
+        if self.reward:
+            from .rewards.user import load_reward
+
+            load_reward(self.reward)  # a bad spec fails now, before anything is loaded
+        elif "user" in names:
+            raise TandemError("reward term 'user' needs --reward module:function (your reward function)")
+        if self.length_ceiling is not None and self.length_ceiling < 1:
+            raise TandemError(f"length_ceiling must be >= 1, got {self.length_ceiling}")
+        if ("judge" in names) != bool(self.judge):
+            raise TandemError("reward term 'judge' and --judge MODEL go together (the judge grades for that term)")
+        if self.judge:
+            self.judge_settings()
+        else:  # checked even unused, so a config file's typo is caught before it matters
+            from .rewards.judge import check_parser, template_text
+
+            if not isinstance(self.judge_template, str) or not isinstance(self.judge_parser, str):
+                raise TandemError("judge_template and judge_parser must be strings")
+            template_text(self.judge_template)
+            check_parser(self.judge_parser)
+        if self.judge_mode not in ("multiply", "add"):
+            raise TandemError(f"unknown judge_mode {self.judge_mode!r}; valid: multiply, add")
+
+    def judge_settings(self):
+        """The judge term's ``rewards.judge.JudgeSettings`` (validated: template, parser, numbers)."""
+        from .rewards.judge import JudgeSettings
+
+        return JudgeSettings(self.judge, self.judge_template, self.judge_parser, self.judge_model,
+                             self.judge_max_tokens, self.judge_timeout, self.judge_retries, self.judge_concurrency,
+                             self.judge_concurrency, self.judge_device or self.senior_device, self.dtype)
 
     @property
     def updates_per_batch(self) -> int:

@@ -2,6 +2,7 @@
 
 - ``tandem demo [--out DIR] [--world tiny-drift|tiny] [--quick]`` (``recipes.demo``)
 - ``tandem study drift --seeds 0,1,2 --out DIR ...`` (``recipes.study``)
+- ``tandem study elegance --problems FILE --judge MODEL_OR_URL --out DIR ...`` (``recipes.elegance``)
 - ``tandem bench decode|train|memory`` (``recipes.bench``)
 """
 
@@ -21,9 +22,34 @@ def cmd_demo(a) -> None:
 
 
 def cmd_study(a) -> None:
+    if a.study == "elegance":
+        from .elegance import run_elegance
+
+        run_elegance(a.out, elegance_settings(a))
+        return
     from .study import run_study, settings_from_args
 
     run_study(a.out, settings_from_args(a))
+
+
+# --quick of the elegance study: seconds of training on the shipped four problems (mechanics only)
+ELEGANCE_QUICK = dict(max_steps=2, eval_every=1, save_every=1, val_size=1, prompts_per_step=2, prompts_per_minibatch=2,
+                      max_new_tokens=48)
+
+
+def elegance_settings(a):
+    from .elegance import EleganceSettings
+
+    if not a.problems or not a.judge:
+        raise TandemError("study elegance needs --problems FILE (or sample) and --judge MODEL_OR_URL")
+    train = {"val_dataset": "none", **({"max_steps": a.steps} if a.steps else {})}
+    kw = dict(problems=a.problems, judge=a.judge, senior=a.senior, junior=a.junior, preset=a.preset, coef=a.coef,
+              judge_template=a.judge_template, judge_parser=a.judge_parser, judge_max_tokens=a.judge_max_tokens,
+              test_size=a.test_size, n=a.n, max_tokens=a.max_tokens)
+    if a.quick:
+        kw.update(n=2, max_tokens=48, judge_max_tokens=16, test_size=1)
+        train.update(ELEGANCE_QUICK)
+    return EleganceSettings(train=train, **kw)
 
 
 def register_demo(sub) -> None:
@@ -38,7 +64,8 @@ def register_demo(sub) -> None:
 
 def register_study(sub) -> None:
     p = sub.add_parser("study", help="multi-seed studies: drift = GRPO vs Tandem vs KL-Reg on the drift world")
-    p.add_argument("study", choices=["drift"], help="which study (drift: the drift world, docs/drift_world.md)")
+    p.add_argument("study", choices=["drift", "elegance"], help="which study (drift: the drift world, "
+                   "docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md)")
     p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
     p.add_argument("--juniors", default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
@@ -49,6 +76,19 @@ def register_study(sub) -> None:
     p.add_argument("--checkpoint", default="final", choices=["final", "best"],
                    help="evaluate each run's final (default) or validation-best checkpoint")
     p.add_argument("--quick", action="store_true", help="seconds-long smoke version on a throwaway world")
+    e = p.add_argument_group("study elegance")
+    e.add_argument("--problems", default=None, help="problems with labelled solution paths (JSONL; sample = the "
+                   "shipped four-problem example; format: docs/tasks.md)")
+    e.add_argument("--judge", default=None, help="the judge: a local model or an OpenAI-compatible server's URL")
+    e.add_argument("--senior", default="tiny", help="base model of both methods (default tiny)")
+    e.add_argument("--junior", default=None, help="tandem's junior (default: the senior's checkpoint)")
+    e.add_argument("--preset", default="tiny", help="training preset (default tiny)")
+    e.add_argument("--coef", type=float, default=0.5, help="judge bonus: correct x (1 + coef x verdict) (default 0.5)")
+    e.add_argument("--judge-template", default="elegance", help="judge prompt template (default elegance)")
+    e.add_argument("--judge-parser", default="elegant-bashy", help="verdict parser (default elegant-bashy)")
+    e.add_argument("--judge-max-tokens", type=int, default=512, help="judge reply budget (default 512)")
+    e.add_argument("--test-size", type=int, default=2, help="problems held out for the solo evaluation (default 2)")
+    e.add_argument("--max-tokens", type=int, default=1024, help="solo evaluation: new tokens per sample (default 1024)")
     p.set_defaults(fn=cmd_study)
 
 

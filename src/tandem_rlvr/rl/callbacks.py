@@ -28,8 +28,7 @@ from ..decoding.rng import row_seed
 from ..decoding.schedule import make_schedule
 from ..decoding.tandem import TandemDecoder
 from ..io import write_json
-from ..prompting import encode_prompt, format_prompt
-from ..rewards.math import score
+from ..prompting import encode_prompt
 from .precision import save_in_dtype
 
 log = logging.getLogger("tandem_rlvr")
@@ -133,8 +132,8 @@ class Validation(TrainerCallback):
         cfg, pair = prep.cfg, prep.pair
         self.cfg, self.run_dir, self.problems, self.runlog = cfg, run_dir, prep.val, runlog
         self.junior, self.tok, self.eos_ids, self.sampling = pair.junior, pair.tokenizer, pair.eos_ids, cfg.sampling
-        self.prompts = [encode_prompt(self.tok, format_prompt(self.tok, p.problem, prep.template, cfg.instruction))
-                        for p in prep.val]
+        self.prompts = [encode_prompt(self.tok, prep.prompt_text(p)) for p in prep.val]  # the run's task's prompts
+        self.grade = prep.grade  # the run's task's correctness
         self.schedule = make_schedule(cfg.validation_schedule, self.tok, p=cfg.p, K=cfg.K,
                                       vocab_size=pair.senior.config.vocab_size)
         self.rollout_model = rollout_model  # rl.precision.RolloutModel: what decodes, and the dtype best/ is saved in
@@ -161,9 +160,8 @@ class Validation(TrainerCallback):
                 chunk = rows[s:s + n]
                 seeds = [row_seed(self.cfg.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
                 roll = dec.generate([self.prompts[i] for i, _ in chunk], seeds)
-                for b, (i, _) in enumerate(chunk):
-                    text = self.tok.decode(roll.row_tokens(b), skip_special_tokens=True)
-                    correct.append(score(text, self.problems[i].answer))
+                texts = [self.tok.decode(roll.row_tokens(b), skip_special_tokens=True) for b in range(len(chunk))]
+                correct += self.grade(texts, [self.problems[i] for i, _ in chunk])
         finally:
             model.train(was_training)
             if self.engine is not None:

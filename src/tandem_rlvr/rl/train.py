@@ -14,6 +14,7 @@ Run: ``tandem train --preset tiny --method tandem --output-dir runs/tiny-tandem`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -25,12 +26,11 @@ from pathlib import Path
 import torch
 
 from ..config import TrainConfig
-from ..data.benchmarks import Problem, load_benchmark
+from ..data.benchmarks import Problem
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
 from ..models import Pair, load_pair
-from ..prompting import encode_prompt, format_prompt, resolve_template
-from ..rewards.math import score
+from ..prompting import encode_prompt, resolve_template
 from ..runtime import invocation
 from .precision import RolloutModel, precision, save_in_dtype
 from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
@@ -42,9 +42,39 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 warnings.filterwarnings("ignore", message=".*(gradient|activation)_checkpointing.*", category=FutureWarning)
 
 
-def accuracy_reward(completions, answer, **kwargs) -> list[float]:
-    """Binary verifier reward on the last \\boxed{} of each completion (TRL reward function)."""
-    return [score(c if isinstance(c, str) else c[-1]["content"], a) for c, a in zip(completions, answer)]
+def run_task(cfg: TrainConfig):
+    """The run's task (``tasks``); math prompts with the run's instruction and grades the last box."""
+    from ..tasks import task_for_eval
+
+    return task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode="last-box")
+
+
+def _load(cfg: TrainConfig, spec: str, split: str | None, limit: int | None) -> list[Problem]:
+    """A dataset's problems through the task's loader, each carrying its task row as ``meta`` (math's
+    loader is ``load_benchmark``, as before: the same problems, prompts and answers)."""
+    from ..tasks import load_problems
+
+    return next(iter(load_problems(run_task(cfg), [spec], split=split, limit=limit).values()), [])
+
+
+def reward_functions(cfg: TrainConfig, task, run_dir: Path) -> tuple[list, list[float], object]:
+    """(TRL reward functions, their weights, the judge or None) from the run's reward terms
+    (``rewards.terms``); the judge's verdict cache lives in the run directory, so a resumed run
+    pays for no verdict twice."""
+    from ..rewards.terms import build_terms, parse_terms
+
+    judge = user = None
+    if cfg.reward:
+        from ..rewards.user import load_reward
+
+        user = load_reward(cfg.reward)
+    if cfg.judge:
+        from ..rewards.judge import Judge
+
+        judge = Judge(cfg.judge_settings(), cache=run_dir / "judge_cache.sqlite")
+    funcs, weights = build_terms(parse_terms(cfg.reward_terms), task, ceiling=cfg.length_ceiling or cfg.max_new_tokens,
+                                 judge=judge, judge_mode=cfg.judge_mode, user=user)
+    return funcs, weights, judge
 
 
 @dataclass
@@ -56,12 +86,27 @@ class Prepared:
     train: list[Problem]
     val: list[Problem]
     template: str
+    task: object = None  # tasks.Task
+
+    def prompt_text(self, p: Problem) -> str:
+        """The prompt of problem ``p``, exactly as ``tandem eval`` builds it (``tasks.prompt_text``):
+        the task's user message under the chat template, the bare problem under ``plain``; for math
+        that is today's ``format_prompt`` with the run's instruction."""
+        from ..tasks import prompt_text
+
+        return prompt_text(self.pair.tokenizer, self.task, p, self.template)
+
+    def grade(self, texts: list[str], problems: list[Problem]) -> list[float]:
+        """The task's correctness of each response (validation accuracy)."""
+        from ..tasks import task_row
+
+        return [float(g.score) for g in self.task.grade(list(texts), [task_row(p) for p in problems])]
 
 
 def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
-    train = load_benchmark(cfg.dataset, split=cfg.dataset_split, limit=cfg.limit)
+    train = _load(cfg, cfg.dataset, cfg.dataset_split, cfg.limit)
     if cfg.val_dataset:
-        val = load_benchmark(cfg.val_dataset, split=cfg.val_split, limit=cfg.val_size)
+        val = _load(cfg, cfg.val_dataset, cfg.val_split, cfg.val_size)
     else:  # a seeded held-out slice of the training data
         order = list(range(len(train)))
         random.Random(cfg.seed).shuffle(order)
@@ -88,11 +133,12 @@ def prepare(cfg: TrainConfig) -> Prepared:
     pair = load_pair(cfg.senior, cfg.junior or cfg.senior, cfg.senior_device, cfg.junior_device, compute,
                      trainable=True, senior_dtype=master)
     template = resolve_template(pair.tokenizer, cfg.template)
+    prep = Prepared(cfg, pair, train, val, template, run_task(cfg))
     for p in train[:256] + val:
-        n = len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, p.problem, template, cfg.instruction)))
+        n = len(encode_prompt(pair.tokenizer, prep.prompt_text(p)))
         if n > cfg.max_prompt_tokens:
             raise TandemError(f"problem {p.benchmark}/{p.problem_id} has a {n}-token prompt, over max_prompt_tokens={cfg.max_prompt_tokens}")
-    return Prepared(cfg, pair, train, val, template)
+    return prep
 
 
 def stored_config(cfg: TrainConfig) -> dict:
@@ -107,7 +153,25 @@ def stored_config(cfg: TrainConfig) -> dict:
     for key in ("dataset", "val_dataset"):
         d[key] = abs_spec(d[key], benchmark_names())
     d["output_dir"] = str(Path(cfg.output_dir).expanduser().resolve())
+    d["verifier"] = run_task(cfg).verifier
+    if cfg.reward and Path(cfg.reward.rpartition(":")[0]).expanduser().is_file():
+        where, _, name = cfg.reward.rpartition(":")
+        d["reward"] = f"{Path(where).expanduser().resolve()}:{name}"
+    if Path(cfg.judge_template).expanduser().is_file():
+        d["judge_template"] = str(Path(cfg.judge_template).expanduser().resolve())
     return d
+
+
+# Keys that runs recorded before tasks and reward terms existed get these values when resumed.
+def _reward_defaults() -> dict:
+    from dataclasses import MISSING, fields
+
+    out = {"verifier": "math@1:last-box"}
+    for f in fields(TrainConfig):
+        if f.name == "task" or f.name.startswith(("reward", "judge", "length_ceiling")):
+            out[f.name] = f.default_factory() if f.default is MISSING else f.default
+    out["reward_terms"] = ["correct:1"]
+    return out
 
 
 def _check_run_dir(cfg: TrainConfig) -> int:
@@ -118,7 +182,8 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     """
     out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
-    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server"))
+    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server"),
+                        defaults=_reward_defaults())
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
@@ -151,9 +216,24 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
         f"- optimiser steps: {steps} (updates; {-(-steps // cfg.updates_per_batch)} rollout steps of "
         f"{cfg.updates_per_batch}; max_steps {cfg.max_steps} {cfg.step_unit}s); {cfg.prompts_per_minibatch} prompts x "
         f"{cfg.group_size} rollouts per update, lr {cfg.lr}, clip {cfg.clip}, temperature {cfg.temperature}",
-        f"- reward: binary verifier on the last \\boxed{{}} answer; seed {cfg.seed}",
+        f"- task: `{cfg.task}` (verifier `{stored['verifier']}`); reward: {_reward_note(cfg)}; seed {cfg.seed}",
         f"- weights: {_weights_note(cfg)}", "",
         "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
+
+
+def _reward_note(cfg: TrainConfig) -> str:
+    """The reward in words: its terms with their coefficients (rewards.terms)."""
+    words = {"correct": "correctness" + (" (binary verifier on the last \\boxed{} answer)" if cfg.task == "math" else ""),
+             "length": f"length penalty -tokens/{cfg.length_ceiling or cfg.max_new_tokens}",
+             "format": "answer-format bonus",
+             "judge": f"judge bonus ({cfg.judge_mode}; judge `{cfg.judge}`, template `{cfg.judge_template}`, parser "
+                      f"`{cfg.judge_parser}`)",
+             "user": f"`{cfg.reward}`"}
+    parts = []
+    for spec in cfg.reward_terms:
+        name, _, coef = spec.partition(":")
+        parts.append(f"{coef} x {words[name]}" if float(coef) != 1 else words[name])
+    return " + ".join(parts)
 
 
 def _weights_note(cfg: TrainConfig) -> str:
@@ -217,11 +297,14 @@ class Run:
     lock: RunLock | None = None  # held until the run ends (or this object is collected)
     fresh: bool = False  # this call created config.json (a failed start may remove it)
     dir_was_new: bool = False
+    judge: object = None  # rewards.judge.Judge of a judge reward term
 
     def close(self) -> None:
-        """Free the rollout engine (vLLM), if any."""
+        """Free the rollout engine (vLLM) and the judge, if any."""
         if self.rollout.engine is not None:
             self.rollout.engine.close()
+        if self.judge is not None:
+            self.judge.close()
 
 
 def build_run(cfg: TrainConfig, print_fn=print) -> Run:
@@ -230,6 +313,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from accelerate import PartialState
     from transformers import PrinterCallback, ProgressCallback
 
+    from ..tasks import task_row
     from .callbacks import RunLog, Validation
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
@@ -242,8 +326,9 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     state = PartialState(cpu=on_cpu)
     args = grpo_args(cfg, state.num_processes, on_cpu)
     tok = prep.pair.tokenizer
-    rows = [{"prompt": format_prompt(tok, p.problem, prep.template, cfg.instruction), "answer": p.answer, "problem_id": str(p.problem_id)}
-            for p in prep.train]
+    # task_row: the task's row as JSON (nested gold such as unit tests fits any Arrow schema), for the reward terms
+    rows = [{"prompt": prep.prompt_text(p), "answer": p.answer, "problem_id": str(p.problem_id),
+             "task_row": json.dumps(task_row(p), sort_keys=True, default=str)} for p in prep.train]
     ds = datasets.Dataset.from_list(rows)
     engine = None
     if cfg.engine == "vllm":
@@ -267,6 +352,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     out = output_dir(cfg.output_dir, "--output-dir")
     lock = RunLock(out) if state.is_main_process else None
     fresh = False
+    judge = None
     try:
         resume_step = _check_run_dir(cfg)  # again, now that no other writer can change the directory
         fresh = not (out / "config.json").exists()
@@ -276,11 +362,12 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         validation = Validation(prep, out, runlog, engine, rollout_model)
         if engine is not None and engine.data_parallel:
             engine.open(prep.pair.senior)  # collective: every process, before rank 0 validates alone
+        reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*")
             warnings.filterwarnings("ignore", category=FutureWarning)
             trainer = TandemGRPOTrainer(
-                model=prep.pair.senior, reward_funcs=[accuracy_reward], args=args, train_dataset=ds,
+                model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
                 processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
                 require_senior_mask=cfg.method == "tandem", junior_imitation=cfg.junior_imitation,
                 ref_is_junior=cfg.method == "klreg", kl_clamp=cfg.kl_clamp,
@@ -293,12 +380,14 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             raise TandemError("engine vllm pushes the senior's whole state dict to each process's engine; FSDP and "
                               "DeepSpeed ZeRO-3 shard it: train with plain data parallelism (DDP) or engine hf")
     except BaseException:
+        if judge is not None:
+            judge.close()
         if lock is not None:
             if fresh:
-                remove_failed_start(out, ["config.json", "log.jsonl"], dir_was_new)
+                remove_failed_start(out, ["config.json", "log.jsonl", "judge_cache.sqlite"], dir_was_new)
             lock.release()
         raise
-    return Run(trainer, prep, rollout, runlog, validation, resume_step, lock, fresh, dir_was_new)
+    return Run(trainer, prep, rollout, runlog, validation, resume_step, lock, fresh, dir_was_new, judge)
 
 
 def _shards_weights(trainer) -> bool:
@@ -344,7 +433,9 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
         if run.fresh and run.lock is not None and not any(out.glob("checkpoint-*")):
             for name in ("best", ".best.tmp", ".best.old", ".final.tmp"):
                 shutil.rmtree(out / name, ignore_errors=True)
-            remove_failed_start(out, ["config.json", "log.jsonl", "README.md"], run.dir_was_new)
+            if run.judge is not None:
+                run.judge.close()  # its cache file is closed before it is removed
+            remove_failed_start(out, ["config.json", "log.jsonl", "README.md", "judge_cache.sqlite"], run.dir_was_new)
         raise
     finally:
         run.close()

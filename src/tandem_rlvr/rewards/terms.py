@@ -1,0 +1,232 @@
+"""Reward terms: composable TRL reward functions, each logged on its own per step.
+
+What: a run's reward is sum_i coef_i * term_i(response), built from specs ``NAME[:COEF]``
+(``TrainConfig.reward_terms``; the default ``["correct"]`` is the paper's binary verifier
+reward). Each term is one TRL reward function and its coefficient is TRL's reward weight, so
+TRL logs each term's unweighted per-step mean and std as ``rewards/<NAME>/mean`` and
+``rewards/<NAME>/std`` (its key for a reward function's ``__name__``) and their weighted sum
+as ``reward`` (our log: ``reward/mean``). The terms:
+
+- ``correct`` (coef 1): the task's correctness, ``Task.grade(...).score`` in [0, 1].
+- ``length`` (coef 0.2): -min(tokens, ceiling) / ceiling, tokens = the completion's ids, EOS
+  included; ceiling = ``length_ceiling`` or the run's ``max_new_tokens``. With ``correct`` it
+  is the replication's R = correct - 0.2 * tokens / ceiling.
+- ``format`` (coef 0.1): 1 if the response states its answer in the task's form (a closed
+  ``\\boxed{}``, ``#### x``, ``<answer>...</answer>``, a closed python or unlabelled
+  code block), else 0.
+- ``judge`` (coef 0.5): a judge model's verdict v in [0, 1] on each correct response
+  (``rewards.judge``), 0 on incorrect ones. ``judge_mode`` multiply: the term is v x correct,
+  so correct x (1 + coef x v): coef 0.5 is the replication's x1.5 for elegant correct
+  solutions; add: the term is v wherever correct > 0 (a flat bonus coef). The same for binary
+  correctness; they differ under partial credit. A judge failure is a zero for that response,
+  counted in ``judge/failures`` (also ``judge/asked``, ``judge/cached``, ``judge/queried``,
+  ``judge/mean_verdict``, through TRL's ``log_metric``).
+- ``user`` (coef 1): the user's own function (``--reward module:function``, ``rewards.user``).
+
+Rows: TRL passes the dataset's columns to every reward function; ``task_row`` (JSON) holds the
+task's own row (gold answer, tests), so ``correct`` and ``judge`` can call ``Task.grade``.
+Grades are memoised for the batch, so ``judge`` and ``format`` never re-run a verifier (a code
+task's tests run once per response).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import TandemError
+from .judge import JudgeStats
+
+DEFAULT_COEF = {"correct": 1.0, "length": 0.2, "format": 0.1, "judge": 0.5, "user": 1.0}
+TERMS = tuple(DEFAULT_COEF)
+JUDGE_MODES = ("multiply", "add")
+# The answer form of each built-in task, for the format term (a task may define ``has_answer``).
+ANSWER_FORMS = {
+    "gsm8k": re.compile(r"####\s*\S"),
+    "answer-tag": re.compile(r"<answer>.*?</answer>", re.S),
+    "code": re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n.*?```", re.S | re.I),  # a closed python/unlabelled block
+}
+
+
+@dataclass(frozen=True)
+class TermSpec:
+    name: str
+    coef: float
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.coef:g}"
+
+
+def parse_terms(specs: Any) -> list[TermSpec]:
+    """Term specs from a list (YAML) or a comma-separated string (CLI) of ``NAME[:COEF]``."""
+    items = specs.split(",") if isinstance(specs, str) else specs
+    if not isinstance(items, (list, tuple)) or not items:
+        raise TandemError(f"reward_terms must be a non-empty list of NAME[:COEF] specs, got {specs!r}")
+    out = []
+    for item in items:
+        name, _, coef = str(item).strip().partition(":")
+        if name not in DEFAULT_COEF:
+            raise TandemError(f"unknown reward term {name!r} in {item!r}; valid: {', '.join(TERMS)}")
+        try:
+            value = float(coef) if coef else DEFAULT_COEF[name]
+        except ValueError:
+            raise TandemError(f"reward term {item!r}: coefficient {coef!r} is not a number") from None
+        if value != value or abs(value) == float("inf"):
+            raise TandemError(f"reward term {item!r}: coefficient must be finite")
+        if any(t.name == name for t in out):
+            raise TandemError(f"reward term {name!r} given twice in {specs!r}")
+        out.append(TermSpec(name, value))
+    return out
+
+
+def completion_text(c) -> str:
+    """A TRL completion as text (a string, or a conversation whose last message is the reply)."""
+    return c if isinstance(c, str) else c[-1]["content"]
+
+
+class _Term:
+    """A TRL reward function named ``name`` (TRL keys its log by ``__name__``)."""
+
+    name = "term"
+
+    @property
+    def __name__(self) -> str:  # noqa: A003 (TRL's get_callable_name reads it)
+        return self.name
+
+
+class Grades:
+    """The task's grades of the current batch, keyed by (row, response): one verifier run each."""
+
+    def __init__(self, task):
+        self.task = task
+        self._memo: dict[tuple[str, str], Any] = {}
+
+    def __call__(self, texts: list[str], rows_json: list[str]) -> list:
+        keys = list(zip(rows_json, texts))
+        todo = [i for i, k in enumerate(keys) if k not in self._memo]
+        if todo:
+            if len(self._memo) > 4 * len(keys):  # keep only the batch at hand
+                self._memo.clear()
+            grades = self.task.grade([texts[i] for i in todo], [json.loads(rows_json[i]) for i in todo])
+            self._memo.update({keys[i]: g for i, g in zip(todo, grades)})
+        return [self._memo[k] for k in keys]
+
+
+def _rows(kwargs: dict, n: int) -> list[str]:
+    rows = kwargs.get("task_row")
+    if rows is None or len(rows) != n:
+        raise TandemError("reward terms need the dataset's task_row column (one JSON row per completion)")
+    return list(rows)
+
+
+class CorrectTerm(_Term):
+    name = "correct"
+
+    def __init__(self, grades: Grades):
+        self.grades = grades
+
+    def __call__(self, prompts, completions, **kwargs) -> list[float]:
+        texts = [completion_text(c) for c in completions]
+        grades = self.grades(texts, _rows(kwargs, len(texts)))
+        fractions = [g.details["pass_fraction"] for g in grades if "pass_fraction" in (g.details or {})]
+        if fractions and kwargs.get("log_metric"):
+            kwargs["log_metric"]("correct/pass_fraction", sum(fractions) / len(fractions))
+        return [float(g.score) for g in grades]
+
+
+class LengthTerm(_Term):
+    name = "length"
+
+    def __init__(self, ceiling: int):
+        if ceiling < 1:
+            raise TandemError(f"length_ceiling must be >= 1, got {ceiling}")
+        self.ceiling = ceiling
+
+    def __call__(self, prompts, completions, completion_ids=None, **kwargs) -> list[float]:
+        if completion_ids is None:
+            raise TandemError("the length term needs the completions' token ids")
+        return [-min(len(ids), self.ceiling) / self.ceiling for ids in completion_ids]
+
+
+class FormatTerm(_Term):
+    name = "format"
+
+    def __init__(self, task):
+        check = getattr(task, "has_answer", None)
+        if check is None and task.name == "math":
+            from .math import extract_boxed
+
+            def check(text):
+                return extract_boxed(text) is not None
+        elif check is None and task.name in ANSWER_FORMS:
+            pattern = ANSWER_FORMS[task.name]
+
+            def check(text):
+                return pattern.search(text) is not None
+        if check is None:
+            raise TandemError(f"task {task.name!r} defines no answer form for the format term (give it has_answer)")
+        self.check = check
+
+    def __call__(self, prompts, completions, **kwargs) -> list[float]:
+        return [float(bool(self.check(completion_text(c)))) for c in completions]
+
+
+class JudgeTerm(_Term):
+    name = "judge"
+
+    def __init__(self, judge, grades: Grades, mode: str = "multiply"):
+        if mode not in JUDGE_MODES:
+            raise TandemError(f"unknown judge_mode {mode!r}; valid: {', '.join(JUDGE_MODES)}")
+        self.judge, self.grades, self.mode = judge, grades, mode
+
+    def __call__(self, prompts, completions, **kwargs) -> list[float]:
+        texts = [completion_text(c) for c in completions]
+        rows_json = _rows(kwargs, len(texts))
+        scores = [float(g.score) for g in self.grades(texts, rows_json)]
+        judged = [i for i, s in enumerate(scores) if s > 0]
+        items = []
+        for i in judged:
+            row = json.loads(rows_json[i])
+            question = str(row.get("question", completion_text(prompts[i]) if prompts else ""))
+            items.append((question, texts[i], str(row.get("gold", row.get("answer", "")))))
+        verdicts, stats = self.judge.verdicts(items) if items else ([], JudgeStats())
+        out = [0.0] * len(texts)
+        for i, v in zip(judged, verdicts):
+            out[i] = 0.0 if v is None else v * (scores[i] if self.mode == "multiply" else 1.0)
+        log_metric = kwargs.get("log_metric")
+        if log_metric:  # every step logs the counters (zeros when no response was correct)
+            for key in ("asked", "cached", "queried", "failed"):
+                log_metric(f"judge/{'failures' if key == 'failed' else key}", float(getattr(stats, key)))
+            ok = [v for v in verdicts if v is not None]
+            if ok:
+                log_metric("judge/mean_verdict", sum(ok) / len(ok))
+        return out
+
+
+def build_terms(specs: list[TermSpec], task, *, ceiling: int, judge=None, judge_mode: str = "multiply",
+                user=None) -> tuple[list, list[float]]:
+    """(TRL reward functions, their weights) for ``specs`` on ``task``.
+
+    judge: a ``rewards.judge.Judge`` (needed by a ``judge`` term); user: the user's reward
+    function (needed by a ``user`` term, ``rewards.user.load_reward``).
+    """
+    grades = Grades(task)
+    funcs = []
+    for s in specs:
+        if s.name == "correct":
+            funcs.append(CorrectTerm(grades))
+        elif s.name == "length":
+            funcs.append(LengthTerm(ceiling))
+        elif s.name == "format":
+            funcs.append(FormatTerm(task))
+        elif s.name == "judge":
+            if judge is None:
+                raise TandemError("reward term 'judge' needs a judge model: set judge (a model or an http(s) URL)")
+            funcs.append(JudgeTerm(judge, grades, judge_mode))
+        else:
+            if user is None:
+                raise TandemError("reward term 'user' needs a reward function: set reward (module:function)")
+            funcs.append(user)
+    return funcs, [s.coef for s in specs]
