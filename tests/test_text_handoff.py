@@ -221,10 +221,31 @@ def test_one_generate_call_per_turn_for_every_live_chain(cross_pair):
     assert calls == [sum(len(c.turns) > i for c in chains) for i in range(len(calls))]
 
 
-def test_replay_refuses_a_text_run_as_a_token_trace(capsys, dirs, tmp_path):
+def test_replay_validates_text_runs_turn_by_turn_and_catches_doctored_traces(capsys, dirs, tmp_path):
     senior, other, data = dirs
-    assert main(["eval", "handoff", "--senior", senior, "--junior", other, "--benchmarks", data, "--n", "1",
-                 "--max-tokens", "6", "--out", str(tmp_path / "ev")]) == 0
-    assert main(["eval", "replay", str(tmp_path / "ev")]) == 2
-    err = capsys.readouterr().err
-    assert "records turns, not a token schedule" in err and len(err.strip().splitlines()) == 1, err
+    assert main(["eval", "handoff", "--senior", senior, "--junior", other, "--benchmarks", data, "--n", "2",
+                 "--max-tokens", "40", "--template", "plain", "--out", str(tmp_path / "ev")]) == 0
+    assert main(["eval", "replay", str(tmp_path / "ev")]) == 0
+    assert "traces agree with the schedule" in capsys.readouterr().out
+    path = tmp_path / "ev" / "samples.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    multi = 0
+
+    def split_first_turn(r):  # the senior's turn cut in two: the second half given to the junior, the cut not a break
+        t = r["turns"][0]
+        half = len(t["text"]) // 2
+        r["turns"][:1] = [{**t, "text": t["text"][:half], "end": "eos"}, {**t, "text": t["text"][half:],
+                                                                         "author": "junior"}]
+
+    for doctor, kind in [
+        (lambda r: r["turns"][0].update(author="junior"), "turn 0 written by the junior; the schedule says senior"),
+        (lambda r: r.update(response=r["response"] + "x"), "do not make the response"),
+        (split_first_turn, "turn 0 ended (eos) before a paragraph break"),
+        (lambda r: r.update(senior_mask=[0] * len(r["senior_mask"])), "senior mask differ"),
+    ]:
+        bad = json.loads(json.dumps(rows))
+        doctor(bad[multi])
+        path.write_text("".join(json.dumps(r) + "\n" for r in bad))
+        assert main(["eval", "replay", str(tmp_path / "ev")]) == 2
+        out, err = capsys.readouterr()
+        assert kind in out and f"1 of {len(rows)} traces are invalid" in err, (out, err)

@@ -93,7 +93,8 @@ def cmd_replay(a) -> None:
                         [[b, str(x["samples"]), str(x["invalid"])] for b, x in res["benchmarks"].items()]
                         + [["all", str(res["samples"]), str(res["invalid"])]])])
     for ex in res["examples"]:
-        print(f"{ex['where']}: {ex['kind']} at token {ex['position']} (recorded {ex['recorded']}, "
+        print(f"{ex['where']}: {ex['kind']}" if "recorded" not in ex else  # text-level rows say it in kind
+              f"{ex['where']}: {ex['kind']} at token {ex['position']} (recorded {ex['recorded']}, "
               f"schedule says {ex['expected']})")
     if res["invalid"]:
         per = ", ".join(f"{b}: {x['invalid']}" for b, x in res["benchmarks"].items() if x["invalid"])

@@ -16,8 +16,11 @@ boundary where the row's coin kept the author is caught too.
 
 Which tokenizer: the run's senior (``config.json`` ``models.senior``) or ``--tokenizer``; the
 boundary sets come from it as at sampling time. ``word-atomic`` decides authors before it
-samples and cannot be replayed from the emitted tokens; text-level handoff runs (``protocol``
-``text``) record turns, not a token schedule; both are refused with a line saying so.
+samples and cannot be replayed from the emitted tokens: refused with a line saying so.
+Text-level handoff runs (``protocol`` ``text``) record turns; ``check_text_traces`` checks each
+turn's author against the schedule (round-robin from the senior, or the chain's coin per turn),
+that every turn but the last ended at a paragraph break, that the turns make the response, and
+that the token ids and senior mask are the turns re-tokenised by the senior's tokenizer.
 """
 
 from __future__ import annotations
@@ -45,8 +48,7 @@ def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
 
     cfg = run.config
     if (cfg.get("schedule") or {}).get("protocol") == "text":  # eval.text_handoff records it there
-        raise TandemError(f"{run.path}: a text-level handoff run records turns, not a token schedule; "
-                          "replay checks token-level traces")
+        return check_text_traces(run, tokenizer)
     sched_cfg = cfg.get("schedule") or {"name": "senior"}
     name = sched_cfg.get("name", "senior")
     if name == "word-atomic":
@@ -81,6 +83,57 @@ def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
                                         "expected": "senior" if w[t] else "junior",
                                         "kind": "first author differs" if t == 0 else
                                         "switch not allowed" if switched else "missing switch"})
+    return out
+
+
+def _record_invalid(out: dict, run: EvalRun, i: int, r: dict, turn: int, kind: str) -> None:
+    b = out["benchmarks"].setdefault(r["benchmark"], {"samples": 0, "invalid": 0})
+    b["invalid"] += 1
+    out["invalid"] += 1
+    if len(out["examples"]) < SHOWN:
+        out["examples"].append({"where": run.where(i), "benchmark": r["benchmark"], "problem_id": str(r["problem_id"]),
+                                "sample_idx": r["sample_idx"], "position": turn, "kind": kind})
+
+
+def check_text_traces(run: EvalRun, tokenizer) -> dict:
+    """``check_traces`` for text-level handoff rows (module docstring); ``position`` is a turn index."""
+    from ..decoding import rng
+
+    sched = run.config["schedule"]
+    name, p = sched.get("name"), float(sched.get("p", 0.5))
+    if name not in ("paragraph-roundrobin", "paragraph-bernoulli"):
+        raise TandemError(f"{run.path}: unknown text-level schedule {name!r}")
+    out = {"schedule": sched, "samples": len(run.rows), "invalid": 0, "benchmarks": {}, "examples": []}
+    for i, r in enumerate(run.rows):
+        out["benchmarks"].setdefault(r["benchmark"], {"samples": 0, "invalid": 0})["samples"] += 1
+        turns = r.get("turns")
+        if not isinstance(turns, list) or not isinstance(r.get("seed"), int):
+            raise TandemError(f"{run.where(i)}: a text-level row without its turns or seed cannot be checked")
+        authors = [t.get("author") for t in turns]
+        for k in range(len(turns)):
+            if name == "paragraph-roundrobin":
+                want = "senior" if k % 2 == 0 else "junior"
+            else:
+                coin = rng.uniform(torch.tensor([r["seed"]], dtype=torch.long), k, rng.COIN)
+                want = "senior" if bool(coin[0] < p) else "junior"
+            if authors[k] != want:
+                _record_invalid(out, run, i, r, k, f"turn {k} written by the {authors[k]}; the schedule says {want}")
+                break
+        else:
+            early = next((k for k, t in enumerate(turns[:-1]) if t.get("end") != "break"), None)
+            ids, mask = [], []
+            for t in turns:
+                x = tokenizer.encode(t["text"], add_special_tokens=False)
+                ids += x
+                mask += [t["author"] == "senior"] * len(x)
+            if early is not None:
+                _record_invalid(out, run, i, r, early, f"turn {early} ended ({turns[early].get('end')}) before "
+                                                       "a paragraph break, yet the chain went on")
+            elif "".join(t["text"] for t in turns) != r["response"]:
+                _record_invalid(out, run, i, r, len(turns), "the turns' texts do not make the response")
+            elif ids != r["token_ids"].tolist() or mask != [bool(x) for x in r["senior_mask"].tolist()]:
+                _record_invalid(out, run, i, r, len(turns), "token ids or senior mask differ from the turns "
+                                                            "re-tokenised by the senior's tokenizer")
     return out
 
 
