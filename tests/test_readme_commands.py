@@ -101,6 +101,11 @@ def test_readme_command_runs_as_written(argv, workdir):
         out = workdir / flag["--output-dir"]
         assert json.loads((out / "summary.json").read_text())["steps"] == 2
         assert (out / "final" / "model.safetensors").is_file() and (out / "best" / "config.json").is_file()
+    elif argv[:2] == ["eval", "regrade"]:
+        record = json.loads((workdir / argv[2] / "regrade.json").read_text())
+        assert record["grader"] and set(record["benchmarks"]) == {"tiny"}
+    elif argv[:2] == ["eval", "replay"]:
+        assert "traces agree with the schedule" in res.stdout
     elif argv[0] == "eval":
         benchmarks = flag["--benchmarks"].split(",")
         per = 4 if benchmarks == ["tiny"] else 4 * len(benchmarks)  # --limit 4 per benchmark
