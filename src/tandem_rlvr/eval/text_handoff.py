@@ -45,54 +45,15 @@ from ..decoding import rng
 from ..decoding.rng import row_seed
 from ..errors import TandemError
 from ..fingerprint import problem_fingerprint
-from ..prompting import encode_prompt, resolve_template
-from ..tasks import prompt_text, task_row
+from ..prompting import resolve_template
+from ..tasks import task_row
+from .text_turns import TurnEngine, turn_result
 
 MAX_ROUNDS = 150  # the paper's code (MAX_ROUNDS in eval/handoff.py)
 CONTEXT_RESERVE = 8  # tokens kept free below the context, as the paper's code does
-BREAK = "\n\n"
 TEXT_SCHEDULES = ("paragraph-roundrobin", "paragraph-bernoulli")
 SENIOR, JUNIOR = 0, 1
 ROLES = ("senior", "junior")
-
-
-class TurnEngine:
-    """One model of the pair as ``TextHandoff`` uses it; the engines differ only in ``turns``.
-
-    Subclasses set ``tokenizer``, ``template`` (resolved for that tokenizer) and ``context``
-    (the model's context in tokens, or None), and implement ``turns``."""
-
-    tokenizer: object
-    template: str
-    context: int | None
-
-    def prompt(self, problem, task) -> str:
-        return prompt_text(self.tokenizer, task, problem, self.template)
-
-    def encode(self, text: str) -> list[int]:
-        return encode_prompt(self.tokenizer, text)
-
-    def turns(self, prompts: list[list[int]], seeds: list[int], caps: list[int]) -> list[tuple[str, int, str, float]]:
-        """One turn of each row (prompt ids, turn seed, cap in new tokens): (text, tokens generated,
-        end in "break" | "eos" | "length", the sum of the generated tokens' log-probs under this
-        model's temperature-scaled distribution); see ``turn_result``."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Free the model's engine (nothing to do on --engine hf)."""
-
-
-def turn_result(tokenizer, toks: list[int], eos: bool, logprob: float) -> tuple[str, int, str, float]:
-    """A turn from the ids its model generated: the text is their decoding (special tokens
-    skipped) cut after the first paragraph break, if any; ``eos``: the model ended its answer.
-    Both engines derive a turn's text and end here, from token ids alone."""
-    text = tokenizer.decode(toks, skip_special_tokens=True)
-    cut = text.find(BREAK)
-    if eos:
-        return text, len(toks), "eos", logprob
-    if cut >= 0:
-        return text[: cut + len(BREAK)], len(toks), "break", logprob
-    return text, len(toks), "length", logprob
 
 
 class TurnModel(TurnEngine):
