@@ -238,4 +238,3 @@ def test_replay_refuses_a_text_run_as_a_token_trace(capsys, dirs, tmp_path):
     assert main(["eval", "replay", str(tmp_path / "ev")]) == 2
     err = capsys.readouterr().err
     assert "records turns, not a token schedule" in err and len(err.strip().splitlines()) == 1, err
-
