@@ -195,6 +195,16 @@ def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
     assert "existing run has a different schedule" in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_text_protocol_refuses_the_server_engine_in_one_line(dirs):
+    from tandem_rlvr.eval.text_handoff import open_text_handoff
+
+    senior, _, data = dirs
+    cfg = EvalConfig(senior=senior, mode="handoff", benchmarks=[data], engine="vllm-server", protocol="text")
+    with pytest.raises(TandemError, match=r"--engine hf or vllm \(got vllm-server\)") as e:
+        open_text_handoff(cfg, "paragraph-roundrobin")
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("p,author", [(1.0, 0), (0.0, 1)])
 def test_bernoulli_turns_follow_the_coin_at_its_extremes(cross_pair, p, author):
     s, ts, j, tj = cross_pair

@@ -503,7 +503,8 @@ class EvalConfig:
         """"text" or "stream" for a handoff run (the default by schedule), None for a solo run."""
         if self.mode == "solo":
             return None
-        # text is the paper's protocol; it runs on --engine hf only so far (docs/evaluation.md)
+        # text is the paper's protocol; on --engine vllm it runs when asked for (--protocol text), the default
+        # there stays stream so existing vLLM runs resume as they were (docs/evaluation.md)
         return self.protocol or ("text" if self.schedule.startswith("paragraph-") and self.engine == "hf" else "stream")
 
     @property

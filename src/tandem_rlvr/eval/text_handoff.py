@@ -25,10 +25,12 @@ tokenizer and chat template (the paper's out-of-family juniors); the in-stream d
 (``--protocol stream``) needs one vocabulary and keeps text after a break inside the same
 token with the outgoing author. Differences, measured: docs/results.md.
 
-How: one ``TandemDecoder`` per model with the solo schedule and a paragraph stop
-(``decoding.tandem``, ``stop=``); each turn is one batched call over every live chain whose
-author it is (split only where one call's padded length would bind a row's cap below what
-it is owed; rarely). The sample row keeps each turn's text, author, tokens and end, so
+How: the chain bookkeeping here is shared by both engines; only a model's ``turns`` differs
+(``TurnEngine``). ``--engine hf``: one ``TandemDecoder`` per model with the solo schedule and
+a paragraph stop (``decoding.tandem``, ``stop=``); each turn is one batched call over every
+live chain whose author it is (split only where one call's padded length would bind a row's
+cap below what it is owed; rarely). ``--engine vllm``: one stock vLLM engine per model, each
+turn one ``generate`` call over all those chains (``text_handoff_vllm``). The sample row keeps each turn's text, author, tokens and end, so
 authorship is exact per character; ``token_ids`` / ``senior_mask`` are the turns re-encoded
 with the senior's tokenizer, turn by turn, so the in-stream readers work unchanged.
 """
@@ -43,18 +45,18 @@ from ..decoding import rng
 from ..decoding.rng import row_seed
 from ..errors import TandemError
 from ..fingerprint import problem_fingerprint
-from ..prompting import encode_prompt, resolve_template
-from ..tasks import prompt_text, task_row
+from ..prompting import resolve_template
+from ..tasks import task_row
+from .text_turns import TurnEngine, turn_result
 
 MAX_ROUNDS = 150  # the paper's code (MAX_ROUNDS in eval/handoff.py)
 CONTEXT_RESERVE = 8  # tokens kept free below the context, as the paper's code does
-BREAK = "\n\n"
 TEXT_SCHEDULES = ("paragraph-roundrobin", "paragraph-bernoulli")
 SENIOR, JUNIOR = 0, 1
 ROLES = ("senior", "junior")
 
 
-class TurnModel:
+class TurnModel(TurnEngine):
     """One model of the pair on ``--engine hf``: its tokenizer, prompt template and a solo
     decoder that stops at the first paragraph break of each turn."""
 
@@ -70,15 +72,8 @@ class TurnModel:
                                      tokenizer.pad_token_id, stop=ParagraphBoundary(tokenizer, V))
         self.context = context_limit(model)
 
-    def prompt(self, problem, task) -> str:
-        return prompt_text(self.tokenizer, task, problem, self.template)
-
-    def encode(self, text: str) -> list[int]:
-        return encode_prompt(self.tokenizer, text)
-
     def turns(self, prompts: list[list[int]], seeds: list[int], caps: list[int]) -> list[tuple[str, int, str, float]]:
-        """One turn of each row: (text, tokens generated, end in "break" | "eos" | "length", the sum of
-        the generated tokens' log-probs under this model's temperature-scaled distribution).
+        """One turn of each row (``TurnEngine.turns``).
 
         Rows are grouped so that no row's cap is cut by a longer prompt in its call (the
         decoder bounds one call by context - longest prompt)."""
@@ -88,15 +83,8 @@ class TurnModel:
                                          max_new_tokens=[caps[i] for i in group])
             for b, i in enumerate(group):
                 toks = roll.row_tokens(b)
-                text = self.tokenizer.decode(toks, skip_special_tokens=True)
-                cut = text.find(BREAK)
                 lp = float(roll.logprobs[b, : len(toks)].double().sum())
-                if bool(roll.finished[b]):
-                    out[i] = (text, len(toks), "eos", lp)
-                elif cut >= 0:
-                    out[i] = (text[: cut + len(BREAK)], len(toks), "break", lp)
-                else:
-                    out[i] = (text, len(toks), "length", lp)
+                out[i] = turn_result(self.tokenizer, toks, bool(roll.finished[b]), lp)
         return out
 
 
@@ -255,17 +243,26 @@ def _share(a: int, total: int) -> float:
 
 
 def open_text_handoff(cfg, schedule: str):
-    """(TextHandoff, senior tokenizer, close) for an ``EvalConfig`` on ``--engine hf``."""
+    """(TextHandoff, senior tokenizer, close) for an ``EvalConfig`` on ``--engine hf`` or ``vllm``
+    (one vLLM engine per model: ``text_handoff_vllm``)."""
     from ..models import load_model, load_tokenizer, resolve_device
 
-    if cfg.engine != "hf":
-        raise TandemError(f"--protocol text runs on --engine hf only for now (got {cfg.engine}); "
-                          "use --engine hf, or --protocol stream on vLLM")
-    dev = resolve_device(cfg.device)
-    jdev = resolve_device(cfg.junior_device) if cfg.junior_device else dev
-    junior = cfg.junior or cfg.senior
-    models = []
-    for spec, d in ((cfg.senior, dev), (junior, jdev)):
-        models.append(TurnModel(load_model(spec, d, cfg.dtype), load_tokenizer(spec), cfg.sampling, cfg.template))
+    if cfg.engine == "vllm":
+        from .text_handoff_vllm import open_vllm_turn_models
+
+        models = open_vllm_turn_models(cfg)
+    elif cfg.engine == "hf":
+        dev = resolve_device(cfg.device)
+        jdev = resolve_device(cfg.junior_device) if cfg.junior_device else dev
+        models = [TurnModel(load_model(spec, d, cfg.dtype), load_tokenizer(spec), cfg.sampling, cfg.template)
+                  for spec, d in ((cfg.senior, dev), (cfg.junior or cfg.senior, jdev))]
+    else:
+        raise TandemError(f"--protocol text runs on --engine hf or vllm (got {cfg.engine}); "
+                          "use --protocol stream with a server")
+
+    def close():
+        for m in models:
+            m.close()
+
     return (TextHandoff(*models, schedule, p=cfg.p, max_new_tokens=cfg.sampling.max_new_tokens),
-            models[0].tokenizer, lambda: None)
+            models[0].tokenizer, close)
