@@ -32,7 +32,10 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
   during the update with ``vllm_sleep``).
 
 Phases do not overlap: the peak of a device is its resident memory (weights, moments) plus
-the largest of its phase transients (rollout, update, validation). Not counted: the CUDA
+the largest of its phase transients (rollout, update, validation). The update has two
+sub-phases that add to its shared items (gradients, autocast copies, layer inputs) but not to
+each other: ``update/head`` (the head's backward, first) and ``update/layers`` (then one layer
+at a time). Not counted: the CUDA
 context and allocator fragmentation (about 1-3 GiB on a GPU; the plan keeps a margin for them),
 Python objects, the tokenizer and the data.
 """
