@@ -52,7 +52,7 @@ def test_the_shipped_sample_loads_and_bad_files_are_one_line_errors(tmp_path):
     rows = load_paths("sample")
     assert len(rows) == 4 and all({x["label"] for x in r["paths"]} == {"elegant", "bashy"} for r in rows)
     bad = tmp_path / "bad.jsonl"
-    for line, message in (("{", "not JSON"), ('{"problem_id": "a", "problem": "q"}', "answer"),
+    for line, message in (("{", "malformed JSON line"), ('{"problem_id": "a", "problem": "q"}', "answer"),
                           ('{"problem_id": "a", "problem": "q", "answer": "1", "paths": [{"label": "nice"}]}', "paths")):
         bad.write_text(line + "\n")
         with pytest.raises(TandemError, match=f"bad.jsonl:1: .*{message}"):

@@ -55,18 +55,24 @@ def read_json(path: str | os.PathLike, missing: str | None = None) -> Any:
         raise TandemError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a jsonl file; a malformed line is a ``TandemError`` naming file and line."""
-    rows = []
+def jsonl_objects(path: str | os.PathLike) -> Iterator[tuple[str, Any]]:
+    """(``file:line``, parsed value) of each non-blank line of a jsonl file; a line that is not
+    JSON is a ``TandemError`` naming file and line ("malformed JSON line")."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                yield f"{path}:{lineno}", json.loads(line)
             except json.JSONDecodeError as e:
-                raise TandemError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise TandemError(f"{path}:{lineno}: expected a JSON object per line")
-            rows.append(row)
+                raise TandemError(f"{path}:{lineno}: malformed JSON line ({e.msg})") from None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a jsonl file of objects; a malformed line is a ``TandemError`` naming file and line."""
+    rows = []
+    for where, row in jsonl_objects(path):
+        if not isinstance(row, dict):
+            raise TandemError(f"{where}: expected a JSON object per line")
+        rows.append(row)
     return rows

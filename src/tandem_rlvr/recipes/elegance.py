@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import TandemError
-from ..io import atomic_write, read_json, write_json
+from ..io import atomic_write, jsonl_objects, read_json, write_json
 from ..rundir import config_diff, output_dir
 
 LABELS = ("elegant", "bashy")
@@ -70,14 +70,7 @@ def load_paths(path: str) -> list[dict]:
     if not p.is_file():
         raise TandemError(f"--problems: no such file {path}")
     rows, seen = [], set()
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{p}:{i}"
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TandemError(f"{where}: not JSON ({e.msg})") from None
+    for where, r in jsonl_objects(p):
         if not isinstance(r, dict) or not all(isinstance(r.get(k), str) and r[k].strip()
                                               for k in ("problem_id", "problem", "answer")):
             raise TandemError(f"{where}: needs non-empty strings problem_id, problem and answer")

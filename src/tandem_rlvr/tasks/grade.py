@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import TandemError
-from ..io import read_json, write_json
+from ..io import jsonl_objects, read_json, write_json
 from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
 from . import get_task
 
@@ -44,21 +44,13 @@ def read_responses(path: Path) -> list[dict]:
     if not path.is_file():
         raise TandemError(f"--responses {path}: no such file")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TandemError(f"{where}: malformed JSON line ({e.msg})") from None
-            if not isinstance(row, dict) or "problem_id" not in row or "response" not in row:
-                raise TandemError(f"{where}: each line must be an object with problem_id and response")
-            if not isinstance(row["response"], str) or not isinstance(row["problem_id"], (str, int)) \
-                    or isinstance(row["problem_id"], bool):
-                raise TandemError(f"{where}: response must be a string and problem_id a string or an integer")
-            rows.append(row)
+    for where, row in jsonl_objects(path):
+        if not isinstance(row, dict) or "problem_id" not in row or "response" not in row:
+            raise TandemError(f"{where}: each line must be an object with problem_id and response")
+        if not isinstance(row["response"], str) or not isinstance(row["problem_id"], (str, int)) \
+                or isinstance(row["problem_id"], bool):
+            raise TandemError(f"{where}: response must be a string and problem_id a string or an integer")
+        rows.append(row)
     if not rows:
         raise TandemError(f"--responses {path}: no responses")
     return rows
