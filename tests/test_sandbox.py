@@ -75,7 +75,10 @@ def test_a_network_call_is_refused(guard):
 def test_a_write_outside_the_work_directory_is_refused(guard):
     if not guard and os.getuid() != 0:
         pytest.skip("the OS layer drops to an unprivileged uid only when the grader runs as root")
-    target = Path(__file__).resolve().parent / f"pwned-{os.getpid()}.txt"  # outside /tmp, whose tmpfs hides paths
+    here = Path(__file__).resolve().parent  # a writable place outside the tmpfs-covered dirs, which hide their paths
+    hidden = ("/tmp", "/var/tmp", "/dev/shm")
+    base = Path.home() if str(here).startswith(hidden) else here  # a clone under /tmp: the home directory instead
+    target = base / f"pwned-{os.getpid()}.txt"
     try:
         out = run_program(f"open({str(target)!r}, 'w').write('x')\nprint('wrote')", "", FAST, guard=guard)
         assert out.status == "write refused" and not target.exists() and "wrote" not in out.stdout
