@@ -220,11 +220,19 @@ def build_world(cfg: WorldConfig | None = None, cache: str | os.PathLike | None 
     root = world_root(cfg, cache)
     if (root / "world.json").is_file() and not force:
         return _paths(root)
+    build_then_publish(root, lambda tmp: _build_into(tmp, cfg, progress), force)
+    return _paths(root)
+
+
+def build_then_publish(root: Path, build, force: bool = False) -> None:
+    """Run ``build(tmp)`` in a fresh directory beside ``root``, then move it into place: a cache
+    entry is either whole or absent. An existing ``root`` is replaced only with ``force``;
+    otherwise a concurrent build that finished first is kept and this one dropped."""
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.build-", dir=root.parent))
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the world is an ordinary shared cache entry
-        _build_into(tmp, cfg, progress)
+        tmp.chmod(0o755)  # mkdtemp makes it private; the entry is an ordinary shared cache entry
+        build(tmp)
         if root.exists() and force:
             old = Path(tempfile.mkdtemp(prefix=f".{root.name}.old-", dir=root.parent))
             os.replace(root, old / "world")  # move aside, then swap in; never a moment with half a world
@@ -237,7 +245,6 @@ def build_world(cfg: WorldConfig | None = None, cache: str | os.PathLike | None 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return _paths(root)
 
 
 def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:

@@ -23,8 +23,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,8 @@ from ..errors import TandemError
 from ..io import write_json
 from ..paths import cache_dir
 from ..runtime import BUILD_THREADS, intra_op_threads
-from .build import WorldConfig, _n_params, _new_model, _save, build_fingerprint, load_world, train_lm
+from .build import (WorldConfig, _n_params, _new_model, _save, build_fingerprint, build_then_publish, load_world,
+                    train_lm)
 from .evaluate import solo_accuracy
 from .tasks import make_problems
 from .tokenizer import train_tokenizer
@@ -82,18 +81,7 @@ def build_cross_junior(world: WorldConfig | None = None, cfg: CrossJuniorConfig 
     if (root / "cross.json").is_file():
         return root / "junior"
     load_world(world, cache=cache)  # the senior it pairs with, and a sign the world's cache is usable
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.build-", dir=root.parent))
-    try:
-        tmp.chmod(0o755)
-        _build_into(tmp, world, cfg, progress)
-        if root.exists():  # a concurrent build finished first
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            os.replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    build_then_publish(root, lambda tmp: _build_into(tmp, world, cfg, progress))
     return root / "junior"
 
 
