@@ -11,8 +11,8 @@ import sys
 import pytest
 
 
-@pytest.mark.slow  # builds two worlds and runs the whole pipeline twice: minutes on 2 cores
-@pytest.mark.parametrize("world", [None, "tiny"])
+@pytest.mark.slow  # builds three worlds (the code world's is the real one) and runs the pipeline thrice: minutes
+@pytest.mark.parametrize("world", [None, "tiny", "code"])
 def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, world):
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("TANDEM_THREADS", raising=False)  # the demo's own fixed count, 1
@@ -22,9 +22,10 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     drift = world is None  # the default world is the drift world, with its weak junior
-    assert summary["world_name"] == ("tiny-drift" if drift else "tiny")
-    assert set(summary["results"]) == {"base", "grpo", "tandem", "klreg"} | ({"junior"} if drift else set())
-    assert summary["junior"].endswith("junior" if drift else "senior")
+    code = world == "code"  # the code world: its junior is the world's half-way checkpoint
+    assert summary["world_name"] == ("tiny-drift" if drift else "tiny-code" if code else "tiny")
+    assert set(summary["results"]) == {"base", "grpo", "tandem", "klreg"} | ({"junior"} if drift or code else set())
+    assert summary["junior"].endswith("junior" if drift or code else "senior")
     assert ("shorthand share" in (out / "summary.md").read_text()) == drift
     assert (out / "curves.png").stat().st_size > 10_000
     html = (out / "report" / "report.html").read_text()
@@ -38,6 +39,8 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
         for mode in ("solo", "handoff"):
             assert (out / "eval" / name / mode / "metrics.json").exists()
             assert (out / "eval" / name / mode / "samples.jsonl").read_text().count("\n") == 12
+    if code:
+        _check_code_demo(out, summary)
     styles = json.loads((out / "report" / "figures" / "styles.json").read_text())
     expected = {"base": "#7f7f7f", "grpo": "#ff7f0e", "tandem": "#2ca02c", "klreg": "#1f77b4"}  # docs/evaluation.md
     drawn = {(fig, label, st["color"]) for fig, panels in styles.items() for lines in panels.values()
@@ -66,6 +69,28 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
     tandem_log = [json.loads(x) for x in (out / "runs" / "tandem" / "log.jsonl").read_text().splitlines()]
     shares = [r["senior/token_share"] for r in tandem_log if "senior/token_share" in r]
     assert all(0.0 < s < 1.0 for s in shares)  # tandem rollouts really mix both authors
+
+
+def _check_code_demo(out, summary):
+    """The code world's extras: programs graded by the code task, the probe per senior, the reward terms."""
+    samples = [json.loads(x) for x in (out / "eval" / "base" / "solo" / "samples.jsonl").read_text().splitlines()]
+    assert any(r["correct"] for r in samples)  # the real code world's base writes passing functions
+    config = json.loads((out / "eval" / "base" / "solo" / "config.json").read_text())
+    assert config["task"] == "code" and config["verifier"].startswith("code@")
+    for name in ("base", "grpo", "tandem", "klreg"):
+        probe = json.loads((out / "eval" / name / "probe" / "probe.json").read_text())
+        correct = sum(r["correct"] for r in map(json.loads, (out / "eval" / name / "solo" / "samples.jsonl")
+                                                 .read_text().splitlines()))
+        assert probe["correct_solo_samples"] == min(correct, 8)
+        assert summary["results"][name]["probe"]["probed"] == probe["overall"]["probed"]
+    for m in ("grpo", "tandem", "klreg"):
+        steps = [r for r in map(json.loads, (out / "runs" / m / "log.jsonl").read_text().splitlines())
+                 if "reward/mean" in r]
+        for r in steps:  # each term under reward/NAME; the reward is their weighted sum (length coef 0.2)
+            assert r["reward/mean"] == pytest.approx(r["reward/correct"] + 0.2 * r["reward/length"])
+        terms = summary["training_terms"][m]
+        assert terms["last/reward/correct"] == pytest.approx(sum(r["reward/correct"] for r in steps) / len(steps))
+    assert "probe kept" in (out / "summary.md").read_text() and "reward/length" in (out / "summary.md").read_text()
 
 
 def test_demo_unknown_world_is_a_one_line_error(tmp_path):

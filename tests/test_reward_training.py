@@ -83,6 +83,8 @@ def test_each_reward_term_is_logged_per_step_and_the_reward_is_their_weighted_su
     train(_cfg(setup, out, server), print_fn=lambda *_: None)
     rec = _steps(out)[1]
     correct, length, judge = (rec[f"rewards/{t}/mean"] for t in ("correct", "length", "judge"))
+    # each term also under the name reward/NAME (TRL's rewards/NAME/mean kept beside it)
+    assert [rec[f"reward/{t}"] for t in ("correct", "length", "judge")] == [correct, length, judge]
     # length term = -tokens / ceiling (ceiling = max_new_tokens = 12, EOS counted): the rollout's own mean length
     assert length == pytest.approx(-rec["response/mean_length"] / 12)
     assert rec["reward/mean"] == pytest.approx(correct + 0.2 * length + 0.5 * judge)

@@ -213,11 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
     wb = wsub.add_parser("build", help="build (or show) a cached built-in world")
-    wb.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift"),
-                    help="tiny (default) or tiny-drift (two styles, a word-only small junior)")
+    wb.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift", "tiny-code"),
+                    help="tiny (default), tiny-drift (two styles, a word-only small junior) or tiny-code (the word "
+                         "problems answered by Python functions, graded by unit tests in the sandbox)")
     wb.add_argument("--seed", type=seed_type, default=0, help="the world's seed (default 0)")
     wb.add_argument("--junior-kind", default=None, choices=("early", "small"),
-                    help="override the world's junior kind (tiny: early, tiny-drift: small)")
+                    help="override the world's junior kind (tiny, tiny-code: early; tiny-drift: small)")
     wb.add_argument("--force", action="store_true", help="rebuild even if cached")
     wb.set_defaults(fn=cmd_world_build)
 

@@ -81,6 +81,7 @@ def _fetched(name: str) -> str:
 
 NAMED_MODELS = {"tiny": lambda: _tiny("base"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol"),
                 "tiny-drift": lambda: _tiny("base", "tiny-drift"), "tiny-drift-junior": lambda: _tiny("junior", "tiny-drift"),
+                "tiny-code": lambda: _tiny("base", "tiny-code"), "tiny-code-junior": lambda: _tiny("junior", "tiny-code"),
                 "tiny-xjunior": _cross_junior}  # a junior with a second tokenizer (world/cross.py)
 
 

@@ -1,6 +1,6 @@
 """The recipes' subcommands of ``tandem`` (added by ``cli.build_parser``; thin: parse, call).
 
-- ``tandem demo [--out DIR] [--world tiny-drift|tiny] [--quick]`` (``recipes.demo``)
+- ``tandem demo [--out DIR] [--world tiny-drift|tiny|code] [--quick]`` (``recipes.demo``)
 - ``tandem study drift --seeds 0,1,2 --out DIR ...`` (``recipes.study``)
 - ``tandem study elegance --problems FILE --judge MODEL_OR_URL --out DIR ...`` (``recipes.elegance``)
 - ``tandem bench decode|train|memory`` (``recipes.bench``)
@@ -55,9 +55,10 @@ def elegance_settings(a):
 def register_demo(sub) -> None:
     d = sub.add_parser("demo", help="the whole pipeline on a built-in tiny world")
     d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
-    d.add_argument("--world", default="tiny-drift", choices=["tiny-drift", "tiny"],
+    d.add_argument("--world", default="tiny-drift", choices=["tiny-drift", "tiny", "code", "tiny-code"],
                    help="tiny-drift (default): two styles and a weak junior, where GRPO drifts and Tandem "
-                        "anchors; tiny: one style, self-paired")
+                        "anchors; tiny: one style, self-paired; code (= tiny-code): the word problems answered "
+                        "by Python functions, unit tests in the sandbox, reward terms and the forced-junior probe")
     d.add_argument("--quick", action="store_true", help="a smaller, faster run (smoke test)")
     d.set_defaults(fn=cmd_demo)
 

@@ -54,14 +54,21 @@ from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, 
 
 log = logging.getLogger("tandem_rlvr")
 
-WORLDS = ("tiny-drift", "tiny")
+WORLDS = ("tiny-drift", "tiny", "tiny-code")
+WORLD_ALIASES = {"code": "tiny-code"}  # tandem demo --world code
+PROBE_LIMIT = 300  # correct solo samples per senior the code world's forced-junior probe takes
+TERM_STEPS = 10  # rollout steps at each end of training the code world's reward-term table averages
 
 
 def _settings(quick: bool, world: str) -> dict:
+    if quick and world == "tiny-code":  # the real code world (pipeline.world_config): room for whole functions
+        return dict(train={**QUICK_TRAIN, "max_new_tokens": 96}, eval=dict(limit=6, n=2), max_tokens=96)
     if quick:
         return dict(train=QUICK_TRAIN, eval=dict(limit=6, n=2), max_tokens=48)
     if world == "tiny-drift":  # the drift study's evaluation, on more problems
         return dict(train=dict(), eval=dict(limit=500, n=4), max_tokens=96)
+    if world == "tiny-code":  # every sample's program runs in the sandbox
+        return dict(train=dict(), eval=dict(limit=500, n=2), max_tokens=128)
     return dict(train=dict(), eval=dict(limit=1000, n=2), max_tokens=96)
 
 
@@ -128,16 +135,17 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     from ..world.build import build_world
 
     t0 = time.perf_counter()
+    world = WORLD_ALIASES.get(world, world)
     if world not in WORLDS:
-        raise TandemError(f"unknown demo world {world!r}; valid: {', '.join(WORLDS)}")
+        raise TandemError(f"unknown demo world {world!r}; valid: {', '.join([*WORLDS, *WORLD_ALIASES])}")
     out = output_dir(out, create=False)
     threads = configure_cpu_threads(fixed=DEMO_THREADS)  # not from the load: the figures must reproduce
-    drift = world == "tiny-drift"
+    drift, code = world == "tiny-drift", world == "tiny-code"
     s = _settings(quick, world)
     print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
     built = build_world(world_config(world, quick))
     base = str(built.base)
-    junior = str(built.junior) if drift else base
+    junior = str(built.junior) if drift or code else base
 
     runs, trained = {}, {}
     for i, method in enumerate(METHODS, 1):
@@ -149,17 +157,22 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
              "pass@k on held-out problems")
     ckpt = "final" if drift else "best"
     seniors = {"base": base, **{m: str(checkpoint(r, ckpt)) for m, r in runs.items()}}
-    ev = eval_settings(**s["eval"], max_tokens=s["max_tokens"])
+    ev = eval_settings(**s["eval"], max_tokens=s["max_tokens"],
+                       **(dict(task="code", benchmark="tiny-code") if code else {}))
     results = {}
-    if drift:  # the junior alone: its accuracy, and the reference samples of the drift metrics
+    if drift or code:  # the junior alone: its accuracy, and the reference samples of the drift metrics
         solo = evaluate_senior(junior, out / "eval" / "junior", {}, ev)["solo"]
-        results["junior"] = {"solo": solo["macro"], **_style(out / "eval" / "junior" / "solo")}
+        results["junior"] = {"solo": solo["macro"], **(_style(out / "eval" / "junior" / "solo") if drift else {})}
     for name, path in seniors.items():
         m = evaluate_senior(path, out / "eval" / name, {"": junior}, ev)
         results[name] = {"solo": m["solo"]["macro"], "handoff": m["handoff"]["macro"],
                          "handoff_senior_share": m["handoff"]["senior_share"]}
         if drift:
             results[name].update(_style(out / "eval" / name / "solo"))
+    if code:
+        print_fn("[3/4] forced-junior probe of each senior's correct solo samples")
+        for name in seniors:
+            results[name]["probe"] = _probe(out / "eval" / name, junior, 8 if quick else PROBE_LIMIT)
 
     print_fn("[4/4] curves, summary and report")
     curves = plot_curves(runs, out)
@@ -167,15 +180,53 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
                "junior": junior, "checkpoint": ckpt, "threads": threads, "world_accuracy": built.meta.get("accuracy"),
                "curves": str(curves), "results": results}
     notes = [checkpoint_note(ckpt, trained, runs)] + ([drift_note(built.meta["config"], results)] if drift else [])
+    if code:
+        summary["training_terms"] = reward_terms_table(runs)
+        notes.append(code_note())
     summary["notes"] = notes
     _write_summary(out, summary)
-    drift_ref = out / "eval" / "junior" / "solo" if drift else None
+    drift_ref = out / "eval" / "junior" / "solo" if drift or code else None
     summary["report"] = str(run_battery(out, list(seniors), runs, junior_samples=drift_ref, notes=notes))
     summary["wall_s"] = time.perf_counter() - t0
     write_json(out / "summary.json", summary)
     print_fn((out / "summary.md").read_text(encoding="utf-8"))
     print_fn(f"demo finished in {summary['wall_s']:.0f} s; outputs in {out}")
     return summary
+
+
+def _probe(eval_dir: Path, junior: str, limit: int) -> dict | None:
+    """The forced-junior probe (``eval.probe``) of a senior's correct solo samples; None when it has none."""
+    from ..eval.probe import ProbeSettings, run_probe
+    from ..eval.runs import read_run
+
+    if not any(r["correct"] for r in read_run(eval_dir / "solo").rows):
+        return None
+    p = run_probe(ProbeSettings(samples=str(eval_dir / "solo"), junior=junior, limit=limit), eval_dir / "probe")
+    return {"probed": p["overall"]["probed"], "success_rate": p["overall"]["success_rate"], "ci95": p["overall"]["ci95"],
+            "no_divergence": p["no_divergence"]}
+
+
+def reward_terms_table(runs: dict[str, Path]) -> dict:
+    """Per method, each reward term's per-step mean (``reward/NAME``) and the senior share, averaged over the
+    first and the last ``TERM_STEPS`` rollout steps of its log."""
+    from ..rl.callbacks import read_log
+
+    out = {}
+    for method, run in runs.items():
+        rows = [r for r in read_log(run / "log.jsonl") if "reward/mean" in r]
+        keys = sorted({k for r in rows for k in r if k.startswith("reward/") and k != "reward/std"})
+        keys.append("senior/token_share")
+        avg = lambda rs, k: (sum(r[k] for r in rs if k in r) / n) if (n := sum(k in r for r in rs)) else None  # noqa: E731
+        out[method] = {"steps": len(rows), **{f"first/{k}": avg(rows[:TERM_STEPS], k) for k in keys},
+                       **{f"last/{k}": avg(rows[-TERM_STEPS:], k) for k in keys}}
+    return out
+
+
+def code_note() -> str:
+    return ("Code world: a sample is correct when its function passes all three unit tests, run in the sandbox "
+            "(tandem_rlvr.sandbox); the probe forces the junior's greedy token at the first position where the two "
+            "models' greedy tokens differ in a correct solo sample, lets the senior finish and re-grades "
+            "(probe kept = the share still correct, with a bootstrap 95% interval).")
 
 
 def _style(solo_dir: Path) -> dict:
@@ -188,8 +239,10 @@ def _style(solo_dir: Path) -> dict:
 
 def _write_summary(out: Path, summary: dict) -> None:
     drift = summary.get("world_name") == "tiny-drift"
+    code = summary.get("world_name") == "tiny-code"
     head = "| senior | solo pass@1 | solo pass@2 | handoff pass@1 | handoff senior share |"
-    lines = [head + (" shorthand share |" if drift else ""), "|---|---|---|---|---|" + ("---|" if drift else "")]
+    extra = " shorthand share |" if drift else " probe kept (95% CI) |" if code else ""
+    lines = [head + extra, "|---|---|---|---|---|" + ("---|" if extra else "")]
     cell = lambda m, k: f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" if k in m else "-"  # noqa: E731
     for name, r in summary["results"].items():
         hand = r.get("handoff", {})
@@ -198,7 +251,13 @@ def _write_summary(out: Path, summary: dict) -> None:
         if drift:
             sh = r.get("shorthand_share")
             line += f" {sh:.2f} |" if sh is not None else " - |"
+        if code:
+            pr = r.get("probe")
+            line += (f" {pr['success_rate']:.3f} [{pr['ci95'][0]:.3f}, {pr['ci95'][1]:.3f}] of {pr['probed']} |"
+                     if pr and pr.get("probed") else " - |")
         lines.append(line)
+    if code and summary.get("training_terms"):
+        lines += ["", _terms_markdown(summary["training_terms"])]
     from ..models import model_name
     from ..runtime import invocation
 
@@ -211,6 +270,18 @@ def _write_summary(out: Path, summary: dict) -> None:
               "full model paths, sampling settings and commands per run in report/report.html.\n")
     with atomic_write(out / "summary.md") as f:
         f.write(text)
+
+
+def _terms_markdown(terms: dict) -> str:
+    """The training-rollout table of the code world: each reward term and the senior share, first vs last steps."""
+    keys = sorted({k.split("/", 1)[1] for t in terms.values() for k in t if k.startswith("last/")})
+    head = "| method | " + " | ".join(f"{k} (first / last {TERM_STEPS} steps)" for k in keys) + " |"
+    rows = [head, "|---|" + "---|" * len(keys)]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for method, t in terms.items():
+        rows.append(f"| {method} | " + " | ".join(f"{fmt(t.get('first/' + k))} / {fmt(t.get('last/' + k))}"
+                                                    for k in keys) + " |")
+    return "Training rollouts (per-step means from each run's log.jsonl):\n\n" + "\n".join(rows)
 
 
 def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior_samples: Path | None = None,

@@ -23,21 +23,25 @@ QUICK_TRAIN = dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=20
 
 
 def world_config(world: str, quick: bool):
-    """The named built-in world, or with ``quick`` a throwaway for-tests world of the same kind."""
+    """The named built-in world, or with ``quick`` a throwaway for-tests world of the same kind (the code
+    world's quick run uses the real one, built once in minutes and cached: a throwaway model's programs
+    never pass their tests, so the probe and the graded paths past the sandbox would not run)."""
     from ..world.build import DRIFT_WORLD, WorldConfig, named_world
 
-    if not quick:
+    if not quick or world == "tiny-code":  # a throwaway model writes no program that passes: nothing to probe
         return named_world(world)
     return WorldConfig.for_tests(**DRIFT_WORLD) if world == "tiny-drift" else WorldConfig.for_tests()
 
 
-def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0, split: str = "test"):
-    """The ``EvalConfig`` of the recipes' evaluations: the tiny benchmark, plain prompts
-    (``evaluate_senior`` fills in the models and the mode)."""
+def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0, split: str = "test",
+                  task: str = "math", benchmark: str = "tiny"):
+    """The ``EvalConfig`` of the recipes' evaluations: a tiny world's benchmark (``tiny`` under the math
+    task, ``tiny-code`` under the code task), plain prompts (``evaluate_senior`` fills in the models and
+    the mode)."""
     from ..config import EvalConfig
     from ..decoding.sampling import SamplingParams
 
-    return EvalConfig(benchmarks=["tiny"], split=split, template="plain", limit=limit, n=n,
+    return EvalConfig(benchmarks=[benchmark], split=split, template="plain", limit=limit, n=n, task=task,
                       sampling=SamplingParams(temperature=temperature, max_new_tokens=max_tokens))
 
 

@@ -1,7 +1,7 @@
 """Trainer callbacks: the run log (jsonl + console line) and validation with best-checkpoint keeping.
 
 ``RunLog`` writes every TRL log record to ``run_dir/log.jsonl`` with our namespaced keys
-(``reward/mean``, ``senior/token_share``, ``wall/step_s``, ``wall/total_s``) next to TRL's
+(``reward/mean``, ``reward/NAME`` per reward term, ``senior/token_share``, ``wall/step_s``, ``wall/total_s``) next to TRL's
 own, and prints one line per step. On resume it first drops records past the checkpoint,
 so the log continues without a gap or a duplicate, and carries the accumulated wall-clock on.
 
@@ -42,6 +42,17 @@ VALIDATION_STEP_SEED = 7_000_003
 # ``response/mean_length`` (all tokens) comes from our rollout.
 RENAME = {"reward": "reward/mean", "reward_std": "reward/std", "completions/mean_length": "response/senior_mean_length",
           "kl": "kl/beta_term"}
+
+
+def term_aliases(rec: dict) -> dict:
+    """``reward/NAME`` for each reward term's unweighted step mean TRL logs as ``rewards/NAME/mean``
+    (``reward/correct``, ``reward/length``, ...; ``reward/mean`` stays the weighted sum); TRL's keys stay too."""
+    out = {}
+    for k, v in rec.items():
+        parts = k.split("/")
+        if len(parts) == 3 and parts[0] == "rewards" and parts[2] == "mean" and parts[1] not in ("mean", "std"):
+            out[f"reward/{parts[1]}"] = v
+    return out
 
 
 def read_log(path: Path) -> list[dict]:
@@ -105,6 +116,7 @@ class RunLog(TrainerCallback):
         if not logs or "train_runtime" in logs:
             return
         rec = {RENAME.get(k, k): v for k, v in logs.items()}
+        rec.update(term_aliases(rec))
         if self.step_s is not None and "loss" in rec:
             rec["wall/step_s"] = self.step_s
         rec["wall/total_s"] = self.total

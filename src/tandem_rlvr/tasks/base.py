@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-
-@dataclass(frozen=True)
-class Grade:
-    """One response's verdict: ``score`` in [0, 1], ``reason`` in words, ``details`` (e.g. pass_fraction)."""
-
-    score: float
-    reason: str
-    details: dict = field(default_factory=dict)
+from ..rewards.grade import Grade  # one verdict; defined beside the verifiers that make it
 
 
 @runtime_checkable

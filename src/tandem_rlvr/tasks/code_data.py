@@ -131,6 +131,10 @@ def load_code(spec: str, limit: int | None = None, split: str | None = None) -> 
     """Task rows of a shipped code benchmark, a local file or a hub id (module docstring)."""
     if limit is not None and limit < 0:
         raise TandemError(f"limit must be >= 0, got {limit}")
+    if spec == "tiny-code":  # the code world's problems (world/code.py), generated
+        from ..world.code import code_rows
+
+        return code_rows(split, limit)
     if spec in CODE_BENCHMARKS:
         path = CODE_DIR / CODE_BENCHMARKS[spec]
         return _rows(_read_file(path), spec, str(path), limit)
@@ -141,7 +145,7 @@ def load_code(spec: str, limit: int | None = None, split: str | None = None) -> 
         return _rows(_read_file(path), path.stem, str(path), limit)
     if _HUB_SPEC.fullmatch(spec):
         return _rows(_hub_rows(spec, split), spec.split(":")[0].split("/")[1], spec, limit)
-    raise TandemError(f"unknown code benchmark {spec!r}; valid names: {', '.join(CODE_BENCHMARKS)}; or a "
+    raise TandemError(f"unknown code benchmark {spec!r}; valid names: {', '.join([*CODE_BENCHMARKS, 'tiny-code'])}; or a "
                       ".jsonl/.json/.parquet file of HumanEval, MBPP or APPS rows, or a hub id such as codeparrot/apps")
 
 

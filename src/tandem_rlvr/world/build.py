@@ -53,13 +53,15 @@ from ..paths import cache_dir
 from ..prompting import plain_prompt
 from ..runtime import BUILD_THREADS, intra_op_threads
 from .evaluate import solo_accuracy, style_measure
+from .code import grade_code, make_code_problems, noisy_code
 from .tasks import WorldProblem, draw_solutions, make_problems, render_shorthand
 from .tokenizer import boundary_ids, train_tokenizer
 
 FORMAT_VERSION = 2  # 2: always built on BUILD_THREADS threads (1 built on threads picked from the load)
 JUNIORS = ("early", "small")
 # The source files (relative to the package) whose code decides the weights: any edit changes the key.
-BUILD_SOURCES = ("world/build.py", "world/tasks.py", "world/tokenizer.py", "prompting.py")
+BUILD_SOURCES = ("world/build.py", "world/tasks.py", "world/code.py", "world/tokenizer.py", "prompting.py")
+WORLD_TASKS = ("math", "code")  # what the world's problems ask: word problems, or their code slice (world/code.py)
 
 
 @functools.lru_cache(maxsize=1)
@@ -114,6 +116,9 @@ class WorldConfig:
     shorthand_slip_prob: float = 0.02  # slip chance of a shorthand solution (word: slip_prob)
     shorthand_from: float = 0.0  # shorthand appears only after this fraction of the steps
     junior_shorthand: bool = True  # False: the "small" junior is trained on the word style only
+    # "code": the code slice (world/code.py, graded by the code task in the sandbox); "math" does not
+    # enter the cache key.
+    task: str = "math"
 
     def __post_init__(self) -> None:
         for name in ("n_train", "hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate",
@@ -135,6 +140,16 @@ class WorldConfig:
         for name in ("shorthand_frac", "shorthand_slip_prob", "shorthand_from"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise TandemError(f"WorldConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.task not in WORLD_TASKS:
+            raise TandemError(f"WorldConfig.task must be one of {', '.join(WORLD_TASKS)}, got {self.task!r}")
+        if self.task == "code" and self.shorthand_frac > 0:
+            raise TandemError("WorldConfig: the code world has one style (shorthand_frac must be 0)")
+
+    @classmethod
+    def code(cls, **overrides) -> WorldConfig:
+        """The code world (``tiny-code``): the word problems' code slice (world/code.py), longer
+        sequences, the base model a little larger; see docs/tasks.md."""
+        return cls(**{**CODE_WORLD, **overrides})
 
     @classmethod
     def drift(cls, **overrides) -> WorldConfig:
@@ -166,13 +181,17 @@ class WorldConfig:
         if self.shorthand_frac == 0.0:  # single-style world: the unused style fields do not key it
             for name in ("shorthand_frac", "shorthand_slip_prob", "shorthand_from", "junior_shorthand"):
                 del fields[name]
+        if self.task == "math":
+            del fields["task"]
         blob = json.dumps({"build": build_fingerprint(), **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 DRIFT_WORLD = dict(slip_prob=0.7, shorthand_frac=0.6, shorthand_slip_prob=0.02, junior="small", junior_shorthand=False)
+CODE_WORLD = dict(task="code", slip_prob=0.3)
 # Built-in world names (model names "<world>" / "<world>-junior" in models.NAMED_MODELS).
-NAMED_WORLDS = {"tiny": lambda: WorldConfig(), "tiny-drift": lambda: WorldConfig.drift()}
+NAMED_WORLDS = {"tiny": lambda: WorldConfig(), "tiny-drift": lambda: WorldConfig.drift(),
+                "tiny-code": lambda: WorldConfig.code()}
 
 
 def named_world(name: str) -> WorldConfig:
@@ -250,8 +269,9 @@ def build_then_publish(root: Path, build, force: bool = False) -> None:
 def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
     """Train tokenizer, base model and junior into ``out``; measure them; write world.json."""
     t0 = time.perf_counter()
-    train = make_problems(cfg.n_train, cfg.seed, "train")
-    test = make_problems(cfg.n_eval, cfg.seed, "test")
+    problems = make_code_problems if cfg.task == "code" else make_problems
+    train = problems(cfg.n_train, cfg.seed, "train")
+    test = problems(cfg.n_eval, cfg.seed, "test")
     texts = [plain_prompt(p.problem) + p.solution for p in train]
     if cfg.shorthand_frac > 0:  # the tokenizer must know the second style too
         texts += [plain_prompt(p.problem) + render_shorthand(p)[0] for p in train]
@@ -280,7 +300,8 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
         acc = {}
         for who, model in (("senior", senior), ("junior", junior)):
             for mode, temp in (("t1", 1.0), ("greedy", 0.0)):
-                acc[f"{who}/acc_{mode}"] = solo_accuracy(model, tok, test, temperature=temp, seed=cfg.seed)
+                acc[f"{who}/acc_{mode}"] = solo_accuracy(model, tok, test, temperature=temp, seed=cfg.seed,
+                                                         grade=grade_code if cfg.task == "code" else None)
         styles = {}
         if cfg.shorthand_frac > 0:  # which style each model writes at temperature 1, and how often it is right
             for who, model in (("senior", senior), ("junior", junior)):
@@ -335,7 +356,11 @@ def make_batch(problems: list[WorldProblem], tok, rng: random.Random, slip_prob:
     world's data stream is unchanged.
     """
     prompts = tok([plain_prompt(p.problem) for p in problems])["input_ids"]
-    sols = tok(draw_solutions(problems, rng, slip_prob, shorthand_frac, shorthand_slip_prob))["input_ids"]
+    if problems and not isinstance(problems[0], WorldProblem):  # the code world's problems
+        texts = [noisy_code(p, rng, slip_prob) for p in problems]
+    else:
+        texts = draw_solutions(problems, rng, slip_prob, shorthand_frac, shorthand_slip_prob)
+    sols = tok(texts)["input_ids"]
     seqs = [pr + so + [tok.eos_token_id] for pr, so in zip(prompts, sols)]
     T = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), T), tok.pad_token_id)  # (B, T)
@@ -396,7 +421,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--junior", default=None, choices=JUNIORS, help="junior kind (default: the world's)")
     ap.add_argument("--steps", type=int, default=None, help="optimiser steps of the base model (default: the world's)")
     ap.add_argument("--seed", type=int, default=0, help="world seed")
-    ap.add_argument("--world", default="tiny", choices=sorted(NAMED_WORLDS), help="tiny or tiny-drift (style axis)")
+    ap.add_argument("--world", default="tiny", choices=sorted(NAMED_WORLDS),
+                    help="tiny, tiny-drift (style axis) or tiny-code (the code slice)")
     args = ap.parse_args(argv)
     over = {k: v for k, v in (("steps", args.steps), ("junior", args.junior)) if v is not None}
     cfg = dataclasses.replace(named_world(args.world), seed=args.seed, **over)

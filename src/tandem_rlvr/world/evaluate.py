@@ -17,10 +17,11 @@ from .tasks import WorldProblem
 
 @torch.no_grad()
 def solo_accuracy(model, tok, problems: list[WorldProblem], temperature: float = 1.0, seed: int = 0,
-                  batch_size: int = 256, max_new_tokens: int | None = None) -> float:
+                  batch_size: int = 256, max_new_tokens: int | None = None, grade=None) -> float:
     """Fraction of ``problems`` whose generated solution boxes the right answer.
 
-    ``max_new_tokens`` defaults to 1.5x the longest reference solution, in tokens.
+    ``max_new_tokens`` defaults to 1.5x the longest reference solution, in tokens. ``grade(texts,
+    problems) -> scores`` replaces the math verifier (the code world passes ``code.grade_code``).
     """
     if not problems:
         return float("nan")
@@ -37,7 +38,7 @@ def solo_accuracy(model, tok, problems: list[WorldProblem], temperature: float =
         out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id, **sampling)  # (B, T0 + new)
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        correct += sum(score(t, p.answer) for t, p in zip(texts, chunk))
+        correct += sum(grade(texts, chunk) if grade else [score(t, p.answer) for t, p in zip(texts, chunk)])
     return correct / len(problems)
 
 
