@@ -38,7 +38,7 @@ import random
 from dataclasses import dataclass
 
 from ..errors import TandemError
-from .tasks import CONNECTIVES, GAINS, LOSSES, NAMES, OBJECTS, SPLITS, split_of
+from .tasks import CONNECTIVES, GAINS, LOSSES, NAMES, OBJECTS, draw_split
 
 MULTIPLY = [("{p} doubles them.", "{p} doubles them", 2), ("{p} triples them.", "{p} triples them", 3)]
 N_TESTS, MAX_INPUT = 3, 20
@@ -135,19 +135,7 @@ def sample_code_problem(rng: random.Random) -> CodeProblem:
 
 def make_code_problems(n: int, seed: int = 0, split: str = "train") -> list[CodeProblem]:
     """``n`` distinct problems of ``split``, the same list for the same (n, seed, split); prefixes agree."""
-    if split not in SPLITS:
-        raise TandemError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
-    if n < 0:
-        raise TandemError(f"number of problems must be >= 0, got {n}")
-    rng = random.Random(f"tiny-code:{seed}:{split}")
-    out: list[CodeProblem] = []
-    seen: set[str] = set()
-    while len(out) < n:
-        p = sample_code_problem(rng)
-        if p.problem not in seen and split_of(p.problem) == split:
-            seen.add(p.problem)
-            out.append(p)
-    return out
+    return draw_split(n, split, f"tiny-code:{seed}:{split}", sample_code_problem)
 
 
 def code_rows(split: str | None = None, limit: int | None = None, benchmark: str = "tiny-code") -> list[dict]:

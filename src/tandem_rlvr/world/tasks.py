@@ -219,20 +219,25 @@ def make_problems(n: int, seed: int = 0, split: str = "train") -> list[WorldProb
     Draws stories from a RNG seeded by (seed, split) and keeps those whose text hashes into
     ``split``; the first ``n`` of a longer list equal the shorter list.
     """
+    return draw_split(n, split, f"tiny-world:{seed}:{split}", sample_problem)
+
+
+def draw_split(n: int, split: str, rng_name: str, sample):
+    """The first ``n`` distinct problems ``sample(rng)`` draws (``rng`` seeded by ``rng_name``) whose text
+    hashes into ``split``: what ``make_problems`` and the code world's ``make_code_problems`` share."""
     if split not in SPLITS:
         raise TandemError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     if n < 0:
         raise TandemError(f"number of problems must be >= 0, got {n}")
-    rng = random.Random(f"tiny-world:{seed}:{split}")
-    out: list[WorldProblem] = []
+    rng = random.Random(rng_name)
+    out: list = []
     seen: set[str] = set()
     while len(out) < n:
-        p = sample_problem(rng)
+        p = sample(rng)
         if p.problem not in seen and split_of(p.problem) == split:
             seen.add(p.problem)
             out.append(p)
     return out
-
 
 
 if __name__ == "__main__":
