@@ -169,3 +169,23 @@ def test_demo_threads_are_fixed_whatever_the_load(monkeypatch):
         assert runtime.configure_cpu_threads(fixed=runtime.DEMO_THREADS) == 2 == torch.get_num_threads()
     finally:
         torch.set_num_threads(saved)
+
+
+def test_code_world_term_table_averages_the_first_and_last_steps_of_each_log(tmp_path, monkeypatch):
+    import tandem_rlvr.recipes.demo as demo
+
+    monkeypatch.setattr(demo, "TERM_STEPS", 2)
+    run = tmp_path / "tandem"
+    run.mkdir()
+    rows = [{"step": 0, "val/accuracy": 0.5}]  # a validation record: no rollout figures, not a step of the table
+    for step, (c, ln, share) in enumerate([(0.5, -0.6, 0.4), (0.7, -0.5, 0.6), (0.9, -0.4, 0.5), (1.0, -0.2, 0.7)], 1):
+        rows.append({"step": step, "reward/mean": c + 0.2 * ln, "reward/correct": c, "reward/length": ln,
+                     "senior/token_share": share})
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = demo.reward_terms_table({"tandem": run})["tandem"]
+    assert t["steps"] == 4
+    assert t["first/reward/correct"] == pytest.approx(0.6) and t["last/reward/correct"] == pytest.approx(0.95)
+    assert t["first/reward/length"] == pytest.approx(-0.55) and t["last/reward/length"] == pytest.approx(-0.3)
+    assert t["first/senior/token_share"] == pytest.approx(0.5) and t["last/senior/token_share"] == pytest.approx(0.6)
+    md = demo._terms_markdown({"tandem": t})
+    assert "| tandem | 0.600 / 0.950 | -0.550 / -0.300 |" in md and "first / last 2 steps" in md
