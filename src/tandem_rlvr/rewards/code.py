@@ -22,10 +22,10 @@ How each benchmark's program is assembled and tested (rows from ``code_data``):
 In-process tests report through a result line that starts with a per-run random nonce (given on
 stdin before the program starts), so a program that prints "passed" or exits early scores 0.
 
-Within one ``grade`` call a program is run once per distinct (extracted code less trailing whitespace,
-tests) pair and its
-grade shared by every response that carries it (a program that reads the clock or a random source
-gets one verdict there, not one per copy).
+Within one ``grade_programs`` call (one ``CodeTask.grade``) a program is run once per distinct
+(extracted code less trailing whitespace, tests) pair and its grade shared by every response that
+carries it (a program that reads the clock or a random source gets one verdict there, not one per
+copy). A GRPO group often writes one program several times.
 
 ``Grade.score`` is 1.0 iff every test passes (binary, as the replication); ``details`` hold
 ``pass_fraction`` and ``tests``. Reasons: ``passed``, ``failed test K`` (the first failing test,
