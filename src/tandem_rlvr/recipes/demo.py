@@ -226,7 +226,8 @@ def code_note() -> str:
     return ("Code world: a sample is correct when its function passes all three unit tests, run in the sandbox "
             "(tandem_rlvr.sandbox); the probe forces the junior's greedy token at the first position where the two "
             "models' greedy tokens differ in a correct solo sample, lets the senior finish and re-grades "
-            "(probe kept = the share still correct, with a bootstrap 95% interval).")
+            "(probe kept = the share still correct, with a bootstrap 95% interval; probed of correct = the samples "
+            "whose two greedy paths differ somewhere, of the correct solo samples taken).")
 
 
 def _style(solo_dir: Path) -> dict:
@@ -241,7 +242,7 @@ def _write_summary(out: Path, summary: dict) -> None:
     drift = summary.get("world_name") == "tiny-drift"
     code = summary.get("world_name") == "tiny-code"
     head = "| senior | solo pass@1 | solo pass@2 | handoff pass@1 | handoff senior share |"
-    extra = " shorthand share |" if drift else " probe kept (95% CI) |" if code else ""
+    extra = " shorthand share |" if drift else " probe kept (95% CI); probed of correct |" if code else ""
     lines = [head + extra, "|---|---|---|---|---|" + ("---|" if extra else "")]
     cell = lambda m, k: f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" if k in m else "-"  # noqa: E731
     for name, r in summary["results"].items():
@@ -253,8 +254,8 @@ def _write_summary(out: Path, summary: dict) -> None:
             line += f" {sh:.2f} |" if sh is not None else " - |"
         if code:
             pr = r.get("probe")
-            line += (f" {pr['success_rate']:.3f} [{pr['ci95'][0]:.3f}, {pr['ci95'][1]:.3f}] of {pr['probed']} |"
-                     if pr and pr.get("probed") else " - |")
+            line += (f" {pr['success_rate']:.3f} [{pr['ci95'][0]:.3f}, {pr['ci95'][1]:.3f}]; {pr['probed']} of "
+                     f"{pr['probed'] + pr['no_divergence']} |" if pr and pr.get("probed") else " - |")
         lines.append(line)
     if code and summary.get("training_terms"):
         lines += ["", _terms_markdown(summary["training_terms"])]
