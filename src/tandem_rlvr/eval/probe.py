@@ -159,25 +159,28 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
             if todo:
                 pair = load_pair(senior, s.junior, s.device, s.junior_device, s.dtype)
                 tok = pair.tokenizer
-                if s.engine == "hf":
+                chunks = [todo[i:i + s.batch_size] for i in range(0, len(todo), s.batch_size)]
+                if s.engine == "hf":  # force and continue chunk by chunk, each appended as it finishes
                     dec, close = pair.decoder("senior", sampling), (lambda: None)
-                else:
-                    dec = None
-                with open(out / ROWS, "a", encoding="utf-8") as f:
-                    for start in range(0, len(todo), s.batch_size):
-                        chunk = todo[start:start + s.batch_size]
-                        forced = _force(pair, tok, task, problems, chunk, cfg["template"], s)
-                        if dec is None:  # another engine: free our models' memory first, then open it once
-                            del pair
-                            dec, tok, close = open_decoder(DecoderSetup(senior=senior, sampling=sampling, engine=s.engine,
-                                                                        device=s.device, dtype=s.dtype, seed=s.seed), "senior")
-                        new = _continue(dec, tok, task, problems, forced, sampling, s.seed)
-                        f.write("".join(json.dumps(r) + "\n" for r in new))
-                        f.flush()
-                        os.fsync(f.fileno())
-                        wrote = True
-                        done.extend(new)
-                close()
+                    forced = (_force(pair, tok, task, problems, c, cfg["template"], s) for c in chunks)
+                else:  # another engine: every position forced with our models first, then they are freed and the
+                    # engine opened once (both models and the engine's copy of the senior never share memory)
+                    forced = [_force(pair, tok, task, problems, c, cfg["template"], s) for c in chunks]
+                    del pair
+                    _free_memory()
+                    dec, tok, close = open_decoder(DecoderSetup(senior=senior, sampling=sampling, engine=s.engine,
+                                                                device=s.device, dtype=s.dtype, seed=s.seed), "senior")
+                try:
+                    with open(out / ROWS, "a", encoding="utf-8") as f:
+                        for chunk_forced in forced:
+                            new = _continue(dec, tok, task, problems, chunk_forced, sampling, s.seed)
+                            f.write("".join(json.dumps(r) + "\n" for r in new))
+                            f.flush()
+                            os.fsync(f.fileno())
+                            wrote = True
+                            done.extend(new)
+                finally:
+                    close()
             summary = {**summarize(done, len(chosen), s.n_boot, s.seed), "config": config}
             write_json(out / SUMMARY, summary)
         except BaseException:
@@ -185,6 +188,14 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
                 remove_failed_start(out, [CONFIG, ROWS], dir_was_new)
             raise
     return summary
+
+
+def _free_memory() -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _key(r: dict) -> int:
