@@ -36,8 +36,21 @@ def test_study_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypat
     _patch(monkeypatch, study, "aggregate", study_stats.aggregate, return_value={"table": {}})
     _patch(monkeypatch, study, "to_markdown", study_stats.to_markdown, return_value="study table\n")
 
+    import os
+
+    import torch
+
+    monkeypatch.delenv("TANDEM_THREADS", raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle 8-core machine: the load-based pick
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)                 # would take 8 threads
+    saved = torch.get_num_threads()
     a = build_parser().parse_args(["study", "drift", "--seeds", "0,1", "--out", str(tmp_path / "s"), "--quick"])
-    study.run_study(a.out, study.settings_from_args(a), print_fn=lambda *x: None)
+    try:
+        study.run_study(a.out, study.settings_from_args(a), print_fn=lambda *x: None)
+        # the study's figures must not follow the load: the demo's fixed count (CUDA runs keep torch's own)
+        assert torch.get_num_threads() == 1 or torch.cuda.is_available()
+    finally:
+        torch.set_num_threads(saved)
 
     # 2 seeds x 5 variants (grpo + tandem/klreg per junior) trained; the base, the weak junior and
     # each of the 10 seniors evaluated; per seed one battery per junior (self, weak).
@@ -47,7 +60,7 @@ def test_study_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypat
     assert Path(tmp_path / "s" / "study.md").read_text() == "study table\n"
 
 
-@pytest.mark.parametrize("world", ["tiny-drift", "tiny"])
+@pytest.mark.parametrize("world", ["tiny-drift", "tiny", "code"])
 def test_demo_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatch, world):
     cfg = {"slip_prob": 0.3, "shorthand_slip_prob": 0.1}
     built = mock.Mock(root=tmp_path / "w", base=tmp_path / "w" / "senior", junior=tmp_path / "w" / "junior",
@@ -62,10 +75,20 @@ def test_demo_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatc
     _patch(monkeypatch, demo, "plot_curves", demo.plot_curves, return_value=tmp_path / "curves.png")
     battery = _patch(monkeypatch, demo, "battery", pipeline.battery, return_value=None)
     _patch(monkeypatch, report, "run_report", report.run_report, return_value=tmp_path / "report.html")
+    probe = _patch(monkeypatch, demo, "_probe", demo._probe,
+                   return_value={"probed": 3, "success_rate": 0.5, "ci95": [0.2, 0.8], "no_divergence": 1})
+    terms = _patch(monkeypatch, demo, "reward_terms_table", demo.reward_terms_table,
+                   return_value={"tandem": {"steps": 2, "first/reward/correct": 0.5, "last/reward/correct": 0.6}})
 
     demo.run_demo(tmp_path / "d", quick=True, print_fn=lambda *x: None, world=world)
 
-    drift = world == "tiny-drift"
-    # three methods trained; base, three seniors (and in the drift world the junior) evaluated; one battery
-    assert train.call_count == 3 and evaluate.call_count == 4 + drift and battery.call_count == 1
+    drift, code = world == "tiny-drift", world == "code"
+    # three methods trained; base, three seniors (and in the drift and code worlds the junior) evaluated; one battery
+    assert train.call_count == 3 and evaluate.call_count == 4 + (drift or code) and battery.call_count == 1
+    # the code world: each senior probed (base and three), the reward terms tabled, both in summary.md
+    assert probe.call_count == 4 * code and terms.call_count == code
+    if code:
+        md = (tmp_path / "d" / "summary.md").read_text()
+        assert "0.500 [0.200, 0.800]; 3 of 4" in md and "| tandem | 0.500 / 0.600 |" in md
+        assert {c.args[0] for c in train.call_args_list} == {"tiny-code"}  # the code preset
     assert (tmp_path / "d" / "summary.md").is_file() and (tmp_path / "d" / "summary.json").is_file()

@@ -10,8 +10,11 @@ compete with other processes for cores run many times slower than one thread alo
 Reproducibility: a float32 result can depend on the thread count (a reduction split over
 threads sums in another order), so a choice made from the load would let the same command
 give different numbers on a busy and an idle machine. What must reproduce does not use it:
-the tiny worlds always build on ``BUILD_THREADS`` (``world.build``), and ``tandem demo`` runs
-on ``configure_cpu_threads(fixed=DEMO_THREADS)`` unless ``TANDEM_THREADS`` says otherwise.
+the tiny worlds always build on ``BUILD_THREADS`` (``world.build``), and ``tandem demo`` and
+``tandem study drift`` run on ``configure_cpu_threads(fixed=DEMO_THREADS)`` unless ``TANDEM_THREADS``
+says otherwise. (``tandem eval`` and ``tandem train`` still take the idle cores; measured: the tiny
+world's 400 solo samples of ``tandem eval solo --senior tiny --limit 200 --n 2`` were the same tokens
+on 1 and on 2 threads.)
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import os
 import torch
 
 BUILD_THREADS = 1  # every world build, whatever the load or $TANDEM_THREADS (part of the world key)
-DEMO_THREADS = 1  # tandem demo, unless $TANDEM_THREADS is set (recorded in its summary)
+DEMO_THREADS = 1  # tandem demo and study drift, unless $TANDEM_THREADS is set (recorded in their results)
 
 
 def pick_threads() -> int:

@@ -81,12 +81,12 @@ def _variants(juniors: list[str]) -> list[str]:
 
 def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     """Run (or finish) the study into ``out``; return the aggregate (also OUT/study.json)."""
-    from ..runtime import configure_cpu_threads
+    from ..runtime import DEMO_THREADS, configure_cpu_threads
     from ..world.build import build_world
 
     out = output_dir(out)
     _check_settings(out, settings)
-    threads = configure_cpu_threads()
+    threads = configure_cpu_threads(fixed=DEMO_THREADS)  # the demo's fixed count: figures must not follow the load
     t0 = time.perf_counter()
     world = build_world(world_config(settings.world, settings.quick), progress=not settings.quick)
     base, weak = str(world.base), str(world.junior)
@@ -121,6 +121,7 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
 
     result = aggregate(out, settings.__dict__, _variants(settings.juniors))
     result["wall_s"] = round(time.perf_counter() - t0, 1)
+    result["threads"] = threads
     write_json(out / "study.json", result)
     with atomic_write(out / "study.md") as f:
         f.write(to_markdown(result))
