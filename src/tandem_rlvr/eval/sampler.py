@@ -156,6 +156,34 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
     return metrics
 
 
+def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
+    """A finished run's metrics after checking, without loading a model, that its inputs are those ``cfg``
+    names now (the models' file fingerprints, the benchmark problem sets); None when ``out`` holds no
+    finished run. A changed input is a ``TandemError`` naming it, as ``evaluate`` would refuse it: the
+    recipes' re-runs (``tandem study``, ``tandem demo``) keep finished evaluations only through this check.
+    """
+    from ..fingerprint import model_fingerprint
+    from ..models import resolve_model_path
+    from ..tasks import load_problems, task_for_eval
+    from .runs import check_inputs, read_config, read_metrics
+
+    out = Path(out)
+    metrics = read_metrics(out)
+    if metrics is None or not (out / CONFIG).is_file():
+        return None
+    old = read_config(out / CONFIG)
+    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode)
+    problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
+    roles = {"senior": cfg.senior, **({"junior": cfg.junior or cfg.senior} if cfg.schedule_name != "senior" else {})}
+    new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()},
+           "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}
+    if INPUTS not in old:
+        raise TandemError(f"{out / CONFIG}: made before runs recorded input fingerprints, so its samples cannot be "
+                          "checked against the models and problems now; remove it to sample again")
+    check_inputs(out / CONFIG, old[INPUTS], new)
+    return metrics
+
+
 def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> dict:
     """Load models and problems, then ``run_eval``: the library form of ``tandem eval solo|handoff``.
 

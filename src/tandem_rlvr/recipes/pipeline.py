@@ -75,27 +75,46 @@ def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done:
     """Evaluate ``model`` into ``d``: solo, then per junior (``{label: model}``; label "" = no
     suffix) a handoff run and the junior's legibility of the solo samples.
 
-    ``ev``: ``eval_settings``'s EvalConfig. With ``skip_done`` a run that has its result file is kept as is
-    (the caller guarantees it holds the same settings; its inputs' fingerprints are not re-checked here).
-    Returns metrics per run name.
+    ``ev``: ``eval_settings``'s EvalConfig. With ``skip_done`` a finished run is kept once its inputs are
+    checked, without loading a model (``sampler.finished_metrics``: the models' and problems' fingerprints;
+    a changed input is refused, naming it; the caller guarantees the sampling settings are the same), and
+    a finished legibility dir is kept when its solo run was. Returns metrics per run name.
     """
     from ..eval.legibility import run_legibility
-    from ..eval.runs import read_metrics
-    from ..eval.sampler import evaluate
+    from ..eval.sampler import evaluate, finished_metrics
 
     def sample(name: str, junior: str | None) -> dict:
-        done = read_metrics(d / name) if skip_done else None
         cfg = replace(ev, senior=model, junior=junior, mode="handoff" if junior else "solo",
                       schedule="paragraph-roundrobin")
+        done = finished_metrics(cfg, d / name) if skip_done else None
         return done if done is not None else evaluate(cfg, d / name, progress=progress)
 
     metrics = {"solo": sample("solo", None)}
     for label, junior in juniors.items():
         metrics[_named("handoff", label)] = sample(_named("handoff", label), junior)
         leg = d / _named("legibility", label)
-        if not (skip_done and (leg / "legibility.json").is_file()):
+        if not (skip_done and _legibility_current(leg, junior)):
             run_legibility(d / "solo", junior, leg, benchmarks=list(ev.benchmarks), split=ev.split, progress=progress)
     return metrics
+
+
+def _legibility_current(leg: Path, junior: str) -> bool:
+    """Whether ``leg`` holds a finished legibility run of ``junior``'s files as they are now (its solo samples
+    were checked by ``finished_metrics`` just before); a changed junior is refused, naming it."""
+    from ..errors import TandemError
+    from ..eval.runs import INPUTS
+    from ..fingerprint import model_fingerprint
+    from ..io import read_json
+    from ..models import resolve_model_path
+
+    if not (leg / "legibility.json").is_file():
+        return False
+    old = (read_json(leg / "legibility.json").get("config") or {}).get(INPUTS) or {}
+    now = model_fingerprint(resolve_model_path(junior))
+    if old.get("junior") != now:
+        raise TandemError(f"{leg / 'legibility.json'}: the junior model's files changed since it was scored "
+                          f"(fingerprint {old.get('junior')} -> {now}); remove it to score again")
+    return True
 
 
 def battery(seniors: dict[str, Path], handoffs: Sequence[str], legibility: str, junior_samples: Path,

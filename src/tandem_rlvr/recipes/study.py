@@ -23,8 +23,10 @@ What it does, per seed s (the RL seed; the world is fixed):
 Training, evaluation and the battery are ``recipes.pipeline``'s, shared with the demo.
 
 Resumable: every step is skipped when its result file exists (training: ``summary.json``;
-evaluation: ``metrics.json``, ``legibility.json``, ``drift.json``, ``compare.json``), and
-the evaluation sampler itself resumes inside a run. Rerun the same command to finish an
+evaluation: ``metrics.json``, ``legibility.json``, ``drift.json``, ``compare.json``), a finished
+evaluation only once its inputs check out against the models' and problems' files now (a changed
+checkpoint is refused, naming it: ``sampler.finished_metrics``), and the evaluation sampler itself
+resumes inside a run. Rerun the same command to finish an
 interrupted study or to add seeds. Layout::
 
     OUT/shared/eval/{base,junior-weak}/...   OUT/seed<s>/runs/<variant>/
