@@ -8,6 +8,12 @@ Two worlds (``--world``):
   word style only. All three methods pair the senior with that weak junior.
 - ``tiny``: the single-style world, every method self-paired with the base (the paper's
   default pairing). Nothing there lets GRPO drift, so the three seniors end alike.
+- ``tiny-code`` (``--world code``): the code world (``world.code``, docs/tasks.md): the stories
+  answered by Python functions graded by unit tests in the sandbox, the preset's reward
+  ``correct + 0.2 x length``, every method paired with the world's junior (its half-way
+  checkpoint). Step 3 adds the forced-junior probe of each senior's correct solo samples
+  (``eval.probe``, at most ``PROBE_LIMIT``), and the summary a table of each reward term's
+  per-step mean and the senior share over the first and last ``TERM_STEPS`` training steps.
 
 1. Build (or reuse) the world: tokenizer, base model, junior.
 2. Train three seniors from the base: vanilla GRPO, Tandem RLVR (word-level handoffs,
@@ -36,7 +42,8 @@ is set, so its figures do not depend on the machine's load (summary.json records
 Training, evaluation and the battery are ``recipes.pipeline``'s, shared with the study.
 
 ``--quick`` runs a seconds-long version on a throwaway world (a smoke test of the wiring;
-its numbers mean nothing).
+its numbers mean nothing); in the code world on the real world (built once, minutes), whose base
+writes passing programs, so the probe and the grading past the sandbox run too.
 """
 
 from __future__ import annotations
