@@ -36,6 +36,7 @@ copy). A GRPO group often writes one program several times.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 from functools import partial
@@ -134,6 +135,11 @@ def _verdict(results: list[str | None]) -> Grade:
     return Grade(0.0, _refusal(results[first]) or f"failed test {first + 1}", {**details, "error": results[first]})
 
 
+def default_workers() -> int:
+    """Programs run at once by default: one per core, at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
 def code_verifier() -> str:
     """The verifier identifier runs and results record: the grader's version and the sandbox's Python."""
     return f"code@1:py{sandbox_python_version()}"
@@ -143,7 +149,7 @@ def grade_programs(responses: list[str], golds: list, limits: Limits, workers: i
     """Grade each response against its gold test description (a dict, or its JSON text), ``workers``
     programs at a time; one sandbox run per distinct (program, tests) pair (module docstring)."""
     if len(responses) != len(golds):
-        raise ValueError(f"{len(responses)} responses for {len(golds)} test descriptions")
+        raise ValueError(f"{len(responses)} responses for {len(golds)} rows")
     golds = [json.loads(g) if isinstance(g, str) else g for g in golds]
     keys = [((extract_code(r) or "").rstrip(), json.dumps(g, sort_keys=True))  # trailing blanks mean nothing
             for r, g in zip(responses, golds)]

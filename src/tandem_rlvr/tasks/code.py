@@ -8,10 +8,10 @@ re-exported here.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
-from ..rewards.code import APPS_HEADER, code_verifier, extract_code, grade_one, grade_programs, stdout_matches
+from ..rewards.code import (APPS_HEADER, code_verifier, default_workers, extract_code, grade_one, grade_programs,
+                            stdout_matches)
 from ..sandbox import Limits
 from .base import Grade
 from .code_data import load_code
@@ -22,7 +22,7 @@ class CodeTask:
     """Programs graded by unit tests in the sandbox, ``workers`` at a time (module docstring)."""
 
     limits: Limits = field(default_factory=Limits)
-    workers: int = field(default_factory=lambda: max(1, min(8, os.cpu_count() or 1)))
+    workers: int = field(default_factory=default_workers)
     name: str = "code"
 
     @property
@@ -50,8 +50,6 @@ class CodeTask:
                 "prints the answer to standard output. Reply with the program in one ```python code block.")
 
     def grade(self, responses: list[str], rows: list[dict]) -> list[Grade]:
-        if len(responses) != len(rows):
-            raise ValueError(f"{len(responses)} responses for {len(rows)} rows")
         return grade_programs(responses, [_gold(row) for row in rows], self.limits, self.workers)
 
     def grade_one(self, response: str, row: dict, slot: int = 0) -> Grade:

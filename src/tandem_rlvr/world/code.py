@@ -151,13 +151,10 @@ def code_rows(split: str | None = None, limit: int | None = None, benchmark: str
 def grade_code(texts: list[str], problems: list[CodeProblem]) -> list[float]:
     """The code verifier's score of each response (``rewards.code``, as the ``code`` task grades; its tests
     run in the sandbox)."""
-    import os
-
-    from ..rewards.code import grade_programs
+    from ..rewards.code import default_workers, grade_programs
     from ..sandbox import Limits
 
-    workers = max(1, min(8, os.cpu_count() or 1))
-    return [g.score for g in grade_programs(list(texts), [p.gold for p in problems], Limits(), workers)]
+    return [g.score for g in grade_programs(list(texts), [p.gold for p in problems], Limits(), default_workers())]
 
 
 if __name__ == "__main__":
