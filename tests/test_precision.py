@@ -74,18 +74,21 @@ def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(setup, tmp_p
     assert next(run.prep.pair.senior.parameters()).dtype == torch.float32
     assert next(run.prep.pair.junior.parameters()).dtype == torch.bfloat16
     assert run.trainer.args.bf16 and not run.trainer.args.fp16
-    copy = run.rollout.rollout_model.get(run.prep.pair.senior, 0)
+    run.rollout.sync(run.prep.pair.senior, 0)  # the weight stream the rollouts send first
+    copy = run.rollout.engine.rollout_copy.copy
     assert next(copy.parameters()).dtype == torch.bfloat16
     # the copy holds the masters rounded to bf16; at step 0 that is the junior, bit for bit (self-paired)
     run2 = build_run(_cfg(setup, tmp_path / "b", output_dir=str(tmp_path / "b"), dtype="bfloat16",
                           junior=str(setup[1])), print_fn=lambda *_: None)
-    copy2 = run2.rollout.rollout_model.get(run2.prep.pair.senior, 0)
+    run2.rollout.sync(run2.prep.pair.senior, 0)
+    copy2 = run2.rollout.engine.rollout_copy.copy
     junior2 = dict(run2.prep.pair.junior.named_parameters())
     for n, p in copy2.named_parameters():
         assert torch.equal(p, junior2[n]), n
     with torch.no_grad():  # a new update refreshes the copy
         next(run2.prep.pair.senior.parameters()).add_(1.0)
-    again = run2.rollout.rollout_model.get(run2.prep.pair.senior, 1)
+    run2.rollout.sync(run2.prep.pair.senior, 1)
+    again = run2.rollout.engine.rollout_copy.copy
     name, master = next(run2.prep.pair.senior.named_parameters())
     assert torch.equal(dict(again.named_parameters())[name], master.to(torch.bfloat16))
 
@@ -96,5 +99,5 @@ def test_pure_compute_dtype_is_the_senior_itself(setup, tmp_path):  # noqa: F811
     run = build_run(_cfg(setup, tmp_path, dtype="bfloat16", master_dtype="compute"), print_fn=lambda *_: None)
     senior = run.prep.pair.senior
     assert next(senior.parameters()).dtype == torch.bfloat16
-    assert run.rollout.rollout_model.get(senior, 0) is senior
+    assert run.rollout.engine.rollout_copy is None and run.rollout.engine.senior is senior  # it decodes itself
     assert not run.trainer.args.bf16  # no autocast: the weights already are bf16

@@ -132,20 +132,3 @@ def _message(e) -> str:
     body = e.body if isinstance(getattr(e, "body", None), dict) else {}
     msg = body.get("message") or (body.get("error") or {}).get("message") if body else None
     return str(msg or e.message).splitlines()[0]
-
-
-def open_server_decoder(settings: ServerSettings, schedule: str, sampling: SamplingParams, p: float = 0.5,
-                        K: int = 32):
-    """(decoder, tokenizer, close, served checkpoint) for ``schedule`` on the server."""
-    from ..models import load_tokenizer
-    from .vllm_engine import model_eos_ids
-
-    client, model, root, ctx = connect(settings)
-    where = settings.tokenizer or root
-    try:
-        tok = load_tokenizer(where)
-    except (OSError, ValueError) as e:
-        raise TandemError(f"cannot load the served model's tokenizer from {where!r} here ({type(e).__name__}); "
-                          "pass --server-tokenizer PATH") from None
-    dec = ServerDecoder(settings, client, model, ctx, tok, model_eos_ids(tok, where), schedule, sampling, p, K)
-    return dec, tok, client.close, root

@@ -13,8 +13,9 @@ Backends: ``nccl`` is vLLM's (GPU). vLLM ships no CPU backend, so this module ad
 ``tandem_gloo``: the same protocol over a gloo process group (vLLM's stateless group
 helper), registered with vLLM's weight-transfer factories by name in our
 ``vllm.general_plugins`` hook (``vllm_plugin``), so the server's worker finds it. It is what lets the CPU tests check the whole path;
-on GPU use ``nccl``. This is the one module that touches vLLM's weight-transfer surface
-(guarded by tests/test_vllm_server_train.py).
+on GPU use ``nccl``. ``push_stream`` sends a trainer's stream of tensors through either backend
+as one update, bucket by bucket. This is the one module that touches vLLM's weight-transfer
+surface (guarded by tests/test_vllm_server_train.py).
 
 Security: vLLM's development endpoints carry no authentication (not even ``--api-key``):
 a server with ``--weight-sync`` should listen on loopback or a private network only.
@@ -27,8 +28,9 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import torch
-from vllm.distributed.weight_transfer.base import (TrainerInitInfo, TrainerWeightTransferEngine, WeightTransferEngine,
-                                                   WeightTransferInitInfo, WeightTransferUpdateInfo)
+from vllm.distributed.weight_transfer.base import (ParamMeta, TrainerInitInfo, TrainerWeightTransferEngine,
+                                                   WeightSource, WeightTransferEngine, WeightTransferInitInfo,
+                                                   WeightTransferUpdateInfo)
 
 BACKENDS = ("tandem_gloo", "nccl")
 GLOO = "tandem_gloo"
@@ -152,3 +154,60 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
     def shutdown(self) -> None:
         self.group = None
 
+
+
+class ListSource(WeightSource):
+    """A ``WeightSource`` over a list of materialised (name, tensor) pairs: one push round."""
+
+    def __init__(self, pairs: list[tuple[str, torch.Tensor]]):
+        self.pairs = pairs
+
+    def metadata(self) -> list[ParamMeta]:
+        return [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in self.pairs]
+
+    def __iter__(self):
+        return iter(self.pairs)
+
+
+class _RoundsOnly:
+    """The trainer's sync client with the update's start and finish left to ``push_stream``, so
+    each ``send_weights`` is one round (``update_weights``) of a single update."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def start_weight_update(self) -> None:
+        pass
+
+    def finish_weight_update(self, weight_version=None) -> None:
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+def push_stream(transfer: TrainerWeightTransferEngine, weights, bucket_bytes: int) -> None:
+    """Push a stream of (name, tensor) pairs through a trainer-side engine (ours or vLLM's nccl)
+    as ONE weight update: ``start_weight_update``, one ``update_weights`` round per bucket of at
+    most ``bucket_bytes`` (a tensor larger than that goes alone), ``finish_weight_update``. vLLM's
+    engines need each round's metadata before its tensors; the bucket holds it, so at most one
+    bucket of the stream is held at a time. One update means one layer-wise reload on the server,
+    so a layer whose tensors fall in two rounds is still processed whole."""
+    client = transfer.client
+    client.start_weight_update()
+    transfer.client = _RoundsOnly(client)
+    try:
+        bucket, size = [], 0
+        for name, tensor in weights:
+            bucket.append((name, tensor))
+            size += tensor.numel() * tensor.element_size()
+            if size >= bucket_bytes:
+                transfer.source = ListSource(bucket)
+                transfer.send_weights()
+                bucket, size = [], 0
+        if bucket:
+            transfer.source = ListSource(bucket)
+            transfer.send_weights()
+    finally:
+        transfer.client, transfer.source = client, ListSource([])
+    client.finish_weight_update()

@@ -25,8 +25,7 @@ import numpy as np
 from transformers import TrainerCallback
 
 from ..decoding.rng import row_seed
-from ..decoding.schedule import make_schedule
-from ..decoding.tandem import TandemDecoder
+from ..engines.base import RolloutSpec
 from ..io import write_json
 from ..prompting import encode_prompt
 from .precision import save_in_dtype
@@ -135,49 +134,42 @@ class Validation(TrainerCallback):
     """Validation accuracy with the method's rollout schedule; keeps ``best/``.
 
     prep: the run's ``rl.train.Prepared`` (its config, model pair, validation problems and
-    prompt template); run_dir: where ``best/`` goes; runlog: the run's ``RunLog``.
+    prompt template); run_dir: where ``best/`` goes; runlog: the run's ``RunLog``; rollout: the
+    run's ``rl.rollout.TandemRollout``, whose engine validation draws from (synced by the same
+    ``EngineSync``); dtype: what ``best/`` is saved in (the compute dtype, as ``final/``).
     """
 
     batch_rows = 256  # rows decoded together when the config sets no rollout_batch_rows
 
-    def __init__(self, prep, run_dir: Path, runlog: RunLog, engine=None, rollout_model=None):
+    def __init__(self, prep, run_dir: Path, runlog: RunLog, rollout, dtype):
         cfg, pair = prep.cfg, prep.pair
         self.cfg, self.run_dir, self.problems, self.runlog = cfg, run_dir, prep.val, runlog
-        self.junior, self.tok, self.eos_ids, self.sampling = pair.junior, pair.tokenizer, pair.eos_ids, cfg.sampling
+        self.tok = pair.tokenizer
         self.prompts = [encode_prompt(self.tok, prep.prompt_text(p)) for p in prep.val]  # the run's task's prompts
         self.grade = prep.grade  # the run's task's correctness
-        self.schedule = make_schedule(cfg.validation_schedule, self.tok, p=cfg.p, K=cfg.K,
-                                      vocab_size=pair.senior.config.vocab_size)
-        self.rollout_model = rollout_model  # rl.precision.RolloutModel: what decodes, and the dtype best/ is saved in
+        self.spec = RolloutSpec(cfg.validation_schedule, cfg.sampling, cfg.p, cfg.K)
+        self.engine, self.sync, self.dtype = rollout.engine, rollout.sync, dtype
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.trainer = None
-        self.engine = engine  # rl.vllm_rollouts.EngineRollouts, or None: our transformers decoder
 
     def accuracy(self, model, step: int = 0) -> float:
-        if self.engine is not None:
-            dec = self.engine.decoder(model, step, self.schedule.name, self.sampling, self.cfg.p, self.cfg.K)
-        else:
-            if self.rollout_model is not None:
-                model = self.rollout_model.get(model, step)
-            junior = self.junior if self.schedule.uses_junior else None
-            dec = TandemDecoder(model, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
         rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.eval_n)]
         correct = []
         was_training = model.training
         model.eval()
         try:
+            self.sync(model, step)  # the engine decodes this update's weights
             n = self.cfg.rollout_batch_rows or self.batch_rows  # the rollouts' row budget bounds the KV caches here too
             for s in range(0, len(rows), n):
                 chunk = rows[s:s + n]
                 seeds = [row_seed(self.cfg.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
-                roll = dec.generate([self.prompts[i] for i, _ in chunk], seeds)
+                roll = self.engine.generate([self.prompts[i] for i, _ in chunk], seeds, self.spec)
                 texts = [self.tok.decode(roll.row_tokens(b), skip_special_tokens=True) for b in range(len(chunk))]
                 correct += self.grade(texts, [self.problems[i] for i, _ in chunk])
         finally:
             model.train(was_training)
-            if self.engine is not None:
-                self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
+            self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
         return float(np.mean(correct))
 
     def _run(self, state, model):
@@ -193,21 +185,18 @@ class Validation(TrainerCallback):
             log.warning("validation accuracy %.3f at step %d is %.3f below the best (%.3f at step %d): sharp decline",
                         acc, step, self.best["accuracy"] - acc, self.best["accuracy"], self.best["step"])
         rec = {"val/accuracy": acc, "val/best": self.best["accuracy"], "val/best_step": self.best["step"],
-               "val/decline": int(decline), "val/problems": len(self.prompts), "val/schedule": self.schedule.name,
+               "val/decline": int(decline), "val/problems": len(self.prompts), "val/schedule": self.spec.schedule,
                "wall/total_s": self.runlog.total}
         self.runlog.write(step, rec)
         if self.runlog.is_main:
-            self.runlog.print(f"step {step:4d} | validation accuracy {acc:.3f} ({self.schedule.name}) | best "
+            self.runlog.print(f"step {step:4d} | validation accuracy {acc:.3f} ({self.spec.schedule}) | best "
                               f"{self.best['accuracy']:.3f} at step {self.best['step']}" + ("  ** sharp decline **" if decline else ""))
 
     def _save_best(self, model):
         out = self.run_dir / "best"
         tmp = self.run_dir / ".best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        if self.rollout_model is not None:
-            save_in_dtype(model, tmp, self.rollout_model.dtype)  # the compute dtype, as final/
-        else:
-            model.save_pretrained(tmp)
+        save_in_dtype(model, tmp, self.dtype)  # the compute dtype, as final/
         self.tok.save_pretrained(tmp)
         write_json(tmp / "best.json", self.best)
         old = self.run_dir / ".best.old"

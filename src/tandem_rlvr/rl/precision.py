@@ -9,11 +9,12 @@ backward run under autocast in ``dtype`` (TRL/accelerate mixed precision), and A
 the fp32 weights. Checkpoints hold the fp32 masters (a resume loses nothing); ``final/`` and
 ``best/`` are exported in the compute dtype (said in their model card).
 
-Rollouts and validation decode with ``RolloutModel.get``: the senior itself when its dtype is
-the compute dtype and no other device is asked for, else a copy in the compute dtype on
-``rollout_device``, refreshed from the masters once per update (the vLLM engine gets the same
-cast in its weight push). The copy is loaded like the junior (same code path, same dtype), so
-a self-paired tandem rollout at step 0 runs two bit-identical bodies.
+Rollouts and validation on the hf engine (``engines.hf``) decode the senior itself when its
+dtype is the compute dtype and no other device is asked for, else a ``RolloutModel``: a copy in
+the compute dtype on ``rollout_device``, refreshed once per update from the trainer's weight
+stream (``rl.weights``: the masters cast to the compute dtype, as every engine receives them).
+The copy is loaded like the junior (same code path, same dtype), so a self-paired tandem
+rollout at step 0 runs two bit-identical bodies.
 """
 
 from __future__ import annotations
@@ -43,28 +44,23 @@ class RolloutModel:
         self.spec, self.dtype = spec, compute_dtype
         self.device = resolve_device(device) if device else None
         self.copy = None
-        self.synced = None  # (id of the master model, global step) the copy holds
-        self.syncs = 0
 
     def needs_copy(self, senior) -> bool:
         p = next(senior.parameters())
         return p.dtype != self.dtype or (self.device is not None and p.device != self.device)
 
     @torch.no_grad()
-    def get(self, senior, step: int):
-        """``senior`` itself, or its copy in the compute dtype holding the weights of update ``step``."""
-        if not self.needs_copy(senior):
-            return senior
-        if self.copy is None:
-            dev = self.device or next(senior.parameters()).device
-            self.copy = load_model(self.spec, dev, self.dtype)  # frozen, like the junior
-        if self.synced != (id(senior), step):
-            master = dict(senior.named_parameters())
-            for name, p in self.copy.named_parameters():
-                p.copy_(master[name])
-            self.synced = (id(senior), step)
-            self.syncs += 1
-        return self.copy
+    def load_weights(self, weights) -> None:
+        """Refresh the copy from a stream of (name, tensor) pairs under the senior's names, one
+        tensor at a time (the hf rollout engine's entry point, ``engines.hf``). The copy is loaded
+        on first use, on ``rollout_device`` or else where the stream's tensors are."""
+        params = None
+        for name, tensor in weights:
+            if params is None:
+                if self.copy is None:
+                    self.copy = load_model(self.spec, self.device or tensor.device, self.dtype)  # frozen
+                params = dict(self.copy.named_parameters())
+            params[name].copy_(tensor)
 
 
 def save_in_dtype(model, out: Path, dtype: torch.dtype) -> None:

@@ -1,4 +1,4 @@
-"""TRL ``rollout_func``: our decoder generates the GRPO rollouts, with the senior mask.
+"""TRL ``rollout_func``: the run's rollout engine generates the GRPO rollouts, with the senior mask.
 
 TRL's GRPOTrainer calls ``rollout(prompts, trainer)`` with this process's prompts (each
 already repeated ``group_size`` times by TRL's sampler) and multiplies the senior mask into
@@ -21,12 +21,12 @@ import torch
 from accelerate.utils import gather_object
 
 from ..decoding.rng import row_seed
-from ..decoding.schedule import make_schedule
-from ..decoding.tandem import TandemDecoder
+from ..engines.base import RolloutSpec
 from ..errors import TandemError
 from ..eval.metrics import author_switches
 from ..prompting import encode_prompt
 from .trainer import record_metrics
+from .weights import EngineSync
 
 
 def check_senior_mask(completion_ids: list[list[int]], senior_mask) -> None:
@@ -55,17 +55,18 @@ class TandemRollout:
     """Callable given to ``GRPOTrainer(rollout_func=...)``; see module docstring.
 
     cfg: the run's ``TrainConfig`` (schedule ``cfg.rollout_schedule``: ``senior`` for GRPO and
-    KL-Reg; sampling, seed, prompt limit, batch rows, KL monitoring). pair: the run's
-    ``models.Pair`` (its junior, tokenizer and EOS ids; the senior comes from the trainer).
+    KL-Reg; sampling, seed, prompt limit, KL monitoring). pair: the run's ``models.Pair`` (its
+    junior and tokenizer; the senior comes from the trainer). engine: the run's rollout engine
+    (``engines.base.RolloutEngine``), which ``sync`` keeps at the trainer's weights.
     """
 
-    def __init__(self, cfg, pair, engine=None, rollout_model=None):
-        self.cfg, self.junior, self.tok, self.eos_ids = cfg, pair.junior, pair.tokenizer, list(pair.eos_ids)
-        self.rollout_model = rollout_model  # rl.precision.RolloutModel (engine hf), or None: the senior itself
+    def __init__(self, cfg, pair, engine):
+        self.cfg, self.junior, self.tok = cfg, pair.junior, pair.tokenizer
         self.sampling = cfg.sampling
-        self.schedule = None  # built on first call, when the model's vocabulary size is known
+        self.spec = RolloutSpec(cfg.rollout_schedule, cfg.sampling, cfg.p, cfg.K)
         self.last = {}  # metrics of the last call, for tests and logging
-        self.engine = engine  # rl.vllm_rollouts.EngineRollouts, or None: our transformers decoder
+        self.engine = engine
+        self.sync = EngineSync(engine)  # shared with validation
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         acc = trainer.accelerator
@@ -84,15 +85,14 @@ class TandemRollout:
         if too_long:
             raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={cfg.max_prompt_tokens}")
 
-        if self.schedule is None:
-            self.schedule = make_schedule(cfg.rollout_schedule, self.tok, p=cfg.p, K=cfg.K,
-                                          vocab_size=senior.config.vocab_size)
         was_training = senior.training
         senior.eval()
         try:
-            roll = self._generate(senior, ids, seeds, step)
+            self.sync(senior, step)  # the engine decodes this update's weights
+            roll = self.engine.generate(ids, seeds, self.spec)
         finally:
             senior.train(was_training)
+            self.engine.sleep()  # vllm_sleep: free the engine's memory for the optimiser step
         completion_ids = [roll.row_tokens(b) for b in range(len(ids))]
         senior_mask = [roll.row_mask(b) for b in range(len(ids))]
         logprobs = [roll.logprobs[b, : len(c)].tolist() for b, c in enumerate(completion_ids)]
@@ -120,20 +120,6 @@ class TandemRollout:
         # env_mask: TRL's name for the senior mask (1 = the senior sampled this token)
         return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": logprobs, "env_mask": senior_mask}
 
-    def _generate(self, senior, ids, seeds, step: int = 0):
-        if self.engine is not None:  # one call: vLLM batches continuously
-            cfg = self.cfg
-            roll = self.engine.decoder(senior, step, cfg.rollout_schedule, self.sampling, cfg.p, cfg.K).generate(ids, seeds)
-            self.engine.sleep()
-            return roll
-        if self.rollout_model is not None:  # the compute-dtype copy when the senior holds fp32 masters
-            senior = self.rollout_model.get(senior, step)
-        junior = self.junior if self.schedule.uses_junior else None
-        dec = TandemDecoder(senior, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
-        n = self.cfg.rollout_batch_rows or len(ids)
-        parts = [dec.generate(ids[i:i + n], seeds[i:i + n]) for i in range(0, len(ids), n)]
-        return parts[0] if len(parts) == 1 else _concat(parts, self.tok.pad_token_id)
-
     @torch.no_grad()
     def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs) -> tuple[float, int, float, int]:
         """Sum and count of the k3 estimate of KL(senior || junior) on senior-written tokens
@@ -153,14 +139,3 @@ class TandemRollout:
             n += int(m.sum())
         return tot, n, lp_tot, lp_n
 
-
-def _concat(parts, pad_id):
-    from ..decoding.tandem import Rollout
-
-    T = max(p.tokens.shape[1] for p in parts)
-
-    def padcat(name, value):
-        return torch.cat([torch.nn.functional.pad(getattr(p, name), (0, T - p.tokens.shape[1]), value=value) for p in parts])
-
-    return Rollout(padcat("tokens", pad_id), padcat("senior_mask", False), padcat("logprobs", 0.0),
-                   torch.cat([p.lengths for p in parts]), torch.cat([p.finished for p in parts]))

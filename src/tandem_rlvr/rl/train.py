@@ -300,9 +300,8 @@ class Run:
     judge: object = None  # rewards.judge.Judge of a judge reward term
 
     def close(self) -> None:
-        """Free the rollout engine (vLLM) and the judge, if any."""
-        if self.rollout.engine is not None:
-            self.rollout.engine.close()
+        """Free the rollout engine and the judge, if any."""
+        self.rollout.engine.close()
         if self.judge is not None:
             self.judge.close()
 
@@ -313,6 +312,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from accelerate import PartialState
     from transformers import PrinterCallback, ProgressCallback
 
+    from ..engines.base import engine_kind
     from ..tasks import task_row
     from .callbacks import RunLog, Validation
     from .rollout import TandemRollout
@@ -330,23 +330,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     rows = [{"prompt": prep.prompt_text(p), "answer": p.answer, "problem_id": str(p.problem_id),
              "task_row": json.dumps(task_row(p), sort_keys=True, default=str)} for p in prep.train]
     ds = datasets.Dataset.from_list(rows)
-    engine = None
-    if cfg.engine == "vllm":
-        from ..engines.vllm_engine import require_vllm
-        from .vllm_rollouts import EngineRollouts
-
-        require_vllm()  # fail before the run directory is touched
-        engine = EngineRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior",
-                                data_parallel=state.num_processes > 1)
-    elif cfg.engine == "vllm-server":
-        from .server_rollouts import ServerRollouts
-
-        if state.num_processes > 1:
-            raise TandemError("engine vllm-server trains in one process (one sender of the weights)")
-        engine = ServerRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior")
-    _, compute, _ = precision(cfg)
-    rollout_model = RolloutModel(cfg.senior, compute, cfg.rollout_device if cfg.engine == "hf" else None)
-    rollout = TandemRollout(cfg, prep.pair, engine, rollout_model)
+    engine = open_rollout_engine(cfg, prep.pair, state.num_processes)  # fails before the run directory is touched
+    rollout = TandemRollout(cfg, prep.pair, engine)
 
     dir_was_new = not Path(cfg.output_dir).expanduser().exists()
     out = output_dir(cfg.output_dir, "--output-dir")
@@ -359,9 +344,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         if state.is_main_process:
             write_json(out / "config.json", stored_config(cfg))
         runlog = RunLog(out, resume_step, print_fn, cfg.updates_per_batch)
-        validation = Validation(prep, out, runlog, engine, rollout_model)
-        if engine is not None and engine.data_parallel:
-            engine.open(prep.pair.senior)  # collective: every process, before rank 0 validates alone
+        validation = Validation(prep, out, runlog, rollout, precision(cfg)[1])
         reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*")
@@ -376,10 +359,11 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
             trainer.remove_callback(cb)
         validation.trainer = trainer
-        if engine is not None and _shards_weights(trainer):
-            raise TandemError("engine vllm pushes the senior's whole state dict to each process's engine; FSDP and "
+        if not engine_kind(cfg.engine).sharded_training and _shards_weights(trainer):
+            raise TandemError(f"engine {cfg.engine} pushes the senior's whole state dict to each process's engine; FSDP and "
                               "DeepSpeed ZeRO-3 shard it: train with plain data parallelism (DDP) or engine hf")
     except BaseException:
+        engine.close()
         if judge is not None:
             judge.close()
         if lock is not None:
@@ -388,6 +372,30 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             lock.release()
         raise
     return Run(trainer, prep, rollout, runlog, validation, resume_step, lock, fresh, dir_was_new, judge)
+
+
+def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
+    """The run's rollout engine (``engines.base.ENGINES[cfg.engine]``) on its loaded pair: the
+    junior only for a tandem schedule, the hf engine's compute-dtype copy on ``rollout_device``,
+    a vLLM engine in-process (all processes' engines started together when data-parallel)."""
+    from ..engines.base import EngineSetup, engine_kind
+
+    kind = engine_kind(cfg.engine)
+    if num_processes > 1 and not kind.data_parallel:
+        raise TandemError(f"engine {cfg.engine} trains in one process (one sender of the weights)")
+    from ..engines.server_client import ServerSettings
+    from ..engines.vllm_engine import VLLMSettings
+
+    server = ServerSettings(cfg.server, api_key=os.environ.get("VLLM_API_KEY")) if cfg.server else None
+    vllm = VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, kv_cache_gib=cfg.vllm_kv_cache_gib,
+                        max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
+    _, compute, _ = precision(cfg)
+    tandem = cfg.rollout_schedule != "senior"
+    return kind.open(EngineSetup(
+        cfg.senior, (cfg.junior or cfg.senior) if tandem else None, next(pair.senior.parameters()).device,
+        dtype=cfg.dtype, seed=cfg.seed, vllm_settings=vllm, server=server, pair=pair,
+        rollout_copy=RolloutModel(cfg.senior, compute, cfg.rollout_device if kind.rollout_device else None),
+        batch_rows=cfg.rollout_batch_rows, sleep=cfg.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
 
 
 def _shards_weights(trainer) -> bool:

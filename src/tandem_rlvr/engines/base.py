@@ -1,0 +1,157 @@
+"""The one engine seam: what every rollout engine does, and the registry table that names them.
+
+A rollout engine (``hf``, ``vllm``, ``vllm-server``) is opened from settings (``EngineSetup``),
+generates batches of rollouts in the rollout contract (``generate(prompts, seeds, spec) ->
+decoding.tandem.Rollout``: tokens, senior mask, log-probs, lengths, finished), takes new senior
+weights as a stream of ``(name, tensor)`` pairs (``load_weights``), and is closed. Training
+(``rl/``) and evaluation (``eval/``, through ``engines.open_decoder``) both open their engine
+here, so nothing above this floor asks which engine it holds: what differs between engines is a
+field of their ``EngineKind`` in ``ENGINES``.
+
+Weights: the trainer side makes the stream (``rl/weights.py``: the senior's named parameters,
+each cast to ``engine.weight_dtype`` as it is reached) and calls ``load_weights`` once per
+update. The stream is consumed one tensor at a time and never held whole, so a stream that
+gathers sharded parameters bucket by bucket feeds every engine unchanged. Each call is one
+complete update of the tensors it carries; calls may follow each other (buckets), and on the
+vLLM engines each call is then its own layer-wise reload, so a call must carry whole modules
+(all of a layer's tensors: vLLM processes a layer from what one reload gave it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
+
+from .request_args import NOT_ON_VLLM
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..decoding.tandem import Rollout
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """What a batch of rollouts is drawn with: the handoff schedule (``decoding.schedule``
+    name), its p and K, and the sampling (``decoding.sampling.SamplingParams``)."""
+
+    schedule: str
+    sampling: object
+    p: float = 0.5
+    K: int = 32
+
+
+class RolloutEngine(Protocol):
+    """An engine behind the seam (see the module docstring)."""
+
+    name: str
+    tokenizer: object
+    weight_dtype: "torch.dtype | None"  # the dtype load_weights wants its tensors in (None: as the trainer holds them)
+
+    def decoder(self, spec: RolloutSpec):
+        """A decoder view (``schedule``, ``generate(prompts, seeds) -> Rollout``) for one spec."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec) -> "Rollout":
+        """B rollouts: prompts are B token lists, seeds B row seeds (coins and sampler)."""
+
+    def load_weights(self, weights: Iterable[tuple[str, "torch.Tensor"]]) -> None:
+        """Take new senior weights: full tensors under the senior's transformers names, in order."""
+
+    def sleep(self) -> None:
+        """Free what the engine holds until its next call (vLLM sleep mode); others do nothing."""
+
+    def close(self) -> None:
+        """Free the engine."""
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    """What opening an engine needs. An evaluation gives checkpoints and devices; a training run
+    gives its loaded models too (``pair``: a ``models.Pair``, whose tokenizer and EOS ids every
+    engine uses and whose junior the hf engine decodes with).
+
+    junior: None = solo (no junior loaded; the vLLM engine runs the senior's own class).
+    rollout_copy: hf in training, an ``rl.precision.RolloutModel`` (the compute-dtype copy
+    decoded when the senior holds fp32 masters or another device is asked for).
+    batch_rows: hf, the most rows decoded together (None: the whole batch).
+    sleep, in_process, data_parallel: vllm in training (``engines.vllm_engine.VLLMEngine``).
+    """
+
+    senior: str
+    junior: str | None = None
+    device: object = "auto"
+    junior_device: str | None = None
+    dtype: str | None = "auto"
+    seed: int = 0
+    vllm_settings: object = None  # engines.vllm_engine.VLLMSettings
+    server: object = None  # engines.server_client.ServerSettings
+    pair: object = None
+    rollout_copy: object = None
+    batch_rows: int | None = None
+    sleep: bool = False
+    in_process: bool = False
+    data_parallel: bool = False
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """One row of the registry: how to open an engine and what it can do.
+
+    opener: ``module:function`` (imported on use) taking an ``EngineSetup``.
+    replays: the senior mask is recovered by replaying the schedule on the returned ids, so
+    schedules that cannot be replayed (``request_args.NOT_ON_VLLM``) are refused.
+    remote: generation on a running server, which holds its own junior (``--server`` URL).
+    text_turns: text-level handoff turns (``--protocol text``) run on it; text_default: and
+    are the default for paragraph schedules (hf only, so vLLM runs resume as they were).
+    junior_device: a junior on a device of its own.
+    rollout_device: training decodes a copy of the senior on ``rollout_device``.
+    data_parallel: trains under several processes (one engine each).
+    sharded_training: not refused under FSDP / DeepSpeed ZeRO-3 (the vLLM engines are: their
+    weight stream needs the whole senior in each process).
+    """
+
+    name: str
+    opener: str
+    replays: bool = False
+    remote: bool = False
+    text_turns: bool = False
+    text_default: bool = False
+    junior_device: bool = False
+    rollout_device: bool = False
+    data_parallel: bool = True
+    sharded_training: bool = False
+
+    def check_schedule(self, schedule: str) -> None:
+        """TandemError unless this engine can run ``schedule`` (checked before any loading)."""
+        if self.replays and schedule in NOT_ON_VLLM:
+            from ..errors import TandemError
+
+            raise TandemError(f"schedule {schedule!r} is not available on the vLLM engine (use engine hf)")
+
+    def open(self, setup: EngineSetup) -> RolloutEngine:
+        module, _, attr = self.opener.partition(":")
+        return getattr(import_module(module), attr)(setup)
+
+
+ENGINES: dict[str, EngineKind] = {k.name: k for k in (
+    EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", text_turns=True, text_default=True, junior_device=True,
+               rollout_device=True, sharded_training=True),
+    EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, text_turns=True),
+    EngineKind("vllm-server", "tandem_rlvr.engines.server_rollouts:open_server", replays=True, remote=True,
+               data_parallel=False),
+)}
+
+
+def engine_kind(name: str) -> EngineKind:
+    """The registry row of ``name``, or a TandemError listing the valid names."""
+    if name not in ENGINES:
+        from ..errors import TandemError
+
+        raise TandemError(f"unknown engine {name!r}; valid: {', '.join(ENGINES)}")
+    return ENGINES[name]
+
+
+def open_engine(name: str, setup: EngineSetup) -> RolloutEngine:
+    """Open engine ``name`` (a key of ``ENGINES``) from ``setup``."""
+    return engine_kind(name).open(setup)

@@ -1,0 +1,94 @@
+"""``--engine hf``: our transformers decoder (``decoding.tandem.TandemDecoder``) behind the seam.
+
+The reference engine: every other engine is tested against it. An evaluation opens it from
+checkpoints (``models.load_pair``); a training run hands it its loaded pair, and the engine
+then decodes either the trained senior itself or, when the senior holds fp32 master weights
+(or ``rollout_device`` asks for another device), a copy in the compute dtype
+(``rl.precision.RolloutModel``, given as ``EngineSetup.rollout_copy``) that ``load_weights``
+refreshes from the trainer's stream once per update. A senior that decodes itself needs no
+weights: ``load_weights`` leaves the stream unread.
+
+A batch is decoded ``batch_rows`` rows at a time (``rollout_batch_rows``; None: all at once),
+the parts padded to one width, so the KV caches stay bounded however large the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+from ..decoding.schedule import make_schedule
+from ..decoding.tandem import Rollout, TandemDecoder
+from ..errors import TandemError
+from .base import EngineSetup, RolloutSpec
+
+
+class HFRollouts:
+    """Rollouts from our transformers decoder; see the module docstring."""
+
+    name = "hf"
+
+    def __init__(self, senior, junior, tokenizer, eos_ids, batch_rows: int | None = None, rollout_copy=None):
+        self.junior, self.tokenizer, self.eos_ids, self.batch_rows = junior, tokenizer, list(eos_ids), batch_rows
+        self.vocab_size = senior.config.vocab_size
+        # the copy decodes when the trained senior is not in the compute dtype or on the rollout device
+        self.rollout_copy = rollout_copy if rollout_copy is not None and rollout_copy.needs_copy(senior) else None
+        self.senior = None if self.rollout_copy is not None else senior
+        self.weight_dtype = self.rollout_copy.dtype if self.rollout_copy is not None else None
+        self.schedules = {}
+        self.syncs = 0
+
+    def schedule(self, spec: RolloutSpec):
+        key = (spec.schedule, spec.p, spec.K)
+        if key not in self.schedules:
+            self.schedules[key] = make_schedule(spec.schedule, self.tokenizer, p=spec.p, K=spec.K,
+                                                vocab_size=self.vocab_size)
+        return self.schedules[key]
+
+    def decoder(self, spec: RolloutSpec) -> TandemDecoder:
+        senior = self.senior if self.rollout_copy is None else self.rollout_copy.copy
+        if senior is None:
+            raise TandemError("the hf engine's rollout copy holds no weights yet: load_weights comes first")
+        return TandemDecoder(senior, self.junior, self.schedule(spec), spec.sampling, self.eos_ids,
+                             self.tokenizer.pad_token_id)
+
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec) -> Rollout:
+        dec = self.decoder(spec)
+        n = self.batch_rows or len(prompts)
+        parts = [dec.generate(prompts[i:i + n], seeds[i:i + n]) for i in range(0, len(prompts), n)]
+        return parts[0] if len(parts) == 1 else _concat(parts, self.tokenizer.pad_token_id)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Refresh the rollout copy from the stream (nothing to do when the senior decodes itself)."""
+        if self.rollout_copy is None:
+            return
+        self.rollout_copy.load_weights(weights)
+        self.syncs += 1
+
+    def sleep(self) -> None:
+        """Nothing to free: the models are the run's own."""
+
+    def close(self) -> None:
+        self.senior = self.junior = self.rollout_copy = None
+
+
+def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
+    """One Rollout of several decoded parts, each right-padded to the widest."""
+    T = max(p.tokens.shape[1] for p in parts)
+
+    def padcat(name, value):
+        return torch.cat([torch.nn.functional.pad(getattr(p, name), (0, T - p.tokens.shape[1]), value=value) for p in parts])
+
+    return Rollout(padcat("tokens", pad_id), padcat("senior_mask", False), padcat("logprobs", 0.0),
+                   torch.cat([p.lengths for p in parts]), torch.cat([p.finished for p in parts]))
+
+
+def open_hf(setup: EngineSetup) -> HFRollouts:
+    """The training run's pair (``setup.pair``) or the checkpoints of ``setup`` loaded here."""
+    pair = setup.pair
+    if pair is None:
+        from ..models import load_pair
+
+        pair = load_pair(setup.senior, setup.junior, setup.device, setup.junior_device, setup.dtype)
+    return HFRollouts(pair.senior, pair.junior, pair.tokenizer, pair.eos_ids, setup.batch_rows, setup.rollout_copy)

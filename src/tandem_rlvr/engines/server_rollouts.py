@@ -1,0 +1,173 @@
+"""``--engine vllm-server`` behind the seam: rollouts from a running ``tandem serve``.
+
+``ServerRollouts`` draws decoders from ``engines.server_client`` (``ServerDecoder``: one
+completion request per row, its row seed seeding coins and sampler), so the trainer's devices
+do no generation. An evaluation loads the served model's tokenizer (``--server-tokenizer``,
+else the checkpoint path the server reports); a training run uses its own.
+
+Weights (training): the server is ``tandem serve SENIOR --junior JUNIOR --weight-sync``, the
+checkpoints the run trains from with vLLM's weight transfer enabled. ``load_weights`` joins the
+server's weight transfer on first use (``nccl`` when the trainer is on CUDA, ``tandem_gloo`` on
+CPU; the trainer is rank 0 of a group with the server's workers, reached at the local address
+that routes to the server), then pushes the stream as one update in rounds of at most
+``bucket_bytes`` (``engines.weight_sync.push_stream``), then resets the server's prefix cache,
+since cached KV blocks hold the old weights' keys. Tensors go as the trainer holds them
+(``weight_dtype`` None): the served model's dtype is the server's own, unknown here.
+
+Limits: one training process (data-parallel training would need one sender and the others
+waiting; not built); the server's junior must be the run's junior (the server does not say
+which junior it holds; the run records the server's checkpoint). The server serves other
+clients meanwhile, and their requests during a push see a mix of old and new weights.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+from typing import Iterable, Sequence
+from urllib.parse import urlparse
+
+import torch
+
+from ..errors import TandemError
+from .base import EngineSetup, RolloutSpec
+
+log = logging.getLogger("tandem_rlvr")
+
+BUCKET_BYTES = 1 << 29  # one push round: 512 MiB of tensors
+
+
+def _local_address_towards(url: str) -> str:
+    """This machine's address on the interface that reaches ``url``'s host (the rendezvous the
+    server's workers connect back to)."""
+    u = urlparse(url)
+    with socket.create_connection((u.hostname, u.port or 80), timeout=10) as s:
+        return s.getsockname()[0]
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+class ServerRollouts:
+    """Rollouts on a ``tandem serve`` server; see the module docstring."""
+
+    name = "vllm-server"
+    weight_dtype = None
+
+    def __init__(self, settings, tokenizer, eos_ids, client, model: str, root: str, context: int | None,
+                 bucket_bytes: int = BUCKET_BYTES):
+        self.settings, self.tokenizer, self.eos_ids = settings, tokenizer, list(eos_ids)
+        self.client, self.model, self.root, self.context = client, model, root, context
+        self.bucket_bytes = bucket_bytes
+        self.transfer = None
+        self.syncs = 0
+
+    def decoder(self, spec: RolloutSpec):
+        from .server_client import ServerDecoder
+
+        dec = ServerDecoder(self.settings, self.client, self.model, self.context, self.tokenizer, self.eos_ids,
+                            spec.schedule, spec.sampling, spec.p, spec.K)
+        dec.models = {"senior": self.root, "junior": None if spec.schedule == "senior" else "served"}  # run records
+        return dec
+
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec):
+        return self.decoder(spec).generate(prompts, seeds)
+
+    def _join(self, device: torch.device) -> None:
+        """Join the server's weight transfer: the backend follows the device of the trainer's
+        tensors (nccl on CUDA, tandem_gloo on CPU), as ``tandem serve --weight-sync`` picks it on
+        the server."""
+        if self.transfer is not None:
+            return
+        import requests
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        from .vllm_engine import require_vllm
+
+        require_vllm()  # registers tandem_gloo with the factories
+        from .weight_sync import ListSource
+
+        base = self.settings.base_url[: -len("/v1")]
+        try:
+            r = requests.get(f"{base}/get_world_size", params={"include_dp": "true"}, timeout=30)
+        except OSError as e:
+            raise TandemError(f"{self.settings.url}: no server answered ({e})") from None
+        if r.status_code == 404:
+            raise TandemError(f"{self.settings.url} takes no weight pushes: start it with `tandem serve ... "
+                              "--weight-sync`") from None
+        r.raise_for_status()
+        world = 1 + int(r.json()["world_size"])
+        address = _local_address_towards(self.settings.url)
+        port = _free_port(address)
+        if device.type == "cuda":
+            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo as Info
+        else:
+            from .weight_sync import GlooTrainerInitInfo as Info
+        log.info("weight sync with %s: %s, trainer %s:%d, %d processes", self.settings.url, Info.backend, address,
+                 port, world)
+        self.sync_client = HTTPVLLMWeightSyncClient(base, timeout=self.settings.timeout)
+        self.transfer = WeightTransferTrainerFactory.trainer_init(
+            Info(master_address=address, master_port=port, world_size=world, rank=0), client=self.sync_client,
+            source=ListSource([]))
+        self.reset_url = f"{base}/reset_prefix_cache"
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Push the stream to the server's senior as one update, then drop its stale prefix cache."""
+        import requests
+
+        from .weight_sync import push_stream
+
+        it = iter(weights)
+        first = next(it, None)
+        if first is None:
+            return
+        self._join(first[1].device)
+        push_stream(self.transfer, itertools.chain([first], it), self.bucket_bytes)
+        r = requests.post(self.reset_url, timeout=self.settings.timeout)
+        r.raise_for_status()
+        if not r.json().get("success", True):
+            log.warning("%s kept its prefix cache (other requests hold blocks): their prompts may reuse KV of the "
+                        "previous weights", self.settings.url)
+        self.syncs += 1
+
+    def sleep(self) -> None:
+        """Nothing to free here: the server's memory is its own."""
+
+    def close(self) -> None:
+        if self.transfer is not None:
+            try:
+                self.sync_client.shutdown_weight_transfer_engine()
+            except OSError:  # the server is gone already
+                pass
+            self.transfer.shutdown()
+            self.transfer = None
+        self.client.close()
+
+
+def open_server(setup: EngineSetup) -> ServerRollouts:
+    """Connect to ``setup.server``; the tokenizer is the training run's, or the served model's."""
+    from ..models import load_tokenizer
+    from .server_client import connect
+    from .vllm_engine import model_eos_ids
+
+    if setup.server is None:
+        raise TandemError("engine vllm-server needs a server: --server URL (a running `tandem serve`)")
+    client, model, root, ctx = connect(setup.server)
+    if setup.pair is not None:
+        tok, eos = setup.pair.tokenizer, setup.pair.eos_ids
+    else:
+        where = setup.server.tokenizer or root
+        try:
+            tok = load_tokenizer(where)
+        except (OSError, ValueError) as e:
+            client.close()
+            raise TandemError(f"cannot load the served model's tokenizer from {where!r} here ({type(e).__name__}); "
+                              "pass --server-tokenizer PATH") from None
+        eos = model_eos_ids(tok, where)
+    return ServerRollouts(setup.server, tok, eos, client, model, root, ctx)

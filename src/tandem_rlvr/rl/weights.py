@@ -1,0 +1,38 @@
+"""The trained senior's weights on their way to the rollout engine: one stream per update.
+
+Every engine takes new senior weights the same way (``engines.base.RolloutEngine.load_weights``):
+a stream of ``(name, tensor)`` pairs under the senior's transformers names, each tensor full and
+cast to the engine's ``weight_dtype`` as it is reached, so the stream never holds a second
+state dict (one cast tensor at a time at most). ``EngineSync`` sends it once per update: before
+the first generation of a run (which covers a resumed run) and whenever the trainer's global
+step, or the model object, has changed since the last push. Rollouts and validation share one
+``EngineSync``, so a validation right after a rollout of the same step pushes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+
+def senior_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """``model``'s named parameters in order, each detached and cast to ``dtype`` (None: as held)
+    only when the consumer reaches it."""
+    for name, p in model.named_parameters():
+        p = p.detach()
+        yield name, p if dtype is None else p.to(dtype)
+
+
+class EngineSync:
+    """Keeps an engine's senior weights at the trainer's current update (module docstring)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.synced = None  # (id of the model, global step) the engine holds
+
+    @torch.no_grad()
+    def __call__(self, senior: torch.nn.Module, step: int) -> None:
+        if self.synced != (id(senior), step):
+            self.engine.load_weights(senior_weights(senior, self.engine.weight_dtype))
+            self.synced = (id(senior), step)
