@@ -52,8 +52,9 @@ def test_validation_solo_samples_the_senior_alone(setup, tmp_path):  # noqa: F81
     method = build_run(_cfg(setup, tmp_path / "m", output_dir=str(tmp_path / "m")), print_fn=lambda *_: None)
     solo = build_run(_cfg(setup, tmp_path / "s", output_dir=str(tmp_path / "s"), validation="solo"),
                      print_fn=lambda *_: None)
-    assert method.validation.schedule.name == "word" and method.validation.schedule.uses_junior
-    assert solo.validation.schedule.name == "senior" and not solo.validation.schedule.uses_junior
+    m, s = (r.rollout.engine.schedule(r.validation.spec) for r in (method, solo))  # what the engine decodes
+    assert m.name == "word" and m.uses_junior
+    assert s.name == "senior" and not s.uses_junior
     assert solo.rollout.cfg.rollout_schedule == "word"  # training rollouts stay tandem
 
 

@@ -81,7 +81,7 @@ def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_ju
         """After every optimiser step: push (as the next rollout would first) and compare."""
 
         def on_step_end(self, args, state, control, **kw):
-            eng.decoder(senior, state.global_step, "senior", run.rollout.sampling)
+            run.rollout.sync(senior, state.global_step)
             served = _served(client, tok, "senior")
             expect = teacher_forced(senior, [p for p, _, _ in served], [r for _, r, _ in served])
             errors[state.global_step] = max(float((lp - e).abs().max()) for (_, _, lp), e in zip(served, expect))
@@ -107,7 +107,7 @@ def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_ju
 
 
 def test_guard_the_vllm_weight_transfer_surface_the_server_rollouts_use():
-    """What ``engines/weight_sync.py`` and ``rl/server_rollouts.py`` take from vLLM 0.32: the
+    """What ``engines/weight_sync.py`` and ``engines/server_rollouts.py`` take from vLLM 0.32: the
     factories accept a registered backend by module path, the trainer base class takes (client,
     source, is_sender), ModuleSource yields a module's named parameters, and the HTTP client
     drives the RL endpoints by these names."""
@@ -128,3 +128,40 @@ def test_guard_the_vllm_weight_transfer_surface_the_server_rollouts_use():
     for name in ("init_weight_transfer_engine", "start_weight_update", "update_weights", "finish_weight_update",
                  "shutdown_weight_transfer_engine"):
         assert callable(getattr(HTTPVLLMWeightSyncClient, name))
+
+
+def test_push_stream_sends_one_update_in_rounds_that_each_declare_their_own_tensors():
+    """engines.weight_sync.push_stream over a trainer engine: start once, one send_weights round per
+    bucket (the round's metadata is exactly its tensors, names in stream order), finish once; the
+    engine's client and source are restored after."""
+    from tandem_rlvr.engines.weight_sync import ListSource, push_stream
+
+    calls = []
+
+    class Client:
+        def start_weight_update(self):
+            calls.append("start")
+
+        def finish_weight_update(self, weight_version=None):
+            calls.append("finish")
+
+    class Transfer:  # vLLM's trainer engines read self.client and self.source in send_weights
+        def __init__(self, client):
+            self.client, self.source = client, ListSource([])
+
+        def send_weights(self):
+            self.client.start_weight_update()  # a round must not open another update
+            meta = self.source.metadata()
+            sent = list(self.source)
+            assert [m.name for m in meta] == [n for n, _ in sent]
+            assert all(m.shape == tuple(t.shape) and m.dtype == t.dtype for m, (_, t) in zip(meta, sent))
+            calls.append([n for n, _ in sent])
+            self.client.finish_weight_update()
+
+    client = Client()
+    transfer = Transfer(client)
+    weights = [(f"w{i}", torch.zeros(n, dtype=torch.bfloat16)) for i, n in enumerate((10, 30, 5, 40, 1))]  # bytes x2
+    push_stream(transfer, iter(weights), bucket_bytes=64)
+    # buckets close once they reach 64 bytes: 20+60 | 10+80 | 2
+    assert calls == ["start", ["w0", "w1"], ["w2", "w3"], ["w4"], "finish"]
+    assert transfer.client is client and transfer.source.pairs == []

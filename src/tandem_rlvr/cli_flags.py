@@ -58,8 +58,10 @@ def protocol_flag(p: argparse.ArgumentParser) -> None:
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
     """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings); with
     ``server``, also the vllm-server engine and its --server flags."""
+    from .engines.base import DEFAULT_ENGINE, ENGINES, LOCAL_ENGINES
+
     g = p.add_argument_group("engine")
-    g.add_argument("--engine", default="hf", choices=("hf", "vllm", "vllm-server") if server else ("hf", "vllm"),
+    g.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES) if server else list(LOCAL_ENGINES),
                    help="hf: our transformers decoder (default, the reference); vllm: stock vLLM with the tandem "
                         "plugin (pip install -e \".[vllm]\")" + ("; vllm-server: a running `tandem serve` (--server)"
                                                                   if server else ""))
@@ -93,18 +95,19 @@ def server_flags(p: argparse.ArgumentParser) -> None:
 
 def engine_of(a) -> str:
     """The engine the flags choose: --server means vllm-server."""
+    from .engines.base import DEFAULT_ENGINE, ENGINES, REMOTE_ENGINE
     from .errors import TandemError
 
-    engine, server = getattr(a, "engine", "hf"), getattr(a, "server", None)
-    if server and engine == "vllm":
-        raise TandemError("--server sends requests to a running server; --engine vllm starts one in this process: "
-                          "choose one")
-    if engine == "vllm-server" and not server:
-        raise TandemError("--engine vllm-server needs --server URL (a running `tandem serve`)")
+    engine, server = getattr(a, "engine", DEFAULT_ENGINE), getattr(a, "server", None)
+    if server and engine not in (DEFAULT_ENGINE, REMOTE_ENGINE):
+        raise TandemError(f"--server sends requests to a running server; --engine {engine} starts one in this "
+                          "process: choose one")
+    if ENGINES[engine].remote and not server:
+        raise TandemError(f"--engine {engine} needs --server URL (a running `tandem serve`)")
     if server and (getattr(a, "junior", None) or getattr(a, "junior_device", None)):
         raise TandemError("--junior/--junior-device do not apply with --server: the server holds its junior "
                           "(tandem serve SENIOR --junior JUNIOR)")
-    return "vllm-server" if server else engine
+    return REMOTE_ENGINE if server else engine
 
 
 def server_settings(a):
@@ -117,7 +120,9 @@ def server_settings(a):
 
 
 def vllm_settings(a):
-    if getattr(a, "engine", "hf") != "vllm":
+    from .engines.base import DEFAULT_ENGINE, engine_kind
+
+    if not engine_kind(getattr(a, "engine", DEFAULT_ENGINE)).vllm_settings:
         return None
     from .engines.vllm_engine import VLLMSettings
 

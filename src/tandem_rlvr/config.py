@@ -28,6 +28,7 @@ import yaml
 
 from .decoding.sampling import SamplingParams
 from .decoding.schedule import SCHEDULES, check_p_K
+from .engines.base import ENGINES, engine_kind
 from .errors import TandemError
 from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
@@ -156,7 +157,7 @@ class TrainConfig:
     engine: str = _f("hf", "rollout and validation engine: hf (our transformers decoder) or vllm (an in-process "
                      "vLLM engine colocated with training; the senior's weights are synced after every "
                      "optimiser step; vllm-server: a running `tandem serve --weight-sync` at --server, "
-                     "weights pushed after every optimiser step)", choices=("hf", "vllm", "vllm-server"))
+                     "weights pushed after every optimiser step)", choices=tuple(ENGINES))
     server: str | None = _f(None, "engine vllm-server: the server's URL, e.g. http://127.0.0.1:8000")
     vllm_gpu_memory_utilization: float = _f(0.3, "vllm engine: share of GPU memory for its weights + KV cache "
                                             "(training shares the device)")
@@ -212,16 +213,13 @@ class TrainConfig:
             self.beta = 1e-3
         if self.method != "klreg" and self.beta != 0:
             raise TandemError(f"beta={self.beta} is only for --method klreg (got method {self.method})")
-        if self.engine not in ("hf", "vllm", "vllm-server"):
-            raise TandemError(f"unknown engine {self.engine!r}; valid: hf, vllm, vllm-server")
-        if (self.engine == "vllm-server") != bool(self.server):
+        kind = engine_kind(self.engine)
+        if kind.remote != bool(self.server):
             raise TandemError("--engine vllm-server and --server URL go together")
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             raise TandemError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
-        if self.engine != "hf" and self.method == "tandem":
-            from .engines import check_vllm_schedule
-
-            check_vllm_schedule(self.schedule)
+        if self.method == "tandem":
+            kind.check_schedule(self.schedule)
         if self.instruction not in INSTRUCTIONS:
             raise TandemError(f"unknown instruction {self.instruction!r}; valid: {', '.join(INSTRUCTIONS)}")
         if self.loss_normalizer not in LOSS_NORMALIZERS:
@@ -505,7 +503,8 @@ class EvalConfig:
             return None
         # text is the paper's protocol; on --engine vllm it runs when asked for (--protocol text), the default
         # there stays stream so existing vLLM runs resume as they were (docs/evaluation.md)
-        return self.protocol or ("text" if self.schedule.startswith("paragraph-") and self.engine == "hf" else "stream")
+        text = self.schedule.startswith("paragraph-") and engine_kind(self.engine).text_default
+        return self.protocol or ("text" if text else "stream")
 
     @property
     def schedule_name(self) -> str:

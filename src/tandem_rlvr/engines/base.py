@@ -102,9 +102,11 @@ class EngineKind:
     replays: the senior mask is recovered by replaying the schedule on the returned ids, so
     schedules that cannot be replayed (``request_args.NOT_ON_VLLM``) are refused.
     remote: generation on a running server, which holds its own junior (``--server`` URL).
+    vllm_settings: an in-process vLLM engine, set up by the ``--vllm-*`` settings.
+    transformers: decodes transformers models loaded in this process (a loaded ``models.Pair``
+    can be handed over as ``EngineSetup.pair`` and decoded as it is).
     text_turns: text-level handoff turns (``--protocol text``) run on it; text_default: and
     are the default for paragraph schedules (hf only, so vLLM runs resume as they were).
-    junior_device: a junior on a device of its own.
     rollout_device: training decodes a copy of the senior on ``rollout_device``.
     data_parallel: trains under several processes (one engine each).
     sharded_training: not refused under FSDP / DeepSpeed ZeRO-3 (the vLLM engines are: their
@@ -115,9 +117,10 @@ class EngineKind:
     opener: str
     replays: bool = False
     remote: bool = False
+    vllm_settings: bool = False
+    transformers: bool = False
     text_turns: bool = False
     text_default: bool = False
-    junior_device: bool = False
     rollout_device: bool = False
     data_parallel: bool = True
     sharded_training: bool = False
@@ -135,12 +138,18 @@ class EngineKind:
 
 
 ENGINES: dict[str, EngineKind] = {k.name: k for k in (
-    EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", text_turns=True, text_default=True, junior_device=True,
+    EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True, text_default=True,
                rollout_device=True, sharded_training=True),
-    EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, text_turns=True),
+    EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, vllm_settings=True,
+               text_turns=True),
     EngineKind("vllm-server", "tandem_rlvr.engines.server_rollouts:open_server", replays=True, remote=True,
                data_parallel=False),
 )}
+
+
+DEFAULT_ENGINE = "hf"
+REMOTE_ENGINE = next(k for k, e in ENGINES.items() if e.remote)  # what --server selects
+LOCAL_ENGINES = tuple(k for k, e in ENGINES.items() if not e.remote)  # those that need no server
 
 
 def engine_kind(name: str) -> EngineKind:

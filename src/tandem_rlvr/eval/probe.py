@@ -121,7 +121,7 @@ def summarize(rows: list[dict], correct_samples: int, n_boot: int, seed: int) ->
 
 def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     """Probe the correct samples of ``s.samples`` (module docstring); the summary."""
-    from ..engines import DecoderSetup, open_decoder
+    from ..engines import DecoderSetup, engine_kind, open_decoder
     from ..fingerprint import model_fingerprint
     from ..models import load_pair, resolve_model_path
 
@@ -160,7 +160,7 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
                 pair = load_pair(senior, s.junior, s.device, s.junior_device, s.dtype)
                 tok = pair.tokenizer
                 chunks = [todo[i:i + s.batch_size] for i in range(0, len(todo), s.batch_size)]
-                if s.engine == "hf":  # force and continue chunk by chunk, each appended as it finishes
+                if engine_kind(s.engine).transformers:  # force and continue chunk by chunk on the loaded pair
                     dec, close = pair.decoder("senior", sampling), (lambda: None)
                     forced = (_force(pair, tok, task, problems, c, cfg["template"], s) for c in chunks)
                 else:  # another engine: every position forced with our models first, then they are freed and the
@@ -264,6 +264,8 @@ def cmd_probe(a) -> None:
 
 def register(sub) -> None:
     """Add ``tandem probe forced-junior`` to the command parser's subparsers."""
+    from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES
+
     p = sub.add_parser("probe", help="probes of a trained senior: forced-junior")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=type(p))
     f = psub.add_parser("forced-junior", help="force the junior's greedy token into correct solo samples; does the "
@@ -274,7 +276,8 @@ def register(sub) -> None:
     f.add_argument("--position", default="first", choices=POSITIONS, help="which differing position per sample")
     f.add_argument("--seed", type=int, default=0, help="seed of the random positions and of the continuations")
     f.add_argument("--limit", type=int, default=None, help="first N correct samples")
-    f.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="engine of the senior's continuations")
+    f.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
+                   help="engine of the senior's continuations")
     f.add_argument("--device", default="auto")
     f.add_argument("--junior-device", default=None)
     f.add_argument("--dtype", default="auto")

@@ -233,7 +233,9 @@ def _check_stream_vocab(cfg: EvalConfig) -> None:
     before any model loads, with the protocol that takes it."""
     from ..models import load_tokenizer
 
-    if cfg.engine == "vllm-server" or not cfg.junior or cfg.junior == cfg.senior:
+    from ..engines.base import engine_kind
+
+    if engine_kind(cfg.engine).remote or not cfg.junior or cfg.junior == cfg.senior:  # a server holds its junior
         return
     s, j = load_tokenizer(cfg.senior), load_tokenizer(cfg.junior)
     if s.get_vocab() != j.get_vocab():

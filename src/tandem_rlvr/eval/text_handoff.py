@@ -243,22 +243,25 @@ def _share(a: int, total: int) -> float:
 
 
 def open_text_handoff(cfg, schedule: str):
-    """(TextHandoff, senior tokenizer, close) for an ``EvalConfig`` on ``--engine hf`` or ``vllm``
-    (one vLLM engine per model: ``text_handoff_vllm``)."""
+    """(TextHandoff, senior tokenizer, close) for an ``EvalConfig`` on an engine that runs text turns
+    (``engines.base.EngineKind.text_turns``): our transformers models, or one vLLM engine per model
+    (``text_handoff_vllm``)."""
+    from ..engines.base import ENGINES, engine_kind
     from ..models import load_model, load_tokenizer, resolve_device
 
-    if cfg.engine == "vllm":
-        from .text_handoff_vllm import open_vllm_turn_models
-
-        models = open_vllm_turn_models(cfg)
-    elif cfg.engine == "hf":
+    kind = engine_kind(cfg.engine)
+    if not kind.text_turns:
+        ok = " or ".join(k for k, e in ENGINES.items() if e.text_turns)
+        raise TandemError(f"--protocol text runs on --engine {ok} (got {cfg.engine}); use --protocol stream with a server")
+    if kind.transformers:
         dev = resolve_device(cfg.device)
         jdev = resolve_device(cfg.junior_device) if cfg.junior_device else dev
         models = [TurnModel(load_model(spec, d, cfg.dtype), load_tokenizer(spec), cfg.sampling, cfg.template)
                   for spec, d in ((cfg.senior, dev), (cfg.junior or cfg.senior, jdev))]
     else:
-        raise TandemError(f"--protocol text runs on --engine hf or vllm (got {cfg.engine}); "
-                          "use --protocol stream with a server")
+        from .text_handoff_vllm import open_vllm_turn_models
+
+        models = open_vllm_turn_models(cfg)
 
     def close():
         for m in models:

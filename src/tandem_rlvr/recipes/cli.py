@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from ..cli_flags import engine_flags, model_flags, pair_from_args, vllm_settings
+from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES, engine_kind
 from ..errors import TandemError
 from ..runtime import configure_cpu_threads
 
@@ -101,7 +102,7 @@ def cmd_bench_decode(a):
         raise TandemError(f"--batch, --new-tokens and --repeats must be >= 1, got {a.batch}, {a.new_tokens}, {a.repeats}")
     configure_cpu_threads()
     prompts = [plain_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
-    if a.engine == "vllm":
+    if engine_kind(a.engine).vllm_settings:  # the vLLM engine's own benchmark
         from .bench import bench_decode_vllm
         from ..models import load_tokenizer, resolve_model_path
 
@@ -192,7 +193,7 @@ def register_bench(sub, parser_class) -> None:
     bt.add_argument("--preset", default="tiny")
     bt.add_argument("--steps", type=int, default=6, help="steps per method (the first is dropped as warm-up)")
     bt.add_argument("--json", action="store_true", help="print one JSON object")
-    bt.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+    bt.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
                     help="rollout engine of both methods: hf (default) or vllm (in-process, weights synced per step)")
     bt.set_defaults(fn=cmd_bench_train)
 

@@ -1,9 +1,10 @@
 """Training: Tandem RLVR, vanilla GRPO and KL-Reg on TRL's GRPOTrainer (``tandem train``).
 
 The three methods differ only in who writes the rollouts (and KL-Reg's KL term): ``train``
-builds and runs a run from a ``TrainConfig``; ``rollout`` is the ``rollout_func`` our
-decoder fills (rollouts with their senior mask); ``trainer`` is the GRPOTrainer subclass
+builds and runs a run from a ``TrainConfig``; ``rollout`` is the ``rollout_func`` the run's
+rollout engine (``engines``) fills (rollouts with their senior mask); ``weights`` streams the
+trained senior to that engine once per update; ``trainer`` is the GRPOTrainer subclass
 (fail-closed mask, the junior as KL reference, junior imitation) and holds all of TRL's
 private surface we touch; ``losses`` has the loss pieces as pure functions; ``callbacks``
-the run log and validation; ``vllm_rollouts`` rollouts on a colocated vLLM engine.
+the run log and validation; ``precision`` master weights and the hf engine's rollout copy.
 """

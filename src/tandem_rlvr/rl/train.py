@@ -360,8 +360,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             trainer.remove_callback(cb)
         validation.trainer = trainer
         if not engine_kind(cfg.engine).sharded_training and _shards_weights(trainer):
-            raise TandemError(f"engine {cfg.engine} pushes the senior's whole state dict to each process's engine; FSDP and "
-                              "DeepSpeed ZeRO-3 shard it: train with plain data parallelism (DDP) or engine hf")
+            raise TandemError(f"engine {cfg.engine} streams the senior's whole weights from each process; FSDP and "
+                              "DeepSpeed ZeRO-3 shard them: train with plain data parallelism (DDP) or engine hf")
     except BaseException:
         engine.close()
         if judge is not None:
@@ -388,7 +388,7 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
 
     server = ServerSettings(cfg.server, api_key=os.environ.get("VLLM_API_KEY")) if cfg.server else None
     vllm = VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, kv_cache_gib=cfg.vllm_kv_cache_gib,
-                        max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
+                        max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens) if kind.vllm_settings else None
     _, compute, _ = precision(cfg)
     tandem = cfg.rollout_schedule != "senior"
     return kind.open(EngineSetup(
