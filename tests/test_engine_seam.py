@@ -181,3 +181,20 @@ def test_no_module_above_engines_compares_engine_names():
             if pattern.search(line):
                 hits.append(f"{rel}:{i}: {line.strip()}")
     assert not hits, "\n".join(hits)
+
+
+def test_a_tied_head_streams_under_both_names_and_reaches_the_copy(tmp_path, tok):
+    """vLLM needs a tied head under its own name (a reload feeding only the embedding left it
+    stale); the hf copy takes the same stream."""
+    senior = make_model(len(tok), 0)
+    senior.config.tie_word_embeddings = True
+    senior.lm_head.weight = senior.model.embed_tokens.weight
+    senior.save_pretrained(tmp_path / "tied")
+    tok.save_pretrained(tmp_path / "tied")
+    names = [n for n, _ in senior_weights(senior)]
+    assert names.count("lm_head.weight") == 1 and "model.embed_tokens.weight" in names
+    with torch.no_grad():
+        senior.model.embed_tokens.weight.add_(1e-2)
+    copy = RolloutModel(str(tmp_path / "tied"), torch.bfloat16)
+    copy.load_weights(senior_weights(senior, torch.bfloat16))
+    assert torch.equal(copy.copy.lm_head.weight, (senior.model.embed_tokens.weight).to(torch.bfloat16))

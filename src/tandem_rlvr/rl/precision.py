@@ -59,7 +59,7 @@ class RolloutModel:
             if params is None:
                 if self.copy is None:
                     self.copy = load_model(self.spec, self.device or tensor.device, self.dtype)  # frozen
-                params = dict(self.copy.named_parameters())
+                params = dict(self.copy.named_parameters(remove_duplicate=False))  # tied: under each name
             params[name].copy_(tensor)
 
 
