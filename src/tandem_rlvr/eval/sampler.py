@@ -231,9 +231,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
 def _check_stream_vocab(cfg: EvalConfig) -> None:
     """The in-stream handoff needs one vocabulary: a junior of another tokenizer is refused
     before any model loads, with the protocol that takes it."""
-    from ..models import load_tokenizer
-
     from ..engines.base import engine_kind
+    from ..models import load_tokenizer
 
     if engine_kind(cfg.engine).remote or not cfg.junior or cfg.junior == cfg.senior:  # a server holds its junior
         return
