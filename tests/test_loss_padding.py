@@ -4,7 +4,8 @@ and a padded batch must give exactly the loss, the normaliser and the gradient o
 The hard case is the ``senior_tokens`` normaliser with a junior-token weight w > 0: there the
 normaliser is the sum of the token weights, so a padding position weighted 1 (a senior-mask one
 not cut by the response mask) or w would inflate it. The same is checked for the other terms that
-carry a mask (junior imitation, KL-Reg's k3 with a clamp). Expected values: hand-counted on tensors
+carry a mask (junior imitation, KL-Reg's k3 with a clamp), with the log-probs at padding positions
+set to an arbitrary value (TRL scores padding 0, which would hide a missing mask). Expected values: hand-counted on tensors
 below; on the tiny model, the normaliser is counted from the rollout's own unpadded lists and the
 loss and gradient are the sum of each row's loss computed alone on its unpadded completion.
 """
@@ -98,6 +99,11 @@ def test_a_padded_batch_has_the_loss_normaliser_and_gradient_of_its_rows_unpadde
         want_items = sum(map(len, raw))
     assert float(batch["num_items_in_batch"]) == pytest.approx(want_items)
     assert float(batch["num_junior_items_in_batch"]) == sum(m.count(0) for m in raw)
+
+    # what lies at padding positions carries no weight either (TRL scores them 0; another engine need not)
+    for k in ("old_per_token_logps", "ref_per_token_logps"):
+        if batch.get(k) is not None:
+            batch[k] = batch[k].masked_fill(pad, -3.0)
 
     # loss and gradient: the padded batch against the sum of its rows alone, unpadded
     loss, grads = _trainer_loss_and_grads(run.trainer, batch)

@@ -5,9 +5,9 @@ The paper's code stops each turn at ``\\n\\n`` and keeps the stop string (vLLM's
 turns, each turn but the last ending in the ``\\n\\n`` that stopped it. Checked here:
 ``turn_result`` on hand-made token pieces (a break inside a token, two breaks, EOS, the cap),
 and on chains the tiny pair writes: response = the turns joined; every break turn ends in its
-first ``\\n\\n``; the re-tokenised ids decode to exactly the response; and the senior mask,
-read as runs of equal values, decodes to exactly the senior's turns (and its zeros to the
-junior's).
+first ``\\n\\n``; the re-tokenised ids are the senior tokenizer's encoding of each turn and
+decode to exactly the response; and the senior mask, read as runs of equal values, decodes to
+exactly the senior's turns (and its zeros to the junior's).
 """
 
 import itertools
@@ -59,6 +59,9 @@ def test_co_written_rows_are_their_turns_joined_and_the_mask_covers_the_seniors_
                 breaks += 1
                 assert t["text"].endswith("\n\n") and t["text"].find("\n\n") == len(t["text"]) - 2, t
         assert ts.decode(row["token_ids"]) == row["response"]
+        # in the senior's tokenizer, turn by turn (the junior's ids would decode alike here: its BPE
+        # merges are the senior's first 280)
+        assert row["token_ids"] == [i for t in turns for i in ts.encode(t["text"], add_special_tokens=False)]
         assert len(row["senior_mask"]) == len(row["token_ids"])
         # the mask's runs of equal values, decoded, are the two authors' texts
         by_author = {0: "", 1: ""}
