@@ -19,6 +19,12 @@ batch). Tandem RLVR changes only the two inputs defined here:
   gradient clipping (``max_grad_norm``) and through the weighting across mini-batches whose
   senior shares differ, not through the learning rate.
 
+KL-Reg's per-token term is ``k3_kl``, verl's ``low_var_kl`` (``core_algos.kl_penalty``): the
+log-ratio d = log p_ref - log p_senior clamped to [-20, 20] before ``exp`` (a guard that is
+always on: without it one token with d > 88 overflows fp32 to inf and its gradient is NaN even
+where the k3 clamp zeroes it), k3 = exp(d) - d - 1, then k3 clamped to [-kl_clamp, kl_clamp]
+(verl: 10; ``kl_clamp`` 0: no clamp of k3, the estimator as TRL writes it).
+
 Shapes: B rows (prompts x G), T completion positions.
 """
 
@@ -29,6 +35,7 @@ import torch
 from ..errors import TandemError
 
 LOSS_NORMALIZERS = ("response_tokens", "senior_tokens")
+LOG_RATIO_BOUND = 20.0  # verl's low_var_kl clamps log p_ref - log p to [-20, 20] before exp
 
 
 def token_weights(completion_mask: torch.Tensor, senior_mask: torch.Tensor, junior_token_weight: float) -> torch.Tensor:
@@ -50,3 +57,13 @@ def loss_denominator(completion_mask: torch.Tensor, weights: torch.Tensor, norma
     if normalizer == "senior_tokens":
         return weights.sum()
     raise TandemError(f"unknown loss_normalizer {normalizer!r}; valid: {', '.join(LOSS_NORMALIZERS)}")
+
+
+def k3_kl(ref_logps: torch.Tensor, logps: torch.Tensor, kl_clamp: float) -> torch.Tensor:
+    """(B, T) k3 estimate of KL(senior || reference) per token, verl's ``low_var_kl`` (module docstring).
+
+    ref_logps, logps: (B, T) log-probs of the sampled tokens under the reference and the senior;
+    kl_clamp: bound of the k3 value (0: unbounded; the log-ratio guard of +-20 always applies)."""
+    d = (ref_logps - logps).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T) log p_ref / p_senior
+    k3 = torch.exp(d) - d - 1
+    return k3.clamp(-kl_clamp, kl_clamp) if kl_clamp > 0 else k3

@@ -12,9 +12,9 @@
 3. Optional junior imitation (``junior_imitation``, our extension, not in the paper): + coef x
    token-mean NLL of junior-written tokens under the senior, reusing the log-probs TRL already
    computed, normalised like TRL's token-mean so micro-batching leaves the update unchanged.
-4. KL-Reg's k3 term clamped to [-kl_clamp, kl_clamp] per token, as verl's ``low_var_kl``
-   (TRL's is unclamped): we hand TRL beta = 0 inside the loss and add the clamped term
-   ourselves, with TRL's token-mean normaliser.
+4. KL-Reg's k3 term as verl's ``low_var_kl`` (``losses.k3_kl``: log-ratio guarded at +-20,
+   k3 clamped to [-kl_clamp, kl_clamp], 0 = unclamped; TRL's has neither): we hand TRL beta = 0
+   inside the loss and add the term ourselves, with TRL's token-mean normaliser.
 
 Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backends,
 checkpointing and resume all stay TRL's / transformers'.
@@ -32,7 +32,7 @@ import torch
 from trl import GRPOTrainer
 
 from ..errors import TandemError
-from .losses import loss_denominator, token_weights
+from .losses import k3_kl, loss_denominator, token_weights
 
 # TRL's name for the senior mask in a loss batch (filled from the rollout's ``env_mask``).
 SENIOR_MASK = "tool_mask"
@@ -167,18 +167,15 @@ class TandemGRPOTrainer(GRPOTrainer):
                                                              self.junior_token_weight)}
         mode = "train" if self.model.training else "eval"
         beta = self.beta
-        clamped_kl = beta != 0.0 and self.kl_clamp > 0
-        if clamped_kl:
-            self.beta = 0.0  # TRL adds no KL term; the clamped one is added below
+        self.beta = 0.0  # TRL adds no KL term; verl's (``k3_kl``) is added below
         try:
             loss = super()._compute_loss(model, weighted)
         finally:
             self.beta = beta
-        if clamped_kl:
+        if beta != 0.0:
             mask = inputs["completion_mask"] if weighted.get(SENIOR_MASK) is None else \
                 inputs["completion_mask"] * weighted[SENIOR_MASK]  # (B, T) as TRL's loss mask
-            d = inputs["ref_per_token_logps"] - self._last_logps  # (B, T) log p_ref / p_senior
-            k3 = (torch.exp(d) - d - 1).clamp(-self.kl_clamp, self.kl_clamp)
+            k3 = k3_kl(inputs["ref_per_token_logps"], self._last_logps, self.kl_clamp)  # (B, T)
             loss = loss + beta * (k3 * mask).sum() / self._token_mean_normalizer(inputs["num_items_in_batch"])
             record_metrics(self, {"kl": self._global_mean(k3, mask)}, mode)
         if self.junior_imitation > 0:
