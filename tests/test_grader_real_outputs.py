@@ -112,6 +112,7 @@ def agreement_table() -> str:
     """Agreement of this checkout's grader and of the paper's file with the hand labels, and pass@1."""
     rows = sample_rows()
     ours = [score(response_of(r), r["gold"]) for r in rows]
+    paper_grader = [score(response_of(r), r["gold"], grader="paper") for r in rows]
     hand = [float(r["hand"]) for r in rows]
     paper = [float(r["paper"]) for r in rows]
 
@@ -124,9 +125,10 @@ def agreement_table() -> str:
             per.setdefault(r["idx"], []).append(x)
         return sum(sum(v) / len(v) for v in per.values()) / len(per)
 
-    lines = [f"{'grader':<14}{'agree':>10}{'pass@1':>9}"]
-    for name, xs in (("paper's file", paper), ("this grader", ours), ("hand labels", hand)):
-        lines.append(f"{name:<14}{agree(xs):>4}/{len(rows):<5}{pass1(xs):>9.3f}")
+    lines = [f"{'grader':<16}{'agree':>10}{'pass@1':>9}"]
+    for name, xs in (("paper's file", paper), ("--grader ours", ours), ("--grader paper", paper_grader),
+                     ("hand labels", hand)):
+        lines.append(f"{name:<16}{agree(xs):>4}/{len(rows):<5}{pass1(xs):>9.3f}")
     return "\n".join(lines)
 
 
