@@ -76,7 +76,7 @@ def cmd_eval(a, mode: str):
     cfg = EvalConfig(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
                      schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
                      split=a.split, limit=a.limit, n=a.n, sampling=sampling_from_args(a), template=a.template,
-                     instruction=a.instruction, answer_mode=a.answer_mode, task=a.task, seed=a.seed, p=a.p, K=a.K,
+                     instruction=a.instruction, answer_mode=a.answer_mode, grader=a.grader, task=a.task, seed=a.seed, p=a.p, K=a.K,
                      device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
                      batch_size=a.batch_size, engine=engine_of(a), vllm_settings=vllm_settings(a),
                      server=server_settings(a), protocol=getattr(a, "protocol", None))

@@ -71,6 +71,8 @@ class TrainConfig:
     schedule: str = _f("word", "handoff schedule of tandem rollouts", choices=SCHEDULES)
     task: str = _f("math", "what is asked and how it is graded (tasks.TASKS: math, gsm8k, answer-tag, ...); its "
                    "verifier is recorded in config.json")
+    grader: str = _f("ours", "math grader of the reward: ours (math-verify with repairs) or paper (the paper's "
+                     "cascade, docs/paper_fidelity.md); part of the run's verifier", choices=("ours", "paper"))
     reward_terms: list[str] = field(default_factory=lambda: ["correct"], metadata={"help": (
         "reward = sum of coef x term over NAME[:COEF] specs (comma-separated on the command line): correct (the "
         "task's correctness, coef 1), length (-tokens/ceiling, EOS counted, coef 0.2), format (answer in the task's "
@@ -454,6 +456,7 @@ class EvalConfig:
     template: str = "auto"
     instruction: str = DEFAULT_INSTRUCTION
     answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
+    grader: str = "ours"  # rewards.math.GRADERS (math task): ours or the paper's cascade
     task: str = "math"  # tasks.TASKS: prompt and verifier (docs/tasks.md)
     seed: int = 0
     p: float = 0.5
@@ -495,7 +498,8 @@ class EvalConfig:
         check_answer_mode(self.answer_mode)
         from .tasks import task_for_eval
 
-        task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode)  # a bad name fails here
+        task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode,
+                      grader=self.grader)  # a bad name fails here
         user_message("", self.instruction)  # an unknown instruction name fails here, before any loading
 
     @property

@@ -46,7 +46,7 @@ def run_task(cfg: TrainConfig):
     """The run's task (``tasks``); math prompts with the run's instruction and grades the last box."""
     from ..tasks import task_for_eval
 
-    return task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode="last-box")
+    return task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode="last-box", grader=cfg.grader)
 
 
 def _load(cfg: TrainConfig, spec: str, split: str | None, limit: int | None) -> list[Problem]:
@@ -168,7 +168,7 @@ def _reward_defaults() -> dict:
 
     out = {"verifier": "math@1:last-box"}
     for f in fields(TrainConfig):
-        if f.name == "task" or f.name.startswith(("reward", "judge", "length_ceiling")):
+        if f.name in ("task", "grader") or f.name.startswith(("reward", "judge", "length_ceiling")):
             out[f.name] = f.default_factory() if f.default is MISSING else f.default
     out["reward_terms"] = ["correct:1"]
     return out
