@@ -161,7 +161,7 @@ def cmd_train(a):
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
     cfg = load_train_config(a.preset, a.config, overrides)
     if a.dry_run:
-        from .rl.memory_plan import plan, render
+        from .rl.memory_plan import disk_plan, plan, render
 
         print(json.dumps(cfg.to_dict(), indent=2))
         gib = a.plan_gpu_gib
@@ -169,6 +169,7 @@ def cmd_train(a):
             gib = torch_cuda_gib()
         print(f"\nmemory plan (one training process of {a.plan_processes}; peak per device):")
         print(render(cfg, plan(cfg, a.plan_processes, gib), gib))
+        print(disk_plan(cfg, gpu=gib is not None))
         return
     configure_cpu_threads()
     summary = train(cfg)

@@ -64,6 +64,9 @@ class TrainConfig:
                                  "never a reported benchmark)")
     val_split: str | None = _f("val", "split of the validation dataset (registered/hub datasets)")
     val_size: int = _f(200, "validation problems (held out from training when val_dataset is unset)")
+    val_draw: str = _f("shuffle", "how the held-out slice is drawn: shuffle (a seeded Python shuffle) or pandas "
+                       "(pandas' DataFrame.sample(n=val_size, random_state=seed), the paper's draw of its 1,000 rows)",
+                       choices=("shuffle", "pandas"))
     template: str = _f("auto", "prompt template: auto, plain or chat")
     instruction: str = _f(DEFAULT_INSTRUCTION, "instruction after the problem in chat prompts: paper (the paper's "
                           "exact text, default), reason-step (this project's earlier wording) or none",
@@ -134,6 +137,9 @@ class TrainConfig:
                         "rollout (one rollout batch = prompts_per_step / prompts_per_minibatch updates: the paper's "
                         "step)", choices=("update", "rollout"))
     save_total_limit: int | None = _f(2, "checkpoints kept besides the best")
+    keep_weights: bool = _f(False, "also export every save's senior weights to weights/step-N (compute dtype, "
+                            "loadable with from_pretrained) and never prune them, as the paper keeps every save; "
+                            "checkpoint-* with the optimiser state still follow save_total_limit")
     kl_every: int = _f(1, "steps between KL-to-junior monitoring forwards (0 = off)")
     seed: int = _f(0, "seed of data order, initial rollouts and authorship coins")
     output_dir: str = _f("runs/tandem", "run directory: checkpoints, log.jsonl, best/")

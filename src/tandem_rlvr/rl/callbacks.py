@@ -201,16 +201,20 @@ class Validation(TrainerCallback):
                               f"{self.best['accuracy']:.3f} at step {self.best['step']}" + ("  ** sharp decline **" if decline else ""))
 
     def _save_best(self, model):
-        out = self.run_dir / "best"
-        tmp = self.run_dir / ".best.tmp"
+        self._export(model, self.run_dir / "best", {"best.json": self.best})
+
+    def _export(self, model, out: Path, extra: dict) -> None:
+        """The senior's weights (compute dtype, as final/) and tokenizer in ``out``, replaced atomically."""
+        tmp = out.parent / f".{out.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         if self.rollout_model is not None:
-            save_in_dtype(model, tmp, self.rollout_model.dtype)  # the compute dtype, as final/
+            save_in_dtype(model, tmp, self.rollout_model.dtype)
         else:
             model.save_pretrained(tmp)
         self.tok.save_pretrained(tmp)
-        write_json(tmp / "best.json", self.best)
-        old = self.run_dir / ".best.old"
+        for name, data in extra.items():
+            write_json(tmp / name, data)
+        old = out.parent / f".{out.name}.old"
         shutil.rmtree(old, ignore_errors=True)
         if out.exists():
             os.replace(out, old)
@@ -224,6 +228,14 @@ class Validation(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kw):
         if self.cfg.eval_every and state.global_step % self.cfg.updates(self.cfg.eval_every) == 0:
             self._run(state, self._unwrap(model))
+
+    def on_save(self, args, state, control, model=None, **kw):
+        """keep_weights: every save's weights in ``weights/checkpoint-N`` (N as the checkpoint's), never pruned."""
+        if self.cfg.keep_weights and state.is_world_process_zero and model is not None:
+            out = self.run_dir / "weights" / f"checkpoint-{state.global_step}"
+            out.parent.mkdir(exist_ok=True)
+            self._export(self._unwrap(model), out, {"step.json": {"step": state.global_step,
+                                                                  "rollout_step": state.global_step // self.cfg.updates_per_batch}})
 
     def _unwrap(self, model):
         return self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model
