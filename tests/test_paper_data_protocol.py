@@ -93,3 +93,26 @@ def test_overlong_prompts_leave_the_data_up_front_with_a_count(tok, caplog):
 def test_too_few_prompts_within_the_limit_is_an_error(tok):
     with pytest.raises(TandemError, match="1 train problems have a prompt within max_prompt_tokens=20"):
         drop_overlong_prompts(_prep(tok, 20, [30, 3, 40, 2]))
+
+
+def test_macro_pass_at_n_averages_benchmarks_of_solved_problems_by_hand():
+    from tandem_rlvr.rl.callbacks import macro_pass_at_n
+
+    # aime: problem 0 solved by one of 2 samples, problem 1 by none -> 1/2; amc: problem 2 solved -> 1
+    benchmarks = ["aime", "aime", "aime", "aime", "amc", "amc"]
+    problems = [0, 0, 1, 1, 2, 2]
+    correct = [0.0, 1.0, 0.0, 0.0, 1.0, 1.0]
+    assert macro_pass_at_n(benchmarks, problems, correct) == pytest.approx((0.5 + 1.0) / 2)
+
+
+def test_paper_test_sets_validation_uses_the_older_stacks_sets_and_trains_on_everything(setup, tmp_path, caplog):  # noqa: F811
+    cfg = _cfg(setup, tmp_path, validation="paper-test-sets", eval_n=4)
+    with caplog.at_level("WARNING", logger="tandem_rlvr"):
+        train, val = split_problems(cfg)
+    assert len(train) == 40 and "selects checkpoints on the test sets" in caplog.text
+    counts = {}
+    for p in val:
+        counts[p.benchmark] = counts.get(p.benchmark, 0) + 1
+    assert counts == {"amc23_25": 121, "aime": 90, "minerva": 272}
+    with pytest.raises(TandemError, match="leave val_dataset unset"):
+        _cfg(setup, tmp_path, validation="paper-test-sets", val_dataset="math500")

@@ -33,6 +33,9 @@ from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
 
 METHODS = ("tandem", "grpo", "klreg")
+# what validation measures (TrainConfig.validation); paper-test-sets validates on these benchmarks
+VALIDATIONS = ("method", "solo", "paper-test-sets")
+PAPER_TEST_SETS = ("amc23_25", "aime", "minerva")
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding (transformers.set_seed) takes 0 .. 2**32 - 1
 
 
@@ -129,7 +132,9 @@ class TrainConfig:
     eval_every: int = _f(20, "steps (in step_unit) between validation accuracy checks (0 = off)")
     validation: str = _f("method", "what validation measures: method (accuracy under the method's own rollout "
                          "schedule: tandem rollouts for tandem, as the paper's text selects checkpoints) or solo "
-                         "(the senior alone, as the paper's released code validates)", choices=("method", "solo"))
+                         "(the senior alone, as the paper's released code validates) or paper-test-sets (the older "
+                         "stack's: tandem rollouts on AMC 23-25, AIME 24-26 and Minerva, best by macro pass@eval_n; "
+                         "selects on test sets)", choices=VALIDATIONS)
     eval_n: int = _f(1, "samples per validation problem")
     decline_drop: float = _f(0.10, "flag a decline when validation accuracy falls this far below its best")
     save_every: int = _f(20, "steps (in step_unit) between checkpoints (a whole number of rollout steps)")
@@ -205,8 +210,10 @@ class TrainConfig:
                               f"({self.prompts_per_minibatch} x {self.group_size})")
         if self.master_dtype not in ("float32", "compute"):
             raise TandemError(f"unknown master_dtype {self.master_dtype!r}; valid: float32, compute")
-        if self.validation not in ("method", "solo"):
-            raise TandemError(f"unknown validation {self.validation!r}; valid: method, solo")
+        if self.validation not in VALIDATIONS:
+            raise TandemError(f"unknown validation {self.validation!r}; valid: {', '.join(VALIDATIONS)}")
+        if self.validation == "paper-test-sets" and self.val_dataset:
+            raise TandemError("validation paper-test-sets validates on its own sets; leave val_dataset unset")
         if self.weight_decay < 0 or self.kl_clamp < 0:
             raise TandemError(f"weight_decay and kl_clamp must be >= 0, got {self.weight_decay}, {self.kl_clamp}")
         if self.dual_clip and self.dual_clip <= 1 + self.clip:

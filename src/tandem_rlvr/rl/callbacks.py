@@ -131,6 +131,20 @@ class RunLog(TrainerCallback):
                        f"{rec.get('clip_ratio/region_mean', 0.0):.3f} | {rec.get('wall/step_s', 0.0) * 1000:.0f} ms")
 
 
+def macro_pass_at_n(benchmarks: list[str], problems: list[int], correct: list[float]) -> float:
+    """Mean over benchmarks of the share of problems with a correct sample among their n: pass@n from
+    n samples (the older stack's checkpoint rule, n = 4). One entry per sample, aligned."""
+    solved: dict[int, bool] = {}
+    bench: dict[int, str] = {}
+    for b, i, c in zip(benchmarks, problems, correct):
+        solved[i] = solved.get(i, False) or c > 0
+        bench[i] = b
+    per: dict[str, list[bool]] = {}
+    for i, ok in solved.items():
+        per.setdefault(bench[i], []).append(ok)
+    return float(np.mean([np.mean(v) for v in per.values()]))
+
+
 class Validation(TrainerCallback):
     """Validation accuracy with the method's rollout schedule; keeps ``best/``.
 
@@ -178,6 +192,8 @@ class Validation(TrainerCallback):
             model.train(was_training)
             if self.engine is not None:
                 self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
+        if self.cfg.validation == "paper-test-sets":
+            return macro_pass_at_n([self.problems[i].benchmark for i, _ in rows], [i for i, _ in rows], correct)
         return float(np.mean(correct))
 
     def _run(self, state, model):

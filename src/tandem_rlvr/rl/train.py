@@ -119,7 +119,13 @@ def held_out_rows(n_rows: int, size: int, seed: int, draw: str) -> list[int]:
 
 def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
     train = _load(cfg, cfg.dataset, cfg.dataset_split, cfg.limit)
-    if cfg.val_dataset:
+    if cfg.validation == "paper-test-sets":  # the older stack's: test sets, all of the training data trains
+        from ..config import PAPER_TEST_SETS
+
+        log.warning("validation paper-test-sets selects checkpoints on the test sets %s (the older stack's "
+                    "protocol); numbers on those sets are then not held out", ", ".join(PAPER_TEST_SETS))
+        val = [p for name in PAPER_TEST_SETS for p in _load(cfg, name, None, None)]
+    elif cfg.val_dataset:
         val = _load(cfg, cfg.val_dataset, cfg.val_split, cfg.val_size)
     else:  # a seeded held-out slice of the training data
         if len(train) <= cfg.val_size:
