@@ -108,3 +108,17 @@ def test_another_responses_file_into_the_same_out_is_refused(tmp_path, capsys):
     assert main(args) == 0
     _write(resp, [{"problem_id": "HumanEval/0", "response": "pass"}])
     assert main(args) == 2 and "different responses" in capsys.readouterr().err
+
+
+def test_grade_with_the_papers_grader_records_it_and_applies_its_rules(tmp_path):
+    """``\\boxed 18`` is an answer for ours, none for the paper's grader (it unwraps ``\\boxed{`` only)."""
+    resp = _write(tmp_path / "r.jsonl", [{"problem_id": "0", "response": "so \\boxed{18}"},
+                                         {"problem_id": "0", "response": "so \\boxed 18"}])
+    ours, paper = tmp_path / "ours", tmp_path / "paper"
+    assert main(["grade", "--benchmark", "gsm8k", "--responses", str(resp), "--out", str(ours)]) == 0
+    assert main(["grade", "--benchmark", "gsm8k", "--responses", str(resp), "--out", str(paper),
+                 "--grader", "paper"]) == 0
+    assert [r["score"] for r in _graded(ours)] == [1.0, 1.0]
+    assert [(r["score"], r["reason"]) for r in _graded(paper)] == [(1.0, "passed"), (0.0, "no answer found")]
+    assert json.loads((paper / "summary.json").read_text())["verifier"] == "math@1:last-box:grader=paper"
+    assert main(["grade", "--benchmark", "gsm8k", "--responses", str(resp), "--out", str(paper)]) == 2  # other grader

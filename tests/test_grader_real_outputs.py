@@ -7,7 +7,7 @@ response, the gold, the paper's own score and a hand label (1 iff the boxed valu
 gold value; see each row's note). Print the before/after agreement table quoted in
 docs/verifier_and_data.md with::
 
-    python tests/test_grader_real_outputs.py            # this checkout's grader
+    python tests/test_grader_real_outputs.py            # this checkout's graders (ours and --grader paper)
     PYTHONPATH=/path/to/old/src python tests/test_grader_real_outputs.py   # another version's
 """
 
@@ -112,6 +112,7 @@ def agreement_table() -> str:
     """Agreement of this checkout's grader and of the paper's file with the hand labels, and pass@1."""
     rows = sample_rows()
     ours = [score(response_of(r), r["gold"]) for r in rows]
+    paper_grader = [score(response_of(r), r["gold"], grader="paper") for r in rows]
     hand = [float(r["hand"]) for r in rows]
     paper = [float(r["paper"]) for r in rows]
 
@@ -124,14 +125,37 @@ def agreement_table() -> str:
             per.setdefault(r["idx"], []).append(x)
         return sum(sum(v) / len(v) for v in per.values()) / len(per)
 
-    lines = [f"{'grader':<14}{'agree':>10}{'pass@1':>9}"]
-    for name, xs in (("paper's file", paper), ("this grader", ours), ("hand labels", hand)):
-        lines.append(f"{name:<14}{agree(xs):>4}/{len(rows):<5}{pass1(xs):>9.3f}")
+    lines = [f"{'grader':<16}{'agree':>10}{'pass@1':>9}"]
+    for name, xs in (("paper's file", paper), ("--grader ours", ours), ("--grader paper", paper_grader),
+                     ("hand labels", hand)):
+        lines.append(f"{name:<16}{agree(xs):>4}/{len(rows):<5}{pass1(xs):>9.3f}")
+    return "\n".join(lines)
+
+
+def golds_table() -> str:
+    """Both graders on gold solutions: MATH-500 (each solution against its answer, and a shuffled
+    pairing: accepts of a different gold string are false positives) and the DeepScaleR sample."""
+    import random
+
+    from tandem_rlvr.data.benchmarks import load_benchmark
+
+    lines = [f"{'set':<22}{'--grader ours':>15}{'--grader paper':>16}"]
+    for name in ("math500", "deepscaler_sample"):
+        ps = load_benchmark(name)
+        own = [sum(score(p.solution, p.answer, grader=g) for p in ps) for g in ("ours", "paper")]
+        lines.append(f"{name + ' (own gold)':<22}{int(own[0]):>9}/{len(ps):<5}{int(own[1]):>10}/{len(ps):<5}")
+        if name == "math500":
+            perm = list(range(len(ps)))
+            random.Random(0).shuffle(perm)
+            pairs = [(ps[i], ps[j]) for i, j in enumerate(perm) if ps[i].answer != ps[j].answer]
+            wrong = [sum(score(a.solution, b.answer, grader=g) for a, b in pairs) for g in ("ours", "paper")]
+            lines.append(f"{'math500 (shuffled)':<22}{int(wrong[0]):>9}/{len(pairs):<5}{int(wrong[1]):>10}/{len(pairs):<5}")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     print(agreement_table())
+    print(golds_table())
 
 
 def test_minerva_scientific_golds_match_only_their_own_value():

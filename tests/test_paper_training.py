@@ -184,3 +184,18 @@ def test_cpu_log_prob_head_backward_peak_matches_the_plans_tile_count(autocast):
                + V * H * 4 + N * H * 4  # fp32 accumulators of the head's and the hidden states' gradients
                + (TILE_VOCAB * H * 2 if autocast else 0))  # bf16 copy of one vocabulary slice
     assert planned == pytest.approx(measured, rel=0.02)
+
+
+def test_trl_exempts_norms_and_biases_from_weight_decay(tok):
+    """The documented weight-decay difference (docs/paper_fidelity.md): verl decays every parameter,
+    TRL's optimiser groups (transformers' ``get_decay_parameter_names``) leave norm weights and biases out."""
+    from transformers import Trainer
+
+    from conftest import make_model
+
+    model = make_model(len(tok), 0, hidden=32, layers=1)
+    decayed = set(Trainer.get_decay_parameter_names(None, model))
+    names = {n for n, _ in model.named_parameters()}
+    norms = {n for n in names if "norm" in n}
+    assert norms and not norms & decayed  # every RMSNorm weight is exempt
+    assert decayed == names - norms  # Qwen3 has no biases; every other weight decays

@@ -212,7 +212,7 @@ def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, m
     other_bench = _bench(tmp_path / "c" / "b.jsonl", answers=[0, 1, 5, 3])  # same name, problem 2's answer edited
     changes = {"senior": str(models["b"]), "junior": str(models["a"]), "schedule": "word-atomic",
                "benchmarks": (str(other_bench),), "limit": 2, "n": 3, "template": "chat", "instruction": "reason-step",
-               "answer_mode": "final-boxes", "task": "answer-tag", "seed": 1, "p": 0.25, "K": 2, "dtype": "bfloat16",
+               "answer_mode": "final-boxes", "grader": "paper", "task": "answer-tag", "seed": 1, "p": 0.25, "K": 2, "dtype": "bfloat16",
                "sampling": [SamplingParams(1.0, 0.8, 20, 3), SamplingParams(0.7, 0.9, 20, 3),
                             SamplingParams(0.7, 0.8, 5, 3), SamplingParams(0.7, 0.8, 20, 4)]}
     fields = {f.name for f in dataclasses.fields(EvalConfig)}

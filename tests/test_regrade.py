@@ -130,3 +130,41 @@ def test_regrade_reads_runs_recorded_with_a_task_and_refuses_non_math_tasks(tmp_
     (c / "config.json").write_text(json.dumps({**cfg, "task": "code", "verifier": "code@1"}))
     with pytest.raises(TandemError, match="task is 'code'"):
         regrade(c)
+
+
+# Saved verdicts are ours; today's are the paper's grader's, worked out from its extraction rules
+# (rewards/paper_grader.py): \fbox never counts, \boxed 7 is no answer, \dfrac12 and 0.5 are both
+# \frac{1}{2} after mathd normalisation, an unclosed last box is no answer for either grader.
+PAPER_SAMPLES = [
+    ("minerva", "1", r"so \fbox{5}", "5", True, False),
+    ("minerva", "2", r"so \boxed 7", "7", True, False),
+    ("minerva", "3", r"\boxed{\dfrac12}", "0.5", True, True),
+    ("minerva", "4", r"\boxed{3} or \boxed{4", "4", False, False),
+]
+# By hand: 2 of 4 verdicts change, both 1->0; pass@1 3/4 = 0.75 before, 1/4 = 0.25 after.
+
+
+def test_regrade_with_the_papers_grader_counts_changed_verdicts_and_refuses_mixing(tmp_path, capsys):
+    from tandem_rlvr.eval.comparable import settings_differences
+    from tandem_rlvr.eval.regrade import apply_regrade
+    from tandem_rlvr.eval.runs import read_run
+
+    run = _run(tmp_path / "a" / "solo", samples=PAPER_SAMPLES)
+    shutil.copytree(run, tmp_path / "b" / "solo")
+    assert main(["eval", "regrade", str(run), "--grader", "paper"]) == 0
+    assert "2 of 4 verdicts changed" in capsys.readouterr().out
+    rec = json.loads((run / RECORD).read_text())
+    assert rec["grader_name"] == "paper" and rec["verifier"] == "math@1:last-box:grader=paper"
+    assert rec["benchmarks"]["minerva"] == {"0->1": 0, "1->0": 2, "samples": 4, "pass@1_before": 0.75,
+                                            "pass@1_after": 0.25}
+    rows = [json.loads(line) for line in (run / REGRADED).read_text().splitlines()]
+    assert [r["correct"] for r in rows] == [s[5] for s in PAPER_SAMPLES]
+    # the run was sampled with ours: regrading it by default is another grader than the record's
+    assert main(["eval", "regrade", str(run)]) == 2
+    assert "another grader" in capsys.readouterr().err
+    # a paper-regraded run and an ours-graded run are different verifiers: compare refuses to mix them
+    a, b = read_run(run), read_run(tmp_path / "b" / "solo")
+    apply_regrade(a)
+    assert any("differ in verifier" in line for line in settings_differences({"a": a, "b": b}, "solo", False))
+    assert main(["compare", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}", "--n-boot", "50",
+                 "--out", str(tmp_path / "cmp")]) == 2

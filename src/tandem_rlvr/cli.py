@@ -76,7 +76,7 @@ def cmd_eval(a, mode: str):
     cfg = EvalConfig(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
                      schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
                      split=a.split, limit=a.limit, n=a.n, sampling=sampling_from_args(a), template=a.template,
-                     instruction=a.instruction, answer_mode=a.answer_mode, task=a.task, seed=a.seed, p=a.p, K=a.K,
+                     instruction=a.instruction, answer_mode=a.answer_mode, grader=a.grader, task=a.task, seed=a.seed, p=a.p, K=a.K,
                      device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
                      batch_size=a.batch_size, engine=engine_of(a), vllm_settings=vllm_settings(a),
                      server=server_settings(a), protocol=getattr(a, "protocol", None))
@@ -161,7 +161,7 @@ def cmd_train(a):
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
     cfg = load_train_config(a.preset, a.config, overrides)
     if a.dry_run:
-        from .rl.memory_plan import plan, render
+        from .rl.memory_plan import disk_plan, plan, render
 
         print(json.dumps(cfg.to_dict(), indent=2))
         gib = a.plan_gpu_gib
@@ -169,6 +169,7 @@ def cmd_train(a):
             gib = torch_cuda_gib()
         print(f"\nmemory plan (one training process of {a.plan_processes}; peak per device):")
         print(render(cfg, plan(cfg, a.plan_processes, gib), gib))
+        print(disk_plan(cfg, gpu=gib is not None))
         return
     configure_cpu_threads()
     summary = train(cfg)

@@ -34,6 +34,9 @@ from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
 
 METHODS = ("tandem", "grpo", "klreg")
+# what validation measures (TrainConfig.validation); paper-test-sets validates on these benchmarks
+VALIDATIONS = ("method", "solo", "paper-test-sets")
+PAPER_TEST_SETS = ("amc23_25", "aime", "minerva")
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding (transformers.set_seed) takes 0 .. 2**32 - 1
 
 
@@ -65,6 +68,9 @@ class TrainConfig:
                                  "never a reported benchmark)")
     val_split: str | None = _f("val", "split of the validation dataset (registered/hub datasets)")
     val_size: int = _f(200, "validation problems (held out from training when val_dataset is unset)")
+    val_draw: str = _f("shuffle", "how the held-out slice is drawn: shuffle (a seeded Python shuffle) or pandas "
+                       "(pandas' DataFrame.sample(n=val_size, random_state=seed), the paper's draw of its 1,000 rows)",
+                       choices=("shuffle", "pandas"))
     template: str = _f("auto", "prompt template: auto, plain or chat")
     instruction: str = _f(DEFAULT_INSTRUCTION, "instruction after the problem in chat prompts: paper (the paper's "
                           "exact text, default), reason-step (this project's earlier wording) or none",
@@ -72,6 +78,8 @@ class TrainConfig:
     schedule: str = _f("word", "handoff schedule of tandem rollouts", choices=SCHEDULES)
     task: str = _f("math", "what is asked and how it is graded (tasks.TASKS: math, gsm8k, answer-tag, ...); its "
                    "verifier is recorded in config.json")
+    grader: str = _f("ours", "math grader of the reward: ours (math-verify with repairs) or paper (the paper's "
+                     "cascade, docs/paper_fidelity.md); part of the run's verifier", choices=("ours", "paper"))
     reward_terms: list[str] = field(default_factory=lambda: ["correct"], metadata={"help": (
         "reward = sum of coef x term over NAME[:COEF] specs (comma-separated on the command line): correct (the "
         "task's correctness, coef 1), length (-tokens/ceiling, EOS counted, coef 0.2), format (answer in the task's "
@@ -125,7 +133,9 @@ class TrainConfig:
     eval_every: int = _f(20, "steps (in step_unit) between validation accuracy checks (0 = off)")
     validation: str = _f("method", "what validation measures: method (accuracy under the method's own rollout "
                          "schedule: tandem rollouts for tandem, as the paper's text selects checkpoints) or solo "
-                         "(the senior alone, as the paper's released code validates)", choices=("method", "solo"))
+                         "(the senior alone, as the paper's released code validates) or paper-test-sets (the older "
+                         "stack's: tandem rollouts on AMC 23-25, AIME 24-26 and Minerva, best by macro pass@eval_n; "
+                         "selects on test sets)", choices=VALIDATIONS)
     eval_n: int = _f(1, "samples per validation problem")
     decline_drop: float = _f(0.10, "flag a decline when validation accuracy falls this far below its best")
     save_every: int = _f(20, "steps (in step_unit) between checkpoints (a whole number of rollout steps)")
@@ -133,6 +143,9 @@ class TrainConfig:
                         "rollout (one rollout batch = prompts_per_step / prompts_per_minibatch updates: the paper's "
                         "step)", choices=("update", "rollout"))
     save_total_limit: int | None = _f(2, "checkpoints kept besides the best")
+    keep_weights: bool = _f(False, "also export every save's senior weights to weights/step-N (compute dtype, "
+                            "loadable with from_pretrained) and never prune them, as the paper keeps every save; "
+                            "checkpoint-* with the optimiser state still follow save_total_limit")
     kl_every: int = _f(1, "steps between KL-to-junior monitoring forwards (0 = off)")
     seed: int = _f(0, "seed of data order, initial rollouts and authorship coins")
     output_dir: str = _f("runs/tandem", "run directory: checkpoints, log.jsonl, best/")
@@ -198,8 +211,10 @@ class TrainConfig:
                               f"({self.prompts_per_minibatch} x {self.group_size})")
         if self.master_dtype not in ("float32", "compute"):
             raise TandemError(f"unknown master_dtype {self.master_dtype!r}; valid: float32, compute")
-        if self.validation not in ("method", "solo"):
-            raise TandemError(f"unknown validation {self.validation!r}; valid: method, solo")
+        if self.validation not in VALIDATIONS:
+            raise TandemError(f"unknown validation {self.validation!r}; valid: {', '.join(VALIDATIONS)}")
+        if self.validation == "paper-test-sets" and self.val_dataset:
+            raise TandemError("validation paper-test-sets validates on its own sets; leave val_dataset unset")
         if self.weight_decay < 0 or self.kl_clamp < 0:
             raise TandemError(f"weight_decay and kl_clamp must be >= 0, got {self.weight_decay}, {self.kl_clamp}")
         if self.dual_clip and self.dual_clip <= 1 + self.clip:
@@ -452,6 +467,7 @@ class EvalConfig:
     template: str = "auto"
     instruction: str = DEFAULT_INSTRUCTION
     answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
+    grader: str = "ours"  # rewards.math.GRADERS (math task): ours or the paper's cascade
     task: str = "math"  # tasks.TASKS: prompt and verifier (docs/tasks.md)
     seed: int = 0
     p: float = 0.5
@@ -493,7 +509,8 @@ class EvalConfig:
         check_answer_mode(self.answer_mode)
         from .tasks import task_for_eval
 
-        task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode)  # a bad name fails here
+        task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode,
+                      grader=self.grader)  # a bad name fails here
         user_message("", self.instruction)  # an unknown instruction name fails here, before any loading
 
     @property

@@ -379,7 +379,7 @@ def _pooled(name: str, members: tuple[str, ...]) -> Loader:
 for _name, _members in POOLED.items():
     register_benchmark(_name, _pooled(_name, _members))
 
-# The paper code's default evaluation sets (CSSLab/Tandem-RLVR eval/config.py): its macro average
+# The paper code's default evaluation sets (CSSLab/Tandem-RLVR eval/common.py, DEFAULT_SETS): its macro average
 # weighs these four equally (``tandem compare --macro paper``).
 PAPER_MACRO_SETS = ("aime24", "aime25", "aime26", "amc23_25")
 

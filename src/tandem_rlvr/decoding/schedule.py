@@ -18,10 +18,17 @@ Registry (``make_schedule(name, ...)``):
   author proposes the token; if it is word-initial (or K tokens passed) the coin is drawn,
   and when the coin hands over, the incoming author writes that position itself, sampling
   only among word-initial tokens and EOS. Each word then has exactly one author. Option only.
-- ``sentence``: Bernoulli(p) redraw after a token containing '.', '!', '?' or a newline.
+- ``sentence``: Bernoulli(p) redraw after a token containing '.', '!', '?' or a newline (ours;
+  the paper's sampler strategy of that name is ``blankline-token-roundrobin``).
 - ``paragraph-bernoulli``: Bernoulli(p) redraw after a paragraph break.
 - ``paragraph-roundrobin``: authors alternate at every paragraph break, senior first
   (the handoff-robustness evaluation of paper section 4).
+- ``blankline-token-roundrobin``: authors alternate after every token whose text *ends* with
+  "\\n\\n", senior first, whatever ``p`` is: the release's in-stream handoff (its patched vLLM's
+  strategy ``sentence``: token t is the senior's iff an even number of such tokens precede it, the
+  boundary ids being those whose decoded text ends with "\\n\\n"). Unlike
+  ``paragraph-roundrobin`` a blank line split over two tokens never fires, a token with "\\n\\n"
+  inside but not at its end never fires, and every such token fires, also inside a run of newlines.
 - ``chunk``: fixed-size chunks of K tokens, senior first: the senior writes tokens 0..K-1,
   the junior K..2K-1, and so on (the paper's sampler, strategy ``chunk``; its chunk size is
   our K). No coin: authorship is a function of the position alone.
@@ -51,7 +58,7 @@ from . import rng
 
 log = logging.getLogger("tandem_rlvr")
 
-BOUNDARY_KINDS = ("word", "sentence", "paragraph")
+BOUNDARY_KINDS = ("word", "sentence", "paragraph", "blank-line-end")
 
 
 # --------------------------------------------------------------------------- boundary sets
@@ -104,6 +111,7 @@ def boundary_mask(tokenizer, kind: str, vocab_size: int | None = None) -> torch.
 
     word: the raw token begins with 'Ġ' (byte-level BPE) or '▁' (SentencePiece).
     sentence: the surface contains '.', '!', '?' or a newline. paragraph: contains "\\n\\n".
+    blank-line-end: the surface ends with "\\n\\n" (the release's in-stream boundary set).
     ``vocab_size`` pads with False up to the model's embedding size.
     """
     if kind not in BOUNDARY_KINDS:
@@ -128,6 +136,8 @@ def _boundary_list(tokenizer, kind: str) -> list[bool]:
         mask = [bool(s) and r[:1] in ("Ġ", "▁") for r, s in zip(raw, surfaces)]
     elif kind == "sentence":
         mask = [any(c in s for c in ".!?\n") for s in surfaces]
+    elif kind == "blank-line-end":
+        mask = [s.endswith("\n\n") for s in surfaces]
     else:  # the stateless part of the paragraph rule (see ParagraphBoundary)
         mask = ["\n\n" in s for s in surfaces]
     log.info("boundary set %r: %d of %d ids", kind, sum(mask), len(mask))
@@ -391,6 +401,8 @@ REGISTRY = {
     "sentence": lambda tok, p, K, V: BernoulliRedraw("sentence", p, TokenBoundary(boundary_mask(tok, "sentence", V)), None),
     "paragraph-bernoulli": lambda tok, p, K, V: BernoulliRedraw("paragraph-bernoulli", p, ParagraphBoundary(tok, V), None),
     "paragraph-roundrobin": lambda tok, p, K, V: RoundRobin("paragraph-roundrobin", ParagraphBoundary(tok, V)),
+    "blankline-token-roundrobin": lambda tok, p, K, V: RoundRobin(
+        "blankline-token-roundrobin", TokenBoundary(boundary_mask(tok, "blank-line-end", V))),
     "chunk": lambda tok, p, K, V: Chunk("chunk", K),
     "chunk-word": lambda tok, p, K, V: Chunk("chunk-word", K, _word(tok, V)),
     "alternating": lambda tok, p, K, V: Chunk("alternating", 1),

@@ -22,7 +22,7 @@ NESTED_KEY = "tandem"
 PREFIX = "tandem_"
 FIELDS = ("schedule", "p", "K", "seed")  # flat names are PREFIX + field
 NOT_ON_VLLM = ("word-atomic",)  # decides the author after the token is proposed: a second output layer
-NO_COINS = ("senior", "junior", "paragraph-roundrobin")  # schedules whose authors need no seed
+NO_COINS = ("senior", "junior", "paragraph-roundrobin", "blankline-token-roundrobin")  # authors need no seed
 SEED_LIMIT = 1 << 63
 
 

@@ -1,7 +1,7 @@
 """Commands of the evaluation battery, added to ``tandem``'s parser by ``cli.build_parser``.
 
 - ``tandem eval legibility --samples RUN_DIR --junior M [--senior M] --out DIR``
-- ``tandem eval regrade RUN_DIR [--replace]``
+- ``tandem eval regrade RUN_DIR [--grader ours|paper] [--replace]``
 - ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
 - ``tandem eval replay RUN_DIR [--tokenizer M] [--out DIR]``: check every saved trace's authorship
 - ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
@@ -57,9 +57,12 @@ def cmd_regrade(a) -> None:
     from .regrade import RECORD, REGRADED, regrade
     from .tables import Table, print_tables
 
-    rec = regrade(a.run, replace=a.replace, progress=True)
+    rec = regrade(a.run, replace=a.replace, progress=True, grader=a.grader)
     g = rec["grader"]
-    print_tables([Table(f"regrade of {a.run} (grader {g['grader_sha256'][:12]}, tandem-rlvr {g['tandem_rlvr']}, "
+    changed = sum(f["0->1"] + f["1->0"] for f in rec["benchmarks"].values())
+    total = sum(f["samples"] for f in rec["benchmarks"].values())
+    print_tables([Table(f"regrade of {a.run} with --grader {rec['grader_name']}: {changed} of {total} verdicts "
+                        f"changed (grader {g['grader_sha256'][:12]}, tandem-rlvr {g['tandem_rlvr']}, "
                         f"math-verify {g['packages'].get('math-verify')}, sympy {g['packages'].get('sympy')})",
                         ["benchmark", "samples", "0->1", "1->0", "pass@1 before", "pass@1 after"],
                         [[b, str(f["samples"]), str(f["0->1"]), str(f["1->0"]), f"{f['pass@1_before']:.3f}",
@@ -147,6 +150,8 @@ def cmd_report(a) -> None:
 def register(sub, esub) -> None:
     """Add ``eval legibility``, ``eval drift`` and ``eval replay`` to ``esub`` (the subparsers of ``tandem eval``),
     ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
+    from ..cli_flags import grader_flag
+
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
     lg.add_argument("--junior", required=True, help="the junior (dir, .gguf, hub id, or tiny-junior); any tokenizer "
@@ -173,6 +178,7 @@ def register(sub, esub) -> None:
     rg.add_argument("run", metavar="RUN_DIR", help="a `tandem eval solo|handoff` run directory")
     rg.add_argument("--replace", action="store_true",
                     help="regrade again a run regraded by another grader or from samples that changed since")
+    grader_flag(rg, default=None, help_default="the grader the run was sampled with")
     rg.set_defaults(fn=cmd_regrade)
 
     dr = esub.add_parser("drift", help="token-distribution drift of seniors from the junior (solo samples)")

@@ -1,20 +1,24 @@
 """Rescore an evaluation run's saved samples with today's grader, beside the originals.
 
-What: ``tandem eval regrade RUN_DIR`` scores every row of ``RUN_DIR/samples.jsonl`` again
-(the row's ``response`` against its gold ``answer``, with the run's answer mode) and writes
+What: ``tandem eval regrade RUN_DIR [--grader ours|paper]`` scores every row of
+``RUN_DIR/samples.jsonl`` again (the row's ``response`` against its gold ``answer``, with the run's
+answer mode, by the grader named, else the one the run was sampled with) and writes
 
 - ``samples.regraded.jsonl``: one line per sample, ``benchmark, problem_id, sample_idx,
   correct`` (today's verdict) and ``original_correct`` (the verdict saved at sampling time);
 - ``regrade.json``: the grader that made the new verdicts (``rewards.math.grader_identity``:
   tandem-rlvr's version, a SHA-256 of the grader's source, the versions of math-verify,
-  latex2sympy2_extended, sympy and antlr), a SHA-256 of the inputs (config.json and
+  latex2sympy2_extended, sympy, antlr and pylatexenc), ``grader_name`` (ours or paper) and the
+  ``verifier`` it amounts to, a SHA-256 of the inputs (config.json and
   samples.jsonl), the SHA-256 of the regraded file, and per benchmark the flips (0->1, 1->0)
   and pass@1 before and after.
 
 ``samples.jsonl`` and ``metrics.json`` are never touched. Re-running with the same grader on
 the same samples is a no-op; a run regraded by another grader (or whose samples changed since)
 is refused unless ``--replace``. ``tandem compare`` and ``tandem report`` use the regraded
-verdicts whenever a run holds a current ``regrade.json`` (``apply_regrade``) and say so.
+verdicts whenever a run holds a current ``regrade.json`` (``apply_regrade``) and say so; the run
+then counts as graded by the regrade's verifier, so a run regraded with ``--grader paper`` is
+compared only with runs graded by the paper's grader (``eval.comparable``).
 
 Why: the replication of the paper found its Minerva verdicts swung by a grader defect
 (docs/verifier_and_data.md); a fixed grader must be applicable to runs already sampled,
@@ -79,29 +83,33 @@ def _pass_at_1(keys: list[tuple[str, str]], verdicts: list[bool]) -> dict[str, f
     return {b: sum(xs) / len(xs) for b, xs in by_bench.items()}
 
 
-def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool = False) -> dict:
+def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool = False,
+            grader: str | None = None) -> dict:
     """Regrade one run (see the module docstring); returns regrade.json's content, with
     ``"unchanged": True`` when an identical regrade was already there. ``progress``: a rich bar
-    (math-verify takes a few ms per sample)."""
+    (math-verify takes a few ms per sample). ``grader``: ``rewards.math.GRADERS``; None: the run's own."""
     from ..progress import progress_bar
-    from ..rewards.math import check_answer_mode, get_verifier, grader_identity
+    from ..rewards.math import check_answer_mode, check_grader, get_verifier, grader_identity
+    from ..tasks.answers import MathTask
 
     path = Path(run_dir)
     run = read_run(path)
     identity, inputs = grader_identity(), inputs_sha256(path)
+    answer_mode = check_answer_mode(run.config.get("answer_mode") or "last-box")
+    grader = check_grader(grader or run.config.get("grader") or "ours", answer_mode)
     record_path = path / RECORD
     if record_path.exists():
         old = read_json(record_path)
-        if old.get("grader") == identity and old.get("inputs_sha256") == inputs and _current(path, old):
+        same_grader = old.get("grader") == identity and old.get("grader_name", "ours") == grader
+        if same_grader and old.get("inputs_sha256") == inputs and _current(path, old):
             return {**old, "unchanged": True}
         if not replace:
-            why = "another grader" if old.get("grader") != identity else "samples that have changed since"
+            why = "another grader" if not same_grader else "samples that have changed since"
             raise TandemError(f"{record_path}: this run was regraded with {why}; pass --replace to regrade it again "
                               "(samples.jsonl is never touched)")
     missing = [i for i, r in enumerate(run.rows) if not isinstance(r.get("response"), str)]
     if missing:
         raise TandemError(f"{run.where(missing[0])}: no response text saved ({len(missing)} rows), so it cannot be regraded")
-    answer_mode = check_answer_mode(run.config.get("answer_mode") or "last-box")
     task = run.config.get("task") or "math"
     if task != "math":  # only the math grader has changed under saved runs; the other tasks grade as sampled
         raise TandemError(f"{path}: regrade rescores math runs; this run's task is {task!r}")
@@ -111,7 +119,7 @@ def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool
     with progress_bar(progress) as bar:
         task = bar.add_task("regrade", total=len(run.rows))
         for r, g in zip(run.rows, golds):
-            new.append(verify(r["response"], g, answer_mode=answer_mode) == 1.0)
+            new.append(verify(r["response"], g, answer_mode=answer_mode, grader=grader) == 1.0)
             bar.advance(task)
     old_v = [bool(r["correct"]) for r in run.rows]
     keys = [problem_of(r) for r in run.rows]
@@ -128,7 +136,8 @@ def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool
             f.write(json.dumps({"benchmark": r["benchmark"], "problem_id": r["problem_id"], "sample_idx": r["sample_idx"],
                                 "correct": n, "original_correct": o}) + "\n")
     record = {"grader": identity, "inputs_sha256": inputs, "regraded_sha256": _sha256(path / REGRADED),
-              "answer_mode": answer_mode,
+              "answer_mode": answer_mode, "grader_name": grader,
+              "verifier": MathTask(answer_mode=answer_mode, grader=grader).verifier,
               "benchmarks": {b: {**flips[b], "pass@1_before": before[b], "pass@1_after": after[b]} for b in flips}}
     write_json(record_path, record)  # last: a record exists only beside a complete regraded file
     return {**record, "unchanged": False}
@@ -159,4 +168,6 @@ def apply_regrade(run: EvalRun) -> dict | None:
         if key not in verdicts:
             raise TandemError(f"{run.where(i)}: sample {key} has no verdict in {run.path / REGRADED}")
         r["original_correct"], r["correct"] = r["correct"], verdicts[key]
+    if record.get("verifier"):  # the run is now graded by the regrade's verifier (compare checks it)
+        run.config["verifier"], run.config["grader"] = record["verifier"], record.get("grader_name", "ours")
     return {"grader": record["grader"], "benchmarks": record["benchmarks"]}

@@ -250,7 +250,8 @@ def legacy_defaults(config: dict) -> dict:
     its verifier under the run's answer mode (before --task: every run was the math task)."""
     from ..tasks.answers import MathTask
 
-    return {"engine": "hf", "task": "math", "verifier": MathTask(answer_mode=config.get("answer_mode", "last-box")).verifier}
+    return {"engine": "hf", "task": "math", "grader": "ours",
+            "verifier": MathTask(answer_mode=config.get("answer_mode", "last-box")).verifier}
 
 
 def check_inputs(path: Path, old: dict, new: dict) -> None:
@@ -339,7 +340,7 @@ def run_task(config: dict):
     from ..tasks import task_for_eval
 
     return task_for_eval(config.get("task", "math"), instruction=config.get("instruction", "reason-step"),
-                         answer_mode=config.get("answer_mode", "last-box"))
+                         answer_mode=config.get("answer_mode", "last-box"), grader=config.get("grader", "ours"))
 
 
 def check_same_benchmarks(runs: dict[str, EvalRun]) -> None:

@@ -71,6 +71,7 @@ class EvalSpec:
     ks: Sequence[int]
     instruction: str = DEFAULT_INSTRUCTION  # prompting.INSTRUCTIONS name (chat prompts)
     answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
+    math_grader: str = "ours"  # rewards.math.GRADERS, recorded as "grader"
     task: str = "math"  # tasks.TASKS: the prompt and the verifier
     engine: str = "hf"  # engines.ENGINES
     dtype: str | None = None  # the models' compute dtype ("float32", "bfloat16"); None: not known (models in memory)
@@ -82,13 +83,14 @@ class EvalSpec:
         return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
                 "instruction": self.instruction, "answer_mode": self.answer_mode, "seed": self.seed,
                 "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine,
-                "dtype": self.dtype, "task": self.task, "verifier": self.grader().verifier}
+                "dtype": self.dtype, "task": self.task, "grader": self.math_grader, "verifier": self.grader().verifier}
 
     def grader(self):
         """The task that prompts and grades this run (``tasks.task_for_eval``)."""
         from ..tasks import task_for_eval
 
-        return task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode)
+        return task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode,
+                             grader=self.math_grader)
 
     def run_config(self, problems: dict[str, list[Problem]]) -> dict:
         """config.json's content: ``to_dict`` plus the fingerprints of every input (``INPUTS``)."""
@@ -172,7 +174,7 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
     if metrics is None or not (out / CONFIG).is_file():
         return None
     old = read_config(out / CONFIG)
-    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode)
+    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode, grader=cfg.grader)
     problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     roles = {"senior": cfg.senior, **({"junior": cfg.junior or cfg.senior} if cfg.schedule_name != "senior" else {})}
     new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()},
@@ -195,7 +197,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     from ..prompting import resolve_template
     from ..tasks import load_problems, task_for_eval
 
-    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode)
+    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode, grader=cfg.grader)
     problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name
     if cfg.handoff_protocol == "text":
@@ -216,7 +218,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         spec = EvalSpec(n=cfg.n, sampling=cfg.sampling, schedule=dec.schedule.describe(),
                         template=resolve_template(tok, cfg.template), seed=cfg.seed,
                         ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=cfg.instruction,
-                        answer_mode=cfg.answer_mode, task=cfg.task, engine=cfg.engine, fingerprints=fingerprints,
+                        answer_mode=cfg.answer_mode, math_grader=cfg.grader, task=cfg.task, engine=cfg.engine,
+                        fingerprints=fingerprints,
                         dtype=str(resolve_dtype(cfg.dtype, resolve_device(cfg.device))).removeprefix("torch."),
                         models=served or {
                             "senior": abs_spec(cfg.senior, NAMED_MODELS),

@@ -14,6 +14,10 @@ Protocol (UTF-8 JSON lines; the worker answers requests strictly in order)::
     parent -> worker   {"id": 7, "pred": "\\frac12", "gold": "0.5"}   the boxed contents, unwrapped
     worker -> parent   {"id": 7, "ok": true}
 
+A request with ``"grader": "paper"`` is decided by stages 2-3 of the paper's grader instead
+(``paper_grader.later_stages_equal``: its sympy check, then math-verify under its own 1 s alarm,
+which works here because this loop runs on the main thread).
+
 The worker exits at end of input. With ``--parent-pid PID`` (Linux) it also asks the kernel to
 SIGKILL it when the parent dies, so a hung worker never outlives a killed trainer.
 
@@ -98,13 +102,17 @@ def main(argv: list[str] | None = None) -> None:
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
-    equivalent("1", "1")  # pay the lazy imports (sympy, the LaTeX parser) before "ready"
+    from tandem_rlvr.rewards.paper_grader import later_stages_equal
+
+    equivalent("1", "1")  # pay the lazy imports (sympy, the LaTeX parsers) before "ready"
+    later_stages_equal("1", "2")
     channel.write('{"ready": true}\n')
     channel.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
-            ok = equivalent(str(request["pred"]), str(request["gold"]))
+            same = later_stages_equal if request.get("grader") == "paper" else equivalent
+            ok = same(str(request["pred"]), str(request["gold"]))
         except Exception:  # math-verify should not raise, but a reply is owed either way
             ok = False
         channel.write(json.dumps({"id": request["id"], "ok": ok}) + "\n")

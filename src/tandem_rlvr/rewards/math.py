@@ -70,6 +70,9 @@ _JOIN_WORD = r"(?:and|or)"
 _BOX_JOINER = re.compile(rf"(?:\s|[,;.~&]|\$|\\[()\[\]]|\\\\|\\q?quad(?![A-Za-z])|\\[ ,;:!]|{_JOIN_WORD}"
                          rf"|\\(?:text|mathrm)\s*\{{\s*(?:{_JOIN_WORD}|,)?\s*\}})*")
 ANSWER_MODES = ("last-box", "final-boxes")
+# ours: this module (fast path, math-verify with repairs, choice labels); paper: the paper's cascade
+# (paper_grader.py; docs/paper_fidelity.md says which figures each gives)
+GRADERS = ("ours", "paper")
 
 
 def extract_boxed(text: str) -> str | None:
@@ -207,8 +210,9 @@ class _Worker:
             self.proc.returncode = 0  # not our child: never wait for or kill it
             self.proc = None
 
-    def ask(self, pred: str, gold: str, timeout: float) -> bool:
-        """math-verify's verdict within ``timeout`` seconds; raises ``_WorkerFailure`` otherwise."""
+    def ask(self, pred: str, gold: str, timeout: float, grader: str = "ours") -> bool:
+        """The worker's verdict (math-verify for ``ours``, stages 2-3 of ``paper_grader`` for ``paper``)
+        within ``timeout`` seconds; raises ``_WorkerFailure`` otherwise."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         if not self._ready:
@@ -216,7 +220,8 @@ class _Worker:
                 raise _WorkerFailure("worker did not announce itself")
             self._ready = True
         self._next_id += 1
-        self._send(json.dumps({"id": self._next_id, "pred": pred, "gold": gold}).encode() + b"\n")
+        request = {"id": self._next_id, "pred": pred, "gold": gold, **({"grader": grader} if grader != "ours" else {})}
+        self._send(json.dumps(request).encode() + b"\n")
         reply = json.loads(self._read_line(timeout, "verify"))
         if reply.get("id") != self._next_id:
             raise _WorkerFailure(f"reply out of order: {reply!r:.80}")
@@ -248,14 +253,15 @@ _LOCK = threading.Lock()
 _WORKER = _Worker()
 
 
-def equivalent(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
-    """math-verify's verdict on two bare answers (no extraction, no fast path), time-limited.
+def equivalent(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT, grader: str = "ours") -> bool:
+    """The worker's verdict on two bare answers (no extraction, no fast path), time-limited:
+    math-verify with our repairs (``ours``) or the paper's stages 2-3 (``paper``, ``paper_grader``).
 
     False on a timeout or a worker failure (logged as a warning; the worker is replaced).
     """
     with _LOCK:
         try:
-            return _WORKER.ask(pred, gold, timeout)
+            return _WORKER.ask(pred, gold, timeout, grader)
         except (_WorkerFailure, OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             logger.warning("math verifier: %s on %.80r vs gold %.80r; scored 0, worker restarted", e, pred, gold)
             _WORKER.stop()
@@ -264,16 +270,21 @@ def equivalent(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> boo
             return False
 
 
-def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT, answer_mode: str = "last-box") -> float:
+def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT, answer_mode: str = "last-box",
+          grader: str = "ours") -> float:
     """1.0 if the last ``\\boxed{}`` of ``response`` is equivalent to ``answer``, else 0.0.
 
-    Never raises (an unknown ``answer_mode`` scores 0.0 and logs an error). ``timeout`` (seconds)
-    bounds the math-verify call; past it the answer is 0.0. ``answer_mode``: ``last-box`` (the
-    paper's, the default) grades the last box; ``final-boxes`` (opt-in, beyond the paper) grades
-    the final run of boxes joined with ", " (``extract_boxed_run``), for multi-answer problems
-    answered one box per answer.
+    Never raises (an unknown ``answer_mode`` or ``grader`` scores 0.0 and logs an error). ``timeout``
+    (seconds) bounds the worker's call; past it the answer is 0.0. ``answer_mode``: ``last-box``
+    (the paper's, the default) grades the last box; ``final-boxes`` (opt-in, beyond the paper)
+    grades the final run of boxes joined with ", " (``extract_boxed_run``), for multi-answer
+    problems answered one box per answer. ``grader``: ``ours`` (this module, the default) or
+    ``paper`` (the paper's cascade, ``paper_grader``; last box only).
     """
     try:
+        check_grader(grader, answer_mode)
+        if grader == "paper":
+            return _score_paper(response, answer, float(timeout))
         if answer_mode == "last-box":
             pred = extract_boxed(response)
             pred = _strip_choice_label(pred) if pred is not None else None
@@ -290,6 +301,29 @@ def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT, answe
     except Exception:  # the contract is "never raises"; a bug here must not kill a training run
         logger.exception("math verifier: unexpected error; scored 0")
         return 0.0
+
+
+def _score_paper(response: str, answer: object, timeout: float) -> float:
+    """The paper's grader: its extraction and stage 1 here, stages 2-3 in the worker (``paper_grader``)."""
+    from .paper_grader import extract_answer, gold_text, mathd_equal
+
+    pred, gold = extract_answer(response), _as_text(answer)
+    gold = gold_text(gold) if gold is not None else None
+    if pred is None or gold is None:
+        return 0.0
+    if mathd_equal(pred, gold):
+        return 1.0
+    return 1.0 if equivalent(pred, gold, timeout=timeout, grader="paper") else 0.0
+
+
+def check_grader(grader: str, answer_mode: str = "last-box") -> str:
+    """``grader`` if it is one of ``GRADERS`` (and, for ``paper``, the answer mode is ``last-box``, the
+    only one the paper's grader has), else a ``TandemError``."""
+    if grader not in GRADERS:
+        raise TandemError(f"unknown grader {grader!r}; valid: {', '.join(GRADERS)}")
+    if grader == "paper" and answer_mode != "last-box":
+        raise TandemError(f"--grader paper grades the last box only; --answer-mode {answer_mode} needs --grader ours")
+    return grader
 
 
 def check_answer_mode(answer_mode: str) -> str:
@@ -320,8 +354,8 @@ atexit.register(_shutdown)
 
 VERIFIERS: dict[str, Callable[..., float]] = {"math": score}
 # The files whose source decides a verdict; their hash is the grader's version (``grader_identity``).
-GRADER_SOURCES = ("math.py", "_worker.py", "notation.py")
-GRADER_PACKAGES = ("math-verify", "latex2sympy2_extended", "sympy", "antlr4-python3-runtime")
+GRADER_SOURCES = ("math.py", "_worker.py", "notation.py", "paper_grader.py", "paper_normalise.py")
+GRADER_PACKAGES = ("math-verify", "latex2sympy2_extended", "sympy", "antlr4-python3-runtime", "pylatexenc")
 
 
 def grader_identity() -> dict:

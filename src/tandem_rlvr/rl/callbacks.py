@@ -130,6 +130,20 @@ class RunLog(TrainerCallback):
                        f"{rec.get('clip_ratio/region_mean', 0.0):.3f} | {rec.get('wall/step_s', 0.0) * 1000:.0f} ms")
 
 
+def macro_pass_at_n(benchmarks: list[str], problems: list[int], correct: list[float]) -> float:
+    """Mean over benchmarks of the share of problems with a correct sample among their n: pass@n from
+    n samples (the older stack's checkpoint rule, n = 4). One entry per sample, aligned."""
+    solved: dict[int, bool] = {}
+    bench: dict[int, str] = {}
+    for b, i, c in zip(benchmarks, problems, correct):
+        solved[i] = solved.get(i, False) or c > 0
+        bench[i] = b
+    per: dict[str, list[bool]] = {}
+    for i, ok in solved.items():
+        per.setdefault(bench[i], []).append(ok)
+    return float(np.mean([np.mean(v) for v in per.values()]))
+
+
 class Validation(TrainerCallback):
     """Validation accuracy with the method's rollout schedule; keeps ``best/``.
 
@@ -170,6 +184,8 @@ class Validation(TrainerCallback):
         finally:
             model.train(was_training)
             self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
+        if self.cfg.validation == "paper-test-sets":
+            return macro_pass_at_n([self.problems[i].benchmark for i, _ in rows], [i for i, _ in rows], correct)
         return float(np.mean(correct))
 
     def _run(self, state, model):
@@ -193,13 +209,17 @@ class Validation(TrainerCallback):
                               f"{self.best['accuracy']:.3f} at step {self.best['step']}" + ("  ** sharp decline **" if decline else ""))
 
     def _save_best(self, model):
-        out = self.run_dir / "best"
-        tmp = self.run_dir / ".best.tmp"
+        self._export(model, self.run_dir / "best", {"best.json": self.best})
+
+    def _export(self, model, out: Path, extra: dict) -> None:
+        """The senior's weights (compute dtype, as final/) and tokenizer in ``out``, replaced atomically."""
+        tmp = out.parent / f".{out.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         save_in_dtype(model, tmp, self.dtype)  # the compute dtype, as final/
         self.tok.save_pretrained(tmp)
-        write_json(tmp / "best.json", self.best)
-        old = self.run_dir / ".best.old"
+        for name, data in extra.items():
+            write_json(tmp / name, data)
+        old = out.parent / f".{out.name}.old"
         shutil.rmtree(old, ignore_errors=True)
         if out.exists():
             os.replace(out, old)
@@ -213,6 +233,14 @@ class Validation(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kw):
         if self.cfg.eval_every and state.global_step % self.cfg.updates(self.cfg.eval_every) == 0:
             self._run(state, self._unwrap(model))
+
+    def on_save(self, args, state, control, model=None, **kw):
+        """keep_weights: every save's weights in ``weights/checkpoint-N`` (N as the checkpoint's), never pruned."""
+        if self.cfg.keep_weights and state.is_world_process_zero and model is not None:
+            out = self.run_dir / "weights" / f"checkpoint-{state.global_step}"
+            out.parent.mkdir(exist_ok=True)
+            self._export(self._unwrap(model), out, {"step.json": {"step": state.global_step,
+                                                                  "rollout_step": state.global_step // self.cfg.updates_per_batch}})
 
     def _unwrap(self, model):
         return self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model

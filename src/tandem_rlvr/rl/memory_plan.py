@@ -397,3 +397,23 @@ def render(cfg, p: Plan, gpu_gib: float | None) -> str:
     if gpu_gib is not None:
         lines.append("plan: fits" if fits_all else "plan: does not fit")
     return "\n".join(lines)
+
+
+def disk_plan(cfg, gpu: bool = True) -> str:
+    """What a run's saves take on disk, in words (``tandem train --dry-run``): each full checkpoint
+    (master weights, AdamW's two moments, in the master dtype), how many save_total_limit keeps, and
+    with ``keep_weights`` each save's exported weights in the compute dtype, kept for good."""
+    from ..models import DTYPES
+
+    S = Shape.of(model_config(cfg.senior))
+    compute = torch.bfloat16 if cfg.dtype == "auto" and gpu else (
+        torch.float32 if cfg.dtype == "auto" else DTYPES.get(cfg.dtype, torch.float32))
+    master = torch.float32 if cfg.master_dtype == "float32" else compute
+    ckpt = S.params * 3 * _bytes(master)
+    kept = "every" if cfg.save_total_limit is None else f"the last {cfg.save_total_limit}"
+    line = (f"disk: each checkpoint-* {_size(ckpt).strip()} (weights and AdamW moments in {str(master)[6:]}), {kept} "
+            f"kept, every {cfg.save_every} {cfg.step_unit} steps; best/ and final/ {_size(S.params * _bytes(compute)).strip()}")
+    if cfg.keep_weights:
+        line += (f"; keep_weights: {_size(S.params * _bytes(compute)).strip()} more per save in weights/ "
+                 f"({str(compute)[6:]}), never pruned")
+    return line

@@ -113,7 +113,7 @@ class TandemRollout:
                    "senior/switches_per_seq": sum(switches) / max(len(switches), 1)}
         if want_kl:
             metrics["kl/junior"] = kl[0] / max(kl[1], 1)
-            if kl[3]:  # the junior's mean log-prob per emitted token, whoever emitted it (the paper's code logs it)
+            if kl[3]:  # the junior's mean log-prob per emitted token, whoever emitted it (ours; verl logs no such mean)
                 metrics["junior/logprob"] = kl[2] / kl[3]
         self.last = metrics
         record_metrics(trainer, metrics)

@@ -23,6 +23,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..config import TrainConfig
@@ -46,7 +47,7 @@ def run_task(cfg: TrainConfig):
     """The run's task (``tasks``); math prompts with the run's instruction and grades the last box."""
     from ..tasks import task_for_eval
 
-    return task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode="last-box")
+    return task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode="last-box", grader=cfg.grader)
 
 
 def _load(cfg: TrainConfig, spec: str, split: str | None, limit: int | None) -> list[Problem]:
@@ -103,17 +104,35 @@ class Prepared:
         return [float(g.score) for g in self.task.grade(list(texts), [task_row(p) for p in problems])]
 
 
+def held_out_rows(n_rows: int, size: int, seed: int, draw: str) -> list[int]:
+    """The row indices held out for validation. ``shuffle``: the first ``size`` of a ``random.Random(seed)``
+    shuffle. ``pandas``: the rows of ``DataFrame.sample(n=size, random_state=seed)`` in its order, which
+    is ``numpy.random.RandomState(seed).permutation(n_rows)[:size]`` (pandas samples without replacement
+    through the legacy ``RandomState.choice``, which takes a permutation's head): the paper's
+    ``data/build_deepscaler.py`` draws its 1,000 held-out DeepScaleR rows so."""
+    if draw == "pandas":
+        return [int(i) for i in np.random.RandomState(seed).permutation(n_rows)[:size]]
+    order = list(range(n_rows))
+    random.Random(seed).shuffle(order)
+    return order[:size]
+
+
 def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
     train = _load(cfg, cfg.dataset, cfg.dataset_split, cfg.limit)
-    if cfg.val_dataset:
+    if cfg.validation == "paper-test-sets":  # the older stack's: test sets, all of the training data trains
+        from ..config import PAPER_TEST_SETS
+
+        log.warning("validation paper-test-sets selects checkpoints on the test sets %s (the older stack's "
+                    "protocol); numbers on those sets are then not held out", ", ".join(PAPER_TEST_SETS))
+        val = [p for name in PAPER_TEST_SETS for p in _load(cfg, name, None, None)]
+    elif cfg.val_dataset:
         val = _load(cfg, cfg.val_dataset, cfg.val_split, cfg.val_size)
     else:  # a seeded held-out slice of the training data
-        order = list(range(len(train)))
-        random.Random(cfg.seed).shuffle(order)
         if len(train) <= cfg.val_size:
             raise TandemError(f"dataset {cfg.dataset} has {len(train)} problems, too few to hold out val_size={cfg.val_size}")
-        held = set(order[: cfg.val_size])
-        val = [train[i] for i in sorted(held)]
+        picked = held_out_rows(len(train), cfg.val_size, cfg.seed, cfg.val_draw)
+        held = set(picked)
+        val = [train[i] for i in (picked if cfg.val_draw == "pandas" else sorted(held))]
         train = [p for i, p in enumerate(train) if i not in held]
     for name, ps in (("training", train), ("validation", val)):
         if not ps:
@@ -134,11 +153,26 @@ def prepare(cfg: TrainConfig) -> Prepared:
                      trainable=True, senior_dtype=master)
     template = resolve_template(pair.tokenizer, cfg.template)
     prep = Prepared(cfg, pair, train, val, template, run_task(cfg))
-    for p in train[:256] + val:
-        n = len(encode_prompt(pair.tokenizer, prep.prompt_text(p)))
-        if n > cfg.max_prompt_tokens:
-            raise TandemError(f"problem {p.benchmark}/{p.problem_id} has a {n}-token prompt, over max_prompt_tokens={cfg.max_prompt_tokens}")
+    drop_overlong_prompts(prep)
     return prep
+
+
+def drop_overlong_prompts(prep: Prepared) -> None:
+    """As verl's ``filter_overlong_prompts``: problems whose prompt is over ``max_prompt_tokens`` leave
+    ``prep.train`` and ``prep.val`` up front, with a warning naming how many (after the validation
+    split, as the paper's held-out file is drawn before verl filters it); too few left is an error."""
+    cfg, tok = prep.cfg, prep.pair.tokenizer
+    for name in ("train", "val"):
+        kept = [p for p in getattr(prep, name) if len(encode_prompt(tok, prep.prompt_text(p))) <= cfg.max_prompt_tokens]
+        dropped = len(getattr(prep, name)) - len(kept)
+        if dropped:
+            log.warning("%s: dropped %d of %d problems whose prompt is over max_prompt_tokens=%d",
+                        "training set" if name == "train" else "validation set", dropped, len(getattr(prep, name)),
+                        cfg.max_prompt_tokens)
+        if len(kept) < (cfg.prompts_per_step if name == "train" else 1):
+            raise TandemError(f"{len(kept)} {name} problems have a prompt within max_prompt_tokens="
+                              f"{cfg.max_prompt_tokens}: too few to train")
+        setattr(prep, name, kept)
 
 
 def stored_config(cfg: TrainConfig) -> dict:
@@ -168,7 +202,7 @@ def _reward_defaults() -> dict:
 
     out = {"verifier": "math@1:last-box"}
     for f in fields(TrainConfig):
-        if f.name == "task" or f.name.startswith(("reward", "judge", "length_ceiling")):
+        if f.name in ("task", "grader") or f.name.startswith(("reward", "judge", "length_ceiling")):
             out[f.name] = f.default_factory() if f.default is MISSING else f.default
     out["reward_terms"] = ["correct:1"]
     return out

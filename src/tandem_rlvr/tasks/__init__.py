@@ -49,18 +49,21 @@ def get_task(name: str) -> Task:
         raise TandemError(f"unknown task {name!r}; valid: {', '.join(sorted(TASKS))}") from None
 
 
-def task_for_eval(name: str, *, instruction: str, answer_mode: str) -> Task:
-    """The task an evaluation runs: ``math`` takes the eval's instruction and answer mode; the other
-    tasks have their own prompt and grader, so a non-default answer mode for them is an error."""
+def task_for_eval(name: str, *, instruction: str, answer_mode: str, grader: str = "ours") -> Task:
+    """The task an evaluation runs: ``math`` takes the eval's instruction, answer mode and grader
+    (``rewards.math.GRADERS``); the other tasks have their own prompt and grader, so a non-default
+    answer mode or grader for them is an error."""
     from dataclasses import replace
 
-    from ..rewards.math import ANSWER_MODES, check_answer_mode
+    from ..rewards.math import ANSWER_MODES, GRADERS, check_answer_mode, check_grader
 
     task = get_task(name)
     if name == "math":
-        return replace(task, instruction=instruction, answer_mode=check_answer_mode(answer_mode))
-    if answer_mode != ANSWER_MODES[0]:
-        raise TandemError(f"--answer-mode {answer_mode} applies to the math task only (task {name} has its own grader)")
+        return replace(task, instruction=instruction, answer_mode=check_answer_mode(answer_mode),
+                       grader=check_grader(grader, answer_mode))
+    if answer_mode != ANSWER_MODES[0] or grader != GRADERS[0]:
+        option = f"--answer-mode {answer_mode}" if answer_mode != ANSWER_MODES[0] else f"--grader {grader}"
+        raise TandemError(f"{option} applies to the math task only (task {name} has its own grader)")
     return task
 
 

@@ -6,7 +6,8 @@ solution}``) and grade one response at a time; each states its conventions in ``
 
 - ``MathTask``: the paper's task, unchanged: the prompt is ``prompting.user_message`` (the problem
   and the named instruction, the paper's by default) and the grade is ``rewards.math.score`` (the
-  last box, math-verify equivalence; ``answer_mode`` as in ``tandem eval --answer-mode``).
+  last box, math-verify equivalence; ``answer_mode`` as in ``tandem eval --answer-mode``; ``grader``
+  ``paper`` grades with the paper's cascade instead, ``rewards.paper_grader``).
 - ``Gsm8kTask``: the answer after the last ``####`` (a number), else the last number in the
   response, as the common GSM8K graders do (strict ``####`` match, then a flexible last-number
   match); numbers compare by value after dropping ``$``, thousands commas and a final period
@@ -57,10 +58,11 @@ class MathTask:
     instruction: str = DEFAULT_INSTRUCTION
     answer_mode: str = "last-box"
     name: str = "math"
+    grader: str = "ours"  # rewards.math.GRADERS: ours, or the paper's cascade (rewards.paper_grader)
 
     @property
     def verifier(self) -> str:
-        return f"math@1:{self.answer_mode}"
+        return f"math@1:{self.answer_mode}" + ("" if self.grader == "ours" else f":grader={self.grader}")
 
     def load(self, benchmark: str, limit: int | None = None, *, split: str | None = None) -> list[dict]:
         return _rows(benchmark, limit, split)
@@ -70,9 +72,12 @@ class MathTask:
 
     def grade(self, responses: list[str], rows: list[dict]) -> list[Grade]:
         from ..rewards.math import extract_boxed, extract_boxed_run, score
+        from ..rewards.paper_grader import extract_answer
 
         extract = extract_boxed_run if self.answer_mode == "final-boxes" else extract_boxed
-        return [_verdict(score(r, row["gold"], answer_mode=self.answer_mode) == 1.0, extract(r) is not None)
+        extract = extract_answer if self.grader == "paper" else extract
+        return [_verdict(score(r, row["gold"], answer_mode=self.answer_mode, grader=self.grader) == 1.0,
+                         extract(r) is not None)
                 for r, row in zip(responses, rows, strict=True)]
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..errors import TandemError
 from ..io import jsonl_objects, read_json, write_json
 from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
-from . import get_task
+from . import task_for_eval
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -95,11 +95,14 @@ def summarize(rows: list[dict], config: dict) -> dict:
 
 
 def grade_file(task_name: str, benchmark: str, responses: str | os.PathLike, out: str | os.PathLike,
-               split: str | None = None, workers: int | None = None) -> dict:
-    """Grade every row of ``responses`` against ``benchmark`` with ``task_name``'s verifier; the summary."""
+               split: str | None = None, workers: int | None = None, grader: str = "ours") -> dict:
+    """Grade every row of ``responses`` against ``benchmark`` with ``task_name``'s verifier (for math,
+    ``grader``: ours or the paper's, ``rewards.math.GRADERS``); the summary."""
     from dataclasses import replace
 
-    task = get_task(task_name)
+    from ..prompting import DEFAULT_INSTRUCTION
+
+    task = task_for_eval(task_name, instruction=DEFAULT_INSTRUCTION, answer_mode="last-box", grader=grader)
     if workers is not None:
         if workers < 1:
             raise TandemError(f"--workers must be >= 1, got {workers}")
@@ -146,7 +149,7 @@ def grade_file(task_name: str, benchmark: str, responses: str | os.PathLike, out
 
 
 def cmd_grade(a) -> None:
-    summary = grade_file(a.task, a.benchmark, a.responses, a.out, a.split, a.workers)
+    summary = grade_file(a.task, a.benchmark, a.responses, a.out, a.split, a.workers, a.grader)
     reasons = ", ".join(f"{k} {v}" for k, v in summary["reasons"].items())
     print(f"{summary['responses']} responses graded by {summary['verifier']} on {summary['benchmark']}: "
           f"mean score {summary['mean_score']:.3f} ({reasons}); rows in {Path(a.out) / GRADED}")
@@ -154,6 +157,8 @@ def cmd_grade(a) -> None:
 
 def register(sub) -> None:
     """Add ``tandem grade`` to the command parser's subparsers."""
+    from ..cli_flags import grader_flag
+
     g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
     g.add_argument("--task", default="math", help="math (default), gsm8k, answer-tag or code (docs/tasks.md)")
     g.add_argument("--benchmark", required=True, help="the problems the responses answer: a name (humaneval, mbpp, "
@@ -163,4 +168,5 @@ def register(sub) -> None:
     g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")
     g.add_argument("--split", default=None, help="split for registered or hub benchmarks")
     g.add_argument("--workers", type=int, default=None, help="programs run at once (code; default: CPUs, at most 8)")
+    grader_flag(g)
     g.set_defaults(fn=cmd_grade)
