@@ -10,18 +10,13 @@ hand every allocation of 64 KiB or more straight back to the system (MALLOC_MMAP
 resident memory follows live tensors. Random weights rarely emit EOS, so every rollout runs to
 max_new_tokens, the length the plan assumes; prompts are all max_prompt_tokens long.
 
-`--fsdp2` checks the sharded plan instead: each configuration runs under `torchrun
---nproc_per_node 2` (gloo, CPU) a short training loop of our own, not `tandem train` (the
-trainer's FSDP2 path is another branch's): a randomly initialised model of the architecture with
-`fully_shard` on every decoder layer and on a root that scores responses with TRL's chunked
-log-prob head (the function TRL's fused head calls), float32, AdamW, 2 updates of accumulated
-micro-batches, after a 1-row warm-up update (communication buffers, autograd threads, the
-moments) and a reset of the peak (/proc/self/clear_refs). Each rank's peak above its level then
-is compared with the plan's `Layout(2, "fsdp2")` peak over its update items (resident ones, the
-shards and moments, are there before). It also times one weight sync: every parameter cast to bf16 on its shard, gathered, in
-buckets of the plan's size (`rl/memory_plan.py`).
+`--fsdp2` checks the sharded plan instead: each configuration runs `scripts/fsdp2_memory.py`
+under `torchrun --nproc_per_node N` (gloo on CPU, nccl on GPUs), a short FSDP2 + AdamW training
+loop of our own rather than `tandem train` (the trainer's FSDP2 path is another branch's), and
+compares each rank's peak with the plan's `Layout(N, "fsdp2")`; it also times one weight sync.
+`--arch` names the model (default: tiny and smol on CPU); `scripts/gpu_check.sh` runs it on GPUs.
 
-Run: python scripts/memory_check.py [--quick] [--fsdp2] [--out docs/memory_check.json]
+Run: python scripts/memory_check.py [--quick] [--fsdp2 [--nproc N] [--arch MODEL]] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -97,82 +92,6 @@ def make_data(root: Path, tokenizer_dir: Path, prompt_tokens: int) -> tuple[Path
     return path, n
 
 
-WORKER = r"""
-import json, os, sys, time
-def rss(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-import torch, torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
-from transformers import AutoConfig, AutoModelForCausalLM
-from trl.kernels import ChunkedLogProbFunction
-from tandem_rlvr.config import load_train_config
-from tandem_rlvr.rl.memory_plan import Layout, Plan, plan
-torch.set_num_threads(1)
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-overrides, bucket_mib = json.loads(sys.argv[1]), float(sys.argv[2])
-cfg = load_train_config(None, None, overrides)
-layout = Layout(2, "fsdp2", sync_bucket_mib=bucket_mib)
-full = plan(cfg, layout=layout)
-p = Plan([i for i in full.items if i.phase.split("/")[0] in ("resident", "update") and i.device == "cpu"
-          and "junior" not in i.name and "rollouts decode" not in i.name])  # the loop trains only
-predicted, phase = p.peak("cpu")
-held = sum(i.nbytes for i in p.items if i.phase == "resident")  # shards and moments, there after the warm-up
-
-class Scorer(torch.nn.Module):  # the root: body, then TRL's chunked head over every position (no Triton on CPU)
-    def __init__(self, lm):
-        super().__init__()
-        self.lm = lm
-    def forward(self, ids):
-        hidden = self.lm.model(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]
-        h = hidden.reshape(-1, hidden.shape[-1])
-        lp = ChunkedLogProbFunction.apply(h, self.lm.lm_head.weight, None, ids[:, 1:].reshape(-1), 1.0, 32768)[0]
-        return -lp.sum() / lp.numel()
-
-torch.manual_seed(0)
-lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg.senior), dtype=torch.float32)
-if cfg.gradient_checkpointing:
-    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-for layer in lm.model.layers:
-    fully_shard(layer)
-model = fully_shard(Scorer(lm))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-micro = cfg.micro_batch_rows or cfg.prompts_per_minibatch * cfg.group_size // 2
-accumulate = cfg.prompts_per_minibatch * cfg.group_size // 2 // micro
-seq = cfg.max_prompt_tokens + cfg.max_new_tokens
-g = torch.Generator().manual_seed(rank)
-model(torch.randint(0, lm.config.vocab_size, (1, 16), generator=g)).backward()  # warm-up: gloo, autograd threads,
-opt.step()  # the moments; then the peak is reset (clear_refs 5) and measured from here
-opt.zero_grad(set_to_none=True)
-dist.barrier()
-open("/proc/self/clear_refs", "w").write("5")
-base = rss("VmRSS:")
-for step in range(2):
-    for _ in range(accumulate):
-        ids = torch.randint(0, lm.config.vocab_size, (micro, seq), generator=g)
-        (model(ids) / accumulate).backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-peak = rss("VmHWM:") - base
-dist.barrier()
-t0 = time.perf_counter()
-limit, bucket, gathered = bucket_mib * (1 << 20), [], 0
-for param in model.parameters():  # the sync: cast on the shard (half the bytes), gather, one bucket at a time
-    t = param.detach().to(torch.bfloat16).full_tensor()
-    bucket.append(t)
-    gathered += t.numel()
-    if sum(x.numel() * 2 for x in bucket) >= limit:
-        bucket = []
-bucket = []
-dist.barrier()
-sync_s = time.perf_counter() - t0
-print(json.dumps({"rank": rank, "measured": peak, "predicted": predicted - held, "phase": phase,
-                  "sync_s": sync_s, "synced": gathered}), flush=True)
-dist.destroy_process_group()
-"""
-
 CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_rows, gradient checkpointing)
     ("tiny", 64, 192, 0, True),
     ("tiny", 64, 192, 0, False),
@@ -191,22 +110,30 @@ FSDP_CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_r
 ]
 
 
-def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bool, env: dict) -> list[dict]:
-    """One 2-process FSDP2 configuration under torchrun; one result per rank."""
-    model = make_model(arch, root)
+def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bool, env: dict,
+              nproc: int = 2) -> list[dict]:
+    """One FSDP2 configuration under torchrun (``scripts/fsdp2_memory.py``); one result per rank.
+    The ranks build the model from its config alone (random weights; a shipped config needs no files)."""
+    from importlib import resources
+
+    from tandem_rlvr.models import resolve_model_path
+
+    shipped = resources.files("tandem_rlvr").joinpath("presets", "models", arch.replace("/", "--") + ".json")
+    model = arch if shipped.is_file() else resolve_model_path(arch)  # rl/memory_shapes.model_config reads either
     overrides = dict(method="grpo", senior=str(model), dataset="unused.jsonl", dataset_split=None, template="plain",
                      group_size=8, prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=prompt,
                      max_new_tokens=new, micro_batch_rows=micro, gradient_checkpointing=ckpt, dtype="float32",
                      eval_every=0, kl_every=0, output_dir=str(root / "unused"))
-    script = root / "fsdp2_worker.py"
-    script.write_text(WORKER, encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          str(script), json.dumps(overrides), "512"], env=env, capture_output=True, text=True)
+    script = Path(__file__).with_name("fsdp2_memory.py")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                          str(nproc), str(script), json.dumps(overrides), "512"], env=env, capture_output=True,
+                         text=True)
     if out.returncode:
         sys.exit(f"memory_check: FSDP2 configuration {arch} failed:\n{out.stderr[-3000:]}")
     rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
     for r in rows:
-        r.update(arch=arch, prompt=prompt, response=new, micro=micro or 8, checkpointing=ckpt, layout="fsdp2 x 2",
+        r.update(arch=arch, prompt=prompt, response=new, micro=micro or 16 // nproc, checkpointing=ckpt,
+                 layout=f"fsdp2 x {nproc}",
                  ratio=r["predicted"] / r["measured"])
     return sorted(rows, key=lambda r: r["rank"])
 
@@ -214,7 +141,10 @@ def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the first configuration of each architecture only")
-    ap.add_argument("--fsdp2", action="store_true", help="2-process FSDP2 runs (torchrun, gloo) against the sharded plan")
+    ap.add_argument("--fsdp2", action="store_true", help="FSDP2 runs under torchrun against the sharded plan")
+    ap.add_argument("--nproc", type=int, default=2, help="--fsdp2: processes (GPUs when present; default 2)")
+    ap.add_argument("--arch", default=None, help="--fsdp2: this model (a config shipped in presets/models, a "
+                    "directory, a built-in name) at 256 prompt + 1,024 response tokens, instead of tiny and smol")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     a = ap.parse_args()
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_ARENA_MAX": "2",
@@ -223,10 +153,12 @@ def main() -> None:
     configs = [c for i, c in enumerate(CONFIGS) if not a.quick or i in (0, 4)]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for arch, prompt, new, micro, ckpt in FSDP_CONFIGS if a.fsdp2 else []:
-            for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env):
+        sharded = [(a.arch, 256, 1024, 4, True), (a.arch, 256, 1024, 4, False)] if a.arch else FSDP_CONFIGS
+        sharded = sharded[:1] if a.quick else sharded
+        for arch, prompt, new, micro, ckpt in sharded if a.fsdp2 else []:
+            for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc):
                 results.append(r)
-                print(f"{arch:5s} FSDP2 rank {r['rank']} prompt {prompt} response {new} micro {r['micro']} ckpt "
+                print(f"{arch:5s} FSDP2 x {a.nproc} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} micro {r['micro']} ckpt "
                       f"{str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB ({r['phase']}) | measured "
                       f"{r['measured'] / 2**20:8.1f} MiB | predicted/measured {r['ratio']:.2f} | sync "
                       f"{r['sync_s']:.2f} s for {r['synced'] / 1e6:.1f}M weights", flush=True)
@@ -255,7 +187,7 @@ def main() -> None:
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     worst = max(abs(r["ratio"] - 1) for r in results)
-    print(f"worst |predicted/measured - 1| = {worst:.2f} over {len(results)} configurations (2 CPU threads)")
+    print(f"worst |predicted/measured - 1| = {worst:.2f} over {len(results)} configurations")
 
 
 if __name__ == "__main__":
