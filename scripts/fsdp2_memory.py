@@ -63,7 +63,8 @@ def main() -> None:
         torch.cuda.set_device(dev)
     torch.set_num_threads(1)
     overrides, bucket_mib = json.loads(sys.argv[1]), float(sys.argv[2])
-    overrides.update(dtype="bfloat16", master_dtype="float32", senior_device="cuda:0") if gpu else None
+    if gpu:  # the paper's precision: fp32 master shards, bf16 compute
+        overrides.update(dtype="bfloat16", master_dtype="float32", senior_device="cuda:0")
     cfg = load_train_config(None, None, overrides)
     name = "cuda:0" if gpu else "cpu"
     full = plan(cfg, gpu_gib=80 if gpu else None, layout=Layout(world, "fsdp2", sync_bucket_mib=bucket_mib))

@@ -158,9 +158,10 @@ def main() -> None:
         for arch, prompt, new, micro, ckpt in sharded if a.fsdp2 else []:
             for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc):
                 results.append(r)
-                print(f"{arch:5s} FSDP2 x {a.nproc} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} micro {r['micro']} ckpt "
-                      f"{str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB ({r['phase']}) | measured "
-                      f"{r['measured'] / 2**20:8.1f} MiB | predicted/measured {r['ratio']:.2f} | sync "
+                print(f"{arch:5s} FSDP2 x {a.nproc} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} "
+                      f"micro {r['micro']} ckpt {str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB "
+                      f"({r['phase']}) | measured {r['measured'] / 2**20:8.1f} MiB | predicted/measured "
+                      f"{r['ratio']:.2f} | sync "
                       f"{r['sync_s']:.2f} s for {r['synced'] / 1e6:.1f}M weights", flush=True)
         if a.fsdp2:
             configs = []

@@ -13,8 +13,8 @@ import logging
 import sys
 
 from .errors import TandemError
-from .cli_flags import (answer_mode_flag, engine_flags, plan_flags, engine_of, model_flags, open_from_args, sampling_flags,
-                        protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
+from .cli_flags import (answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
+                        plan_flags, protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")

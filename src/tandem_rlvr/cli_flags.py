@@ -198,7 +198,7 @@ def plan_flags(p: argparse.ArgumentParser) -> None:
                    "training state: ddp (whole copies, default), fsdp2 (torch fully_shard), zero3 (DeepSpeed)")
     g.add_argument("--plan-offload", default="none", choices=OFFLOADS, help="shards kept in host memory: none "
                    "(default), optimizer (zero3: master weights, moments, gradients), all (also the parameters)")
-    g.add_argument("--plan-lora-r", type=lambda x: _whole(x, 0), default=0, help="plan LoRA adapters of this rank on every linear layer "
-                   "of the body instead of full fine-tuning (default 0: off)")
+    g.add_argument("--plan-lora-r", type=lambda x: _whole(x, 0), default=0, help="plan LoRA adapters of this rank "
+                   "on every linear layer of the body instead of full fine-tuning (default 0: off)")
     g.add_argument("--plan-sync-bucket-mib", type=_gib, default=512.0,
                    help="weight-sync bucket under sharding or LoRA, MiB (default 512)")

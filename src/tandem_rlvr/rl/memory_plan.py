@@ -302,7 +302,8 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
         p.add(droll, phase, f"prefill ({rows} rows x {cfg.max_prompt_tokens} prompt tokens) and step logits",
               rows * cfg.max_prompt_tokens * (2 * S.intermediate + 4 * S.hidden) * bc + 2 * rows * S.vocab * 4)
         if schedule != "senior":
-            p.add(dj, phase, f"junior KV cache ({rows} rows x {seq} tokens)", rows * seq * J.kv_bytes_per_token(compute))
+            p.add(dj, phase, f"junior KV cache ({rows} rows x {seq} tokens)",
+                  rows * seq * J.kv_bytes_per_token(compute))
             p.add(dj, phase, f"junior linear-attention states ({rows} rows)", rows * J.state_bytes_per_row)
     return p
 
