@@ -22,7 +22,13 @@
 #    one 4,024-token row, checkpointing, decoder rollouts) for 2 updates on randomly initialised Qwen3-4B
 #    models built from the shipped config (scripts/paper_layout_check.py): the memory plan's predicted
 #    peak per device beside torch.cuda.max_memory_allocated
-# and prints one summary table. Exit status is non-zero if any step fails.
+# 13 fsdp2_memory: sharded training (scripts/memory_check.py --fsdp2 --arch Qwen/Qwen3-0.6B, random weights from
+#    the shipped config): FSDP2 over 2 processes when 2 GPUs are present, else on one process as a smoke test;
+#    per rank the plan's peak (Layout(N, "fsdp2"), rl/memory_plan.py) beside torch.cuda.max_memory_allocated,
+#    and the seconds of one bf16 weight sync (gather in 512 MiB buckets)
+# 14 fsdp2_plan_9b: the dry-run plan and layouts table of the qwen3.5-9b-2b preset on this GPU's memory
+# and prints one summary table, then the sharded checks that need more GPUs than this machine has
+# (for a user to run). Exit status is non-zero if any step fails.
 # GPU_CHECK_STEPS="paper_layout train_2_steps" runs only the named steps (default: all).
 # On the lent GPU machine (no network, no TRL/datasets/math-verify/gguf in its image): run
 # `bash scripts/device_wheels.sh` here first and carry .device-wheels; this script installs them into
@@ -105,7 +111,13 @@ run bench_decode tandem bench decode --senior "$MODEL" --device "$SDEV" --junior
 run train_2_steps tandem train --preset tiny --senior-device "$SDEV" --junior-device "$JDEV" --dtype float32 \
     --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train"
 run paper_layout python scripts/paper_layout_check.py "${LAYOUT_EXTRA[@]}" --out "$OUT/paper_layout"
-CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps paper_layout)
+NPROC=1; [ "$NGPU" -ge 2 ] && NPROC=2
+SHARD_ARCH=(--arch Qwen/Qwen3-0.6B); [ "${GPU_CHECK_CPU:-0}" = 1 ] && SHARD_ARCH=(--quick)
+run fsdp2_memory python scripts/memory_check.py --fsdp2 --nproc "$NPROC" "${SHARD_ARCH[@]}" --out "$OUT/fsdp2_memory.json"
+GIB=$(python -c "import torch; print(torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else 80)")
+run fsdp2_plan_9b tandem train --preset qwen3.5-9b-2b --dry-run --plan-gpu-gib "$GIB" --plan-processes "$NPROC" \
+    --plan-sharding fsdp2
+CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps paper_layout fsdp2_memory fsdp2_plan_9b)
 if python -c "import vllm" >/dev/null 2>&1; then
   run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py tests/test_vllm_train.py
   run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
@@ -146,4 +158,9 @@ print(f"vLLM decode: solo {r['solo_tok_s']:.0f} tok/s, tandem {r['tandem_tok_s']
       f"{r['tandem_over_solo']:.3f} (bound with both output layers {r['bound']:.3f})")
 PY
 grep -h "predicted" "$OUT/paper_layout.log" 2>/dev/null | grep -v "^ " | sed 's/^/paper layout: /'
+grep -h "FSDP2 x" "$OUT/fsdp2_memory.log" 2>/dev/null | sed 's/^/sharded: /'
+echo "needs more GPUs than one machine's check runs (docs/scale.md), for a user to run:"
+[ "$NPROC" -ge 2 ] || echo "  python scripts/memory_check.py --fsdp2 --nproc 2 --arch Qwen/Qwen3-0.6B   # 2 GPUs: per-rank peaks, sync"
+echo "  python scripts/memory_check.py --fsdp2 --nproc 8 --arch Qwen/Qwen3-4B-Instruct-2507   # 8 GPUs"
+echo "  tandem train --preset qwen3.5-9b-2b (with the layout its --dry-run recommends; 2-8 x 80 GB)"
 for k in "${!STATUS[@]}"; do [ "${STATUS[$k]}" = ok ] || [ "${STATUS[$k]}" = "not run" ] || exit 1; done

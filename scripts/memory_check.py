@@ -10,7 +10,13 @@ hand every allocation of 64 KiB or more straight back to the system (MALLOC_MMAP
 resident memory follows live tensors. Random weights rarely emit EOS, so every rollout runs to
 max_new_tokens, the length the plan assumes; prompts are all max_prompt_tokens long.
 
-Run: python scripts/memory_check.py [--quick] [--out docs/memory_check.json]
+`--fsdp2` checks the sharded plan instead: each configuration runs `scripts/fsdp2_memory.py`
+under `torchrun --nproc_per_node N` (gloo on CPU, nccl on GPUs), a short FSDP2 + AdamW training
+loop of our own rather than `tandem train` (the trainer's FSDP2 path is another branch's), and
+compares each rank's peak with the plan's `Layout(N, "fsdp2")`; it also times one weight sync.
+`--arch` names the model (default: tiny and smol on CPU); `scripts/gpu_check.sh` runs it on GPUs.
+
+Run: python scripts/memory_check.py [--quick] [--fsdp2 [--nproc N] [--arch MODEL]] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -96,9 +102,49 @@ CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_rows, 
 ]
 
 
+FSDP_CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_rows, gradient checkpointing)
+    ("tiny", 64, 192, 0, True),
+    ("tiny", 64, 192, 0, False),
+    ("smol", 32, 96, 4, True),
+    ("smol", 32, 96, 4, False),
+]
+
+
+def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bool, env: dict,
+              nproc: int = 2) -> list[dict]:
+    """One FSDP2 configuration under torchrun (``scripts/fsdp2_memory.py``); one result per rank.
+    The ranks build the model from its config alone (random weights; a shipped config needs no files)."""
+    from importlib import resources
+
+    from tandem_rlvr.models import resolve_model_path
+
+    shipped = resources.files("tandem_rlvr").joinpath("presets", "models", arch.replace("/", "--") + ".json")
+    model = arch if shipped.is_file() else resolve_model_path(arch)  # rl/memory_shapes.model_config reads either
+    overrides = dict(method="grpo", senior=str(model), dataset="unused.jsonl", dataset_split=None, template="plain",
+                     group_size=8, prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=prompt,
+                     max_new_tokens=new, micro_batch_rows=micro, gradient_checkpointing=ckpt, dtype="float32",
+                     eval_every=0, kl_every=0, output_dir=str(root / "unused"))
+    script = Path(__file__).with_name("fsdp2_memory.py")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                          str(nproc), str(script), json.dumps(overrides), "512"], env=env, capture_output=True,
+                         text=True)
+    if out.returncode:
+        sys.exit(f"memory_check: FSDP2 configuration {arch} failed:\n{out.stderr[-3000:]}")
+    rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    for r in rows:
+        r.update(arch=arch, prompt=prompt, response=new, micro=micro or 16 // nproc, checkpointing=ckpt,
+                 layout=f"fsdp2 x {nproc}",
+                 ratio=r["predicted"] / r["measured"])
+    return sorted(rows, key=lambda r: r["rank"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the first configuration of each architecture only")
+    ap.add_argument("--fsdp2", action="store_true", help="FSDP2 runs under torchrun against the sharded plan")
+    ap.add_argument("--nproc", type=int, default=2, help="--fsdp2: processes (GPUs when present; default 2)")
+    ap.add_argument("--arch", default=None, help="--fsdp2: this model (a config shipped in presets/models, a "
+                    "directory, a built-in name) at 256 prompt + 1,024 response tokens, instead of tiny and smol")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     a = ap.parse_args()
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_ARENA_MAX": "2",
@@ -107,6 +153,18 @@ def main() -> None:
     configs = [c for i, c in enumerate(CONFIGS) if not a.quick or i in (0, 4)]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        sharded = [(a.arch, 256, 1024, 4, True), (a.arch, 256, 1024, 4, False)] if a.arch else FSDP_CONFIGS
+        sharded = sharded[:1] if a.quick else sharded
+        for arch, prompt, new, micro, ckpt in sharded if a.fsdp2 else []:
+            for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc):
+                results.append(r)
+                print(f"{arch:5s} FSDP2 x {a.nproc} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} "
+                      f"micro {r['micro']} ckpt {str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB "
+                      f"({r['phase']}) | measured {r['measured'] / 2**20:8.1f} MiB | predicted/measured "
+                      f"{r['ratio']:.2f} | sync "
+                      f"{r['sync_s']:.2f} s for {r['synced'] / 1e6:.1f}M weights", flush=True)
+        if a.fsdp2:
+            configs = []
         for arch, prompt, new, micro, ckpt in configs:
             model = make_model(arch, root)
             data, prompt_len = make_data(root, model, prompt)
@@ -130,7 +188,7 @@ def main() -> None:
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     worst = max(abs(r["ratio"] - 1) for r in results)
-    print(f"worst |predicted/measured - 1| = {worst:.2f} over {len(results)} configurations (2 CPU threads)")
+    print(f"worst |predicted/measured - 1| = {worst:.2f} over {len(results)} configurations")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import sys
 
 from .errors import TandemError
 from .cli_flags import (answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
-                        protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
+                        plan_flags, protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
 from .runtime import configure_cpu_threads
 
 log = logging.getLogger("tandem_rlvr")
@@ -161,14 +161,14 @@ def cmd_train(a):
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
     cfg = load_train_config(a.preset, a.config, overrides)
     if a.dry_run:
-        from .rl.memory_plan import disk_plan, plan, render
+        from .rl.memory_layouts import dry_run_report
+        from .rl.memory_plan import disk_plan
 
         print(json.dumps(cfg.to_dict(), indent=2))
         gib = a.plan_gpu_gib
         if gib is None and torch_cuda_gib() is not None:
             gib = torch_cuda_gib()
-        print(f"\nmemory plan (one training process of {a.plan_processes}; peak per device):")
-        print(render(cfg, plan(cfg, a.plan_processes, gib), gib))
+        print(dry_run_report(cfg, a, gib))
         print(disk_plan(cfg, gpu=gib is not None))
         return
     configure_cpu_threads()
@@ -226,9 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a senior: --method tandem | grpo | klreg (TRL GRPOTrainer)")
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and its memory plan (peak "
                    "memory per device), then exit")
-    t.add_argument("--plan-gpu-gib", type=float, default=None, help="--dry-run: plan for GPUs of this many GiB "
-                   "('auto' devices become cuda:0; default: the visible GPUs, else this machine)")
-    t.add_argument("--plan-processes", type=int, default=1, help="--dry-run: data-parallel training processes")
+    plan_flags(t)
     _train_flags(t)
     t.set_defaults(fn=cmd_train)
 

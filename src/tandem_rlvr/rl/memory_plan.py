@@ -42,13 +42,13 @@ Python objects, the tokenizer and the data.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from importlib import resources
 
 import torch
 
 from ..errors import TandemError
+from .memory_shapes import Shape, activation_profile, model_config
+from .memory_shapes import dtype_bytes as _bytes
 
 GiB = 1 << 30
 TILE_TOKENS, TILE_VOCAB = 4096, 32768  # TRL's chunked log-prob tile (trl.kernels.chunked_logprob)
@@ -62,137 +62,6 @@ GPU_MARGIN_GIB = 3.0  # CUDA context + allocator slack kept free on a GPU
 # is freed once the next is made) and the boolean target mask: 7.25 fp32 tiles.
 # tests/test_paper_training.py measures it on TRL's own function.
 CPU_FALLBACK_TILES = 7.25
-
-
-def _bytes(dtype: torch.dtype) -> int:
-    return torch.empty(0, dtype=dtype).element_size()
-
-
-def model_config(spec: str):
-    """The transformers config of a model spec. A hub id with a config shipped in
-    ``presets/models`` uses that one (the paper preset can be planned without the hub)."""
-    from transformers import AutoConfig
-
-    from ..models import resolve_model_path
-
-    shipped = resources.files("tandem_rlvr").joinpath("presets", "models", spec.replace("/", "--") + ".json")
-    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and shipped.is_file():
-        data = json.loads(shipped.read_text(encoding="utf-8"))
-        return AutoConfig.for_model(data.pop("model_type"), **data)
-    try:
-        return AutoConfig.from_pretrained(resolve_model_path(spec))
-    except (OSError, ValueError) as e:
-        raise TandemError(f"cannot read the config of model {spec}: {str(e).splitlines()[0][:160]}") from None
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The widths of a decoder-only model that memory depends on."""
-
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    tied: bool
-    params: int  # all parameters (tied matrices once)
-    matrix_params: int  # parameters of the nn.Linear layers (what autocast casts)
-
-    @classmethod
-    def of(cls, config) -> "Shape":
-        with torch.device("meta"):
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_config(config)
-        params = sum(p.numel() for p in model.parameters())
-        matrix = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-        hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return cls(config.num_hidden_layers, config.hidden_size, config.intermediate_size, config.num_attention_heads,
-                   getattr(config, "num_key_value_heads", None) or config.num_attention_heads, hd, config.vocab_size,
-                   bool(getattr(config, "tie_word_embeddings", False)), params, matrix)
-
-    def kv_bytes_per_token(self, dtype: torch.dtype) -> int:
-        return self.layers * 2 * self.kv_heads * self.head_dim * _bytes(dtype)
-
-
-def _saved_bytes(config, layers: int, master: torch.dtype, compute: torch.dtype, rows: int, tokens: int) -> int:
-    """Bytes autograd saves in one forward of ``rows`` x ``tokens`` through the model's body
-    (parameters themselves excluded: they are counted as weights)."""
-    from transformers import AutoModelForCausalLM
-
-    cfg = _variant(config, num_hidden_layers=layers, vocab_size=64, attn_implementation="sdpa", bos_token_id=None,
-                   eos_token_id=None, pad_token_id=None)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=master).train()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
-    ids = torch.randint(0, 64, (rows, tokens))
-    attn = torch.ones(rows, tokens, dtype=torch.long)
-    attn[0, : tokens // 4] = 0  # left padding, as batched prompts have
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with torch.autocast("cpu", dtype=compute, enabled=compute != master):
-            model.model(input_ids=ids, attention_mask=attn, use_cache=False)
-    return sum(seen.values())
-
-
-@dataclass(frozen=True)
-class ActivationProfile:
-    per_layer: float  # bytes per token and layer
-    model_level: float  # bytes per token outside the layers (embedding output, final norm, ...)
-
-
-def activation_profile(config, master: torch.dtype, compute: torch.dtype) -> ActivationProfile:
-    """Saved activation bytes per token at ``config``'s widths (see module docstring): counted at
-    nine small widths of the same architecture and extended linearly to the real ones. Exact at
-    held-out widths in tests; one key/value head (multi-query attention) saves about 8% less than
-    the extension says, because repeating a single head needs no copy."""
-    # (hidden, heads, kv heads, head dim, intermediate): each width varies alone at least once, so
-    # the seven coefficients are determined (heads and head dim vary apart: q = heads x head dim)
-    widths = [(64, 4, 2, 16, 160), (96, 4, 2, 16, 160), (64, 8, 2, 16, 160), (64, 4, 4, 16, 160), (64, 4, 2, 16, 320),
-              (64, 4, 2, 32, 160), (64, 8, 4, 32, 224), (128, 8, 4, 16, 224), (96, 6, 2, 24, 192)]
-    rows, tokens = 2, 32
-    X, y_layer, y_model = [], [], []
-    for h, nh, nkv, hd, i in widths:
-        cfg = _variant(config, hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd,
-                       intermediate_size=i)
-        one = _saved_bytes(cfg, 1, master, compute, rows, tokens)
-        two = _saved_bytes(cfg, 2, master, compute, rows, tokens)
-        X.append([h, nh * hd, nkv * hd, i, nh, nkv, 1.0])
-        y_layer.append((two - one) / (rows * tokens))
-        y_model.append((2 * one - two) / (rows * tokens))
-    A = torch.tensor(X, dtype=torch.float64)
-    real = torch.tensor([config.hidden_size, config.num_attention_heads * _head_dim(config),
-                         _kv_heads(config) * _head_dim(config), config.intermediate_size,
-                         config.num_attention_heads, _kv_heads(config), 1.0], dtype=torch.float64)
-    coef_layer = torch.linalg.lstsq(A, torch.tensor(y_layer, dtype=torch.float64)[:, None]).solution[:, 0]
-    coef_model = torch.linalg.lstsq(A, torch.tensor(y_model, dtype=torch.float64)[:, None]).solution[:, 0]
-    return ActivationProfile(float(real @ coef_layer), float(real @ coef_model))
-
-
-def _variant(config, **changes):
-    """``config`` with some widths changed (per-layer lists such as ``layer_types`` follow the depth)."""
-    data = {**config.to_dict(), **changes}
-    for key in ("layer_types", "max_window_layers"):
-        data.pop(key, None)
-    data.pop("model_type", None)
-    return config.__class__(**data)
-
-
-def _head_dim(config) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
-def _kv_heads(config) -> int:
-    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
 @dataclass
@@ -238,10 +107,92 @@ def _plan_device(spec: str | None, gpu: bool) -> str:
     return spec
 
 
-def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
+SHARDINGS = ("ddp", "fsdp2", "zero3")
+OFFLOADS = ("none", "optimizer", "all")
+HOST = "host"  # CPU RAM of the training process (offloaded shards)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the senior's training state is spread: ``processes`` training processes (one GPU each),
+    ``sharding`` ddp (whole copies), fsdp2 (torch ``fully_shard`` per decoder layer and the root,
+    fp32 master shards, ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``) or zero3
+    (DeepSpeed), ``offload`` of shards to host memory (fsdp2: all = ``CPUOffloadPolicy``; zero3:
+    optimizer = ``offload_optimizer``, all = with ``offload_param``), ``lora_r`` > 0: only LoRA
+    adapters of that rank on every linear layer of the body train, and the weight-sync bucket."""
+
+    processes: int = 1
+    sharding: str = "ddp"
+    offload: str = "none"
+    lora_r: int = 0
+    sync_bucket_mib: float = 512.0
+
+    def __post_init__(self):
+        if not isinstance(self.processes, int) or self.processes < 1:
+            raise TandemError(f"plan processes must be a whole number >= 1, got {self.processes!r}")
+        if self.sharding not in SHARDINGS:
+            raise TandemError(f"plan sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
+        if self.offload not in OFFLOADS:
+            raise TandemError(f"plan offload must be one of {', '.join(OFFLOADS)}, got {self.offload!r}")
+        if self.sharding == "ddp" and self.offload != "none":
+            raise TandemError("plan offload needs sharding (fsdp2 or zero3): DDP keeps whole copies on the GPU")
+        if self.sharding == "fsdp2" and self.offload == "optimizer":
+            raise TandemError("plan offload: FSDP2 offloads parameters, gradients and optimiser states together "
+                              "(CPUOffloadPolicy): use offload all")
+        if self.lora_r < 0 or self.sync_bucket_mib <= 0:
+            raise TandemError(f"plan lora_r must be >= 0 and the sync bucket > 0 MiB, got {self.lora_r}, "
+                              f"{self.sync_bucket_mib}")
+
+    def describe(self) -> str:
+        text = {"ddp": "DDP", "fsdp2": "FSDP2", "zero3": "ZeRO-3"}[self.sharding] + f" x {self.processes}"
+        text += {"none": "", "optimizer": ", optimiser offload", "all": ", parameter + optimiser offload"}[self.offload]
+        return text + (f", LoRA r={self.lora_r}" if self.lora_r else "")
+
+
+def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compute: torch.dtype) -> None:
+    """The trained senior's weights, gradients and AdamW moments on one rank (see ``Layout``)."""
+    n, bm, bc = lay.processes, _bytes(master), _bytes(compute)
+    trained = lay.lora_r * S.lora_per_rank if lay.lora_r else S.params
+    what = f"LoRA r={lay.lora_r}: {_count(trained)} adapter weights" if lay.lora_r else f"{_count(S.params)} weights"
+    weights = S.params + (trained if lay.lora_r else 0)
+    if lay.sharding == "ddp":
+        p.add(dev, "resident", f"senior weights ({_count(weights)} x {bm} B, {str(master)[6:]})", weights * bm)
+        p.add(dev, "resident", f"AdamW moments (2 x {bm} B per trained weight; {what})", 2 * trained * bm)
+        p.add(dev, "update", f"gradients ({bm} B per trained weight)", trained * bm)
+        return
+    off = lambda level: HOST if lay.offload in level else dev  # noqa: E731
+    if lay.sharding == "fsdp2":
+        gather = bc if master != compute else bm  # MixedPrecisionPolicy(param_dtype=compute)
+        p.add(off(("all",)), "resident", f"senior weight shards ({bm} B x {_count(weights)} / {n})", weights * bm / n)
+        p.add(off(("all",)), "resident", f"AdamW moment shards (2 x {bm} B x {what} / {n})", 2 * trained * bm / n)
+        p.add(off(("all",)), "update", f"gradient shards ({bm} B / {n} per trained weight)", trained * bm / n)
+        if lay.offload == "all":  # the CPU step moves each layer's shard to the GPU to gather it
+            p.add(dev, "update", "current + prefetched layers' shards copied in for the all-gather",
+                  2 * S.layer_params * bm / n)
+        p.add(dev, "update", f"all-gathered layers: current + prefetched ({_count(S.layer_params)} x {gather} B each)",
+              2 * S.layer_params * gather)
+        p.add(dev, "update", "the root (embeddings, output layer, final norm) kept whole from forward to backward",
+              S.root_params * gather)
+        layer_grad = S.layer_params if not lay.lora_r else lay.lora_r * S.lora_per_rank / S.layers
+        p.add(dev, "update/layers", "one layer's unsharded gradient and its fp32 reduce-scatter input",
+              layer_grad * (gather + 4))
+        return
+    # zero3: DeepSpeed's own accounting (estimate_zero3_model_states_mem_needs): 2 B bf16 partition,
+    # 4 B fp32 master, 8 B moments, 4 B fp32 gradients per weight over the ranks, plus gathered layers
+    p.add(off(("all",)), "resident", f"bf16 parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
+    p.add(off(("optimizer", "all")), "resident", f"fp32 master + AdamW moment partitions (12 B x {what} / {n})",
+          12 * trained / n)
+    p.add(off(("optimizer", "all")), "update", f"fp32 gradient partitions (4 B / {n} per trained weight)",
+          4 * trained / n)
+    p.add(dev, "update", "gathered: current + prefetched layers and the largest module (embedding or output layer)",
+          2 * S.layer_params * bc + S.vocab * S.hidden * 2 * bc)
+
+
+def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layout | None = None) -> Plan:
     """The memory plan of one training process of ``cfg`` (see module docstring).
 
     ``gpu_gib``: plan for GPUs of this size ('auto' devices become cuda:0); None: this machine.
+    ``layout``: sharding, offload, LoRA and the process count (default: DDP over ``num_processes``).
     """
     from ..models import DTYPES
     from .train import micro_batching
@@ -259,15 +210,16 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
     j_cfg = model_config(cfg.junior) if cfg.junior else s_cfg
     S, J = Shape.of(s_cfg), Shape.of(j_cfg)
     bm, bc = _bytes(master), _bytes(compute)
+    lay = layout or Layout(num_processes)
+    num_processes = lay.processes
     micro, accumulate = micro_batching(cfg, num_processes)
     seq = cfg.max_prompt_tokens + cfg.max_new_tokens
     p = Plan()
 
-    # the trained senior
-    p.add(d0, "resident", f"senior weights ({_count(S.params)} x {bm} B, {str(master)[6:]})", S.params * bm)
-    p.add(d0, "resident", f"AdamW moments (2 x {bm} B per weight)", 2 * S.params * bm)
-    p.add(d0, "update", f"gradients ({bm} B per weight)", S.params * bm)
-    if mixed:
+    # the trained senior: its weights and optimiser states, then the update's transients
+    _senior(p, d0, lay, S, master, compute)
+    grad_dtype = compute if lay.sharding == "fsdp2" and mixed else master  # FSDP2 computes gradients in param_dtype
+    if mixed and lay.sharding == "ddp":  # FSDP2's MixedPrecisionPolicy and ZeRO-3 gather bf16: no autocast copies
         p.add(d0, "update", f"autocast copies of the matrices ({bc} B per weight)", S.matrix_params * bc)
     prof = activation_profile(s_cfg, master, compute)
     tokens = micro * seq
@@ -276,28 +228,32 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
     if cfg.gradient_checkpointing:
         p.add(d0, "update", f"activations, checkpointed: layer inputs ({micro} rows x {seq} tokens)",
               tokens * (S.layers * S.hidden * (bm if mixed else bc) + prof.model_level))
-        p.add(d0, "update/layers", "one layer recomputed + its backward's working set", tokens * 2 * prof.per_layer)
+        p.add(d0, "update/layers", "one layer recomputed + its backward's working set", tokens * 2 * prof.max_layer)
     else:  # all layers saved, plus the backward pass's working set: about two layers' worth (measured on CPU)
         p.add(d0, "update", f"activations ({micro} rows x {seq} tokens, {prof.per_layer / 1024:.1f} KiB per token "
                             f"and layer)", tokens * (S.layers * prof.per_layer + prof.model_level))
         p.add(d0, "update/layers", "one layer's backward working set (two layers' activations)",
-              tokens * 2 * prof.per_layer)
+              tokens * 2 * prof.max_layer)
     # TRL's chunked head scores only the labelled (response) positions with Triton, every position without
     head_tokens = micro * cfg.max_new_tokens if on_gpu else micro * (seq - 1)
     tile = min(head_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB)
     p.add(d0, "update", "log-prob head: hidden states it keeps", head_tokens * S.hidden * bc + 8 * head_tokens * 4)
     p.add(d0, "update/head", "log-prob head: TRL's tile and the hidden states' fp32 gradient",
           tile * bc + head_tokens * S.hidden * 4)
-    if mixed:
+    if mixed and lay.sharding == "ddp":
         p.add(d0, "update/head", "log-prob head: compute-dtype copy of one vocabulary slice of the head",
               min(S.vocab, TILE_VOCAB) * S.hidden * bc)
-    p.add(d0, "update/head", "log-prob head: fp32 accumulator of the head's gradient", S.vocab * S.hidden * 4)
+    if not lay.lora_r:
+        p.add(d0, "update/head", "log-prob head: fp32 accumulator of the head's gradient", S.vocab * S.hidden * 4)
     if not on_gpu:  # no Triton: TRL folds each tile with plain torch ops
         p.add(d0, "update/head", f"log-prob head: temporaries of TRL's torch fallback ({CPU_FALLBACK_TILES:g} fp32 "
                                  f"tiles)", CPU_FALLBACK_TILES * tile * 4)
-    if S.tied:
-        p.add(d0, "update/layers", "the head's gradient, held until the tied embedding's gradient joins it",
-              S.vocab * S.hidden * bm)
+    if not lay.lora_r and (S.tied or lay.sharding == "fsdp2"):
+        # tied: autograd adds the embedding's gradient to the head's at the end; FSDP2: the root
+        # reduce-scatters its gradients once all of them (head and embedding) are there
+        p.add(d0, "update/layers", "the head's gradient, held until the end of the backward pass "
+              + ("(tied embedding)" if S.tied else "(FSDP2 reduces the root's gradients together)"),
+              S.vocab * S.hidden * _bytes(grad_dtype))
 
     # scoring forwards without gradient (old log-probs when a rollout feeds several updates; KL-Reg's reference)
     tile = min(micro * cfg.max_new_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB) * bc
@@ -321,6 +277,9 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
     if cfg.eval_every:
         phases.append(("validation", min(cfg.rollout_batch_rows or VALIDATION_ROWS, cfg.val_size * cfg.eval_n),
                        cfg.validation_schedule))
+    if lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
+        p.add(d0, "sync", f"weight sync: one gathered bucket ({lay.sync_bucket_mib:g} MiB at most, "
+              f"{str(compute)[6:]})", min(lay.sync_bucket_mib * (1 << 20), S.params * bc))
     if cfg.engine == "vllm-server":
         p.notes.append("engine vllm-server: rollouts and validation run on the server; its memory is the server's")
         return p
@@ -329,20 +288,23 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None) -> Plan:
             p.notes.append("engine vllm on CPU: its KV cache is vllm_kv_cache_gib (default 1 GiB) plus its weights")
         share = cfg.vllm_gpu_memory_utilization * (gpu_gib or 0) * GiB if on_gpu else \
             (cfg.vllm_kv_cache_gib or 1.0) * GiB + (S.params + (J.params if cfg.method == "tandem" else 0)) * bc
-        for phase, _, _ in phases:
+        for phase in [ph for ph, _, _ in phases] + (["sync"] if lay.sharding != "ddp" or lay.lora_r else []):
             p.add(d0, phase, "vLLM engine (weights + KV cache), asleep during updates" if cfg.vllm_sleep
                   else "vLLM engine (weights + KV cache)", share)
         if not cfg.vllm_sleep:
             p.add(d0, "update", "vLLM engine (awake during updates; vllm_sleep frees it)", share)
         return p
-    if mixed or droll != d0:
+    if mixed or droll != d0 or lay.sharding != "ddp" or lay.lora_r:  # a sharded or LoRA senior: a plain merged copy
         p.add(droll, "resident", f"senior copy the rollouts decode ({str(compute)[6:]})", S.params * bc)
     for phase, rows, schedule in phases:
         p.add(droll, phase, f"senior KV cache ({rows} rows x {seq} tokens)", rows * seq * S.kv_bytes_per_token(compute))
+        p.add(droll, phase, f"senior linear-attention states ({rows} rows)", rows * S.state_bytes_per_row)
         p.add(droll, phase, f"prefill ({rows} rows x {cfg.max_prompt_tokens} prompt tokens) and step logits",
               rows * cfg.max_prompt_tokens * (2 * S.intermediate + 4 * S.hidden) * bc + 2 * rows * S.vocab * 4)
         if schedule != "senior":
-            p.add(dj, phase, f"junior KV cache ({rows} rows x {seq} tokens)", rows * seq * J.kv_bytes_per_token(compute))
+            p.add(dj, phase, f"junior KV cache ({rows} rows x {seq} tokens)",
+                  rows * seq * J.kv_bytes_per_token(compute))
+            p.add(dj, phase, f"junior linear-attention states ({rows} rows)", rows * J.state_bytes_per_row)
     return p
 
 

@@ -1,0 +1,126 @@
+"""One rank of the FSDP2 memory check (run by `scripts/memory_check.py --fsdp2` under torchrun).
+
+A randomly initialised model of the run's senior config, `fully_shard` on every decoder layer
+and on a root that scores tokens with TRL's chunked log-prob head (the function TRL's fused head
+calls; every position on CPU, the response positions where Triton runs, as TRL does), AdamW, 2
+updates of accumulated micro-batches after a 1-row warm-up update (communication buffers,
+autograd threads, the moments). On CPU (gloo) float32, peak resident memory reset after the
+warm-up (/proc/self/clear_refs); on a GPU (nccl) fp32 master shards with
+`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`, `torch.cuda.max_memory_allocated`
+after `reset_peak_memory_stats`. Compared with the plan's `Layout(world, "fsdp2")` over its update
+items (the resident ones, shards and moments, are there before). Then one weight sync is timed:
+every parameter cast to bf16 on its shard (half the bytes), gathered, in buckets of the stated size.
+
+Run: torchrun --nproc_per_node N scripts/fsdp2_memory.py OVERRIDES_JSON BUCKET_MIB
+"""
+
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from transformers import AutoModelForCausalLM
+from trl.kernels import ChunkedLogProbFunction
+
+from tandem_rlvr.config import load_train_config
+from tandem_rlvr.rl.memory_plan import Layout, Plan, plan
+from tandem_rlvr.rl.memory_shapes import model_config
+
+
+def rss(key: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Scorer(torch.nn.Module):
+    """The FSDP root: the body, then TRL's chunked head (its parameters are whole inside the root's forward)."""
+
+    def __init__(self, lm, prompt: int | None):
+        super().__init__()
+        self.lm, self.prompt = lm, prompt
+
+    def forward(self, ids):
+        hidden = self.lm.model(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]  # (B, T-1, H)
+        targets = ids[:, 1:]
+        if self.prompt:  # Triton: only the labelled (response) positions are scored
+            hidden, targets = hidden[:, self.prompt - 1:], targets[:, self.prompt - 1:]
+        h = hidden.reshape(-1, hidden.shape[-1])
+        lp = ChunkedLogProbFunction.apply(h, self.lm.lm_head.weight, None, targets.reshape(-1), 1.0, 32768)[0]
+        return -lp.float().sum() / lp.numel()
+
+
+def main() -> None:
+    gpu = torch.cuda.is_available()
+    dist.init_process_group("nccl" if gpu else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if gpu else torch.device("cpu")
+    if gpu:
+        torch.cuda.set_device(dev)
+    torch.set_num_threads(1)
+    overrides, bucket_mib = json.loads(sys.argv[1]), float(sys.argv[2])
+    if gpu:  # the paper's precision: fp32 master shards, bf16 compute
+        overrides.update(dtype="bfloat16", master_dtype="float32", senior_device="cuda:0")
+    cfg = load_train_config(None, None, overrides)
+    name = "cuda:0" if gpu else "cpu"
+    full = plan(cfg, gpu_gib=80 if gpu else None, layout=Layout(world, "fsdp2", sync_bucket_mib=bucket_mib))
+    p = Plan([i for i in full.items if i.phase.split("/")[0] in ("resident", "update") and i.device == name
+              and "junior" not in i.name and "rollouts decode" not in i.name])  # the loop trains only
+    predicted, phase = p.peak(name)
+    held = sum(i.nbytes for i in p.items if i.phase == "resident")
+
+    torch.manual_seed(0)
+    lm = AutoModelForCausalLM.from_config(model_config(cfg.senior), dtype=torch.float32).to(dev)
+    if cfg.gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)} if gpu else {}
+    for layer in lm.model.layers:
+        fully_shard(layer, **mp)
+    model = fully_shard(Scorer(lm, cfg.max_prompt_tokens if gpu else None), **mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    rows = cfg.prompts_per_minibatch * cfg.group_size // world
+    micro = cfg.micro_batch_rows or rows
+    seq = cfg.max_prompt_tokens + cfg.max_new_tokens
+    g = torch.Generator().manual_seed(rank)
+    model(torch.randint(0, lm.config.vocab_size, (1, cfg.max_prompt_tokens + 8), generator=g).to(dev)).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    dist.barrier()
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size
+        base = rss("VmRSS:")
+    for _ in range(2):
+        for _ in range(rows // micro):
+            ids = torch.randint(0, lm.config.vocab_size, (micro, seq), generator=g).to(dev)
+            (model(ids) / (rows // micro)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    peak = (torch.cuda.max_memory_allocated() if gpu else rss("VmHWM:")) - base
+    dist.barrier()
+    t0 = time.perf_counter()
+    limit, bucket, size, gathered = bucket_mib * (1 << 20), [], 0, 0
+    for param in model.parameters():  # every rank, the same order: no interleaved collectives
+        t = param.detach().to(torch.bfloat16).full_tensor()
+        bucket.append(t)
+        size += t.numel() * 2
+        gathered += t.numel()
+        if size >= limit:  # a consumer would take the bucket here; then it is dropped before the next gathers
+            bucket, size = [], 0
+    if gpu:
+        torch.cuda.synchronize()
+    dist.barrier()
+    print(json.dumps({"rank": rank, "world": world, "device": str(dev), "measured": peak, "predicted": predicted - held,
+                      "phase": phase, "sync_s": time.perf_counter() - t0, "synced": gathered}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

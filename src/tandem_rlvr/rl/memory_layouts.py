@@ -1,0 +1,164 @@
+"""Which layout a run needs on N GPUs, from the memory plan (``tandem train --dry-run``; docs/scale.md).
+
+Two placements of the rollouts, as RL trainers lay them out:
+
+- colocated: every GPU trains (one process each) and runs its own vLLM engine beside the trainer,
+  asleep during updates (``engine: vllm``, ``vllm_sleep: true``). vLLM gets the memory the
+  trainer leaves during rollouts: the pair's bf16 weights, the KV caches (and linear-attention
+  states) of the run's rollout batch, and ``VLLM_OVERHEAD_GIB`` for its activations and CUDA graphs.
+- split: half the GPUs train and each training process decodes on a GPU of its own (the hf
+  decoder's ``rollout_device`` beside the junior, as the paper preset does on 2 GPUs; a
+  ``tandem serve`` on those GPUs with ``engine: vllm-server`` holds the same weights and caches).
+
+On each, the layouts are tried cheapest first (``CANDIDATES``: whole copies, then sharding, then
+offload to host memory, which costs step time) and the first that fits is the recommendation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import TandemError
+from .memory_plan import GPU_MARGIN_GIB, HOST, GiB, Layout, Plan, plan
+from .memory_shapes import Shape, model_config
+
+VLLM_OVERHEAD_GIB = 2.0  # vLLM's activations, sampler and CUDA graphs beside weights and KV cache (assumed)
+GPU_COUNTS = (2, 4, 8)
+CANDIDATES = (("ddp", "none"), ("fsdp2", "none"), ("zero3", "none"), ("zero3", "optimizer"), ("fsdp2", "all"),
+              ("zero3", "all"))
+
+
+@dataclass(frozen=True)
+class Option:
+    gpus: int
+    placement: str  # colocated | split
+    layout: Layout
+    plan: Plan
+    fits: bool
+    vllm_share: float = 0.0  # colocated: the vllm_gpu_memory_utilization it needs
+
+    def peaks(self) -> dict[str, float]:
+        return {d: self.plan.peak(d)[0] for d in self.plan.devices()}
+
+    def summary(self) -> str:
+        peaks = self.peaks()
+        gpu = [f"{d} {peaks[d] / GiB:.1f}" for d in peaks if d != HOST]
+        host = f", host {peaks[HOST] / GiB:.1f} GiB per process" if HOST in peaks else ""
+        share = f", vLLM share {self.vllm_share:.2f}" if self.placement == "colocated" else ""
+        return f"{self.layout.describe()}: peak GiB {', '.join(gpu)}{host}{share}"
+
+
+def _placed(cfg, placement: str, share: float = 0.3):
+    if placement == "colocated":
+        return replace(cfg, engine="vllm", vllm_sleep=True, senior_device="cuda:0", junior_device=None,
+                       rollout_device=None, vllm_gpu_memory_utilization=share)
+    return replace(cfg, engine="hf", senior_device="cuda:0", junior_device="cuda:1", rollout_device="cuda:1")
+
+
+def vllm_need(cfg, processes: int) -> float:
+    """Bytes one colocated vLLM engine needs: the pair's bf16 weights, the KV caches and
+    linear-attention states of one rollout batch of a process, and ``VLLM_OVERHEAD_GIB``."""
+    S = Shape.of(model_config(cfg.senior))
+    J = Shape.of(model_config(cfg.junior)) if cfg.junior else S
+    both = cfg.method == "tandem"
+    rows = cfg.rollout_batch_rows or cfg.prompts_per_step * cfg.group_size // processes
+    seq = cfg.max_prompt_tokens + cfg.max_new_tokens
+    weights = (S.params + (J.params if both else 0)) * 2
+    caches = rows * (seq * S.kv_bytes_per_token(_bf16()) + S.state_bytes_per_row)
+    if both:
+        caches += rows * (seq * J.kv_bytes_per_token(_bf16()) + J.state_bytes_per_row)
+    return weights + caches + VLLM_OVERHEAD_GIB * GiB
+
+
+def _bf16():
+    import torch
+
+    return torch.bfloat16
+
+
+def _fits(p: Plan, gib: float) -> bool:
+    return all(p.peak(d)[0] / GiB <= gib - GPU_MARGIN_GIB for d in p.devices() if d.startswith("cuda"))
+
+
+def option(cfg, gpus: int, placement: str, layout: Layout, gib: float) -> Option:
+    """``layout`` of ``cfg`` on ``gpus`` GPUs of ``gib`` GiB placed as ``placement``."""
+    if placement == "colocated":
+        share = min(1.0, -(-vllm_need(cfg, layout.processes) * 100 // (gib * GiB)) / 100)  # rounded up to 0.01
+        p = plan(_placed(cfg, placement, share), gpu_gib=gib, layout=layout)
+        return Option(gpus, placement, layout, p, _fits(p, gib) and share < 1.0, share)
+    p = plan(_placed(cfg, placement), gpu_gib=gib, layout=layout)
+    return Option(gpus, placement, layout, p, _fits(p, gib))
+
+
+def recommend(cfg, gpus: int, placement: str, gib: float) -> tuple[Option | None, list[Option]]:
+    """(the cheapest of ``CANDIDATES`` that fits, with every GPU used by ``placement``, or None;
+    the cheaper ones that do not fit)."""
+    processes = gpus if placement == "colocated" else gpus // 2
+    rejected = []
+    for sharding, offload in CANDIDATES:
+        try:
+            o = option(cfg, gpus, placement, Layout(processes, sharding, offload, _lora(cfg)), gib)
+        except TandemError:  # the batch does not split over this many processes
+            break
+        if o.fits:
+            return o, rejected
+        rejected.append(o)
+    return None, rejected
+
+
+def cheapest_fit(cfg, requested: Layout, gib: float) -> Layout | None:
+    """When ``requested`` does not fit: the cheapest layout on the run's own devices that does,
+    first on as many processes, then on twice as many (up to 64)."""
+    n = requested.processes
+    while n <= 64:
+        for sharding, offload in CANDIDATES:
+            try:
+                lay = Layout(n, sharding, offload, requested.lora_r, requested.sync_bucket_mib)
+                if _fits(plan(cfg, gpu_gib=gib, layout=lay), gib):
+                    return lay
+            except TandemError:
+                return None
+        n *= 2
+    return None
+
+
+def _lora(cfg) -> int:
+    return int(getattr(cfg, "lora_r", 0) or 0)
+
+
+def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:
+    """Markdown table: per GPU count and placement, the recommended layout and its peaks."""
+    room = gib - GPU_MARGIN_GIB
+    lines = [f"| GPUs ({gib:g} GiB) | rollouts | recommended layout | its peaks | cheaper layouts, too big for "
+             f"{room:g} GiB |", "|---|---|---|---|---|"]
+    for gpus in counts:
+        for placement in ("colocated", "split"):
+            best, rejected = recommend(cfg, gpus, placement, gib)
+            where = "vLLM beside each trainer, asleep during updates" if placement == "colocated" else \
+                f"{gpus // 2} training + {gpus // 2} rollout GPUs"
+            over = "; ".join(f"{o.layout.describe()} {max(v for d, v in o.peaks().items() if d != HOST) / GiB:.1f}"
+                             + (" (vLLM share > 1)" if o.vllm_share >= 1.0 else "") for o in rejected) or "-"
+            found = f"{best.layout.describe()} | {best.summary().split(': ', 1)[1]}" if best else "nothing fits | -"
+            lines.append(f"| {gpus} | {where} | {found} | {over} |")
+    return "\n".join(lines)
+
+
+def dry_run_report(cfg, a, gib: float | None) -> str:
+    """What ``tandem train --dry-run`` prints after the config: the plan of the requested layout
+    (``--plan-*`` flags in ``a``), the cheapest layout that fits when it does not, and the table
+    of recommended layouts on 2, 4 and 8 GPUs (of ``gib``, else 80 GiB)."""
+    from .memory_plan import render
+
+    lay = Layout(a.plan_processes, a.plan_sharding, a.plan_offload, a.plan_lora_r or _lora(cfg),
+                 a.plan_sync_bucket_mib)
+    p = plan(cfg, gpu_gib=gib, layout=lay)
+    out = [f"\nmemory plan (one training process of {lay.describe()}; peak per device):", render(cfg, p, gib)]
+    if gib is not None and not _fits(p, gib):
+        alt = cheapest_fit(cfg, lay, gib)
+        out.append(f"cheapest layout that fits: {alt.describe()} (--plan-processes {alt.processes} --plan-sharding "
+                   f"{alt.sharding} --plan-offload {alt.offload})" if alt else
+                   "no layout of up to 64 processes fits these devices")
+    table = gib or 80.0
+    out += [f"\nrecommended layouts on {', '.join(map(str, GPU_COUNTS))} GPUs of {table:g} GiB (docs/scale.md):",
+            layouts_table(cfg, table)]
+    return "\n".join(out)

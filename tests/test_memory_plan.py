@@ -1,0 +1,146 @@
+"""The memory plan per rank under sharding (rl/memory_plan.py Layout), offload, LoRA, the layout
+search (rl/memory_layouts.py) and the --plan-* flags. Expected bytes are worked out by hand from
+the shipped Qwen3-4B-Instruct-2507 config (docs/scale.md):
+
+    embedding 151,936 x 2,560 = 388,956,160 (tied: also the output layer), final norm 2,560
+    one layer: q 2,560 x 4,096 + k, v 2 x 2,560 x 1,024 + o 4,096 x 2,560 = 28,311,552
+               MLP 3 x 2,560 x 9,728 = 74,711,040; norms 2 x 2,560 + q/k norms 2 x 128
+               = 100,930,816
+    P = 36 x 100,930,816 + 388,956,160 + 2,560 = 4,022,468,096
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from tandem_rlvr.config import load_train_config
+
+LAYER = 100_930_816
+ROOT = 388_956_160 + 2_560
+P = 36 * LAYER + ROOT
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_train_config("qwen3-4b-deepscaler", None, {"method": "tandem"})
+
+
+def _items(p, device=None):
+    return {i.name.split(" (")[0]: i for i in p.items if device is None or i.device == device}
+
+
+def test_fsdp2_divides_weights_gradients_and_moments_by_the_world_size(paper):
+    from tandem_rlvr.rl.memory_plan import Layout, plan
+
+    p = plan(paper, gpu_gib=80, layout=Layout(2, "fsdp2"))
+    items = _items(p, "cuda:0")
+    assert items["senior weight shards"].nbytes == P * 4 / 2  # fp32 master shards
+    assert items["AdamW moment shards"].nbytes == 2 * P * 4 / 2
+    assert items["gradient shards"].nbytes == P * 4 / 2
+    # MixedPrecisionPolicy(param_dtype=bf16): two layers gathered in bf16 at a time, the root kept whole
+    assert items["all-gathered layers: current + prefetched"].nbytes == 2 * LAYER * 2
+    assert items["the root"].nbytes == ROOT * 2
+    assert items["one layer's unsharded gradient and its fp32 reduce-scatter input"].nbytes == LAYER * (2 + 4)
+    assert "autocast copies of the matrices" not in items  # FSDP2 gathers bf16: autocast has nothing to copy
+    assert _items(p, "cuda:1")["senior copy the rollouts decode"].nbytes == P * 2  # a sharded senior cannot decode
+    assert items["weight sync: one gathered bucket"].nbytes == 512 * 2**20
+
+
+def test_zero3_follows_deepspeeds_18_bytes_per_weight(paper):
+    from tandem_rlvr.rl.memory_plan import Layout, plan
+
+    items = _items(plan(paper, gpu_gib=80, layout=Layout(4, "zero3")), "cuda:0")
+    state = sum(items[k].nbytes for k in ("bf16 parameter partitions", "fp32 master + AdamW moment partitions",
+                                          "fp32 gradient partitions"))
+    assert state == 18 * P / 4  # 2 (bf16) + 4 (master) + 8 (moments) + 4 (gradients) bytes, over 4 ranks
+
+
+@pytest.mark.parametrize("sharding,offload,host_bytes,moved", [
+    ("fsdp2", "all", 16, {"senior weight shards", "AdamW moment shards", "gradient shards"}),
+    ("zero3", "optimizer", 16, {"fp32 master + AdamW moment partitions", "fp32 gradient partitions"}),
+    ("zero3", "all", 18, {"bf16 parameter partitions", "fp32 master + AdamW moment partitions",
+                          "fp32 gradient partitions"})])
+def test_offload_moves_the_shards_to_host_memory(paper, sharding, offload, host_bytes, moved):
+    from tandem_rlvr.rl.memory_plan import HOST, Layout, plan
+
+    p = plan(paper, gpu_gib=80, layout=Layout(2, sharding, offload))
+    assert sum(i.nbytes for i in p.items if i.device == HOST) == host_bytes * P / 2
+    assert set(_items(p, HOST)) == moved and not moved & set(_items(p, "cuda:0"))
+
+
+def test_lora_trains_only_adapters(paper):
+    """Rank r on every linear layer of the body: r x (in + out) weights per matrix; per layer
+    q (2,560 + 4,096), k and v (2,560 + 1,024) each, o (4,096 + 2,560), gate and up (2,560 +
+    9,728) each, down (9,728 + 2,560) = 57,344."""
+    from tandem_rlvr.rl.memory_plan import Layout, plan
+
+    adapters = 8 * 36 * 57_344
+    items = _items(plan(paper, gpu_gib=80, layout=Layout(1, lora_r=8)), "cuda:0")
+    assert items["AdamW moments"].nbytes == 2 * adapters * 4
+    assert items["gradients"].nbytes == adapters * 4
+    assert items["senior weights"].nbytes == (P + adapters) * 4
+
+
+@pytest.mark.parametrize("bad", [dict(processes=0), dict(processes=-2), dict(sharding="fsdp"),
+                                 dict(offload="all"), dict(sharding="fsdp2", offload="optimizer"), dict(lora_r=-1)])
+def test_bad_layouts_are_refused(bad):
+    from tandem_rlvr.errors import TandemError
+    from tandem_rlvr.rl.memory_plan import Layout
+
+    with pytest.raises(TandemError):
+        Layout(**bad)
+
+
+def test_cheapest_fit_and_why_the_9b_pair_needs_offload_on_two_gpus(monkeypatch):
+    """FSDP2 over 2 x 80 GB, vLLM beside each trainer, no activations counted at all: during
+    rollouts the shards and moments (12 B x 8.95B weights / 2 = 50.0 GiB) stay while vLLM holds
+    the pair in bf16, the KV caches and linear-attention states of 32 rows of 4,024 tokens and
+    2 GiB of its own: 80.4 GiB in all, over the 77 GiB a GPU leaves."""
+    from tandem_rlvr.rl import memory_plan
+    from tandem_rlvr.rl.memory_layouts import cheapest_fit, recommend
+    from tandem_rlvr.rl.memory_plan import GiB, Layout
+    from tandem_rlvr.rl.memory_shapes import ActivationProfile
+
+    monkeypatch.setattr(memory_plan, "activation_profile", lambda *a: ActivationProfile(0.0, 0.0, 0.0))
+    cfg = load_train_config("qwen3.5-9b-2b", None, {})
+    best, rejected = recommend(cfg, 2, "colocated", 80)
+    assert best is not None and best.layout.offload != "none"
+    fsdp2 = next(o for o in rejected if o.layout.sharding == "fsdp2")
+    P9, P2 = 8_953_803_264, 1_881_825_088
+    kv = 8 * 2 * 4 * 256 * 2 + 6 * 2 * 2 * 256 * 2  # per token: attention layers x (K, V) x KV heads x dim x bf16
+    states = 24 * (32 * 128 * 128 * 4 + (2 * 16 * 128 + 32 * 128) * 4 * 2) + \
+        18 * (16 * 128 * 128 * 4 + (2 * 16 * 128 + 16 * 128) * 4 * 2)  # per row: fp32 delta-rule state + conv window
+    need = (P9 + P2) * 2 + 32 * (4024 * kv + states) + 2 * GiB
+    share = -(-need * 100 // (80 * GiB)) / 100
+    assert fsdp2.vllm_share == share == 0.38
+    rollout = 12 * P9 / 2 + share * 80 * GiB
+    assert fsdp2.plan.peak("cuda:0")[0] >= rollout and rollout / GiB > 77
+    # the cheapest fit of the preset's own 2-GPU layout (train on cuda:0, decode on cuda:1) offloads too
+    alt = cheapest_fit(cfg, Layout(1), 80)
+    assert alt is not None and alt.offload != "none" and alt.processes == 1
+
+
+@pytest.mark.parametrize("flag,value", [("--plan-processes", "0"), ("--plan-processes", "-2"),
+                                        ("--plan-gpu-gib", "-1"), ("--plan-gpu-gib", "nan"),
+                                        ("--plan-gpu-gib", "inf"), ("--plan-lora-r", "-1")])
+def test_bad_plan_flags_are_one_line_errors_naming_the_flag(flag, value):
+    out = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "train", "--preset", "tiny", "--dry-run", flag,
+                          value], capture_output=True, text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and flag in lines[0] and "Traceback" not in out.stderr
+
+
+def test_dry_run_prints_the_sharded_plan_and_the_layouts_table(monkeypatch, capsys):
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.rl import memory_plan
+    from tandem_rlvr.rl.memory_shapes import ActivationProfile
+
+    monkeypatch.setattr(memory_plan, "activation_profile", lambda *a: ActivationProfile(0.0, 0.0, 0.0))
+    assert main(["train", "--preset", "qwen3-4b-deepscaler", "--dry-run", "--plan-gpu-gib", "80",
+                 "--plan-processes", "2", "--plan-sharding", "fsdp2"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "one training process of FSDP2 x 2" in out and "senior weight shards" in out
+    table = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [line.split(" | ")[0] for line in table] == ["| 2", "| 2", "| 4", "| 4", "| 8", "| 8"]
