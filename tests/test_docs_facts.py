@@ -20,7 +20,7 @@ def test_train_help_lists_every_preset(capsys):
 
     assert main(["train", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps at hyphens
-    assert len(preset_names()) == 5 and all(p in out for p in preset_names())
+    assert len(preset_names()) == 6 and all(p in out for p in preset_names())
 
 
 def test_tiny_world_parameter_counts_in_the_docs_are_the_models():

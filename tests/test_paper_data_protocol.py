@@ -5,6 +5,7 @@ import json
 import types
 
 import pytest
+import torch
 
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.train import drop_overlong_prompts, held_out_rows, split_problems
@@ -56,7 +57,7 @@ def test_keep_weights_exports_each_save_loadable_and_never_prunes(tmp_path, tok)
 
     cb = Validation.__new__(Validation)
     cb.cfg = types.SimpleNamespace(keep_weights=True, updates_per_batch=2)
-    cb.run_dir, cb.tok, cb.rollout_model, cb.trainer = tmp_path, tok, None, None
+    cb.run_dir, cb.tok, cb.dtype, cb.trainer = tmp_path, tok, torch.float32, None
     model = make_model(len(tok), 0, hidden=32, layers=1)
     for step in (2, 4):
         cb.on_save(None, types.SimpleNamespace(global_step=step, is_world_process_zero=True), None, model=model)

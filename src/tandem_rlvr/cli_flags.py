@@ -154,15 +154,9 @@ def answer_mode_flag(p):
     p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
                    help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
                         "joined, for multi-answer problems answered one box per answer)")
+    from .rewards.math import grader_flag
+
     grader_flag(p)
-
-
-def grader_flag(p, default: str | None = "ours", help_default: str = "ours"):
-    from .rewards.math import GRADERS
-
-    p.add_argument("--grader", default=default, choices=GRADERS,
-                   help=f"math grader: ours (math-verify with repairs, choice labels stripped) or paper (the paper's "
-                        f"cascade: mathd, sympy, math-verify; docs/paper_fidelity.md); default {help_default}")
 
 
 def sampling_from_args(a):

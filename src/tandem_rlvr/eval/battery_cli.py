@@ -150,7 +150,7 @@ def cmd_report(a) -> None:
 def register(sub, esub) -> None:
     """Add ``eval legibility``, ``eval drift`` and ``eval replay`` to ``esub`` (the subparsers of ``tandem eval``),
     ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
-    from ..cli_flags import grader_flag
+    from ..rewards.math import grader_flag
 
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
