@@ -9,7 +9,13 @@ so the log continues without a gap or a duplicate, and carries the accumulated w
 with the method's own rollout schedule (tandem rollouts for Tandem RLVR, the senior alone
 for GRPO and KL-Reg, as the paper's text selects checkpoints) or, with ``validation: solo``,
 the senior alone (as the paper's released code validates), keeps the best weights in
-``run_dir/best`` (written atomically, in the compute dtype) and flags a sharp decline.
+``run_dir/best`` (written atomically, in the compute dtype) and flags a sharp decline. With our
+decoder (engine hf) every training process validates its share of the rows and the counts are
+gathered (so no process waits alone at a collective, and a sharded senior's rollout copy is
+refreshed by every process together); an engine validates on the main process.
+
+``CheckpointWeights`` adds loadable HF weights (the fp32 masters) to each ``checkpoint-N`` of a
+sharded run, whose Trainer checkpoint holds only per-rank shards.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from accelerate import PartialState
+from accelerate.utils import gather_object
 from transformers import TrainerCallback
 
 from ..decoding.rng import row_seed
@@ -30,6 +38,7 @@ from ..decoding.tandem import TandemDecoder
 from ..io import write_json
 from ..prompting import encode_prompt
 from .precision import save_in_dtype
+from .sharding import is_sharded, save_streamed
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -163,6 +172,9 @@ class Validation(TrainerCallback):
             junior = self.junior if self.schedule.uses_junior else None
             dec = TandemDecoder(model, junior, self.schedule, self.sampling, self.eos_ids, self.tok.pad_token_id)
         rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.eval_n)]
+        state = PartialState()
+        if self.engine is None:  # this process's share; the counts are gathered below
+            rows = rows[state.process_index::state.num_processes]
         correct = []
         was_training = model.training
         model.eval()
@@ -178,10 +190,12 @@ class Validation(TrainerCallback):
             model.train(was_training)
             if self.engine is not None:
                 self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
+        if self.engine is None and state.num_processes > 1:
+            correct = gather_object(correct)
         return float(np.mean(correct))
 
     def _run(self, state, model):
-        if not state.is_world_process_zero:
+        if self.engine is not None and not state.is_world_process_zero:
             return
         step = state.global_step
         acc = self.accuracy(model, step)
@@ -189,7 +203,7 @@ class Validation(TrainerCallback):
             self.best = {"accuracy": acc, "step": step}
             self._save_best(model)
         decline = self.best["accuracy"] - acc >= self.cfg.decline_drop
-        if decline:
+        if decline and state.is_world_process_zero:
             log.warning("validation accuracy %.3f at step %d is %.3f below the best (%.3f at step %d): sharp decline",
                         acc, step, self.best["accuracy"] - acc, self.best["accuracy"], self.best["step"])
         rec = {"val/accuracy": acc, "val/best": self.best["accuracy"], "val/best_step": self.best["step"],
@@ -201,12 +215,21 @@ class Validation(TrainerCallback):
                               f"{self.best['accuracy']:.3f} at step {self.best['step']}" + ("  ** sharp decline **" if decline else ""))
 
     def _save_best(self, model):
+        """best/ in the compute dtype; on every process that validated (a sharded senior is gathered
+        collectively), written by the main one."""
         out = self.run_dir / "best"
         tmp = self.run_dir / ".best.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        if self.rollout_model is not None:
+        main, sharded = PartialState().is_main_process, is_sharded(model)
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if sharded:
+            PartialState().wait_for_everyone()  # no process writes into the old .best.tmp
+            save_streamed(model, tmp, self.rollout_model.dtype, self.cfg.sync_bucket_mb << 20)
+        if not main:
+            return
+        if not sharded and self.rollout_model is not None:
             save_in_dtype(model, tmp, self.rollout_model.dtype)  # the compute dtype, as final/
-        else:
+        elif not sharded:
             model.save_pretrained(tmp)
         self.tok.save_pretrained(tmp)
         write_json(tmp / "best.json", self.best)
@@ -227,3 +250,28 @@ class Validation(TrainerCallback):
 
     def _unwrap(self, model):
         return self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model
+
+
+class CheckpointWeights(TrainerCallback):
+    """Loadable HF weights (in the masters' dtype) in each ``checkpoint-N`` of a sharded run.
+
+    FSDP's sharded checkpoint (what resume reads) holds each rank's shards only; these files let
+    ``from_pretrained`` load a checkpoint as it is. Gathered bucket by bucket on every process,
+    written beside and moved in by the main one, so a kill mid-write leaves no torn weight file."""
+
+    def __init__(self, run_dir: Path, bucket_bytes: int):
+        self.run_dir, self.bucket_bytes = run_dir, bucket_bytes
+        self.trainer = None
+
+    def on_save(self, args, state, control, model=None, **kw):
+        model = self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model
+        if not is_sharded(model):
+            return
+        ckpt = self.run_dir / f"checkpoint-{state.global_step}"
+        tmp = ckpt / ".hf.tmp"
+        dtype = next(p for p in model.parameters()).dtype
+        save_streamed(model, tmp, dtype, self.bucket_bytes)
+        if state.is_world_process_zero:
+            for f in tmp.iterdir():
+                os.replace(f, ckpt / f.name)
+            tmp.rmdir()

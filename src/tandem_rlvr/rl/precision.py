@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import TandemError
 from ..models import load_model, resolve_device, resolve_dtype
 
 
@@ -37,34 +38,57 @@ def precision(cfg) -> tuple[str, torch.dtype, torch.dtype]:
 
 
 class RolloutModel:
-    """The senior that rollouts and validation decode with (see module docstring)."""
+    """The senior that rollouts and validation decode with (see module docstring).
 
-    def __init__(self, spec: str, compute_dtype: torch.dtype, device: str | None = None):
-        self.spec, self.dtype = spec, compute_dtype
+    The hf engine's consumer of the weight stream (``rl.sharding``): a sharded senior cannot be
+    decoded as it is (its parameters are shards), so a sharded run always decodes the copy, which
+    every rank refreshes by gathering the senior bucket by bucket (``get`` is collective then)."""
+
+    def __init__(self, spec: str, compute_dtype: torch.dtype, device: str | None = None, bucket_bytes: int = 512 << 20):
+        self.spec, self.dtype, self.bucket_bytes = spec, compute_dtype, bucket_bytes
         self.device = resolve_device(device) if device else None
         self.copy = None
         self.synced = None  # (id of the master model, global step) the copy holds
         self.syncs = 0
+        self.last_sync = None  # {"seconds", "bytes"} of the last refresh (rl.sharding.push)
 
     def needs_copy(self, senior) -> bool:
+        from .sharding import is_sharded
+
         p = next(senior.parameters())
-        return p.dtype != self.dtype or (self.device is not None and p.device != self.device)
+        return p.dtype != self.dtype or (self.device is not None and p.device != self.device) or is_sharded(senior)
 
     @torch.no_grad()
     def get(self, senior, step: int):
         """``senior`` itself, or its copy in the compute dtype holding the weights of update ``step``."""
+        from .sharding import push
+
         if not self.needs_copy(senior):
             return senior
         if self.copy is None:
             dev = self.device or next(senior.parameters()).device
             self.copy = load_model(self.spec, dev, self.dtype)  # frozen, like the junior
         if self.synced != (id(senior), step):
-            master = dict(senior.named_parameters())
-            for name, p in self.copy.named_parameters():
-                p.copy_(master[name])
+            self.last_sync = push(senior, self.load_weights, self.dtype, self.bucket_bytes)
             self.synced = (id(senior), step)
             self.syncs += 1
         return self.copy
+
+    @torch.no_grad()
+    def load_weights(self, weights) -> None:
+        """Copy full tensors ``(name, tensor)`` into the copy (the engine contract's ``load_weights``);
+        every parameter and persistent buffer of the copy must arrive once."""
+        from .sharding import named_tensors
+
+        mine = dict(named_tensors(self.copy))
+        seen = set()
+        for name, t in weights:
+            if name not in mine:
+                raise TandemError(f"rollout copy has no tensor {name!r}")
+            mine[name].copy_(t)
+            seen.add(name)
+        if missing := sorted(set(mine) - seen):
+            raise TandemError(f"the senior's weights lacked {len(missing)} tensors of the rollout copy, e.g. {missing[0]!r}")
 
 
 def save_in_dtype(model, out: Path, dtype: torch.dtype) -> None:

@@ -33,6 +33,7 @@ from ..models import Pair, load_pair
 from ..prompting import encode_prompt, resolve_template
 from ..runtime import invocation
 from .precision import RolloutModel, precision, save_in_dtype
+from .sharding import configure as configure_sharding, from_launcher, fsdp_settings, save_streamed
 from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
 
 log = logging.getLogger("tandem_rlvr")
@@ -263,6 +264,8 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
     micro, accumulate = micro_batching(cfg, num_processes)
     _, compute, master = precision(cfg)
     mixed = master != compute  # autocast in the compute dtype over fp32 master weights
+    # fsdp2: FSDP's activation checkpointing and mixed-precision policy instead (rl/sharding.configure)
+    sharded = {"fsdp": True, "fsdp_config": fsdp_settings(cfg)} if cfg.sharding == "fsdp2" else {}
     return GRPOConfig(
         output_dir=cfg.output_dir, learning_rate=cfg.lr, epsilon=cfg.clip, beta=cfg.beta, loss_type="dapo",
         scale_rewards="group" if cfg.scale_rewards else "none", num_generations=cfg.group_size,
@@ -274,13 +277,14 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
         num_train_epochs=cfg.epochs, save_steps=cfg.updates(cfg.save_every), save_total_limit=cfg.save_total_limit,
         logging_steps=1, report_to=[] if cfg.report_to == "none" else [cfg.report_to], seed=cfg.seed,
         use_cpu=on_cpu, bf16=mixed and compute == torch.bfloat16, fp16=mixed and compute == torch.float16,
-        gradient_checkpointing=cfg.gradient_checkpointing, entropy_coef=0.0, disable_dropout=True,
+        gradient_checkpointing=cfg.gradient_checkpointing and not sharded, entropy_coef=0.0, disable_dropout=True,
         delta=cfg.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip (docs/paper_fidelity.md)
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay, max_grad_norm=1.0,
         log_completions=False, remove_unused_columns=False, save_only_model=False, disable_tqdm=True,
         dataloader_num_workers=0,
         # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default
         **({"use_bias_correction_kl": False} if "use_bias_correction_kl" in GRPOConfig.__dataclass_fields__ else {}),
+        **sharded,
     )
 
 
@@ -314,17 +318,24 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from transformers import PrinterCallback, ProgressCallback
 
     from ..tasks import task_row
-    from .callbacks import RunLog, Validation
+    from .callbacks import CheckpointWeights, RunLog, Validation
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
 
+    cfg = from_launcher(cfg)
     _check_run_dir(cfg)  # refuse a different config before loading anything
+    if cfg.sharding != "none" and cfg.engine != "hf":
+        raise TandemError(f"engine {cfg.engine} takes the senior's weights as a whole state dict; --sharding "
+                          f"{cfg.sharding} shards them: train with engine hf, or without sharding (DDP)")
     prep = prepare(cfg)
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
     # (gloo) when told the run is on CPU; without it every process trains alone.
     state = PartialState(cpu=on_cpu)
     args = grpo_args(cfg, state.num_processes, on_cpu)
+    _, compute, _ = precision(cfg)
+    if cfg.sharding == "fsdp2":
+        configure_sharding(args, compute, on_cpu)
     tok = prep.pair.tokenizer
     # task_row: the task's row as JSON (nested gold such as unit tests fits any Arrow schema), for the reward terms
     rows = [{"prompt": prep.prompt_text(p), "answer": p.answer, "problem_id": str(p.problem_id),
@@ -344,8 +355,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         if state.num_processes > 1:
             raise TandemError("engine vllm-server trains in one process (one sender of the weights)")
         engine = ServerRollouts(cfg, tok, prep.pair.eos_ids, tandem=cfg.rollout_schedule != "senior")
-    _, compute, _ = precision(cfg)
-    rollout_model = RolloutModel(cfg.senior, compute, cfg.rollout_device if cfg.engine == "hf" else None)
+    rollout_model = RolloutModel(cfg.senior, compute, cfg.rollout_device if cfg.engine == "hf" else None,
+                                 bucket_bytes=cfg.sync_bucket_mb << 20)
     rollout = TandemRollout(cfg, prep.pair, engine, rollout_model)
 
     dir_was_new = not Path(cfg.output_dir).expanduser().exists()
@@ -360,6 +371,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             write_json(out / "config.json", stored_config(cfg))
         runlog = RunLog(out, resume_step, print_fn, cfg.updates_per_batch)
         validation = Validation(prep, out, runlog, engine, rollout_model)
+        weights = CheckpointWeights(out, cfg.sync_bucket_mb << 20)
         if engine is not None and engine.data_parallel:
             engine.open(prep.pair.senior)  # collective: every process, before rank 0 validates alone
         reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
@@ -368,17 +380,17 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             warnings.filterwarnings("ignore", category=FutureWarning)
             trainer = TandemGRPOTrainer(
                 model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
-                processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
+                processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation, weights], junior=prep.pair.junior,
                 require_senior_mask=cfg.method == "tandem", junior_imitation=cfg.junior_imitation,
                 ref_is_junior=cfg.method == "klreg", kl_clamp=cfg.kl_clamp,
                 junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer,
                 model_card=lambda steps: model_card(cfg, steps))
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
             trainer.remove_callback(cb)
-        validation.trainer = trainer
-        if engine is not None and _shards_weights(trainer):
-            raise TandemError("engine vllm pushes the senior's whole state dict to each process's engine; FSDP and "
-                              "DeepSpeed ZeRO-3 shard it: train with plain data parallelism (DDP) or engine hf")
+        validation.trainer = weights.trainer = trainer
+        if engine is not None and _shards_weights(trainer):  # an accelerate launch config's FSDP or ZeRO-3
+            raise TandemError(f"engine {cfg.engine} takes the senior's whole state dict; FSDP and DeepSpeed ZeRO-3 "
+                              "shard it: train with plain data parallelism (DDP) or engine hf")
     except BaseException:
         if judge is not None:
             judge.close()
@@ -405,6 +417,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     prints that it is complete and returns its summary. A run that fails before its first
     checkpoint removes what it wrote, so a corrected command starts clean.
     """
+    cfg = from_launcher(cfg)
     if (done := _said_complete(cfg, print_fn)) is not None:
         return done
     run = build_run(cfg, print_fn)
@@ -425,9 +438,9 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
         summary = {"method": cfg.method, "steps": trainer.state.global_step,
                    "rollout_steps": -(-trainer.state.global_step // cfg.updates_per_batch), "best": run.validation.best,
                    "processes": trainer.accelerator.num_processes, "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
+        _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step),
+                    precision(cfg)[1], cfg.sync_bucket_mb << 20)  # every process: sharded weights are gathered
         if trainer.accelerator.is_main_process:
-            _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step),
-                        precision(cfg)[1])
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     except BaseException:
         if run.fresh and run.lock is not None and not any(out.glob("checkpoint-*")):
@@ -451,14 +464,22 @@ def _said_complete(cfg: TrainConfig, print_fn) -> dict | None:
     return done
 
 
-def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype) -> None:
-    """final/ (weights in the compute dtype, tokenizer, model card) written beside and moved into place whole."""
+def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bucket_bytes: int) -> None:
+    """final/ (weights in the compute dtype, tokenizer, model card) written beside and moved into place
+    whole. Called on every process: FSDP and ZeRO-3 weights are gathered collectively; the main one writes."""
     tmp, old = out / ".final.tmp", out / ".final.old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
-        trainer.save_model(str(tmp))  # gathers sharded weights; saved in the masters' dtype
-    else:
+    main = trainer.accelerator.is_main_process
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()  # no process writes into the old .final.tmp
+    if trainer.is_fsdp_enabled:
+        save_streamed(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype, bucket_bytes)
+    elif trainer.is_deepspeed_enabled:
+        trainer.save_model(str(tmp))  # gathers ZeRO-3 weights; saved in the masters' dtype
+    elif main:
         save_in_dtype(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype)
+    if not main:
+        return
     tokenizer.save_pretrained(tmp)
     (tmp / "README.md").write_text(card, encoding="utf-8")
     shutil.rmtree(old, ignore_errors=True)
