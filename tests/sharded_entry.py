@@ -4,8 +4,8 @@
 trains like ``tandem train FLAGS...`` (the same ``rl.train`` path), and each process writes
 ``OUT/rank{R}.json`` with what the tests check that only the process itself can see: the share of
 each parameter it holds, whether its hf rollout copy equals the senior gathered (plain DTensor
-``full_tensor()``) and then cast to the rollout dtype, the last weight sync's seconds and bytes,
-and its peak resident memory.
+``full_tensor()``) and then cast to the rollout dtype, the mixed-precision policy of its FSDP2 units, the
+last weight sync's seconds and bytes, and its peak resident memory.
 """
 
 import json
@@ -53,7 +53,13 @@ def main(out: Path, argv: list[str]) -> None:
             full = p.full_tensor() if isinstance(p, DTensor) else p.detach()
             name = name.replace("_checkpoint_wrapped_module.", "")  # FSDP's activation checkpointing wrapper
             copy_equal &= bool(torch.equal(full.to(copy.dtype), mine[name]))
-    rec = {"rank": rank, "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
+    policies = {(str(m._get_fsdp_state()._mp_policy.param_dtype), str(m._get_fsdp_state()._mp_policy.reduce_dtype))
+                for m in senior.modules() if hasattr(m, "_get_fsdp_state")}  # every FSDP2 unit's policy
+    mixed = sorted(policies)
+    if len(policies) == 1:
+        ((param, reduce),) = policies
+        mixed = {"param": param, "reduce": reduce}
+    rec = {"rank": rank, "mixed_precision": mixed, "master_dtype": str(next(senior.parameters()).dtype), "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
            "copy_syncs": run.rollout.rollout_model.syncs, "last_sync": run.rollout.rollout_model.last_sync,
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))

@@ -324,6 +324,9 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
 
     cfg = from_launcher(cfg)
     _check_run_dir(cfg)  # refuse a different config before loading anything
+    if cfg.sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
+        raise TandemError(f"--sharding {cfg.sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
+                          "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
     if cfg.sharding != "none" and cfg.engine != "hf":
         raise TandemError(f"engine {cfg.engine} takes the senior's weights as a whole state dict; --sharding "
                           f"{cfg.sharding} shards them: train with engine hf, or without sharding (DDP)")
