@@ -163,7 +163,7 @@ def stored_config(cfg: TrainConfig) -> dict:
     return d
 
 
-# Keys that runs recorded before tasks and reward terms existed get these values when resumed.
+# Keys that runs recorded before tasks, reward terms and sharding existed get these values when resumed.
 def _reward_defaults() -> dict:
     from dataclasses import MISSING, fields
 
@@ -172,6 +172,7 @@ def _reward_defaults() -> dict:
         if f.name == "task" or f.name.startswith(("reward", "judge", "length_ceiling")):
             out[f.name] = f.default_factory() if f.default is MISSING else f.default
     out["reward_terms"] = ["correct:1"]
+    out.update(sharding="none", shard_offload=False)
     return out
 
 
@@ -183,7 +184,7 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     """
     out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
-    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server"),
+    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server", "sync_bucket_mb"),
                         defaults=_reward_defaults())
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
