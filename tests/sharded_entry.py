@@ -42,7 +42,8 @@ def main(out: Path, argv: list[str]) -> None:
     senior = trainer.accelerator.unwrap_model(trainer.model)
     rank = trainer.accelerator.process_index
     fractions = local_fraction(senior)
-    copy = run.rollout.rollout_model.copy
+    rm = run.rollout.rollout_model
+    copy = rm.get(senior, trainer.state.global_step) if rm.copy is not None else None  # the last update's weights
     copy_equal = None
     if copy is not None:
         from torch.distributed.tensor import DTensor
@@ -60,7 +61,7 @@ def main(out: Path, argv: list[str]) -> None:
         ((param, reduce),) = policies
         mixed = {"param": param, "reduce": reduce}
     rec = {"rank": rank, "mixed_precision": mixed, "master_dtype": str(next(senior.parameters()).dtype), "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
-           "copy_syncs": run.rollout.rollout_model.syncs, "last_sync": run.rollout.rollout_model.last_sync,
+           "copy_syncs": rm.syncs, "last_sync": rm.last_sync,
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
 

@@ -114,15 +114,16 @@ def test_a_sharded_run_outside_a_distributed_launch_or_on_a_whole_state_dict_eng
     assert not (tmp_path / "run").exists()
 
 
-def test_the_layout_is_part_of_a_runs_identity_and_the_bucket_size_is_not(tmp_path):
+def test_the_layout_is_part_of_a_runs_identity_and_the_bucket_size_and_timeout_are_not(tmp_path):
     from dataclasses import replace
 
     from tandem_rlvr.rl.train import _check_run_dir, stored_config
 
     cfg = load_train_config(None, None, {"output_dir": str(tmp_path)})
-    old = {k: v for k, v in stored_config(cfg).items() if k not in ("sharding", "shard_offload", "sync_bucket_mb")}
+    new = ("sharding", "shard_offload", "sync_bucket_mb", "dist_timeout_s")
+    old = {k: v for k, v in stored_config(cfg).items() if k not in new}
     (tmp_path / "config.json").write_text(json.dumps(old))  # a run recorded before sharding existed
     assert _check_run_dir(cfg) == 0
-    assert _check_run_dir(replace(cfg, sync_bucket_mb=64)) == 0
+    assert _check_run_dir(replace(cfg, sync_bucket_mb=64, dist_timeout_s=60)) == 0
     with pytest.raises(TandemError, match="different sharding"):
         _check_run_dir(replace(cfg, sharding="fsdp2"))

@@ -161,3 +161,49 @@ def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tm
     assert _max_diff(load_file(baseline / "final" / "model.safetensors"),
                      load_file(run / "final" / "model.safetensors")) < 1e-4
     assert json.loads((run / "summary.json").read_text())["steps"] == 4
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _nodes(port, logs: Path, *args):
+    """Two one-process "nodes" of one torchrun job meeting at a loopback rendezvous (the multi-node recipe)."""
+    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
+                              "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), *args],
+                             stdout=subprocess.DEVNULL, stderr=open(logs / f"node{r}.err", "w"), env=_env(),
+                             start_new_session=True) for r in (0, 1)]
+
+
+def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
+    run, out = tmp_path / "nodes", tmp_path / "ranks"
+    out.mkdir()
+    nodes = _nodes(_free_port(), tmp_path, ENTRY, str(out), *_flags(world, run, 2, "--sharding", "fsdp2"))
+    for r, node in enumerate(nodes):
+        assert node.wait(timeout=1800) == 0, (tmp_path / f"node{r}.err").read_text()[-3000:]
+    ranks = _ranks(out)
+    _assert_sharded(ranks)
+    _assert_same_updates(_updates(baseline), _updates(run), (1, 2))
+
+
+def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(world, tmp_path):
+    run = tmp_path / "lost"
+    nodes = _nodes(_free_port(), tmp_path, "-m", "tandem_rlvr.cli", "train",
+                   *_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "20"))
+    try:
+        deadline = time.time() + 1200
+        while not (run / "checkpoint-2" / "model.safetensors").exists():
+            assert time.time() < deadline and all(n.poll() is None for n in nodes), "stalled before checkpoint-2"
+            time.sleep(0.2)
+        os.killpg(nodes[1].pid, signal.SIGSTOP)  # node 1 stops answering; node 0 waits in a collective
+        assert nodes[0].wait(timeout=900) != 0  # the default timeout (1800 s) would outlast this wait
+        assert not (run / "summary.json").exists()
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                os.killpg(n.pid, signal.SIGKILL)
+            n.wait()

@@ -171,6 +171,9 @@ class TrainConfig:
                        choices=SHARDINGS)
     shard_offload: bool = _f(False, "fsdp2: keep parameter shards, gradients and AdamW states in host memory "
                              "(FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU)")
+    dist_timeout_s: int = _f(1800, "seconds a training process waits at a collective for the others (gradient "
+                             "reduction, weight gathers) before it fails: a lost process or node is an error, not "
+                             "a hang (transformers' ddp_timeout)")
     sync_bucket_mb: int = _f(512, "MiB of full tensors gathered at a time when the senior's weights go to the "
                              "rollout copy, an engine or a save (bounds the gather's memory on every rank)")
 
@@ -236,6 +239,8 @@ class TrainConfig:
             raise TandemError(f"unknown sharding {self.sharding!r}; valid: {', '.join(SHARDINGS)}")
         if self.shard_offload and self.sharding == "none":
             raise TandemError("shard_offload needs --sharding fsdp2 (it offloads the shards)")
+        if self.dist_timeout_s < 1:
+            raise TandemError(f"dist_timeout_s must be >= 1, got {self.dist_timeout_s}")
         if self.sync_bucket_mb < 1:
             raise TandemError(f"sync_bucket_mb must be >= 1, got {self.sync_bucket_mb}")
         if self.instruction not in INSTRUCTIONS:

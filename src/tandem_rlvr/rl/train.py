@@ -21,6 +21,7 @@ import random
 import shutil
 import warnings
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -184,8 +185,8 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     """
     out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
-    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server", "sync_bucket_mb"),
-                        defaults=_reward_defaults())
+    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", defaults=_reward_defaults(),
+                        ignore=("output_dir", "server", "sync_bucket_mb", "dist_timeout_s"))  # not the run's identity
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
@@ -282,7 +283,7 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
         delta=cfg.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip (docs/paper_fidelity.md)
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay, max_grad_norm=1.0,
         log_completions=False, remove_unused_columns=False, save_only_model=False, disable_tqdm=True,
-        dataloader_num_workers=0,
+        dataloader_num_workers=0, ddp_timeout=cfg.dist_timeout_s,
         # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default
         **({"use_bias_correction_kl": False} if "use_bias_correction_kl" in GRPOConfig.__dataclass_fields__ else {}),
         **sharded,
@@ -335,7 +336,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
     # (gloo) when told the run is on CPU; without it every process trains alone.
-    state = PartialState(cpu=on_cpu)
+    state = PartialState(cpu=on_cpu, timeout=timedelta(seconds=cfg.dist_timeout_s))
     args = grpo_args(cfg, state.num_processes, on_cpu)
     _, compute, _ = precision(cfg)
     if cfg.sharding == "fsdp2":
