@@ -70,9 +70,23 @@ def _torchrun(*args):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
 
 
-def _run(cmd):
+def _run(cmd) -> str:
     res = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def _signal_all(pid: int, sig) -> None:
+    """``sig`` to a torchrun agent and every worker under it (torchrun starts each worker in a
+    session of its own, so signalling the agent's process group would miss them)."""
+    import psutil
+
+    agent = psutil.Process(pid)
+    for p in [*agent.children(recursive=True), agent]:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _updates(run: Path) -> dict[int, dict]:
@@ -147,16 +161,15 @@ def test_rollout_copy_is_the_gathered_senior_in_bf16_and_gradients_reduce_in_fp3
 def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
     run = tmp_path / "killed"
     cmd = _torchrun("-m", "tandem_rlvr.cli", "train", *_flags(world, run, 4, "--sharding", "fsdp2"))
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
     deadline = time.time() + 1200
     while not (run / "checkpoint-2" / "model.safetensors").exists():
         assert time.time() < deadline and proc.poll() is None, "run ended or stalled before checkpoint-2"
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
+    _signal_all(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (run / "summary.json").exists(), "killed too late: the run had finished"
-    _run(cmd)
+    assert "resuming from checkpoint-2" in _run(cmd)
     _assert_same_updates(_updates(baseline), _updates(run), (1, 2, 3, 4))
     assert _max_diff(load_file(baseline / "final" / "model.safetensors"),
                      load_file(run / "final" / "model.safetensors")) < 1e-4
@@ -175,8 +188,8 @@ def _nodes(port, logs: Path, *args):
     """Two one-process "nodes" of one torchrun job meeting at a loopback rendezvous (the multi-node recipe)."""
     return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
                               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), *args],
-                             stdout=subprocess.DEVNULL, stderr=open(logs / f"node{r}.err", "w"), env=_env(),
-                             start_new_session=True) for r in (0, 1)]
+                             stdout=subprocess.DEVNULL, stderr=open(logs / f"node{r}.err", "w"), env=_env())
+            for r in (0, 1)]
 
 
 def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
@@ -199,11 +212,11 @@ def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(w
         while not (run / "checkpoint-2" / "model.safetensors").exists():
             assert time.time() < deadline and all(n.poll() is None for n in nodes), "stalled before checkpoint-2"
             time.sleep(0.2)
-        os.killpg(nodes[1].pid, signal.SIGSTOP)  # node 1 stops answering; node 0 waits in a collective
+        _signal_all(nodes[1].pid, signal.SIGSTOP)  # node 1 stops answering; node 0 waits in a collective
         assert nodes[0].wait(timeout=900) != 0  # the default timeout (1800 s) would outlast this wait
         assert not (run / "summary.json").exists()
     finally:
         for n in nodes:
             if n.poll() is None:
-                os.killpg(n.pid, signal.SIGKILL)
+                _signal_all(n.pid, signal.SIGKILL)
             n.wait()
