@@ -4,7 +4,8 @@
 trains like ``tandem train FLAGS...`` (the same ``rl.train`` path), and each process writes
 ``OUT/rank{R}.json`` with what the tests check that only the process itself can see: the share of
 each parameter it holds, whether its hf rollout copy equals the senior gathered (plain DTensor
-``full_tensor()``) and then cast to the rollout dtype, the mixed-precision policy of its FSDP2 units, the
+``full_tensor()``) and then cast to the rollout dtype, the mixed-precision policy of its FSDP2 units, whether
+its junior is whole and equal to its checkpoint, the
 last weight sync's seconds and bytes, and its peak resident memory.
 """
 
@@ -60,7 +61,10 @@ def main(out: Path, argv: list[str]) -> None:
     if len(policies) == 1:
         ((param, reduce),) = policies
         mixed = {"param": param, "reduce": reduce}
-    rec = {"rank": rank, "mixed_precision": mixed, "master_dtype": str(next(senior.parameters()).dtype), "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
+    junior = run.prep.pair.junior
+    on_disk = type(junior).from_pretrained(run.prep.cfg.junior, dtype=next(junior.parameters()).dtype)
+    junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
+    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": str(next(senior.parameters()).dtype), "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
            "copy_syncs": rm.syncs, "last_sync": rm.last_sync,
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))

@@ -158,6 +158,19 @@ def test_rollout_copy_is_the_gathered_senior_in_bf16_and_gradients_reduce_in_fp3
         assert next(m.parameters()).dtype == torch.bfloat16
 
 
+def test_klreg_junior_stays_whole_and_frozen_while_the_senior_is_sharded(world, tmp_path):
+    """TRL would shard KL-Reg's reference in place (``prepare_fsdp``); ours is the junior, kept whole."""
+    run, out = tmp_path / "klreg", tmp_path / "ranks"
+    out.mkdir()
+    _run(_torchrun(ENTRY, str(out), *_flags(world, run, 2, "--sharding", "fsdp2", "--method", "klreg",
+                                            "--eval-every", "0")))
+    ranks = _ranks(out)
+    _assert_sharded(ranks)
+    for r in ranks:
+        assert set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"]
+    assert _updates(run)[2]["kl/beta_term"] > 0  # the junior was the reference of a real KL term
+
+
 def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
     run = tmp_path / "killed"
     cmd = _torchrun("-m", "tandem_rlvr.cli", "train", *_flags(world, run, 4, "--sharding", "fsdp2"))
