@@ -62,16 +62,16 @@ def _flags(world, out, steps, *extra):
             "--output-dir", str(out), *extra]
 
 
-def _env():
-    return {**os.environ, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+def _env(**extra):
+    return {**os.environ, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1", **extra}
 
 
 def _torchrun(*args):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
 
 
-def _run(cmd) -> str:
-    res = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=1800)
+def _run(cmd, **env) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, env=_env(**env), timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
 
@@ -158,14 +158,18 @@ def test_rollout_copy_is_the_gathered_senior_in_bf16_and_gradients_reduce_in_fp3
         assert next(m.parameters()).dtype == torch.bfloat16
 
 
-def test_klreg_junior_stays_whole_and_frozen_while_the_senior_is_sharded(world, tmp_path):
-    """TRL would shard KL-Reg's reference in place (``prepare_fsdp``); ours is the junior, kept whole."""
+def test_an_accelerate_fsdp_launch_shards_reduces_in_fp32_and_keeps_the_klreg_junior_whole(world, tmp_path):
+    """What ``accelerate launch --config_file`` exports for ``distributed_type: FSDP``, ``fsdp_version: 2``,
+    ``mixed_precision: bf16`` (no --sharding flag); TRL would shard KL-Reg's reference in place
+    (``prepare_fsdp``): ours is the junior, kept whole and frozen."""
     run, out = tmp_path / "klreg", tmp_path / "ranks"
     out.mkdir()
-    _run(_torchrun(ENTRY, str(out), *_flags(world, run, 2, "--sharding", "fsdp2", "--method", "klreg",
-                                            "--eval-every", "0")))
+    _run(_torchrun(ENTRY, str(out), *_flags(world, run, 2, "--method", "klreg", "--eval-every", "0")),
+         ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", ACCELERATE_MIXED_PRECISION="bf16")
     ranks = _ranks(out)
     _assert_sharded(ranks)
+    assert json.loads((run / "config.json").read_text())["sharding"] == "fsdp2"
+    assert all(r["mixed_precision"]["reduce"] == "torch.float32" for r in ranks)
     for r in ranks:
         assert set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"]
     assert _updates(run)[2]["kl/beta_term"] > 0  # the junior was the reference of a real KL term
