@@ -393,9 +393,9 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
             trainer.remove_callback(cb)
         validation.trainer = weights.trainer = trainer
-        if engine is not None and _shards_weights(trainer):  # an accelerate launch config's FSDP or ZeRO-3
-            raise TandemError(f"engine {cfg.engine} takes the senior's whole state dict; FSDP and DeepSpeed ZeRO-3 "
-                              "shard it: train with plain data parallelism (DDP) or engine hf")
+        if _zero3(trainer):  # an accelerate launch config's DeepSpeed (its FSDP became cfg.sharding above)
+            raise TandemError("DeepSpeed ZeRO-3 partitions the senior, and the partitions do not reach the rollout "
+                              "copy, engines or saves: shard with --sharding fsdp2 (docs/sharding.md), or use ZeRO 1-2")
     except BaseException:
         if judge is not None:
             judge.close()
@@ -407,10 +407,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     return Run(trainer, prep, rollout, runlog, validation, resume_step, lock, fresh, dir_was_new, judge)
 
 
-def _shards_weights(trainer) -> bool:
-    """Whether each process holds only a shard of the senior's parameters (FSDP, ZeRO-3)."""
-    if trainer.is_fsdp_enabled:
-        return True
+def _zero3(trainer) -> bool:
+    """Whether DeepSpeed ZeRO-3 partitions the senior's parameters over the processes."""
     ds = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
     return bool(trainer.is_deepspeed_enabled and ds is not None and getattr(ds, "zero_stage", 0) == 3)
 
