@@ -32,6 +32,7 @@ from .engines.base import ENGINES, engine_kind
 from .errors import TandemError
 from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
+from .rl.sharding import SHARDINGS
 
 METHODS = ("tandem", "grpo", "klreg")
 # what validation measures (TrainConfig.validation); paper-test-sets validates on these benchmarks
@@ -177,6 +178,18 @@ class TrainConfig:
     vllm_kv_cache_gib: float | None = _f(None, "vllm engine: KV-cache GiB (default: from the share on GPU, 1 on CPU)")
     vllm_sleep: bool = _f(False, "vllm engine: sleep (free its GPU memory) between rollouts, wake before the next; "
                           "GPU only (vLLM has no sleep mode on CPU)")
+    sharding: str = _f("none", "how the trained senior is laid out over the training processes: none (each holds "
+                       "the whole senior; several processes are DDP) or fsdp2 (FSDP2 through accelerate: fp32 master "
+                       "shards, bf16 compute with fp32 gradient reduction, FSDP's activation checkpointing; also "
+                       "chosen by an accelerate FSDP config under `accelerate launch`; docs/sharding.md)",
+                       choices=SHARDINGS)
+    shard_offload: bool = _f(False, "fsdp2: keep parameter shards, gradients and AdamW states in host memory "
+                             "(FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU)")
+    dist_timeout_s: int = _f(1800, "seconds a training process waits at a collective for the others (gradient "
+                             "reduction, weight gathers) before it fails: a lost process or node is an error, not "
+                             "a hang (transformers' ddp_timeout)")
+    sync_bucket_mb: int = _f(512, "MiB of full tensors gathered at a time when the senior's weights go to the "
+                             "rollout copy, an engine or a save (bounds the gather's memory on every rank)")
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -235,6 +248,14 @@ class TrainConfig:
             raise TandemError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
         if self.method == "tandem":
             kind.check_schedule(self.schedule)
+        if self.sharding not in SHARDINGS:
+            raise TandemError(f"unknown sharding {self.sharding!r}; valid: {', '.join(SHARDINGS)}")
+        if self.shard_offload and self.sharding == "none":
+            raise TandemError("shard_offload needs --sharding fsdp2 (it offloads the shards)")
+        if self.dist_timeout_s < 1:
+            raise TandemError(f"dist_timeout_s must be >= 1, got {self.dist_timeout_s}")
+        if self.sync_bucket_mb < 1:
+            raise TandemError(f"sync_bucket_mb must be >= 1, got {self.sync_bucket_mb}")
         if self.instruction not in INSTRUCTIONS:
             raise TandemError(f"unknown instruction {self.instruction!r}; valid: {', '.join(INSTRUCTIONS)}")
         if self.loss_normalizer not in LOSS_NORMALIZERS:

@@ -9,7 +9,13 @@ so the log continues without a gap or a duplicate, and carries the accumulated w
 with the method's own rollout schedule (tandem rollouts for Tandem RLVR, the senior alone
 for GRPO and KL-Reg, as the paper's text selects checkpoints) or, with ``validation: solo``,
 the senior alone (as the paper's released code validates), keeps the best weights in
-``run_dir/best`` (written atomically, in the compute dtype) and flags a sharp decline.
+``run_dir/best`` (written atomically, in the compute dtype) and flags a sharp decline. With our
+decoder (engine hf) every training process validates its share of the rows and the counts are
+gathered (so no process waits alone at a collective, and a sharded senior's rollout copy is
+refreshed by every process together); an engine validates on the main process.
+
+``CheckpointWeights`` adds loadable HF weights (the fp32 masters) to each ``checkpoint-N`` of a
+sharded run, whose Trainer checkpoint holds only per-rank shards.
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+from accelerate import PartialState
+from accelerate.utils import gather_object
 from transformers import TrainerCallback
 
 from ..decoding.rng import row_seed
-from ..engines.base import RolloutSpec
+from ..engines.base import RolloutSpec, engine_kind
 from ..io import write_json
 from ..prompting import encode_prompt
 from .precision import save_in_dtype
+from .sharding import is_sharded, save_streamed
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -163,12 +172,18 @@ class Validation(TrainerCallback):
         self.grade = prep.grade  # the run's task's correctness
         self.spec = RolloutSpec(cfg.validation_schedule, cfg.sampling, cfg.p, cfg.K)
         self.engine, self.sync, self.dtype = rollout.engine, rollout.sync, dtype
+        # an engine of this process's own models (hf) validates on every process, each its share of the rows,
+        # so no process waits alone at a collective (a sharded senior's refresh and saves are collective)
+        self.split_rows = engine_kind(cfg.engine).transformers
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.trainer = None
 
     def accuracy(self, model, step: int = 0) -> float:
         rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.eval_n)]
+        state = PartialState()
+        if self.split_rows:  # this process's share; the counts are gathered below
+            rows = rows[state.process_index::state.num_processes]
         correct = []
         was_training = model.training
         model.eval()
@@ -184,12 +199,14 @@ class Validation(TrainerCallback):
         finally:
             model.train(was_training)
             self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
+        if self.split_rows and state.num_processes > 1:  # every process's share, in one order on every process
+            rows, correct = gather_object(rows), gather_object(correct)
         if self.cfg.validation == "paper-test-sets":
             return macro_pass_at_n([self.problems[i].benchmark for i, _ in rows], [i for i, _ in rows], correct)
         return float(np.mean(correct))
 
     def _run(self, state, model):
-        if not state.is_world_process_zero:
+        if not self.split_rows and not state.is_world_process_zero:
             return
         step = state.global_step
         acc = self.accuracy(model, step)
@@ -197,7 +214,7 @@ class Validation(TrainerCallback):
             self.best = {"accuracy": acc, "step": step}
             self._save_best(model)
         decline = self.best["accuracy"] - acc >= self.cfg.decline_drop
-        if decline:
+        if decline and state.is_world_process_zero:
             log.warning("validation accuracy %.3f at step %d is %.3f below the best (%.3f at step %d): sharp decline",
                         acc, step, self.best["accuracy"] - acc, self.best["accuracy"], self.best["step"])
         rec = {"val/accuracy": acc, "val/best": self.best["accuracy"], "val/best_step": self.best["step"],
@@ -212,10 +229,19 @@ class Validation(TrainerCallback):
         self._export(model, self.run_dir / "best", {"best.json": self.best})
 
     def _export(self, model, out: Path, extra: dict) -> None:
-        """The senior's weights (compute dtype, as final/) and tokenizer in ``out``, replaced atomically."""
+        """The senior's weights (compute dtype, as final/) and tokenizer in ``out``, replaced atomically;
+        on every process that calls it (a sharded senior is gathered collectively), written by the main one."""
         tmp = out.parent / f".{out.name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_in_dtype(model, tmp, self.dtype)  # the compute dtype, as final/
+        main, sharded = PartialState().is_main_process, is_sharded(model)
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if sharded:
+            PartialState().wait_for_everyone()  # no process writes into the old tmp
+            save_streamed(model, tmp, self.dtype, self.cfg.sync_bucket_mb << 20)
+        if not main:
+            return
+        if not sharded:
+            save_in_dtype(model, tmp, self.dtype)  # the compute dtype, as final/
         self.tok.save_pretrained(tmp)
         for name, data in extra.items():
             write_json(tmp / name, data)
@@ -236,7 +262,7 @@ class Validation(TrainerCallback):
 
     def on_save(self, args, state, control, model=None, **kw):
         """keep_weights: every save's weights in ``weights/checkpoint-N`` (N as the checkpoint's), never pruned."""
-        if self.cfg.keep_weights and state.is_world_process_zero and model is not None:
+        if self.cfg.keep_weights and model is not None:  # every process: a sharded senior is gathered collectively
             out = self.run_dir / "weights" / f"checkpoint-{state.global_step}"
             out.parent.mkdir(exist_ok=True)
             self._export(self._unwrap(model), out, {"step.json": {"step": state.global_step,
@@ -244,3 +270,28 @@ class Validation(TrainerCallback):
 
     def _unwrap(self, model):
         return self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model
+
+
+class CheckpointWeights(TrainerCallback):
+    """Loadable HF weights (in the masters' dtype) in each ``checkpoint-N`` of a sharded run.
+
+    FSDP's sharded checkpoint (what resume reads) holds each rank's shards only; these files let
+    ``from_pretrained`` load a checkpoint as it is. Gathered bucket by bucket on every process,
+    written beside and moved in by the main one, so a kill mid-write leaves no torn weight file."""
+
+    def __init__(self, run_dir: Path, bucket_bytes: int):
+        self.run_dir, self.bucket_bytes = run_dir, bucket_bytes
+        self.trainer = None
+
+    def on_save(self, args, state, control, model=None, **kw):
+        model = self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model
+        if not is_sharded(model):
+            return
+        ckpt = self.run_dir / f"checkpoint-{state.global_step}"
+        tmp = ckpt / ".hf.tmp"
+        dtype = next(p for p in model.parameters()).dtype
+        save_streamed(model, tmp, dtype, self.bucket_bytes)
+        if state.is_world_process_zero:
+            for f in tmp.iterdir():
+                os.replace(f, ckpt / f.name)
+            tmp.rmdir()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import TandemError
 from ..models import load_model, resolve_device, resolve_dtype
 
 
@@ -38,29 +39,38 @@ def precision(cfg) -> tuple[str, torch.dtype, torch.dtype]:
 
 
 class RolloutModel:
-    """The senior that rollouts and validation decode with (see module docstring)."""
+    """The senior that rollouts and validation decode with (see module docstring).
 
-    def __init__(self, spec: str, compute_dtype: torch.dtype, device: str | None = None):
-        self.spec, self.dtype = spec, compute_dtype
+    The hf engine's consumer of the weight stream (``rl.weights.EngineSync``). A sharded senior
+    (``sharded``: the run trains under FSDP2, which shards the model only once the trainer prepares
+    it) cannot be decoded as it is, its parameters being shards, so a sharded run always decodes the
+    copy, which every rank refreshes from the senior gathered bucket by bucket (``rl.sharding.push``)."""
+
+    def __init__(self, spec: str, compute_dtype: torch.dtype, device: str | None = None, sharded: bool = False):
+        self.spec, self.dtype, self.sharded = spec, compute_dtype, sharded
         self.device = resolve_device(device) if device else None
         self.copy = None
 
     def needs_copy(self, senior) -> bool:
         p = next(senior.parameters())
-        return p.dtype != self.dtype or (self.device is not None and p.device != self.device)
+        return self.sharded or p.dtype != self.dtype or (self.device is not None and p.device != self.device)
 
     @torch.no_grad()
     def load_weights(self, weights) -> None:
-        """Refresh the copy from a stream of (name, tensor) pairs under the senior's names, one
-        tensor at a time (the hf rollout engine's entry point, ``engines.hf``). The copy is loaded
-        on first use, on ``rollout_device`` or else where the stream's tensors are."""
-        params = None
+        """Refresh the copy from a stream of full tensors ``(name, tensor)`` under the senior's names,
+        one tensor at a time (the hf rollout engine's entry point, ``engines.hf``; back-to-back calls
+        may each carry a part). The copy is loaded on first use, on ``rollout_device`` or else where
+        the stream's tensors are; a name the copy lacks is an error."""
+        mine = None
         for name, tensor in weights:
-            if params is None:
+            if mine is None:
                 if self.copy is None:
                     self.copy = load_model(self.spec, self.device or tensor.device, self.dtype)  # frozen
-                params = dict(self.copy.named_parameters(remove_duplicate=False))  # tied: under each name
-            params[name].copy_(tensor)
+                mine = dict(self.copy.named_parameters(remove_duplicate=False))  # tied: under each name
+                mine.update(self.copy.named_buffers())
+            if name not in mine:
+                raise TandemError(f"rollout copy has no tensor {name!r}")
+            mine[name].copy_(tensor)
 
 
 def save_in_dtype(model, out: Path, dtype: torch.dtype) -> None:

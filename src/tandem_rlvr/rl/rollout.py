@@ -66,7 +66,7 @@ class TandemRollout:
         self.spec = RolloutSpec(cfg.rollout_schedule, cfg.sampling, cfg.p, cfg.K)
         self.last = {}  # metrics of the last call, for tests and logging
         self.engine = engine
-        self.sync = EngineSync(engine)  # shared with validation
+        self.sync = EngineSync(engine, cfg.sync_bucket_mb << 20)  # shared with validation
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         acc = trainer.accelerator

@@ -21,6 +21,7 @@ import random
 import shutil
 import warnings
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from ..models import Pair, load_pair
 from ..prompting import encode_prompt, resolve_template
 from ..runtime import invocation
 from .precision import RolloutModel, precision, save_in_dtype
+from .sharding import configure as configure_sharding, from_launcher, fsdp_settings, save_streamed
 from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
 
 log = logging.getLogger("tandem_rlvr")
@@ -196,7 +198,7 @@ def stored_config(cfg: TrainConfig) -> dict:
     return d
 
 
-# Keys that runs recorded before tasks and reward terms existed get these values when resumed.
+# Keys that runs recorded before tasks, reward terms and sharding existed get these values when resumed.
 def _reward_defaults() -> dict:
     from dataclasses import MISSING, fields
 
@@ -205,6 +207,7 @@ def _reward_defaults() -> dict:
         if f.name in ("task", "grader") or f.name.startswith(("reward", "judge", "length_ceiling")):
             out[f.name] = f.default_factory() if f.default is MISSING else f.default
     out["reward_terms"] = ["correct:1"]
+    out.update(sharding="none", shard_offload=False)
     return out
 
 
@@ -216,8 +219,8 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     """
     out = Path(cfg.output_dir).expanduser()
     saved = out / "config.json"
-    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server"),
-                        defaults=_reward_defaults())
+    refuse_other_config(saved, stored_config(cfg), "use another --output-dir", defaults=_reward_defaults(),
+                        ignore=("output_dir", "server", "sync_bucket_mb", "dist_timeout_s"))  # not the run's identity
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
@@ -297,6 +300,8 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
     micro, accumulate = micro_batching(cfg, num_processes)
     _, compute, master = precision(cfg)
     mixed = master != compute  # autocast in the compute dtype over fp32 master weights
+    # fsdp2: FSDP's activation checkpointing and mixed-precision policy instead (rl/sharding.configure)
+    sharded = {"fsdp": True, "fsdp_config": fsdp_settings(cfg)} if cfg.sharding == "fsdp2" else {}
     return GRPOConfig(
         output_dir=cfg.output_dir, learning_rate=cfg.lr, epsilon=cfg.clip, beta=cfg.beta, loss_type="dapo",
         scale_rewards="group" if cfg.scale_rewards else "none", num_generations=cfg.group_size,
@@ -308,13 +313,14 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
         num_train_epochs=cfg.epochs, save_steps=cfg.updates(cfg.save_every), save_total_limit=cfg.save_total_limit,
         logging_steps=1, report_to=[] if cfg.report_to == "none" else [cfg.report_to], seed=cfg.seed,
         use_cpu=on_cpu, bf16=mixed and compute == torch.bfloat16, fp16=mixed and compute == torch.float16,
-        gradient_checkpointing=cfg.gradient_checkpointing, entropy_coef=0.0, disable_dropout=True,
+        gradient_checkpointing=cfg.gradient_checkpointing and not sharded, entropy_coef=0.0, disable_dropout=True,
         delta=cfg.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip (docs/paper_fidelity.md)
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay, max_grad_norm=1.0,
         log_completions=False, remove_unused_columns=False, save_only_model=False, disable_tqdm=True,
-        dataloader_num_workers=0,
+        dataloader_num_workers=0, ddp_timeout=cfg.dist_timeout_s,
         # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default
         **({"use_bias_correction_kl": False} if "use_bias_correction_kl" in GRPOConfig.__dataclass_fields__ else {}),
+        **sharded,
     )
 
 
@@ -348,17 +354,27 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
 
     from ..engines.base import engine_kind
     from ..tasks import task_row
-    from .callbacks import RunLog, Validation
+    from .callbacks import CheckpointWeights, RunLog, Validation
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
 
+    cfg = from_launcher(cfg)
     _check_run_dir(cfg)  # refuse a different config before loading anything
+    if cfg.sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
+        raise TandemError(f"--sharding {cfg.sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
+                          "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
+    if cfg.sharding != "none" and not engine_kind(cfg.engine).sharded_training:
+        raise TandemError(f"engine {cfg.engine} takes the senior's weights as a whole state dict; --sharding "
+                          f"{cfg.sharding} shards them: train with engine hf, or without sharding (DDP)")
     prep = prepare(cfg)
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
     # (gloo) when told the run is on CPU; without it every process trains alone.
-    state = PartialState(cpu=on_cpu)
+    state = PartialState(cpu=on_cpu, timeout=timedelta(seconds=cfg.dist_timeout_s))
     args = grpo_args(cfg, state.num_processes, on_cpu)
+    _, compute, _ = precision(cfg)
+    if cfg.sharding == "fsdp2":
+        configure_sharding(args, compute, on_cpu)
     tok = prep.pair.tokenizer
     # task_row: the task's row as JSON (nested gold such as unit tests fits any Arrow schema), for the reward terms
     rows = [{"prompt": prep.prompt_text(p), "answer": p.answer, "problem_id": str(p.problem_id),
@@ -379,23 +395,24 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             write_json(out / "config.json", stored_config(cfg))
         runlog = RunLog(out, resume_step, print_fn, cfg.updates_per_batch)
         validation = Validation(prep, out, runlog, rollout, precision(cfg)[1])
+        weights = CheckpointWeights(out, cfg.sync_bucket_mb << 20)
         reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*")
             warnings.filterwarnings("ignore", category=FutureWarning)
             trainer = TandemGRPOTrainer(
                 model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
-                processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation], junior=prep.pair.junior,
+                processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation, weights], junior=prep.pair.junior,
                 require_senior_mask=cfg.method == "tandem", junior_imitation=cfg.junior_imitation,
                 ref_is_junior=cfg.method == "klreg", kl_clamp=cfg.kl_clamp,
                 junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer,
                 model_card=lambda steps: model_card(cfg, steps))
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
             trainer.remove_callback(cb)
-        validation.trainer = trainer
-        if not engine_kind(cfg.engine).sharded_training and _shards_weights(trainer):
-            raise TandemError(f"engine {cfg.engine} streams the senior's whole weights from each process; FSDP and "
-                              "DeepSpeed ZeRO-3 shard them: train with plain data parallelism (DDP) or engine hf")
+        validation.trainer = weights.trainer = trainer
+        if _zero3(trainer):  # an accelerate launch config's DeepSpeed (its FSDP became cfg.sharding above)
+            raise TandemError("DeepSpeed ZeRO-3 partitions the senior, and the partitions do not reach the rollout "
+                              "copy, engines or saves: shard with --sharding fsdp2 (docs/sharding.md), or use ZeRO 1-2")
     except BaseException:
         engine.close()
         if judge is not None:
@@ -428,14 +445,13 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
     return kind.open(EngineSetup(
         cfg.senior, (cfg.junior or cfg.senior) if tandem else None, next(pair.senior.parameters()).device,
         dtype=cfg.dtype, seed=cfg.seed, vllm_settings=vllm, server=server, pair=pair,
-        rollout_copy=RolloutModel(cfg.senior, compute, cfg.rollout_device if kind.rollout_device else None),
+        rollout_copy=RolloutModel(cfg.senior, compute, cfg.rollout_device if kind.rollout_device else None,
+                                  sharded=cfg.sharding != "none"),
         batch_rows=cfg.rollout_batch_rows, sleep=cfg.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
 
 
-def _shards_weights(trainer) -> bool:
-    """Whether each process holds only a shard of the senior's parameters (FSDP, ZeRO-3)."""
-    if trainer.is_fsdp_enabled:
-        return True
+def _zero3(trainer) -> bool:
+    """Whether DeepSpeed ZeRO-3 partitions the senior's parameters over the processes."""
     ds = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
     return bool(trainer.is_deepspeed_enabled and ds is not None and getattr(ds, "zero_stage", 0) == 3)
 
@@ -447,6 +463,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     prints that it is complete and returns its summary. A run that fails before its first
     checkpoint removes what it wrote, so a corrected command starts clean.
     """
+    cfg = from_launcher(cfg)
     if (done := _said_complete(cfg, print_fn)) is not None:
         return done
     run = build_run(cfg, print_fn)
@@ -467,9 +484,9 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
         summary = {"method": cfg.method, "steps": trainer.state.global_step,
                    "rollout_steps": -(-trainer.state.global_step // cfg.updates_per_batch), "best": run.validation.best,
                    "processes": trainer.accelerator.num_processes, "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
+        _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step),
+                    precision(cfg)[1], cfg.sync_bucket_mb << 20)  # every process: sharded weights are gathered
         if trainer.accelerator.is_main_process:
-            _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step),
-                        precision(cfg)[1])
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     except BaseException:
         if run.fresh and run.lock is not None and not any(out.glob("checkpoint-*")):
@@ -493,14 +510,22 @@ def _said_complete(cfg: TrainConfig, print_fn) -> dict | None:
     return done
 
 
-def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype) -> None:
-    """final/ (weights in the compute dtype, tokenizer, model card) written beside and moved into place whole."""
+def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bucket_bytes: int) -> None:
+    """final/ (weights in the compute dtype, tokenizer, model card) written beside and moved into place
+    whole. Called on every process: FSDP and ZeRO-3 weights are gathered collectively; the main one writes."""
     tmp, old = out / ".final.tmp", out / ".final.old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
-        trainer.save_model(str(tmp))  # gathers sharded weights; saved in the masters' dtype
-    else:
+    main = trainer.accelerator.is_main_process
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()  # no process writes into the old .final.tmp
+    if trainer.is_fsdp_enabled:
+        save_streamed(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype, bucket_bytes)
+    elif trainer.is_deepspeed_enabled:
+        trainer.save_model(str(tmp))  # gathers ZeRO-3 weights; saved in the masters' dtype
+    elif main:
         save_in_dtype(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype)
+    if not main:
+        return
     tokenizer.save_pretrained(tmp)
     (tmp / "README.md").write_text(card, encoding="utf-8")
     shutil.rmtree(old, ignore_errors=True)

@@ -44,7 +44,7 @@ PRIVATE_SURFACE = {
                 "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load"),
     "attributes": ("_metrics", "temperature", "beta", "ref_model", "current_gradient_accumulation_steps"),
     "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model",
-                "trl.models.utils.prepare_deepspeed", "trl.models.utils.prepare_fsdp"),
+                "trl.models.utils.prepare_deepspeed"),
 }
 
 
@@ -117,10 +117,8 @@ class TandemGRPOTrainer(GRPOTrainer):
             from trl.models.utils import prepare_deepspeed
 
             return prepare_deepspeed(junior, self.accelerator)
-        if self.is_fsdp_enabled:
-            from trl.models.utils import prepare_fsdp
-
-            return prepare_fsdp(junior, self.accelerator)
+        # FSDP: TRL's prepare_fsdp would shard the junior in place; it stays whole and frozen on each
+        # process (its forwards need no collective, and rollouts decode it as it is)
         return junior  # already on its device, frozen; forwards need no wrapping
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):

@@ -27,14 +27,29 @@ def senior_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> 
 
 
 class EngineSync:
-    """Keeps an engine's senior weights at the trainer's current update (module docstring)."""
+    """Keeps an engine's senior weights at the trainer's current update (module docstring).
 
-    def __init__(self, engine):
-        self.engine = engine
+    A sharded senior (FSDP2) reaches the engine as ``rl.sharding.push`` streams it: full tensors
+    gathered ``bucket_bytes`` at a time, every process in the same order, each feeding its own
+    engine (the hf engine's copy; the vLLM engines refuse sharded training)."""
+
+    def __init__(self, engine, bucket_bytes: int = 512 << 20):
+        self.engine, self.bucket_bytes = engine, bucket_bytes
         self.synced = None  # (id of the model, global step) the engine holds
+        self.syncs = 0
+        self.last_sync = None  # {"seconds", "bytes"} of the last sharded push (rl.sharding.push)
 
     @torch.no_grad()
     def __call__(self, senior: torch.nn.Module, step: int) -> None:
-        if self.synced != (id(senior), step):
-            self.engine.load_weights(senior_weights(senior, self.engine.weight_dtype))
-            self.synced = (id(senior), step)
+        from .sharding import is_sharded, push
+
+        if self.synced == (id(senior), step):
+            return
+        dtype = self.engine.weight_dtype
+        if is_sharded(senior):  # collective: every process gathers each bucket
+            self.last_sync = push(senior, self.engine.load_weights, dtype or next(senior.parameters()).dtype,
+                                  self.bucket_bytes)
+        else:
+            self.engine.load_weights(senior_weights(senior, dtype))
+        self.synced = (id(senior), step)
+        self.syncs += 1

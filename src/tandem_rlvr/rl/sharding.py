@@ -1,0 +1,242 @@
+"""Sharded training of the senior (FSDP2 through accelerate) and the one stream of its full weights.
+
+**Choosing it.** ``--sharding fsdp2`` (a ``TrainConfig`` field), or an accelerate config file with
+``distributed_type: FSDP`` and ``fsdp_version: 2`` passed to ``accelerate launch`` (accelerate
+exports it as ``ACCELERATE_USE_FSDP``/``FSDP_*`` variables; ``from_launcher`` reads them into the
+config, so the run records what it trained with and a resume under another layout is refused).
+Either way the transformers Trainer builds accelerate's ``FullyShardedDataParallelPlugin`` from
+``fsdp_settings``, with three things fixed here:
+
+- mixed precision is ``MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=float32)`` over fp32
+  master shards, with no autocast. accelerate's own ``bf16`` policy reduces gradients in bf16 (at
+  lr 1e-6 the precision failure of issue 22), and autocast over fp32 shards keeps a full-size bf16
+  copy of every matrix on every rank between forward and backward;
+- activation checkpointing is FSDP's (``gradient_checkpointing`` maps onto it), which avoids the
+  extra all-gather transformers' own checkpointing costs under FSDP;
+- checkpoints are ``SHARDED_STATE_DICT`` (each rank writes its own shard of weights and AdamW
+  moments, so no rank gathers a second full state), plus loadable HF weights written by
+  ``save_streamed``.
+
+accelerate keeps FSDP off on a CPU machine (it becomes plain DDP without a word); FSDP2 itself
+runs on CPU with gloo, so ``force_on_cpu`` switches accelerate's state to FSDP there (this module
+is the only place that touches that part of accelerate; ``tests/test_sharded_training.py`` asserts
+that every rank then holds 1/N of each sharded parameter). The junior is never sharded.
+
+**The stream** (``buckets``, ``full_tensors``, ``push``). Rollout engines, validation and saves need
+full tensors. Every rank walks the parameters in the same order; each tensor is cast to the
+target dtype on its shard *before* the all-gather (half the bytes in bf16, bit-identical to
+casting after) and gathered whole; tensors are handed over in buckets of at most
+``bucket_bytes`` (a larger tensor is a bucket of its own), and the next bucket is gathered only
+after the consumer has taken the last one, so at most one bucket of full tensors exists per rank
+and no rank ever builds a second full state dict. An unsharded model streams the same way
+without collectives. Consumers take ``Iterable[tuple[str, Tensor]]``: the hf engine's
+``RolloutModel.load_weights`` (every rank refreshes its plain copy), an engine's ``load_weights``
+on rank 0 alone (``push(..., every_rank=False)``: the other ranks gather in lockstep and drop the
+tensors), and ``save_streamed`` (rank 0 writes each bucket as one safetensors shard).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from ..errors import TandemError
+
+log = logging.getLogger("tandem_rlvr")
+
+SHARDINGS = ("none", "fsdp2")
+# Prefixes wrappers add to parameter names (FSDP's activation checkpointing, torch.compile).
+WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def from_launcher(cfg):
+    """``cfg`` with ``sharding``/``shard_offload`` taken from an accelerate FSDP launch, if any."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return cfg
+    version = os.environ.get("FSDP_VERSION", "1")
+    if version != "2":
+        raise TandemError(f"the accelerate config asks for FSDP version {version}; tandem trains with FSDP2: set "
+                          "fsdp_version: 2 in the accelerate config file")
+    offload = os.environ.get("FSDP_OFFLOAD_PARAMS", "false").lower() == "true"
+    return replace(cfg, sharding="fsdp2", shard_offload=cfg.shard_offload or offload)
+
+
+def fsdp_settings(cfg) -> dict:
+    """transformers' ``fsdp_config`` for a ``--sharding fsdp2`` run (the Trainer turns it into
+    accelerate's plugin; layers to wrap: the model's ``_no_split_modules``, accelerate's default)."""
+    return {"version": 2, "reshard_after_forward": True, "state_dict_type": "SHARDED_STATE_DICT",
+            "activation_checkpointing": cfg.gradient_checkpointing, "cpu_offload": cfg.shard_offload}
+
+
+def configure(args, compute: torch.dtype, on_cpu: bool) -> None:
+    """Fix the mixed precision of a sharded run's ``GRPOConfig`` (see module docstring) and, on a
+    CPU machine, make accelerate really shard. Call after ``args`` exists, before the trainer."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    args.bf16 = args.fp16 = False
+    args.mixed_precision = "no"  # no autocast; an accelerate config's bf16 would reduce in bf16
+    args.fsdp_plugin_args["mixed_precision_policy"] = MixedPrecisionPolicy(param_dtype=compute,
+                                                                           reduce_dtype=torch.float32)
+    if on_cpu:
+        force_on_cpu(args)
+
+
+def force_on_cpu(args) -> None:
+    """Initialise accelerate's shared state as FSDP on a CPU machine, where accelerate would leave
+    it plain DDP; the Trainer's Accelerator then finds it initialised and keeps it."""
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, TorchDynamoPlugin
+
+    plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+    state = AcceleratorState(cpu=True, mixed_precision=args.mixed_precision, fsdp_plugin=plugin,
+                             dynamo_plugin=TorchDynamoPlugin(), _from_accelerator=True)
+    if state.distributed_type == DistributedType.MULTI_CPU:
+        state.distributed_type = DistributedType.FSDP
+        state.fsdp_plugin = plugin
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    if state.distributed_type != DistributedType.FSDP:
+        raise TandemError(f"--sharding fsdp2 needs a multi-process launch (torchrun or accelerate launch); this "
+                          f"process runs as {state.distributed_type}")
+
+
+def is_sharded(model) -> bool:
+    """Whether ``model``'s parameters are shards (FSDP2 DTensors) rather than whole tensors."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def local_fraction(model) -> dict[str, float]:
+    """Per parameter: elements this rank holds / elements of the whole tensor (1.0 unsharded)."""
+    from torch.distributed.tensor import DTensor
+
+    return {name: (p.to_local().numel() if isinstance(p, DTensor) else p.numel()) / max(p.numel(), 1)
+            for name, p in model.named_parameters()}
+
+
+def clean_name(name: str) -> str:
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def named_tensors(model):
+    """(name, tensor) of every parameter (tied ones once) and persistent buffer, in module order."""
+    yield from ((clean_name(n), p) for n, p in model.named_parameters())
+    for mod_name, mod in model.named_modules():
+        for b_name, b in mod._buffers.items():
+            if b is not None and b_name not in mod._non_persistent_buffers_set:
+                yield clean_name(f"{mod_name}.{b_name}" if mod_name else b_name), b
+
+
+def _full(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The whole tensor in ``dtype``: a shard is cast first, then gathered (collective: every rank)."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor):
+        return t.detach().to(dtype)
+    local = t.to_local().detach().to(t.device_mesh.device_type, dtype)  # on the mesh's device under offload
+    return DTensor.from_local(local, t.device_mesh, t.placements, shape=t.shape, stride=t.stride()).full_tensor()
+
+
+@torch.no_grad()
+def buckets(model, dtype: torch.dtype, bucket_bytes: int):
+    """Lists of (name, full tensor in ``dtype``) of at most ``bucket_bytes`` each (module docstring)."""
+    bucket, size = [], 0
+    for name, t in named_tensors(model):
+        nbytes = t.numel() * dtype.itemsize
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, _full(t, dtype)))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def full_tensors(model, dtype: torch.dtype, bucket_bytes: int):
+    """The bucketed stream flattened: (name, full tensor) pairs, gathered one bucket ahead at most."""
+    for bucket in buckets(model, dtype, bucket_bytes):
+        yield from bucket
+
+
+def push(model, load_weights, dtype: torch.dtype, bucket_bytes: int, every_rank: bool = True) -> dict:
+    """Feed ``model``'s full tensors to ``load_weights`` (on every rank, or on the main one while the
+    others gather in lockstep); returns ``{"seconds", "bytes"}`` of this rank's stream."""
+    t0 = time.perf_counter()
+    stream = _counted(full_tensors(model, dtype, bucket_bytes))
+    if every_rank or _rank() == 0:
+        load_weights(stream)
+    for _ in stream:  # the rest (other ranks; a consumer that stopped early), so every rank gathers alike
+        pass
+    return {"seconds": time.perf_counter() - t0, "bytes": stream.bytes}
+
+
+class _counted:
+    def __init__(self, it):
+        self.it, self.bytes = it, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        name, t = next(self.it)
+        self.bytes += t.numel() * t.element_size()
+        return name, t
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> None:
+    """``model`` as loadable HF weights in ``dtype`` under ``out`` (collective: call on every rank).
+
+    Rank 0 writes each bucket as one safetensors shard (``model.safetensors`` when there is one),
+    the index and ``config.json``; no rank holds more than one bucket of full tensors."""
+    from safetensors.torch import save_file
+
+    plan = _shard_plan(model, dtype, bucket_bytes)
+    main = _rank() == 0
+    out = Path(out)
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+    weight_map = {}
+    for i, bucket in enumerate(buckets(model, dtype, bucket_bytes)):
+        if not main:
+            continue
+        file = "model.safetensors" if plan == 1 else f"model-{i + 1:05d}-of-{plan:05d}.safetensors"
+        save_file({n: t.to("cpu").contiguous() for n, t in bucket}, str(out / file), metadata={"format": "pt"})
+        weight_map.update({n: file for n, _ in bucket})
+    if not main:
+        return
+    if plan > 1:
+        total = sum(t.numel() for _, t in named_tensors(model)) * dtype.itemsize
+        (out / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n", encoding="utf-8")
+    model.config.save_pretrained(out)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(out)
+    data = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    data["dtype"] = str(dtype).removeprefix("torch.")
+    data.pop("torch_dtype", None)
+    (out / "config.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _shard_plan(model, dtype: torch.dtype, bucket_bytes: int) -> int:
+    """How many buckets ``buckets`` will yield (from shapes alone, no gathering)."""
+    count, size = 0, 0
+    for _, t in named_tensors(model):
+        nbytes = t.numel() * dtype.itemsize
+        if count == 0 or size + nbytes > bucket_bytes:
+            count, size = count + 1, 0
+        size += nbytes
+    return count

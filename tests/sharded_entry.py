@@ -1,0 +1,78 @@
+"""Entry point of the sharded-training tests (``tests/test_sharded_training.py``), run under torchrun.
+
+``python -m torch.distributed.run --standalone --nproc_per_node N tests/sharded_entry.py OUT FLAGS...``
+trains like ``tandem train FLAGS...`` (the same ``rl.train`` path), and each process writes
+``OUT/rank{R}.json`` with what the tests check that only the process itself can see: the share of
+each parameter it holds, whether its hf rollout copy equals the senior gathered (plain DTensor
+``full_tensor()``) and then cast to the rollout dtype, the mixed-precision policy of its FSDP2 units, whether
+its junior is whole and equal to its checkpoint, the
+last weight sync's seconds and bytes, and its peak resident memory.
+"""
+
+import json
+import resource
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main(out: Path, argv: list[str]) -> None:
+    from tandem_rlvr.cli import build_parser
+    from tandem_rlvr.runtime import configure_cpu_threads
+    from tandem_rlvr.config import config_fields, load_train_config
+    from tandem_rlvr.rl import train as train_mod
+    from tandem_rlvr.rl.sharding import local_fraction
+
+    a = build_parser().parse_args(["train", *argv])
+    overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
+    cfg = load_train_config(a.preset, a.config, overrides)
+    configure_cpu_threads()
+    seen = {}
+    build = train_mod.build_run
+
+    def spy(cfg, print_fn=print):
+        run = build(cfg, print_fn)
+        seen["run"] = run
+        return run
+
+    train_mod.build_run = spy
+    summary = train_mod.train(cfg, print_fn=lambda *_: None)
+    run = seen["run"]
+    trainer = run.trainer
+    senior = trainer.accelerator.unwrap_model(trainer.model)
+    rank = trainer.accelerator.process_index
+    fractions = local_fraction(senior)
+    sync = run.rollout.sync
+    copy = getattr(run.rollout.engine, "rollout_copy", None)
+    if copy is not None:
+        sync(senior, trainer.state.global_step)  # the last update's weights (collective under sharding)
+        copy = copy.copy
+    copy_equal = None
+    if copy is not None:
+        from torch.distributed.tensor import DTensor
+
+        mine = dict(copy.named_parameters())
+        copy_equal = True
+        for name, p in senior.named_parameters():  # the reference: gather in fp32, then cast
+            full = p.full_tensor() if isinstance(p, DTensor) else p.detach()
+            name = name.replace("_checkpoint_wrapped_module.", "")  # FSDP's activation checkpointing wrapper
+            copy_equal &= bool(torch.equal(full.to(copy.dtype), mine[name]))
+    policies = {(str(m._get_fsdp_state()._mp_policy.param_dtype), str(m._get_fsdp_state()._mp_policy.reduce_dtype))
+                for m in senior.modules() if hasattr(m, "_get_fsdp_state")}  # every FSDP2 unit's policy
+    mixed = sorted(policies)
+    if len(policies) == 1:
+        ((param, reduce),) = policies
+        mixed = {"param": param, "reduce": reduce}
+    junior = run.prep.pair.junior
+    on_disk = type(junior).from_pretrained(run.prep.cfg.junior, dtype=next(junior.parameters()).dtype)
+    junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
+    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": str(next(senior.parameters()).dtype), "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
+           "copy_syncs": sync.syncs, "last_sync": sync.last_sync,
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    (out / f"rank{rank}.json").write_text(json.dumps(rec))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main(Path(sys.argv[1]), sys.argv[2:])

@@ -1,0 +1,129 @@
+"""The weight stream of ``rl.sharding`` on one process (the sharded, multi-process runs are in
+``tests/test_sharded_training.py``): buckets, the streamed HF save, the hf consumer, the choices."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tandem_rlvr.config import load_train_config
+from tandem_rlvr.errors import TandemError
+from tandem_rlvr.rl.precision import RolloutModel
+from tandem_rlvr.rl.sharding import buckets, from_launcher, push, save_streamed
+
+from conftest import make_model
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return make_model(len(tok), 0, hidden=32, layers=2)
+
+
+def test_buckets_stay_under_their_size_and_hold_every_tensor_once_in_order(model):
+    size = 20_000  # bytes of bf16; the 300 x 32 embedding (19,200 bytes) fits, two matrices do not
+    got = list(buckets(model, torch.bfloat16, size))
+    assert len(got) > 3
+    for bucket in got:
+        total = sum(t.numel() * 2 for _, t in bucket)
+        assert total <= size or len(bucket) == 1
+    names = [n for b in got for n, _ in b]
+    params = dict(model.named_parameters())
+    assert names == list(params)  # parameters in module order (this model has no persistent buffers)
+    for name, t in (x for b in got for x in b):
+        assert t.dtype == torch.bfloat16 and torch.equal(t, params[name].detach().to(torch.bfloat16))
+
+
+def test_streamed_save_writes_shards_that_transformers_loads(model, tmp_path):
+    save_streamed(model, tmp_path / "m", torch.bfloat16, bucket_bytes=20_000)
+    index = json.loads((tmp_path / "m" / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) > 3 and all((tmp_path / "m" / f).is_file() for f in files)
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["dtype"] == "bfloat16"
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    assert next(loaded.parameters()).dtype == torch.bfloat16
+    for name, p in model.named_parameters():
+        assert torch.equal(dict(loaded.named_parameters())[name], p.detach().to(torch.bfloat16)), name
+
+
+def test_push_to_the_main_process_alone_still_walks_the_whole_stream(model):
+    taken = []
+    stats = push(model, lambda ws: taken.extend(n for n, _ in ws), torch.bfloat16, 1 << 20, every_rank=False)
+    assert taken == [n for n, _ in model.named_parameters()]  # one process: it is the main one
+    assert stats["bytes"] == sum(p.numel() for p in model.parameters()) * 2
+
+    early = []
+
+    def first_only(ws):  # a consumer that stops early: push drains the rest (lockstep with other ranks)
+        early.append(next(iter(ws))[0])
+
+    stats = push(model, first_only, torch.bfloat16, 1 << 20)
+    assert early == ["model.embed_tokens.weight"]
+    assert stats["bytes"] == sum(p.numel() for p in model.parameters()) * 2
+
+
+def test_rollout_copy_takes_the_stream_in_parts_and_refuses_a_foreign_tensor(model, tmp_path, tok):
+    model.save_pretrained(tmp_path / "s")
+    tok.save_pretrained(tmp_path / "s")
+    rm = RolloutModel(str(tmp_path / "s"), torch.bfloat16)
+    trained = make_model(len(tok), 5, hidden=32, layers=2)  # other weights, same shapes
+    stats = push(trained, rm.load_weights, torch.bfloat16, 4096)  # an unsharded senior streams as a sharded one would
+    assert stats["bytes"] == sum(p.numel() for p in trained.parameters()) * 2
+    copy = rm.copy
+    assert copy is not trained
+    for name, p in trained.named_parameters():
+        assert torch.equal(dict(copy.named_parameters())[name], p.detach().to(torch.bfloat16))
+    with pytest.raises(TandemError, match="no tensor 'x.weight'"):
+        rm.load_weights([("x.weight", torch.zeros(1))])
+
+
+def test_an_accelerate_fsdp2_launch_selects_sharding_and_fsdp1_is_refused(monkeypatch):
+    cfg = load_train_config(None, None, {})
+    assert from_launcher(cfg).sharding == "none"
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    monkeypatch.setenv("FSDP_OFFLOAD_PARAMS", "true")
+    got = from_launcher(cfg)
+    assert (got.sharding, got.shard_offload) == ("fsdp2", True)
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    with pytest.raises(TandemError, match="fsdp_version: 2"):
+        from_launcher(cfg)
+
+
+def test_sharding_settings_are_checked():
+    with pytest.raises(TandemError, match="unknown sharding 'zero9'"):
+        load_train_config(None, None, {"sharding": "zero9"})
+    with pytest.raises(TandemError, match="shard_offload needs --sharding fsdp2"):
+        load_train_config(None, None, {"shard_offload": True})
+    with pytest.raises(TandemError, match="sync_bucket_mb must be >= 1"):
+        load_train_config(None, None, {"sync_bucket_mb": 0})
+
+
+def test_a_sharded_run_outside_a_distributed_launch_or_on_a_whole_state_dict_engine_is_refused(tmp_path, monkeypatch):
+    from tandem_rlvr.rl.train import build_run
+
+    cfg = load_train_config(None, None, {"sharding": "fsdp2", "output_dir": str(tmp_path / "run")})
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(TandemError, match="needs a distributed launch"):
+        build_run(cfg)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    cfg = load_train_config(None, None, {"sharding": "fsdp2", "engine": "vllm", "method": "grpo",
+                                         "output_dir": str(tmp_path / "run")})
+    with pytest.raises(TandemError, match="engine vllm takes the senior's weights as a whole state dict"):
+        build_run(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_layout_is_part_of_a_runs_identity_and_the_bucket_size_and_timeout_are_not(tmp_path):
+    from dataclasses import replace
+
+    from tandem_rlvr.rl.train import _check_run_dir, stored_config
+
+    cfg = load_train_config(None, None, {"output_dir": str(tmp_path)})
+    new = ("sharding", "shard_offload", "sync_bucket_mb", "dist_timeout_s")
+    old = {k: v for k, v in stored_config(cfg).items() if k not in new}
+    (tmp_path / "config.json").write_text(json.dumps(old))  # a run recorded before sharding existed
+    assert _check_run_dir(cfg) == 0
+    assert _check_run_dir(replace(cfg, sync_bucket_mb=64, dist_timeout_s=60)) == 0
+    with pytest.raises(TandemError, match="different sharding"):
+        _check_run_dir(replace(cfg, sharding="fsdp2"))
