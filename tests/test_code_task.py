@@ -150,7 +150,7 @@ def test_the_verifier_names_the_python_that_runs_the_programs():
     from tandem_rlvr.sandbox import run_program
 
     out = run_program("import sys\nprint('%d.%d' % sys.version_info[:2])", "", Limits(wall_s=30))
-    assert CodeTask().verifier == f"code@1:py{out.stdout.strip()}"
+    assert CodeTask().verifier == f"code@2:py{out.stdout.strip()}"
 
 
 def test_a_hub_id_goes_through_datasets_load_dataset_with_its_split(monkeypatch):

@@ -6,6 +6,8 @@ guard (``_guard.py``) run in the child. What is contained, and how, on which OS:
 "The sandbox".
 """
 
+from .judged import Judged, run_judged
 from .runner import Limits, Outcome, run_pool, run_program, sandbox_python, sandbox_python_version
 
-__all__ = ["Limits", "Outcome", "run_pool", "run_program", "sandbox_python", "sandbox_python_version"]
+__all__ = ["Judged", "Limits", "Outcome", "run_judged", "run_pool", "run_program", "sandbox_python",
+           "sandbox_python_version"]
