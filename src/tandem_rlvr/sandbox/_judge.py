@@ -11,7 +11,7 @@ code. Steps:
    MBPP's test imports, our APPS check), ``imports`` (stdlib modules the tests name), ``remote``
    (names that stand for the program's globals), ``tests`` (snippets), ``cap`` (bytes per reply).
 3. Wait for the program's ``ready`` line, then run each test with ``exec``. Each use of a remote
-   name (a call, an attribute, iteration) is one request; the reply's value (``_wire``: plain data,
+   name (a call, an attribute, iteration, truth) is one request; the reply's value (``_wire``: plain data,
    or a reference to an object that stays in the program) is what the test then compares, here.
 4. Write ``{"results": [null or error per test], "ended": null or [kind, detail]}``: ``ended`` says
    the channel broke (``exited``: the program went away; ``tampered``: a reply that is no reply;
@@ -64,8 +64,8 @@ class Ref:
     def __next__(self):
         return CHANNEL.ask("next", self)
 
-    def __bool__(self):
-        raise TypeError("a program object has no truth value in a test: return plain data")
+    def __bool__(self):  # a returned re.Match, say: its truth is the program's answer, as any value
+        return CHANNEL.ask("bool", self) is True
 
     def __repr__(self):
         return f"<program object {json.dumps(self._key)}>"

@@ -7,7 +7,7 @@ nothing and its prints cannot interleave with replies. The program runs as ``__m
 ``ready`` line, then one reply line per request line:
 
 - request ``{"op": "call", "ref": R, "args": [...], "kwargs": {...}}`` (also ``getattr`` with
-  ``"name"``, ``iter``, ``next``), with ``R`` a reference (``{"g": name}``: a global of the
+  ``"name"``, ``iter``, ``next``, ``bool``), with ``R`` a reference (``{"g": name}``: a global of the
   program; ``{"h": id}``: an object an earlier reply handed out);
 - reply ``{"ok": value}`` (``_wire``: plain data copied; any other object handed out by id) or
   ``{"err": [type name, message]}``.
@@ -17,10 +17,10 @@ trusted. The judge treats whatever comes back as the program's answers (``_judge
 """
 
 import builtins
-import json
 import os
 import sys
 import types
+from json import dumps, loads  # bound before the program runs: it may replace json's own
 
 import _wire
 
@@ -57,7 +57,7 @@ def main() -> None:
     replies.flush()
     for line in requests:
         try:
-            req = json.loads(line)
+            req = loads(line)
             target = _wire.unpack(req["ref"], ref)
             op = req["op"]
             if op == "call":
@@ -67,11 +67,13 @@ def main() -> None:
                 value = getattr(target, req["name"])
             elif op == "iter":
                 value = iter(target)
+            elif op == "bool":
+                value = bool(target)
             else:
                 value = next(target)
             reply = '{"ok":' + _wire.encode(value, hand_out) + "}"
         except BaseException as e:  # noqa: BLE001 - the test sees it as the program's exception
-            reply = json.dumps({"err": [type(e).__name__, str(e)[:300]]})
+            reply = dumps({"err": [type(e).__name__, str(e)[:300]]})
         sys.stdout.flush()
         replies.write(reply + "\n")
         replies.flush()

@@ -13,9 +13,9 @@ which the receiver's ``ref`` callback maps back.
 or nesting past the recursion limit raises ``WireError``; it never runs code from the line.
 """
 
-import json
 import math
 import sys
+from json import dumps, loads  # bound at import: a program that replaces json's own changes nothing here
 
 _TAGS = (("t", tuple), ("d", dict), ("s", set), ("f", frozenset), ("b", bytes), ("c", complex))
 
@@ -26,7 +26,7 @@ class WireError(ValueError):
 
 def encode(value, other) -> str:
     """``value`` as one line; ``other(obj)`` gives the tagged reference of an object that is not plain data."""
-    return json.dumps(pack(value, other), separators=(",", ":"))
+    return dumps(pack(value, other), separators=(",", ":"))
 
 
 def pack(v, other):
@@ -64,7 +64,7 @@ def pack(v, other):
 def decode(line, ref):
     """The value of one line; ``ref(tag, key)`` maps a reference (``"h"``/``"g"``) to an object."""
     try:
-        data = json.loads(line)
+        data = loads(line)
     except (ValueError, RecursionError) as e:
         raise WireError(f"not JSON: {e}"[:200]) from None
     return unpack(data, ref)
