@@ -70,13 +70,13 @@ def test_values_cross_as_plain_data_of_their_own_type():
 
     Point = namedtuple("Point", "x y")
     values = [None, True, 3, 2 ** 100, -0.0, float("inf"), "s\udcff", [1, (2, 3)], {1: "a", (2,): {3}},
-              frozenset({4}), b"\x00\xff", 1 + 2j, Point(1, 2), Counter("aab")]
+              frozenset({4}), b"\x00\xff", 1 + 2j, int, Point(1, 2), Counter("aab")]
     back = decode(encode(values, lambda obj: {"h": 0}), lambda tag, key: (tag, key))
     assert back == [None, True, 3, 2 ** 100, -0.0, float("inf"), "s\udcff", [1, (2, 3)], {1: "a", (2,): {3}},
-                    frozenset({4}), b"\x00\xff", 1 + 2j, (1, 2), {"a": 2, "b": 1}]
+                    frozenset({4}), b"\x00\xff", 1 + 2j, int, (1, 2), {"a": 2, "b": 1}]
     assert [type(v) for v in back[-2:]] == [tuple, dict]  # subclasses arrive as their base type, without methods
     assert decode(encode(object(), lambda obj: {"h": 7}), lambda tag, key: (tag, key)) == ("h", 7)
-    for bad in ('{"a":1,"b":2}', '{"t":1}', '{"c":["x",1]}', '{"x":"1e5"}', "nope"):
+    for bad in ('{"a":1,"b":2}', '{"t":1}', '{"c":["x",1]}', '{"x":"1e5"}', '{"y":"eval"}', "nope"):
         with pytest.raises(WireError):
             decode(bad, lambda tag, key: None)
     assert json.loads(encode([1.5], None)) == [1.5]

@@ -2,8 +2,9 @@
 
 A value crosses the process boundary as one line of JSON, so that what arrives is data and never
 behaviour: ``None``, ``bool``, ``int`` (any size), ``float`` (``inf``/``nan`` too), ``str`` and
-``list`` as JSON itself; ``tuple``, ``dict``, ``set``, ``frozenset``, ``bytes`` and ``complex`` as
-one-key tagged objects (``{"t": [...]}``, ``{"d": [[k, v], ...]}``, ...). Instances of subclasses of
+``list`` as JSON itself; ``tuple``, ``dict``, ``set``, ``frozenset``, ``bytes``, ``complex`` and
+builtin classes (``int``, as an argument: MBPP 533) as one-key tagged objects (``{"t": [...]}``,
+``{"d": [[k, v], ...]}``, ``{"y": "int"}``, ...). Instances of subclasses of
 these types travel as their base type (a namedtuple as a tuple, a ``Counter`` as a dict, a bool-free
 ``IntEnum`` as an int). Anything else is not copied: the sender's ``other`` callback turns it into a
 reference (``{"h": id}`` for an object held in the program, ``{"g": name}`` for one of its globals),
@@ -13,6 +14,7 @@ which the receiver's ``ref`` callback maps back.
 or nesting past the recursion limit raises ``WireError``; it never runs code from the line.
 """
 
+import builtins
 import math
 import sys
 from json import dumps, loads  # bound at import: a program that replaces json's own changes nothing here
@@ -58,6 +60,8 @@ def pack(v, other):
         return {"b": bytes(v).hex()}
     if isinstance(v, complex):
         return {"c": [pack(v.real, other), pack(v.imag, other)]}
+    if isinstance(v, type) and getattr(builtins, v.__name__, None) is v:
+        return {"y": v.__name__}
     return other(v)
 
 
@@ -97,6 +101,9 @@ def _value(d, ref):
         if body not in ("inf", "-inf", "nan"):
             raise WireError("a malformed float")
         return float(body)
+    if tag == "y":
+        kind = getattr(builtins, body, None) if isinstance(body, str) else None
+        return kind if isinstance(kind, type) else _bad(tag)
     if tag == "b":
         return bytes.fromhex(body) if isinstance(body, str) else _bad(tag)
     if type(body) is not list:
