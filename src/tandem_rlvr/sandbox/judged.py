@@ -1,8 +1,8 @@
 """A judged run: a program in the sandbox, its tests in a judge process it cannot reach.
 
 ``run_judged(source, spec, limits, slot)`` starts the judge (``_judge.py``: trusted code, stdlib
-only, under its own uid when the grader is root), waits until it is armed (non-dumpable), then
-starts the program in the sandbox as ``_serve.py program.py``, its stdin and stdout being the two
+only, under its own uid when the grader is root; otherwise under the grader's, and then this waits
+until it is armed, non-dumpable, before going on), then starts the program in the sandbox as ``_serve.py program.py``, its stdin and stdout being the two
 pipes of the call channel and nothing else of the judge's. The judge runs the tests, calling the
 program over that channel, and reports to this process on its own stdout, which the program never
 holds. One wall-clock limit covers the whole run: at the deadline both are killed. Why this is a
@@ -78,10 +78,11 @@ def _judged(judge: subprocess.Popen, source: str, spec: dict, limits: Limits, sl
     threading.Thread(target=feed, args=(judge.stdin, json.dumps(spec).encode()), daemon=True).start()
     jbufs = {judge.stdout: bytearray(), judge.stderr: bytearray()}
     cap, said = limits.output_bytes, lambda n: (lambda closed: judge.stdout in closed or jbufs[judge.stdout].count(b"\n") >= n)
-    why = drain(jbufs, set(jbufs), cap, deadline, said(1))  # armed: only now may the program start
-    if why is not None or not jbufs[judge.stdout].startswith(b'{"armed":1}'):
-        judge.kill()
-        return Judged(_no_run(why), None, why or _tail(jbufs[judge.stderr]) or "the judge did not start")
+    if os.getuid() != 0:  # one uid for both: the program may start only once the judge is armed
+        why = drain(jbufs, set(jbufs), cap, deadline, said(1))
+        if why is not None or not jbufs[judge.stdout].startswith(b'{"armed":1}'):
+            judge.kill()
+            return Judged(_no_run(why), None, why or _tail(jbufs[judge.stderr]) or "the judge did not start")
     with Launch(source, limits, slot, files=("_serve.py", "_wire.py"), argv=("_serve.py", "program.py"),
                 stdin=fds["req_r"], stdout=fds["rep_w"]) as run:
         _close(fds, "req_r", "rep_w")
