@@ -8,19 +8,24 @@ Answer extraction (``extract_code``): the last fenced code block labelled python
 unlabelled (an unclosed last fence, a response cut at the token limit, counts up to the end), else
 the whole completion; nothing but whitespace is "no code found".
 
-How each benchmark's program is assembled and tested (rows from ``code_data``):
+How each benchmark's program is assembled and tested (rows from ``code_data``; ``judge_spec``):
 
-- HumanEval: the prompt (header and docstring) + the extracted code + the benchmark's ``check``
-  function; the one test is ``check(entry_point)``. A response that repeats the whole function
-  works too (the later definition wins), as does a bare body that continues the prompt.
-- MBPP: the test imports, the code, the setup code, then each assert run as its own test.
-- APPS call-based: a header of common imports (``typing``, ``math``, ``collections``, ...), the code;
-  each (arguments, expected) pair is one test (``Solution().fn`` when a ``class Solution`` exists).
-- APPS stdin/stdout: the code alone, one sandboxed run per input; stdout must equal the expected
-  output line by line (trailing spaces and blank lines ignored), else token by token.
+- HumanEval: the program is the prompt (header and docstring) + the extracted code; the judge runs
+  the prompt and the benchmark's ``check`` and its one test ``check(entry_point)``, the entry point
+  being the program's. A response that repeats the whole function works too (the later definition
+  wins), as does a bare body that continues the prompt.
+- MBPP: the program is the test imports, the code, the setup code; the judge runs each assert as
+  its own test, the names they call being the program's (``_test_names``).
+- APPS call-based: the program is a header of common imports (``typing``, ``math``,
+  ``collections``, ...) and the code; each (arguments, expected) pair is one test, run by the
+  judge (``Solution().fn`` when the program has a ``class Solution``).
+- APPS stdin/stdout: the code alone, one sandboxed run per input, all under one wall-clock limit;
+  stdout, compared here, must equal the expected output line by line (trailing spaces and blank
+  lines ignored), else token by token.
 
-In-process tests report through a result line that starts with a per-run random nonce (given on
-stdin before the program starts), so a program that prints "passed" or exits early scores 0.
+Call-based tests run in a judge process (``sandbox.run_judged``) that calls the program over a pipe
+and compares its return values itself, so nothing the program does in its own process can write
+the verdict (docs/tasks.md, "A verdict the program cannot write").
 
 Within one ``grade_programs`` call (one ``CodeTask.grade``) a program is run once per distinct
 (extracted code less trailing whitespace, tests) pair and its grade shared by every response that
@@ -30,7 +35,7 @@ copy). A GRPO group often writes one program several times.
 ``Grade.score`` is 1.0 iff every test passes (binary, as the replication); ``details`` hold
 ``pass_fraction`` and ``tests``. Reasons: ``passed``, ``failed test K`` (the first failing test,
 1-based), ``timeout``, ``memory``, ``output limit``, ``process limit``, ``network blocked``,
-``write refused``, ``crashed``, ``no code found``.
+``write refused``, ``crashed``, ``tampered`` (a reply that is none), ``judge error``, ``no code found``.
 """
 
 from __future__ import annotations

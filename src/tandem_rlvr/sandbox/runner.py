@@ -4,7 +4,9 @@
 program and the guard (``_guard.py``) into it, starts the launcher (``_launch.py``) in a new
 session with a clean environment, feeds stdin, reads stdout and stderr up to ``output_bytes``
 each, and kills the whole process group (SIGKILL) at the wall-clock limit or when output
-overflows. The work directory is removed afterwards. ``Outcome.status`` says how it ended:
+overflows. The work directory is removed afterwards. Its two halves, ``Launch`` (start a program
+with given pipes) and ``drain`` (read pipes to a deadline or a cap), also make the judged runs of
+``sandbox.judged``. ``Outcome.status`` says how it ended:
 
 ``ok`` (exit 0), ``timeout`` (wall clock or CPU time), ``memory`` (MemoryError or the address-space
 limit), ``output limit``, ``process limit`` (fork refused by RLIMIT_NPROC), ``network blocked``,
