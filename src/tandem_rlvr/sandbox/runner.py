@@ -183,13 +183,15 @@ class Launch:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            _stop(self.proc, bytes(self.bufs[self.status]))
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr, self.status):
-            if f is not None:
-                f.close()
-        shutil.rmtree(self.work, ignore_errors=True)
+        try:
+            if self.proc.poll() is None:
+                _stop(self.proc, bytes(self.bufs[self.status]))
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr, self.status):
+                if f is not None:
+                    f.close()
+        finally:
+            shutil.rmtree(self.work, ignore_errors=True)
 
     def finish(self, why: str | None) -> Outcome:
         """The run's ``Outcome`` once ``drain`` returned ``why`` (the program stopped first if it is over
