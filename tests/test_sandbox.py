@@ -162,16 +162,19 @@ def _search():
             except OSError:
                 pass
         try:
-            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem:
-                for line in maps:
-                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                    if "rw" in line.split()[1] and hi - lo < 1 << 26:
-                        mem.seek(lo)
-                        m = re.search(rb"s3cr3t-[0-9]+-[0-9]+", mem.read(hi - lo))
-                        if m:
-                            return m.group().decode()
-        except (OSError, ValueError, OverflowError):
-            pass
+            maps, mem = open(f"/proc/{pid}/maps").read().splitlines(), open(f"/proc/{pid}/mem", "rb")
+        except OSError:
+            continue
+        for line in maps:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            try:
+                if "rw" in line.split()[1] and hi - lo < 1 << 26:
+                    mem.seek(lo)
+                    m = re.search(rb"s3cr3t-[0-9]+-[0-9]+", mem.read(hi - lo))
+                    if m:
+                        return m.group().decode()
+            except (OSError, ValueError, OverflowError):
+                pass
     return "not found"
 def answer():
     return _search()
