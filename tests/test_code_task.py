@@ -150,7 +150,7 @@ def test_the_verifier_names_the_python_that_runs_the_programs():
     from tandem_rlvr.sandbox import run_program
 
     out = run_program("import sys\nprint('%d.%d' % sys.version_info[:2])", "", Limits(wall_s=30))
-    assert CodeTask().verifier == f"code@1:py{out.stdout.strip()}"
+    assert CodeTask().verifier == f"code@2:py{out.stdout.strip()}"
 
 
 def test_a_hub_id_goes_through_datasets_load_dataset_with_its_split(monkeypatch):
@@ -168,3 +168,47 @@ def test_a_hub_id_goes_through_datasets_load_dataset_with_its_split(monkeypatch)
     rows = load_code("codeparrot/apps:train", limit=3)
     assert asked == [("codeparrot/apps", "train")] and [r["problem_id"] for r in rows] == ["1", "111", "2404"]
     assert rows[0]["benchmark"] == "apps" and rows[2]["gold"]["fn_name"] == "findKthPositive"
+
+
+def _stdio_row(n: int) -> dict:
+    return {"problem_id": "t", "gold": {"kind": "stdio", "inputs": [f"{i}\n" for i in range(n)],
+                                        "outputs": [f"{i}\n" for i in range(n)]}}
+
+
+def _spied_runs(monkeypatch) -> list:
+    """(start time, wall-clock budget) of each sandbox run the stdin/stdout grader starts."""
+    import time
+
+    import tandem_rlvr.rewards.code as code_mod
+
+    runs, real = [], code_mod.run_program
+
+    def spy(source, stdin, limits, *a, **k):
+        runs.append((time.monotonic(), limits.wall_s))
+        return real(source, stdin, limits, *a, **k)
+
+    monkeypatch.setattr(code_mod, "run_program", spy)
+    return runs
+
+
+def test_a_stdin_program_that_times_out_on_one_input_is_stopped_there(monkeypatch):
+    runs = _spied_runs(monkeypatch)
+    echo_but_loop_on_1 = "s = input()\nwhile s == '1':\n    pass\nprint(s)\n"
+    task = CodeTask(limits=Limits(wall_s=6, cpu_s=60), workers=1)
+    (g,) = task.grade([echo_but_loop_on_1], [_stdio_row(4)])
+    # input 0 passes, input 1 meets the wall clock; inputs 2 and 3 are never run, and count as failed
+    assert (g.score, g.reason, g.details["pass_fraction"], len(runs)) == (0.0, "timeout", 0.25, 2)
+    assert g.details["error"] == "timeout on input 2"
+
+
+def test_a_stdin_grade_takes_one_wall_clock_limit_whatever_the_inputs(monkeypatch):
+    """Each input runs under what is left of one limit: three inputs of 0.6 limits each cannot all
+    finish (the old grader gave every input a full limit and passed this program)."""
+    runs = _spied_runs(monkeypatch)
+    slow_echo = "import time\ntime.sleep(3.6)\nprint(input())\n"
+    task = CodeTask(limits=Limits(wall_s=6, cpu_s=60), workers=1)
+    (g,) = task.grade([slow_echo], [_stdio_row(3)])
+    assert (g.score, g.reason, len(runs)) == (0.0, "timeout", 2)
+    assert runs[0][1] == pytest.approx(6, abs=0.05)  # the whole limit for the first input, what is left of it for the next
+    ends = [start + budget for start, budget in runs]
+    assert max(ends) - min(ends) < 0.05  # every run ends by the same deadline: the first start + 6 s

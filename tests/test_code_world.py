@@ -102,13 +102,13 @@ def test_a_grade_call_runs_each_distinct_program_once(monkeypatch):
     import tandem_rlvr.rewards.code as code_mod
 
     calls = []
-    real = code_mod.run_program
+    real = code_mod.run_judged  # asserts are call-based: each program is one judged run
 
     def counting(source, *a, **kw):
         calls.append(source)
         return real(source, *a, **kw)
 
-    monkeypatch.setattr(code_mod, "run_program", counting)
+    monkeypatch.setattr(code_mod, "run_judged", counting)
     p = make_code_problems(2, seed=0, split="test")
     rows = [{"gold": p[0].gold}] * 4 + [{"gold": p[1].gold}] * 2
     good, bad = p[0].solution, p[0].solution.replace("return n", "return n + 1")

@@ -142,3 +142,45 @@ def _uid(pid: str) -> int | None:
         return os.stat(f"/proc/{pid}").st_uid
     except FileNotFoundError:
         return None
+
+
+def test_a_judged_program_cannot_read_the_expected_value_from_any_process():
+    """The expected value is only in the judge (and the grader); a program that searches every
+    process's stdin pipe, environment and memory for it finds nothing and fails."""
+    from tandem_rlvr.sandbox import run_judged
+
+    secret = f"s3cr3t-{os.getpid()}-{threading.get_ident() % 1000}"
+    thief = '''
+import os, re
+def _search():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        for part in ("fd/0", "environ", "cmdline"):
+            try:
+                m = re.search(rb"s3cr3t-[0-9]+-[0-9]+", open(f"/proc/{pid}/{part}", "rb").read(1 << 16))
+                if m:
+                    return m.group().decode()
+            except OSError:
+                pass
+        try:
+            maps, mem = open(f"/proc/{pid}/maps").read().splitlines(), open(f"/proc/{pid}/mem", "rb")
+        except OSError:
+            continue
+        for line in maps:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            try:
+                if "rw" in line.split()[1] and hi - lo < 1 << 26:
+                    mem.seek(lo)
+                    m = re.search(rb"s3cr3t-[0-9]+-[0-9]+", mem.read(hi - lo))
+                    if m:
+                        return m.group().decode()
+            except (OSError, ValueError, OverflowError):
+                pass
+    return "not found"
+def answer():
+    return _search()
+'''
+    spec = {"context": [], "imports": [], "remote": ["answer"], "tests": [f"assert answer() == {secret!r}"]}
+    run = run_judged(thief, spec, Limits(wall_s=60, cpu_s=30))
+    assert run.report["ended"] is None and run.report["results"][0].startswith("AssertionError")
+    honest = run_judged(f"def answer():\n    return {secret!r}\n", spec, Limits(wall_s=60, cpu_s=30))
+    assert honest.report == {"results": [None], "ended": None}

@@ -1,7 +1,7 @@
 """The in-process guard: audit hooks installed before user code, then the program runs as ``__main__``.
 
 Copied into each work directory by ``sandbox.runner`` and run as ``python -I -B _guard.py
-program.py``. An audit hook (PEP 578) cannot be removed by Python code once added; it refuses
+program.py [args]`` (a judged run: ``_guard.py _serve.py program.py``). An audit hook (PEP 578) cannot be removed by Python code once added; it refuses
 
 - network use: ``socket.connect``/``bind``/``sendto``/``sendmsg`` and name look-ups, with
   ``PermissionError("sandbox: network refused")`` (the OS layer, an empty network namespace, also
@@ -54,7 +54,7 @@ def _hook(event: str, args: tuple) -> None:
 
 def main() -> None:
     program = sys.argv[1]
-    sys.argv = [program]
+    sys.argv = sys.argv[1:]  # the program's own arguments follow it
     sys.path.insert(0, _WORK)
     sys.addaudithook(_hook)
     runpy.run_path(program, run_name="__main__")

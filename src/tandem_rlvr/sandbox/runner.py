@@ -4,7 +4,9 @@
 program and the guard (``_guard.py``) into it, starts the launcher (``_launch.py``) in a new
 session with a clean environment, feeds stdin, reads stdout and stderr up to ``output_bytes``
 each, and kills the whole process group (SIGKILL) at the wall-clock limit or when output
-overflows. The work directory is removed afterwards. ``Outcome.status`` says how it ended:
+overflows. The work directory is removed afterwards. Its two halves, ``Launch`` (start a program
+with given pipes) and ``drain`` (read pipes to a deadline or a cap), also make the judged runs of
+``sandbox.judged``. ``Outcome.status`` says how it ended:
 
 ``ok`` (exit 0), ``timeout`` (wall clock or CPU time), ``memory`` (MemoryError or the address-space
 limit), ``output limit``, ``process limit`` (fork refused by RLIMIT_NPROC), ``network blocked``,
@@ -133,80 +135,122 @@ def run_program(source: str, stdin: str = "", limits: Limits = Limits(), slot: i
     ``guard=False`` leaves out the in-process audit hooks (``_guard.py``), so only the OS layer holds:
     for tests of that layer, never for grading.
     """
-    python = sandbox_python()
-    work = Path(tempfile.mkdtemp(prefix="tandem-sbx-"))
-    try:
-        (work / "program.py").write_text(source, encoding="utf-8")
-        shutil.copyfile(HERE / "_guard.py", work / "_guard.py")
-        uid = SLOT_UID_BASE + slot if os.getuid() == 0 else None
-        if uid is not None:
-            for p in (work, work / "program.py", work / "_guard.py"):
-                os.chown(p, uid, uid)
-        read_fd, write_fd = os.pipe()
-        argv = [python, "-I", "-B", *(["_guard.py"] if guard else []), "program.py"]
-        spec = {"work": str(work), "argv": argv, "env": PROGRAM_ENV, "uid": uid, "status_fd": write_fd,
-                "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb, "nproc": limits.nproc, "file_mb": limits.file_mb}
-        start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "_launch.py"), json.dumps(spec)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=(write_fd,), start_new_session=True, env=PROGRAM_ENV)
-        os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as status:
-            out, err, status_text, timed_out, overflow = _communicate(proc, stdin.encode("utf-8"), status, limits)
-        wall = time.monotonic() - start
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    reports = [json.loads(x) for x in status_text.decode().splitlines() if x.strip()]
-    iso = reports[0] if reports else {}
-    report = reports[2] if len(reports) > 2 else {"signal": signal.SIGKILL}
-    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-    return Outcome(_classify(timed_out, overflow, report, stderr), report.get("exit"), report.get("signal"),
-                   stdout, stderr, wall, iso)
+    with Launch(source, limits, slot, guard=guard) as run:
+        threading.Thread(target=feed, args=(run.proc.stdin, stdin.encode("utf-8")), daemon=True).start()
+        return run.finish(drain(run.bufs, {run.proc.stdout, run.proc.stderr}, limits.output_bytes, run.deadline))
 
 
-def _communicate(proc: subprocess.Popen, data: bytes, status, limits: Limits):
-    """Feed stdin, read the three pipes until they close; SIGKILL the group at the deadline or overflow."""
-    def feed():
+class Launch:
+    """One program started in the sandbox (a context manager: its work directory goes on exit).
+
+    ``files`` are copied beside the guard into the work directory; ``argv`` follows the guard (default
+    ``program.py``); ``stdin``/``stdout`` are pipes of this process (default: new pipes,
+    ``proc.stdin``/``proc.stdout``). ``status`` is the launcher's report pipe; ``bufs`` the buffers
+    ``drain`` fills for the program's own pipes and ``status``; ``deadline`` is the start plus the
+    wall-clock limit (``time.monotonic()``).
+    """
+
+    def __init__(self, source: str, limits: Limits, slot: int, guard: bool = True, files: tuple = (),
+                 argv: tuple = ("program.py",), stdin=subprocess.PIPE, stdout=subprocess.PIPE):
+        python, self.limits = sandbox_python(), limits
+        self.work = Path(tempfile.mkdtemp(prefix="tandem-sbx-"))
         try:
-            proc.stdin.write(data)
-        except (BrokenPipeError, OSError):
-            pass
-        finally:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+            (self.work / "program.py").write_text(source, encoding="utf-8")
+            names = ["_guard.py", *files]
+            for name in names:
+                shutil.copyfile(HERE / name, self.work / name)
+            uid = SLOT_UID_BASE + slot if os.getuid() == 0 else None
+            if uid is not None:
+                for p in (self.work, self.work / "program.py", *(self.work / n for n in names)):
+                    os.chown(p, uid, uid)
+            read_fd, write_fd = os.pipe()
+            cmd = [python, "-I", "-B", *(["_guard.py"] if guard else []), *argv]
+            spec = {"work": str(self.work), "argv": cmd, "env": PROGRAM_ENV, "uid": uid, "status_fd": write_fd,
+                    "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb, "nproc": limits.nproc, "file_mb": limits.file_mb}
+            self.start = time.monotonic()
+            self.deadline = self.start + limits.wall_s
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "_launch.py"), json.dumps(spec)],
+                                         stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                                         start_new_session=True, env=PROGRAM_ENV)
+            os.close(write_fd)
+            self.status = os.fdopen(read_fd, "rb")
+            self.bufs = {f: bytearray() for f in (self.proc.stdout, self.proc.stderr, self.status) if f is not None}
+        except BaseException:
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise
 
-    threading.Thread(target=feed, daemon=True).start()
-    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray(), status: bytearray()}
-    sel = selectors.DefaultSelector()
+    def __enter__(self) -> Launch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.proc.poll() is None:
+                _stop(self.proc, bytes(self.bufs[self.status]))
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr, self.status):
+                if f is not None:
+                    f.close()
+        finally:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def finish(self, why: str | None) -> Outcome:
+        """The run's ``Outcome`` once ``drain`` returned ``why`` (the program stopped first if it is over
+        time or output; ``stdout`` empty where this process does not read it)."""
+        if why is not None:
+            _stop(self.proc, bytes(self.bufs[self.status]))
+        self.proc.wait()
+        cap = self.limits.output_bytes
+        stdout = self.bufs.get(self.proc.stdout, b"")
+        stderr = self.bufs[self.proc.stderr]
+        reports = []
+        for x in bytes(self.bufs[self.status]).decode("utf-8", "replace").splitlines():
+            try:
+                reports.append(json.loads(x))
+            except ValueError:
+                pass
+        iso = reports[0] if reports else {}
+        report = reports[2] if len(reports) > 2 else {"signal": signal.SIGKILL}
+        out, err = bytes(stdout[:cap]).decode("utf-8", "replace"), bytes(stderr[:cap]).decode("utf-8", "replace")
+        return Outcome(_classify(why == "timeout", why == "overflow", report, err), report.get("exit"),
+                       report.get("signal"), out, err, time.monotonic() - self.start, iso)
+
+
+def feed(pipe, data: bytes) -> None:
+    """Write ``data`` to ``pipe`` and close it; a reader that went away is no error."""
+    try:
+        pipe.write(data)
+    except (BrokenPipeError, OSError):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+def drain(bufs: dict, capped: set, cap: int, deadline: float, done=None) -> str | None:
+    """Read every file of ``bufs`` into its buffer until all are closed, or ``done(closed files)`` holds:
+    None; at ``deadline``: "timeout"; when a ``capped`` file's buffer passes ``cap`` bytes: "overflow"."""
+    sel, closed = selectors.DefaultSelector(), set()
     for f in bufs:
         sel.register(f, selectors.EVENT_READ)
-    deadline = time.monotonic() + limits.wall_s
-    timed_out = overflow = False
-    while sel.get_map():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        for key, _ in sel.select(min(left, 1.0)):
-            chunk = os.read(key.fileobj.fileno(), 1 << 16)
-            if not chunk:
-                sel.unregister(key.fileobj)
-                continue
-            bufs[key.fileobj] += chunk
-            if key.fileobj is not status and len(bufs[key.fileobj]) > limits.output_bytes:
-                overflow = True
-        if overflow:
-            break
-    if timed_out or overflow:
-        _stop(proc, bytes(bufs[status]))
-    sel.close()
-    proc.wait()
-    for f in (proc.stdout, proc.stderr):
-        f.close()
-    cap = limits.output_bytes
-    return bytes(bufs[proc.stdout][:cap]), bytes(bufs[proc.stderr][:cap]), bytes(bufs[status]), timed_out, overflow
+    try:
+        while sel.get_map() and not (done and done(closed)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            for key, _ in sel.select(min(left, 1.0)):
+                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    closed.add(key.fileobj)
+                    continue
+                bufs[key.fileobj] += chunk
+                if key.fileobj in capped and len(bufs[key.fileobj]) > cap:
+                    return "overflow"
+        return None
+    finally:
+        sel.close()
 
 
 def _stop(proc: subprocess.Popen, status: bytes) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..rewards.code import (APPS_HEADER, code_verifier, default_workers, extract_code, grade_one, grade_programs,
-                            stdout_matches)
+from ..rewards.code import (APPS_HEADER, code_verifier, default_workers, defined_names, extract_code, grade_one,
+                            grade_programs, stdout_matches)
 from ..sandbox import Limits
 from .base import Grade
 from .code_data import load_code
@@ -58,9 +58,13 @@ class CodeTask:
 
 
 def _gold(row: dict) -> dict:
-    """A row's gold test description (a dict, or its JSON text as ``Problem.answer`` records it)."""
+    """A row's gold test description (a dict, or its JSON text as ``Problem.answer`` records it); for
+    asserts, with the reference solution's top-level names as ``targets`` (``rewards.code``)."""
     gold = row["gold"]
-    return json.loads(gold) if isinstance(gold, str) else gold
+    gold = json.loads(gold) if isinstance(gold, str) else gold
+    if gold["kind"] == "asserts" and row.get("solution") and "targets" not in gold:
+        gold = {**gold, "targets": defined_names(row["solution"])}
+    return gold
 
 
 __all__ = ["APPS_HEADER", "CodeTask", "extract_code", "stdout_matches"]
