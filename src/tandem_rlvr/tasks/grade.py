@@ -154,6 +154,8 @@ def cmd_grade(a) -> None:
 
 def register(sub) -> None:
     """Add ``tandem grade`` to the command parser's subparsers."""
+    from ..cli_flags import number
+
     g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
     g.add_argument("--task", default="math", help="math (default), gsm8k, answer-tag or code (docs/tasks.md)")
     g.add_argument("--benchmark", required=True, help="the problems the responses answer: a name (humaneval, mbpp, "
@@ -162,5 +164,5 @@ def register(sub) -> None:
                    "other columns are kept")
     g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")
     g.add_argument("--split", default=None, help="split for registered or hub benchmarks")
-    g.add_argument("--workers", type=int, default=None, help="programs run at once (code; default: CPUs, at most 8)")
+    g.add_argument("--workers", type=number(int, 1, optional=True), default=None, help="programs run at once (code; default: CPUs, at most 8)")
     g.set_defaults(fn=cmd_grade)
