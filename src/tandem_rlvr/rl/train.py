@@ -180,7 +180,7 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     The run directory is not part of a run's identity (``runs/x``, ``./runs/x/``, its absolute
     path or the directory after a move are one run); everything else must match.
     """
-    out = Path(cfg.output_dir).expanduser()
+    out = output_dir(cfg.output_dir, "--output-dir", create=False)  # before any model loads or world builds
     saved = out / "config.json"
     refuse_other_config(saved, stored_config(cfg), "use another --output-dir", ignore=("output_dir", "server"),
                         defaults=_reward_defaults())
