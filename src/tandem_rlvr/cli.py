@@ -30,7 +30,11 @@ def cmd_generate(a):
     from .progress import console
     from .prompting import encode_prompt, format_prompt
 
+    from .io import lone_surrogate
+
     sched = a.schedule
+    if (bad := lone_surrogate(a.prompt)) is not None:  # a byte that is not UTF-8 on the command line
+        raise TandemError(f"--prompt holds {bad}; pass UTF-8 text")
     if sched == "senior" and (a.junior or a.junior_device):
         raise TandemError("--junior/--junior-device have no effect with --schedule senior (the senior writes alone)")
     configure_cpu_threads()

@@ -29,6 +29,7 @@ import yaml
 from .decoding.sampling import SamplingParams
 from .decoding.schedule import SCHEDULES, check_p_K
 from .errors import TandemError, check_number
+from .io import read_text
 from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
 
@@ -438,7 +439,7 @@ def load_train_config(preset: str | None = None, file: str | None = None, overri
         p = Path(file)
         if not p.is_file():
             raise TandemError(f"config file not found: {file}")
-        extra = _read_yaml(p.read_text(encoding="utf-8"), file)
+        extra = _read_yaml(read_text(p), file)
         _check_keys(extra, file)
         data.update(extra)
     if overrides:

@@ -27,7 +27,7 @@ from transformers import TrainerCallback
 from ..decoding.rng import row_seed
 from ..decoding.schedule import make_schedule
 from ..decoding.tandem import TandemDecoder
-from ..io import write_json
+from ..io import read_text, write_json
 from ..prompting import encode_prompt
 from .precision import save_in_dtype
 
@@ -59,7 +59,7 @@ def read_log(path: Path) -> list[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path).splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

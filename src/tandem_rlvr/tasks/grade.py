@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import TandemError
-from ..io import jsonl_objects, read_json, write_json
+from ..io import jsonl_objects, read_json, read_text, write_json
 from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
 from . import get_task
 
@@ -68,7 +68,7 @@ def _done_rows(path: Path, inputs: list[dict]) -> list[dict]:
     """Graded rows already written; a torn last line (an interrupted write) is dropped and the file rewritten."""
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     lines = text.split("\n")
     rows = []
     for i, line in enumerate(lines, 1):
