@@ -125,6 +125,7 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     from ..fingerprint import model_fingerprint
     from ..models import load_pair, resolve_model_path
 
+    output_dir(out, "--out", create=False)  # a bad --out fails before any model resolves (or world builds)
     run = read_run(s.samples)
     cfg = run.config
     if run.schedule != "senior":

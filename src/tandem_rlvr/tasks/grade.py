@@ -105,6 +105,7 @@ def grade_file(task_name: str, benchmark: str, responses: str | os.PathLike, out
             raise TandemError(f"--workers must be >= 1, got {workers}")
         if hasattr(task, "workers"):
             task = replace(task, workers=workers)
+    output_dir(out, "--out", create=False)  # before the benchmark loads
     path = Path(responses).expanduser()
     inputs = read_responses(path)
     problems = {str(r["problem_id"]): r for r in task.load(benchmark, split=split)}
