@@ -5,34 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def number(kind=int, lo=None, hi=None, *, lo_open: bool = False, optional: bool = False):
-    """argparse type of a numeric flag: ``kind`` (int or float) parsed from the text, then
-    ``errors.check_number``'s rule (finite, in range), so NaN, inf, 0 and negative values fail as
-    a one-line usage error naming the flag, before any work. ``optional``: "none" means None."""
-    from .errors import TandemError, check_number, number_rule
-
-    integer = kind is int
-
-    def parse(text: str):
-        if optional and text.strip().lower() in ("none", "null"):
-            return None
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {number_rule(lo, hi, lo_open=lo_open, integer=integer)}, "
-                                             f"got {text!r}") from None
-        try:
-            return check_number(value, "value", lo, hi, lo_open=lo_open, integer=integer)
-        except TandemError as e:
-            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-COUNT = number(int, 1)  # a positive count: --n, --batch-size, --limit, ...
-FRACTION = number(float, 0, 1)  # a probability in [0, 1]
+from .errors import COUNT, FRACTION, number  # noqa: F401  (the flags' numeric types, re-exported)
 
 
 def seed_type(text: str) -> int:

@@ -165,7 +165,7 @@ def run_server(a) -> None:
 
 def register(sub, parser_class) -> None:
     """Add ``tandem serve`` to the subcommands."""
-    from ..cli_flags import number
+    from ..errors import number
 
     class _PassThrough(parser_class):
         """Flags this parser does not know are vLLM's: kept, in order, for the server."""

@@ -13,7 +13,7 @@ Thin, like ``cli.py``: parse, call ``eval.legibility/drift/compare/report``, pri
 
 from __future__ import annotations
 
-from ..cli_flags import COUNT, number
+from ..errors import COUNT, number
 from ..errors import TandemError
 
 RUN_HELP = ("[NAME=]DIR of one senior's results: an eval dir, or a dir whose subdirs are eval dirs (solo run = "

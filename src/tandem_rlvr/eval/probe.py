@@ -265,7 +265,8 @@ def cmd_probe(a) -> None:
 
 def register(sub) -> None:
     """Add ``tandem probe forced-junior`` to the command parser's subparsers."""
-    from ..cli_flags import COUNT, number, seed_type
+    from ..config import SEED_MAX
+    from ..errors import COUNT, number
 
     p = sub.add_parser("probe", help="probes of a trained senior: forced-junior")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=type(p))
@@ -275,7 +276,7 @@ def register(sub) -> None:
     f.add_argument("--junior", required=True, help="the junior model")
     f.add_argument("--senior", default=None, help="the senior model (default: the run's)")
     f.add_argument("--position", default="first", choices=POSITIONS, help="which differing position per sample")
-    f.add_argument("--seed", type=seed_type, default=0, help="seed of the random positions and of the continuations")
+    f.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="seed of the random positions and of the continuations")
     f.add_argument("--limit", type=COUNT, default=None, help="first N correct samples")
     f.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="engine of the senior's continuations")
     f.add_argument("--device", default="auto")

@@ -155,7 +155,7 @@ def cmd_grade(a) -> None:
 
 def register(sub) -> None:
     """Add ``tandem grade`` to the command parser's subparsers."""
-    from ..cli_flags import number
+    from ..errors import number
 
     g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
     g.add_argument("--task", default="math", help="math (default), gsm8k, answer-tag or code (docs/tasks.md)")
