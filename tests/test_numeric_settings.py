@@ -89,3 +89,11 @@ def test_an_empty_output_path_is_refused(capsys, tmp_path, monkeypatch):
         err = capsys.readouterr().err.strip()
         assert "an empty path" in err and len(err.splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_decode_refuses_more_new_tokens_than_the_context_holds(capsys, model_dir):
+    # conftest's models have max_position_embeddings 512: no prompt leaves room for 100000 new tokens
+    assert main(["bench", "decode", "--senior", str(model_dir), "--batch", "2", "--new-tokens", "100000",
+                 "--repeats", "1", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--new-tokens 100000" in err and "context of 512 tokens" in err, err
