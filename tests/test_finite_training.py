@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import make_model
+from test_reward_training import setup as terms_setup  # noqa: F401  (a module fixture)
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rewards.terms import build_terms, parse_terms
@@ -45,16 +45,10 @@ def fine(completions, **kw): return [0.5, None]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, tok):
-    root = tmp_path_factory.mktemp("finite")
-    for name, seed in (("senior", 0), ("junior", 1)):
-        make_model(len(tok), seed, hidden=32, layers=1).save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    with open(root / "data.jsonl", "w") as f:
-        for i in range(40):
-            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
-    (root / "rewards.py").write_text(REWARDS)
-    return root
+def setup(terms_setup):
+    """test_reward_training's tiny senior, junior and data, plus the reward functions above."""
+    (terms_setup / "rewards.py").write_text(REWARDS)
+    return terms_setup
 
 
 def _cfg(root, out, **kw):
