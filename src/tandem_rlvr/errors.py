@@ -2,8 +2,8 @@
 
 Anything a user can get wrong (a path, a flag, a malformed row) raises ``TandemError``
 with a one-line message that names the bad input. The CLI prints it without a traceback
-and exits with status 2; library callers can catch it like any ``ValueError``. ``check_number`` is the one rule for every
-numeric setting (and ``number`` its argparse form for flags).
+and exits with status 2; library callers can catch it like any ``ValueError``.
+``check_number`` is the one rule for every numeric setting, ``number`` its argparse form for flags.
 """
 
 from argparse import ArgumentTypeError
