@@ -43,8 +43,8 @@ def test_mismatched_tokenizers_name_both(capsys, model_dir, other_tok_dir):
                     "do not share one tokenizer", str(model_dir), str(other_tok_dir))
 
 
-@pytest.mark.parametrize("flags,needle", [(["--max-tokens", "0"], "max_new_tokens"), (["--p", "1.5"], "p "),
-                                          (["--K", "0"], "K "), (["--temperature", "-1"], "temperature")])
+@pytest.mark.parametrize("flags,needle", [(["--max-tokens", "0"], "argument --max-tokens"), (["--p", "1.5"], "argument --p:"),
+                                          (["--K", "0"], "argument --K:"), (["--temperature", "-1"], "temperature")])
 def test_bad_sampling_and_schedule_flags(capsys, model_dir, flags, needle):
     _one_line_error(capsys, ["generate", "--prompt", "x", "--senior", str(model_dir), *flags], needle)
 

@@ -87,7 +87,7 @@ def test_a_reordered_copy_reusing_problem_ids_is_refused_even_with_allow_mixed(t
 
 @pytest.mark.parametrize("key,value", [("sampling", {"temperature": 1.0, "top_p": 0.8, "top_k": 20, "max_new_tokens": 3}),
                                        ("n", 1), ("template", "chat"), ("instruction", "reason-step"),
-                                       ("answer_mode", "final-boxes"), ("dtype", "bfloat16")])
+                                       ("dtype", "bfloat16")])
 def test_each_compared_setting_is_refused_when_it_differs(tmp_path, capsys, models, key, value):  # noqa: F811
     bench = _bench(tmp_path / "b.jsonl")
     _eval(tmp_path / "x" / "solo", models["a"], bench)
@@ -100,13 +100,18 @@ def test_each_compared_setting_is_refused_when_it_differs(tmp_path, capsys, mode
     assert rc != 0 and len(err) == 1 and f"differ in {key}" in err[0]
 
 
-@pytest.mark.parametrize("key,value", [("seed", 7), ("engine", "vllm")])
-def test_seed_and_engine_may_differ(tmp_path, capsys, models, key, value):  # noqa: F811
+def _run_and_altered_copy(tmp_path, models, key, value):
+    """Solo run x, and y: its copy whose config.json says ``key: value``."""
     bench = _bench(tmp_path / "b.jsonl")
     _eval(tmp_path / "x" / "solo", models["a"], bench)
     shutil.copytree(tmp_path / "x", tmp_path / "y")
     cfg_path = tmp_path / "y" / "solo" / "config.json"
     cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), key: value}))
+
+
+@pytest.mark.parametrize("key,value", [("seed", 7), ("engine", "vllm")])
+def test_seed_and_engine_may_differ(tmp_path, capsys, models, key, value):  # noqa: F811
+    _run_and_altered_copy(tmp_path, models, key, value)
     rc, out, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
     assert rc == 0 and err == [] and "(4 problems)" in (tmp_path / "cmp" / "compare.md").read_text()
 
@@ -172,3 +177,12 @@ def test_every_one_sided_test_is_small_in_the_right_direction_and_large_in_the_o
     t = d.mean() / (d.std(ddof=1) / math.sqrt(P))
     assert right["solo pass@1"]["t"] == pytest.approx(t)
     assert right["solo pass@1"]["p"] == pytest.approx(stats.t.sf(t, P - 1))
+
+
+@pytest.mark.parametrize("key,value", [("answer_mode", "final-boxes"), ("task", "gsm8k"), ("verifier", "gsm8k@1")])
+def test_verdicts_of_different_verifiers_are_refused_even_with_allow_mixed(tmp_path, capsys, models, key, value):  # noqa: F811
+    _run_and_altered_copy(tmp_path, models, key, value)
+    for extra in ([], ["--allow-mixed"]):
+        rc, _, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
+        assert rc == 2 and len(err) == 1 and f"differ in {key}" in err[0] and "never mixed" in err[0], (extra, err)
+        assert not (tmp_path / "cmp" / "compare.json").exists()

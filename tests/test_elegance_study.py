@@ -5,6 +5,7 @@ the pooled training-rollout and solo shares (hand-worked), and the whole study e
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -117,3 +118,25 @@ def test_study_runs_end_to_end_and_a_rerun_is_a_no_op(server, problems, tmp_path
     assert again == r and len(server.requests) == asked  # nothing retrained, re-evaluated or re-judged
     with pytest.raises(TandemError, match="other settings"):
         run_elegance(out, EleganceSettings(**{**s.__dict__, "coef": 1.0}), print_fn=lambda *_: None)
+
+
+@pytest.mark.parametrize("bad", [dict(judge_template="no_such_template.txt"), dict(preset="no-such-preset"),
+                                 dict(coef=math.nan), dict(train={"lr": math.inf})])
+def test_a_bad_setting_is_refused_before_the_study_writes_anything(server, problems, tmp_path, bad):
+    out = tmp_path / "study"
+    with pytest.raises(TandemError):
+        run_elegance(out, EleganceSettings(problems=str(problems), judge=server.url, **bad), print_fn=lambda *_: None)
+    assert not out.exists()
+
+
+def test_a_start_that_fails_before_the_calibration_leaves_nothing_behind(server, problems, tmp_path, monkeypatch):
+    import tandem_rlvr.recipes.elegance as elegance
+
+    def judge_down(*a, **k):
+        raise TandemError("the judge server is down")
+
+    monkeypatch.setattr(elegance, "calibrate", judge_down)
+    out = tmp_path / "study"
+    with pytest.raises(TandemError, match="down"):
+        run_elegance(out, EleganceSettings(problems=str(problems), judge=server.url), print_fn=lambda *_: None)
+    assert not out.exists()  # so the corrected command (another judge, another coef) is a fresh study

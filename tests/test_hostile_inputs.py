@@ -154,3 +154,40 @@ def test_a_full_disk_while_a_checkpoint_is_saved_is_one_line_and_the_rerun_resum
     steps = [json.loads(x)["step"] for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
              if "reward/mean" in json.loads(x)]
     assert steps == [1, 2]  # step 1 was not trained again, step 2 once
+
+
+# --------------------------------------------------------------------------- issue 32 item 5: round 3
+def test_a_responses_file_that_is_not_utf8_is_one_line_naming_it(capsys, tmp_path):
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes('{"problem_id": "0", "response": "caf\u00e9 \\\\boxed{1}"}\n'.encode("latin-1"))
+    _one_line_error(capsys, ["grade", "--benchmark", "tiny", "--responses", str(bad), "--out", str(tmp_path / "g")],
+                    f"{bad}:1: not UTF-8 text (byte 0xe9")
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_training_log_that_is_not_utf8_is_one_line_naming_it(capsys, tmp_path, model_dir, problems):
+    assert main(_eval(model_dir, problems, tmp_path / "x" / "solo")) == 0
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b'{"step": 1, "loss": 0.5}\n{"step": 2, "note": "\xff"}\n')
+    _one_line_error(capsys, ["report", f"x={tmp_path / 'x'}", "--train-log", str(log), "--out", str(tmp_path / "rep")],
+                    f"{log}:2: not UTF-8 text (byte 0xff")
+
+
+MIXED = "Caf\u00e9 \u041f\u0440\u0438\u0432\u0435\u0442 \u4f60\u597d \U0001F600 \u200f a\x00b: Mia has 2 shells."
+
+
+def test_mixed_script_problems_are_evaluated_and_a_lone_surrogate_is_refused(capsys, tmp_path, model_dir):
+    bench = tmp_path / "mixed.jsonl"
+    # accents, Cyrillic, Chinese, an emoji, a right-to-left mark and a NUL are Unicode: byte-level BPE encodes them;
+    # "\ud83d" (half an emoji, a valid JSON escape) is no character: the tokenizers library raised a TypeError on it
+    bench.write_text(json.dumps({"problem": MIXED, "answer": "2"}) + "\n"
+                     + '{"problem": "half an emoji \\ud83d: Mia has 3 shells.", "answer": "3"}\n')
+    assert main(_eval(model_dir, bench, tmp_path / "o")) == 0
+    rows = [json.loads(x) for x in (tmp_path / "o" / "samples.jsonl").read_text().splitlines()]
+    assert {r["problem_id"] for r in rows} == {"0"} and len(rows) == 2  # the mixed problem, n = 2 samples
+    capsys.readouterr()
+    only = tmp_path / "surrogate.jsonl"
+    only.write_text('{"problem": "\\udc80", "answer": "1"}\n')
+    _one_line_error(capsys, _eval(model_dir, only, tmp_path / "o2"), "no valid problems")
+    _one_line_error(capsys, ["generate", "--senior", str(model_dir), "--prompt", "bad \udcff byte"],
+                    "--prompt holds a lone surrogate U+DCFF")

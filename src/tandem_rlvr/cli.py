@@ -13,9 +13,10 @@ import logging
 import sys
 
 from .errors import TandemError
-from .cli_flags import (answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
-                        plan_flags, protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
-from .runtime import configure_cpu_threads
+from .cli_flags import (COUNT, answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
+                        plan_flags, protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings,
+                        template_flag, vllm_settings)
+from .runtime import configure_cpu_threads, env_threads
 
 log = logging.getLogger("tandem_rlvr")
 _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
@@ -30,7 +31,11 @@ def cmd_generate(a):
     from .progress import console
     from .prompting import encode_prompt, format_prompt
 
+    from .io import lone_surrogate
+
     sched = a.schedule
+    if (bad := lone_surrogate(a.prompt)) is not None:  # a byte that is not UTF-8 on the command line
+        raise TandemError(f"--prompt holds {bad}; pass UTF-8 text")
     if sched == "senior" and (a.junior or a.junior_device):
         raise TandemError("--junior/--junior-device have no effect with --schedule senior (the senior writes alone)")
     configure_cpu_threads()
@@ -242,11 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
         x = esub.add_parser(mode, help=helptext)
         x.add_argument("--benchmarks", default="tiny", help="comma-separated names, files or hub ids (default tiny)")
         x.add_argument("--split", default=None, help="split for registered/hub benchmarks (tiny: test)")
-        x.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
-        x.add_argument("--n", type=int, default=8, help="samples per problem (default 8)")
+        x.add_argument("--limit", type=COUNT, default=None, help="first N problems of each benchmark")
+        x.add_argument("--n", type=COUNT, default=8, help="samples per problem (default 8)")
         x.add_argument("--out", required=True, help="run directory (resumes if it exists)")
         x.add_argument("--seed", type=seed_type, default=0, help="base of every row's seed (default 0)")
-        x.add_argument("--batch-size", type=int, default=64,
+        x.add_argument("--batch-size", type=COUNT, default=64,
                        help="rows decoded together (vllm: rows handed to the engine at once; finished problems are "
                             "saved after each batch)")
         model_flags(x, junior=mode == "handoff")  # solo samples the senior alone: --junior is an error
@@ -289,6 +294,7 @@ def main(argv=None) -> int:
 
     hf_logging.disable_progress_bar()  # per-tensor load/save bars; ours show the real work
     try:
+        env_threads()  # a bad $TANDEM_THREADS fails here, before any work
         a.fn(a)
     except TandemError as e:
         print(f"tandem: error: {e}", file=sys.stderr)

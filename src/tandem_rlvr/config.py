@@ -29,7 +29,8 @@ import yaml
 from .decoding.sampling import SamplingParams
 from .decoding.schedule import SCHEDULES, check_p_K
 from .engines.base import ENGINES, engine_kind
-from .errors import TandemError
+from .errors import TandemError, check_number
+from .io import read_text
 from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .rl.losses import LOSS_NORMALIZERS
 from .rl.sharding import SHARDINGS
@@ -46,6 +47,31 @@ def check_seed(seed: int, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
         raise TandemError(f"{name} must be an integer in [0, {SEED_MAX}], got {seed!r}")
     return seed
+
+
+# The range of each numeric TrainConfig field beyond "finite" (every float field must be finite, every
+# int field an integer): (lo, hi, lo_open). Checked first by TrainConfig.__post_init__, the one check for
+# a preset, a config file, the flags, the dry-run and the run. Fields with cross-field rules (max_steps,
+# save_every, dual_clip, beta, ...) keep those below.
+RANGES = {
+    "lr": (0, None, True), "clip": (0, None, True), "epochs": (0, None, True), "decline_drop": (0, 1, True),
+    "eval_n": (1, None, False), "val_size": (1, None, False), "limit": (1, None, False),
+    "save_total_limit": (1, None, False), "top_k": (0, None, False), "top_p": (0, 1, True),
+    "weight_decay": (0, None, False), "kl_clamp": (0, None, False), "dual_clip": (0, None, False),
+    "beta": (0, None, False), "junior_imitation": (0, None, False), "judge_max_tokens": (1, None, False),
+    "judge_timeout": (0, None, True), "judge_retries": (0, None, False), "judge_concurrency": (1, None, False),
+    "vllm_kv_cache_gib": (0, None, True), "length_ceiling": (1, None, False),
+}
+
+
+def _check_numbers(cfg) -> None:
+    """Every int/float field of ``cfg`` finite, of its type and in its ``RANGES`` entry (NaN fails every rule)."""
+    for f in fields(cfg):
+        kind = f.type.replace(" | None", "")
+        if kind in ("int", "float"):
+            lo, hi, lo_open = RANGES.get(f.name, (None, None, False))
+            check_number(getattr(cfg, f.name), f.name, lo, hi, lo_open=lo_open, integer=kind == "int",
+                         optional="None" in f.type)
 
 
 def _f(default, help: str, **kw):
@@ -192,6 +218,7 @@ class TrainConfig:
                              "rollout copy, an engine or a save (bounds the gather's memory on every rank)")
 
     def __post_init__(self):
+        _check_numbers(self)
         if self.method not in METHODS:
             raise TandemError(f"unknown method {self.method!r}; valid: {', '.join(METHODS)}")
         if self.schedule not in SCHEDULES:
@@ -446,7 +473,7 @@ def load_train_config(preset: str | None = None, file: str | None = None, overri
         p = Path(file)
         if not p.is_file():
             raise TandemError(f"config file not found: {file}")
-        extra = _read_yaml(p.read_text(encoding="utf-8"), file)
+        extra = _read_yaml(read_text(p), file)
         _check_keys(extra, file)
         data.update(extra)
     if overrides:
@@ -513,6 +540,7 @@ class EvalConfig:
         if self.n < 1:
             raise TandemError(f"n (samples per problem) must be >= 1, got {self.n}")
         check_seed(self.seed)
+        check_p_K(self.p, self.K)
         if self.batch_size < 1 or (self.limit is not None and self.limit < 1):
             raise TandemError(f"batch size and limit must be >= 1, got {self.batch_size} and {self.limit}")
         if self.mode == "solo" and (self.junior is not None or self.junior_device is not None):

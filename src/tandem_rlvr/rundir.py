@@ -42,6 +42,8 @@ def output_dir(path: str | os.PathLike, flag: str = "--out", create: bool = True
     Without ``create`` nothing is made: writability is probed in the nearest existing
     ancestor, so a command that later fails on bad input leaves no empty directory behind.
     """
+    if not str(path).strip():  # Path("") is the working directory: a run would land in it unasked
+        raise TandemError(f"{flag}: an empty path; name the output directory")
     p = Path(path).expanduser()
     if p.is_symlink() and not p.exists():
         raise TandemError(f"{flag} {path}: a symlink to {os.readlink(p)}, which does not exist")

@@ -28,10 +28,26 @@ BUILD_THREADS = 1  # every world build, whatever the load or $TANDEM_THREADS (pa
 DEMO_THREADS = 1  # tandem demo and study drift, unless $TANDEM_THREADS is set (recorded in their results)
 
 
+def env_threads() -> int | None:
+    """$TANDEM_THREADS as a thread count (None when unset); a TandemError unless it is an integer in
+    [1, this machine's cores]: more threads than cores only slows torch down, and a typo such as
+    100000 would start that many OpenMP threads."""
+    from .errors import TandemError, check_number
+
+    text = os.environ.get("TANDEM_THREADS", "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise TandemError(f"$TANDEM_THREADS must be an integer number of threads, got {text!r}") from None
+    return check_number(value, "$TANDEM_THREADS", 1, os.cpu_count() or 1, integer=True)
+
+
 def pick_threads() -> int:
     """Idle cores by the 1-minute load average (at least 1, at most 8), or $TANDEM_THREADS."""
-    if os.environ.get("TANDEM_THREADS"):
-        return max(1, int(os.environ["TANDEM_THREADS"]))
+    if (n := env_threads()) is not None:
+        return n
     cores = os.cpu_count() or 1
     busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
     return max(1, min(8, cores - busy))
@@ -44,7 +60,7 @@ def configure_cpu_threads(fixed: int | None = None) -> int:
     load, for results that must reproduce), else ``pick_threads``'s choice from the load."""
     if torch.cuda.is_available():
         return torch.get_num_threads()
-    n = pick_threads() if fixed is None or os.environ.get("TANDEM_THREADS") else max(1, fixed)
+    n = pick_threads() if fixed is None or env_threads() is not None else max(1, fixed)
     torch.set_num_threads(n)
     return n
 

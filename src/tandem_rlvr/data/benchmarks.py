@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..errors import TandemError
+from ..io import lone_surrogate
 from ..paths import data_dirs
 from ..rewards.math import extract_boxed
 
@@ -214,6 +215,8 @@ def _to_problem(row: dict, *, benchmark: str, index: int) -> Problem:
     text = next((row[k].strip() for k in _TEXT_KEYS if isinstance(row.get(k), str) and row[k].strip()), None)
     if text is None:
         raise ValueError("no problem text (fields problem/question/prompt)")
+    if (bad := lone_surrogate(text)) is not None:
+        raise ValueError(f"problem text holds {bad}")
     solution = row.get("solution")
     if isinstance(solution, list):
         solution = "\n\n".join(str(s) for s in solution)

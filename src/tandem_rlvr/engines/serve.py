@@ -165,6 +165,7 @@ def run_server(a) -> None:
 
 def register(sub, parser_class) -> None:
     """Add ``tandem serve`` to the subcommands."""
+    from ..errors import number
 
     class _PassThrough(parser_class):
         """Flags this parser does not know are vLLM's: kept, in order, for the server."""
@@ -182,11 +183,11 @@ def register(sub, parser_class) -> None:
     s.add_argument("--junior", default=None, help="junior (same tokenizer); default: the senior's checkpoint")
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; vLLM's own "
                    "default, every interface, must be asked for: --host 0.0.0.0)")
-    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--port", type=number(int, 1, 65535), default=8000, help="port (default 8000)")
     s.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"),
                    help="key clients must send (Authorization: Bearer KEY); default $VLLM_API_KEY")
     s.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
-    s.add_argument("--kv-cache-gib", type=float, default=None, help="KV-cache GiB (default: vLLM's share of GPU "
+    s.add_argument("--kv-cache-gib", type=number(float, 0, lo_open=True), default=None, help="KV-cache GiB (default: vLLM's share of GPU "
                    "memory; 1 GiB on CPU)")
     s.add_argument("--weight-sync", nargs="?", const="auto", default=None, choices=("auto", "nccl", "tandem_gloo"),
                    help="accept weight pushes from a trainer (tandem train --engine vllm-server): vLLM's weight "

@@ -13,6 +13,7 @@ Thin, like ``cli.py``: parse, call ``eval.legibility/drift/compare/report``, pri
 
 from __future__ import annotations
 
+from ..errors import COUNT, number
 from ..errors import TandemError
 
 RUN_HELP = ("[NAME=]DIR of one senior's results: an eval dir, or a dir whose subdirs are eval dirs (solo run = "
@@ -116,7 +117,7 @@ def _compare_flags(p) -> None:
     p.add_argument("--baseline", default=None, metavar="NAME", help="senior the t-tests compare against (default: the first)")
     p.add_argument("--ks", default=None, metavar="K,K,...", help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
                    "a k above the samples per problem is an error")
-    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--n-boot", type=number(int, 2, 10**7), default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--macro", choices=("ours", "paper"), default="ours",
                    help="ours (default): the macro over the runs' benchmarks; paper: also the paper code's macro over "
                         "aime24, aime25, aime26 and amc23_25, equal weights (a pooled aime run counts by year)")
@@ -165,7 +166,7 @@ def register(sub, esub) -> None:
     lg.add_argument("--benchmarks", default=None, help="comma-separated benchmark specs to re-make the prompts "
                     "(default: the names in config.json; give the files for benchmarks sampled from local files)")
     lg.add_argument("--split", default=None, help="split of registered/hub benchmarks, as given to `eval solo`")
-    lg.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward batch (default 16384)")
+    lg.add_argument("--batch-tokens", type=COUNT, default=16384, help="padded tokens per forward batch (default 16384)")
     lg.add_argument("--device", default="auto", help="auto, cpu, cuda:0, ... (default auto)")
     lg.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
     lg.add_argument("--out", required=True, help="output dir: legibility.json, per_problem.jsonl, per_sample.jsonl")
@@ -187,10 +188,10 @@ def register(sub, esub) -> None:
     dr.add_argument("--reference", default=None,
                     help="senior whose over-emitted tokens are tracked, e.g. GRPO (default: first)")
     dr.add_argument("--candidate", default=None, help="senior whose recovery is measured, e.g. tandem (default: second)")
-    dr.add_argument("--smoothing", type=float, default=1.0, help="additive pseudo-count per token (default 1.0)")
-    dr.add_argument("--min-count", type=int, default=10, help="junior count for a token to be frequent (default 10)")
-    dr.add_argument("--top-n", type=int, default=500, help="over-emitted tokens tracked for recovery (default 500)")
-    dr.add_argument("--min-ref-count", type=int, default=5, help="times the reference must have emitted a token for it "
+    dr.add_argument("--smoothing", type=number(float, 0, lo_open=True), default=1.0, help="additive pseudo-count per token (default 1.0)")
+    dr.add_argument("--min-count", type=COUNT, default=10, help="junior count for a token to be frequent (default 10)")
+    dr.add_argument("--top-n", type=COUNT, default=500, help="over-emitted tokens tracked for recovery (default 500)")
+    dr.add_argument("--min-ref-count", type=COUNT, default=5, help="times the reference must have emitted a token for it "
                     "to count as over-emitted (default 5; see docs/evaluation.md)")
     dr.add_argument("--out", required=True, help="output dir: drift.json, drift.md, over_emitted.csv, counts.npz")
     dr.set_defaults(fn=cmd_drift)
@@ -221,7 +222,7 @@ def register(sub, esub) -> None:
     _compare_flags(rp)
     rp.add_argument("--train-log", action="append", default=[], metavar="[NAME=]LOG",
                     help="training log jsonl (step, reward/mean, completions/mean_length, senior/token_share, wall/step_s)")
-    rp.add_argument("--samples-per-run", type=int, default=3,
+    rp.add_argument("--samples-per-run", type=number(int, 0), default=3,
                     help="problems shown in Sample solutions, every senior side by side (default 3)")
     rp.add_argument("--note", action="append", default=[], metavar="TEXT",
                     help="a paragraph shown beside the solo table (repeatable), e.g. what a world builds in")

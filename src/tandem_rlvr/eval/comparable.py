@@ -4,8 +4,7 @@ Two sampling runs in one table (the solo runs; the handoff runs of one label) an
 paired t-test must measure the same quantity on the same problems. So:
 
 - **settings** (``COMPARED``) must agree: schedule (name, p, K, ...), sampling (temperature,
-  top-p, top-k, max new tokens), n, template, instruction, answer mode, task and verifier
-  (``tasks``; a run made before they were recorded is the math task's verifier), the
+  top-p, top-k, max new tokens), n, template, instruction, the
   models' compute dtype (where both runs record it); for
   handoff runs the junior, by the fingerprint of its files (by path for runs made before
   fingerprints); and per benchmark the problem set (count and fingerprint: another
@@ -20,7 +19,12 @@ paired t-test must measure the same quantity on the same problems. So:
 - **legibility**: the juniors that scored the seniors must be one model
   (``legibility_differences``).
 
-``compare --allow-mixed`` turns settings differences into warnings recorded in compare.json
+- **verdicts** (``VERDICTS``: task, verifier, answer mode; a run made before task and verifier were
+  recorded is the math task's) must agree among every run of one comparison
+  (``refuse_mixed_verdicts``), ``--allow-mixed`` or not: a correct under one verifier
+  and a correct under another are not one quantity (the README: verifiers are never mixed).
+
+``compare --allow-mixed`` turns the other settings differences into warnings recorded in compare.json
 (``mixed``); runs made before fingerprints were recorded are read with a warning that their
 problems cannot be checked.
 """
@@ -35,7 +39,8 @@ from .runs import INPUTS, EvalRun, legacy_defaults, problem_of, set_change
 
 log = logging.getLogger("tandem_rlvr")
 
-COMPARED = ("schedule", "sampling", "n", "template", "instruction", "answer_mode", "task", "verifier", "dtype")
+COMPARED = ("schedule", "sampling", "n", "template", "instruction", "dtype")  # --allow-mixed may mix these
+VERDICTS = ("task", "verifier", "answer_mode")  # what makes a sample's verdict: never mixed
 RECORDED_LATER = ("dtype",)  # compared only where both runs record it
 EXEMPT = ("models", "seed", "engine", "ks")
 
@@ -98,6 +103,19 @@ def settings_differences(runs: dict[str, EvalRun], what: str, handoff: bool) -> 
             if r["problems"] != s["problems"] or (r["sha256"] and s["sha256"] and r["sha256"] != s["sha256"]):
                 out.append(f"{what} runs {pair} differ in benchmark {bench} ({set_change(r, s)})")
     return out
+
+
+def refuse_mixed_verdicts(runs: dict[str, EvalRun]) -> None:
+    """TandemError if two of ``runs`` were graded differently (``VERDICTS``); no flag allows it."""
+    if not runs:
+        return
+    (ref_name, ref), *rest = runs.items()
+    found = [f"runs {ref_name} and {name} differ in {key} ({_text(a)} vs {_text(b)})" for name, run in rest
+             for key in VERDICTS if (a := _setting(ref.config, key)) != (b := _setting(run.config, key))]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise TandemError(f"{found[0]}{more}: verdicts of different verifiers are never mixed in one table or "
+                          "t-test, --allow-mixed or not; compare runs of one task, verifier and answer mode")
 
 
 def check_same_problems(runs: dict[str, EvalRun]) -> None:

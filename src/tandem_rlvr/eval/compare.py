@@ -46,7 +46,8 @@ from ..errors import TandemError
 from ..io import atomic_write, write_json
 from ..rundir import output_dir
 from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
-from .comparable import check_same_problems, legibility_differences, refuse_or_warn, settings_differences
+from .comparable import (check_same_problems, legibility_differences, refuse_mixed_verdicts, refuse_or_warn,
+                         settings_differences)
 from .regrade import apply_regrade
 from .runs import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
 from .tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
@@ -133,7 +134,9 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
     for _, group, _ in groups:
         if group:
             check_same_benchmarks(group)
-    check_same_problems({f"{n} ({what})": run for what, group, _ in groups for n, run in group.items()})
+    every = {f"{n} ({what})": run for what, group, _ in groups for n, run in group.items()}
+    check_same_problems(every)
+    refuse_mixed_verdicts(every)
     mixed = [d for what, group, handoff in groups if group
              for d in refuse_or_warn(settings_differences(group, what, handoff), allow_mixed)]
     leg = {n: read_legibility(s.legibility) for n, s in seniors.items() if s.legibility}

@@ -125,6 +125,7 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     from ..fingerprint import model_fingerprint
     from ..models import load_pair, resolve_model_path
 
+    output_dir(out, "--out", create=False)  # a bad --out fails before any model resolves (or world builds)
     run = read_run(s.samples)
     cfg = run.config
     if run.schedule != "senior":
@@ -265,6 +266,8 @@ def cmd_probe(a) -> None:
 def register(sub) -> None:
     """Add ``tandem probe forced-junior`` to the command parser's subparsers."""
     from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES
+    from ..config import SEED_MAX
+    from ..errors import COUNT, number
 
     p = sub.add_parser("probe", help="probes of a trained senior: forced-junior")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=type(p))
@@ -274,14 +277,14 @@ def register(sub) -> None:
     f.add_argument("--junior", required=True, help="the junior model")
     f.add_argument("--senior", default=None, help="the senior model (default: the run's)")
     f.add_argument("--position", default="first", choices=POSITIONS, help="which differing position per sample")
-    f.add_argument("--seed", type=int, default=0, help="seed of the random positions and of the continuations")
-    f.add_argument("--limit", type=int, default=None, help="first N correct samples")
+    f.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="seed of the random positions and of the continuations")
+    f.add_argument("--limit", type=COUNT, default=None, help="first N correct samples")
     f.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
                    help="engine of the senior's continuations")
     f.add_argument("--device", default="auto")
     f.add_argument("--junior-device", default=None)
     f.add_argument("--dtype", default="auto")
-    f.add_argument("--batch-size", type=int, default=16, help="samples forced and continued together")
-    f.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples of the interval")
+    f.add_argument("--batch-size", type=COUNT, default=16, help="samples forced and continued together")
+    f.add_argument("--n-boot", type=number(int, 1, 10**7), default=10_000, help="bootstrap resamples of the interval")
     f.add_argument("--out", required=True, help="output directory (resumes if it exists)")
     f.set_defaults(fn=cmd_probe)

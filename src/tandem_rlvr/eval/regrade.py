@@ -37,7 +37,7 @@ import os
 from pathlib import Path
 
 from ..errors import TandemError
-from ..io import atomic_write, read_json, write_json
+from ..io import atomic_write, read_json, read_text, write_json
 from .runs import CONFIG, SAMPLES, EvalRun, problem_of, read_run, run_problems
 
 REGRADED, RECORD = "samples.regraded.jsonl", "regrade.json"
@@ -160,7 +160,7 @@ def apply_regrade(run: EvalRun) -> dict | None:
         raise TandemError(f"{record_path}: made from other samples than {run.samples_path} holds now; run "
                           f"`tandem eval regrade {run.path} --replace`, or delete {RECORD} to use the original verdicts")
     verdicts = {}
-    for line in (run.path / REGRADED).read_text(encoding="utf-8").splitlines():
+    for line in read_text(run.path / REGRADED).splitlines():
         r = json.loads(line)
         verdicts[(*problem_of(r), r["sample_idx"])] = bool(r["correct"])
     for i, r in enumerate(run.rows):

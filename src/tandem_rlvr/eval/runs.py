@@ -36,7 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import TandemError
-from ..io import atomic_write, read_json, read_jsonl, write_json
+from ..io import atomic_write, read_json, read_jsonl, read_text, write_json
 from ..rundir import refuse_other_config
 
 log = logging.getLogger("tandem_rlvr")
@@ -98,7 +98,7 @@ def _parse_samples(path: Path, torn_ok: bool = False) -> tuple[list[dict], list[
     warning (what a crash mid-write leaves); otherwise, and for any other line, a TandemError.
     """
     rows, lines, seen = [], [], set()
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     parts = text.split("\n")
     for lineno, line in enumerate(parts, 1):
         if not line.strip():

@@ -197,6 +197,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     from ..prompting import resolve_template
     from ..tasks import load_problems, task_for_eval
 
+    output_dir(out, "--out", create=False)  # a bad --out fails before any model loads or world builds
     task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode, grader=cfg.grader)
     problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name

@@ -35,9 +35,10 @@ import torch
 
 from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import make_schedule
-from ..decoding.tandem import ModelRunner, TandemDecoder, left_pad
+from ..decoding.tandem import ModelRunner, TandemDecoder, context_limit, left_pad
 from ..decoding import rng
 from ..decoding.sampling import sample
+from ..errors import TandemError
 from ..runtime import configure_cpu_threads, intra_op_threads
 from .roofline import Shapes, best_seconds, machine_rates, roofline_bound
 
@@ -133,6 +134,11 @@ def bench_decode(senior, junior, tokenizer, prompts: list[str], batch: int = 64,
     word = make_schedule("word", tokenizer, p=p, vocab_size=senior.config.vocab_size)
     caps = lognormal_lengths(batch, new_tokens, median_frac, sigma) if lengths == "lognormal" else [new_tokens] * batch
     ids, attn, _ = left_pad(enc, pad)
+    context = min([c for m in (senior, junior) if m is not None and (c := context_limit(m))] or [10**12])
+    if ids.shape[1] + new_tokens > context:  # ours would stop at the context, the naive loop and generate() not
+        raise TandemError(f"--new-tokens {new_tokens}: the longest prompt ({ids.shape[1]} tokens) plus the new tokens "
+                          f"exceed the models' context of {context} tokens; use --new-tokens {context - ids.shape[1]} "
+                          "or less")
     dev = next(senior.parameters()).device
     ids, attn = ids.to(dev), attn.to(dev)
     eos = tokenizer.eos_token_id

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ..cli_flags import engine_flags, model_flags, pair_from_args, vllm_settings
+from ..cli_flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
 from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES, engine_kind
 from ..errors import TandemError
 from ..runtime import configure_cpu_threads
@@ -72,9 +72,9 @@ def register_study(sub) -> None:
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
     p.add_argument("--juniors", default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
                    "default self,weak")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
-    p.add_argument("--limit", type=int, default=200, help="test problems per evaluation (default 200)")
-    p.add_argument("--n", type=int, default=4, help="samples per problem (default 4)")
+    p.add_argument("--steps", type=number(int, 1, optional=True), default=None, help="training steps (default: the preset's)")
+    p.add_argument("--limit", type=COUNT, default=200, help="test problems per evaluation (default 200)")
+    p.add_argument("--n", type=COUNT, default=4, help="samples per problem (default 4)")
     p.add_argument("--checkpoint", default="final", choices=["final", "best"],
                    help="evaluate each run's final (default) or validation-best checkpoint")
     p.add_argument("--quick", action="store_true", help="seconds-long smoke version on a throwaway world")
@@ -85,12 +85,12 @@ def register_study(sub) -> None:
     e.add_argument("--senior", default="tiny", help="base model of both methods (default tiny)")
     e.add_argument("--junior", default=None, help="tandem's junior (default: the senior's checkpoint)")
     e.add_argument("--preset", default="tiny", help="training preset (default tiny)")
-    e.add_argument("--coef", type=float, default=0.5, help="judge bonus: correct x (1 + coef x verdict) (default 0.5)")
+    e.add_argument("--coef", type=number(float, 0), default=0.5, help="judge bonus: correct x (1 + coef x verdict) (default 0.5)")
     e.add_argument("--judge-template", default="elegance", help="judge prompt template (default elegance)")
     e.add_argument("--judge-parser", default="elegant-bashy", help="verdict parser (default elegant-bashy)")
-    e.add_argument("--judge-max-tokens", type=int, default=512, help="judge reply budget (default 512)")
-    e.add_argument("--test-size", type=int, default=2, help="problems held out for the solo evaluation (default 2)")
-    e.add_argument("--max-tokens", type=int, default=1024, help="solo evaluation: new tokens per sample (default 1024)")
+    e.add_argument("--judge-max-tokens", type=COUNT, default=512, help="judge reply budget (default 512)")
+    e.add_argument("--test-size", type=COUNT, default=2, help="problems held out for the solo evaluation (default 2)")
+    e.add_argument("--max-tokens", type=COUNT, default=1024, help="solo evaluation: new tokens per sample (default 1024)")
     p.set_defaults(fn=cmd_study)
 
 
@@ -98,8 +98,6 @@ def cmd_bench_decode(a):
     from ..prompting import plain_prompt
     from ..world.tasks import make_problems
 
-    if min(a.batch, a.new_tokens, a.repeats) < 1:
-        raise TandemError(f"--batch, --new-tokens and --repeats must be >= 1, got {a.batch}, {a.new_tokens}, {a.repeats}")
     configure_cpu_threads()
     prompts = [plain_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
     if engine_kind(a.engine).vllm_settings:  # the vLLM engine's own benchmark
@@ -119,10 +117,6 @@ def cmd_bench_decode(a):
         return
     from .bench import bench_decode, format_decode
 
-    if a.threads is not None and a.threads < 1:
-        raise TandemError(f"--threads must be >= 1, got {a.threads}")
-    if not 0 < a.median_frac <= 1 or a.sigma < 0:
-        raise TandemError(f"--median-frac must be in (0, 1] and --sigma >= 0, got {a.median_frac}, {a.sigma}")
     pair = pair_from_args(a, need_junior=True)
     res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats,
                        threads=a.threads, lengths=a.lengths, median_frac=a.median_frac, sigma=a.sigma,
@@ -144,8 +138,6 @@ def _fractions(text: str) -> tuple[float, ...]:
 def cmd_bench_train(a):
     from .bench import bench_train_step
 
-    if a.steps < 2:
-        raise TandemError(f"--steps must be >= 2 (the first step is warm-up), got {a.steps}")
     configure_cpu_threads()
     res = bench_train_step(a.preset, overrides={"engine": a.engine}, steps=a.steps,
                            print_fn=(lambda *_: None) if a.json else print)
@@ -173,16 +165,16 @@ def register_bench(sub, parser_class) -> None:
     bsub = b.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=parser_class)
     bd = bsub.add_parser("decode", help="tokens/s: our solo and tandem vs a naive tandem loop and generate()")
     bd.add_argument("--json", action="store_true", help="print one JSON object")
-    bd.add_argument("--batch", type=int, default=64)
-    bd.add_argument("--new-tokens", type=int, default=128)
-    bd.add_argument("--p", type=float, default=0.5, help="senior probability of the word schedule")
-    bd.add_argument("--repeats", type=int, default=3, help="timed repeats per decoder (best is kept)")
-    bd.add_argument("--threads", type=int, default=None,
+    bd.add_argument("--batch", type=COUNT, default=64)
+    bd.add_argument("--new-tokens", type=COUNT, default=128)
+    bd.add_argument("--p", type=FRACTION, default=0.5, help="senior probability of the word schedule")
+    bd.add_argument("--repeats", type=COUNT, default=3, help="timed repeats per decoder (best is kept)")
+    bd.add_argument("--threads", type=number(int, 1, optional=True), default=None,
                     help="thread budget of every decoder (default: the CLI's pick, $TANDEM_THREADS or idle cores)")
     bd.add_argument("--lengths", default="fixed", choices=("fixed", "lognormal"),
                     help="fixed: every row --new-tokens (EOS ignored); lognormal: per-row lengths, long-tailed")
-    bd.add_argument("--median-frac", type=float, default=0.25, help="lognormal: median length / --new-tokens")
-    bd.add_argument("--sigma", type=float, default=1.0, help="lognormal: sigma of log-length")
+    bd.add_argument("--median-frac", type=number(float, 0, 1, lo_open=True), default=0.25, help="lognormal: median length / --new-tokens")
+    bd.add_argument("--sigma", type=number(float, 0), default=1.0, help="lognormal: sigma of log-length")
     bd.add_argument("--compact-sweep", default="",
                     help="comma-separated compaction thresholds to time as well (fraction of finished rows, 0-1)")
     model_flags(bd)
@@ -191,7 +183,7 @@ def register_bench(sub, parser_class) -> None:
 
     bt = bsub.add_parser("train", help="optimiser-step wall-clock: tandem vs GRPO on a preset")
     bt.add_argument("--preset", default="tiny")
-    bt.add_argument("--steps", type=int, default=6, help="steps per method (the first is dropped as warm-up)")
+    bt.add_argument("--steps", type=number(int, 2), default=6, help="steps per method (the first is dropped as warm-up)")
     bt.add_argument("--json", action="store_true", help="print one JSON object")
     bt.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
                     help="rollout engine of both methods: hf (default) or vllm (in-process, weights synced per step)")
@@ -200,7 +192,7 @@ def register_bench(sub, parser_class) -> None:
     bm = bsub.add_parser("memory", help="peak memory of a tandem rollout batch vs KV-cache arithmetic")
     bm.add_argument("--senior", default="tiny")
     bm.add_argument("--junior", default=None, help="default: the senior's checkpoint (loaded as a second copy)")
-    bm.add_argument("--rows", type=int, default=8)
+    bm.add_argument("--rows", type=COUNT, default=8)
     bm.add_argument("--lengths", default="256,512,1024", help="comma-separated new-token counts")
     bm.add_argument("--json", action="store_true")
     bm.set_defaults(fn=cmd_bench_memory)

@@ -22,6 +22,10 @@ file exists (rerun the command to resume):
    format), and the judge grades every correct one (``OUT/eval/<name>/elegance.json``);
 6. ``OUT/elegance.json`` and ``OUT/elegance.md``: both tables.
 
+Every setting is checked before anything is written (the training configs of both methods, the
+judge's settings, the evaluation's), and a start that fails before the calibration leaves nothing
+behind, so the corrected command is not refused as "another study".
+
 One judge, one verdict cache (``OUT/judge_cache.sqlite`` for calibration and evaluation; each
 training run keeps its own), greedy, so a resumed study pays for no verdict twice.
 """
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from ..errors import TandemError
 from ..io import atomic_write, jsonl_objects, read_json, write_json
-from ..rundir import config_diff, output_dir
+from ..rundir import config_diff, output_dir, remove_failed_start
 
 LABELS = ("elegant", "bashy")
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "files" / "elegance" / "sample.jsonl"
@@ -131,19 +135,61 @@ def solo_elegance(judge, samples: list[dict], answers: dict[str, tuple[str, str]
             "judge_failures": stats.failed if stats else 0}
 
 
-def run_elegance(out: str | Path, s: EleganceSettings, print_fn=print) -> dict:
-    """Run (or finish) the study into ``out``; return its result (also OUT/elegance.json)."""
+def _train_overrides(s: EleganceSettings, out: Path, method: str) -> dict:
+    """The TrainConfig keys of ``method``'s training run over the preset."""
+    return dict(dataset=str(out / "data" / "train.jsonl"), dataset_split=None, seed=s.seed,
+                reward_terms=f"correct,judge:{s.coef:g}", judge=s.judge, judge_template=s.judge_template,
+                judge_parser=s.judge_parser, judge_max_tokens=s.judge_max_tokens, **s.train)
+
+
+def _eval_config(s: EleganceSettings, out: Path, model: str):
     from ..config import EvalConfig
     from ..decoding.sampling import SamplingParams
+
+    return EvalConfig(senior=model, benchmarks=[str(out / "data" / "test.jsonl")], template=s.template, n=s.n,
+                      seed=s.seed, sampling=SamplingParams(s.temperature, 1.0, 0, s.max_tokens))
+
+
+def _check_before_writing(s: EleganceSettings, out: Path) -> None:
+    """Every setting of the study's runs, validated as they will be built (nothing is written)."""
+    from ..config import load_train_config
+    from ..rewards.judge import JudgeSettings
+
+    output_dir(out, "--out", create=False)
+    JudgeSettings(s.judge, s.judge_template, s.judge_parser, max_tokens=s.judge_max_tokens)
+    for method in s.methods:
+        load_train_config(s.preset, overrides=dict(method=method, senior=s.senior, output_dir=str(out / "runs" / method),
+                                                   junior=s.junior if method == "tandem" else None,
+                                                   **_train_overrides(s, out, method)))
+    _eval_config(s, out, s.senior)
+
+
+def run_elegance(out: str | Path, s: EleganceSettings, print_fn=print) -> dict:
+    """Run (or finish) the study into ``out``; return its result (also OUT/elegance.json)."""
+    rows = load_paths(s.problems)
+    if not 0 < s.test_size < len(rows):
+        raise TandemError(f"--test-size must be in [1, {len(rows) - 1}] for {len(rows)} problems, got {s.test_size}")
+    _check_before_writing(s, Path(out).expanduser())
+    dir_was_new = not Path(out).expanduser().exists()
+    out = output_dir(out, "--out")
+    fresh = not (out / "settings.json").is_file()
+    _check_settings(out, s)
+    try:
+        return _run(out, s, rows, print_fn)
+    except BaseException:
+        if fresh and not (out / "calibration.json").is_file():  # nothing measured yet: leave no study behind
+            import shutil
+
+            shutil.rmtree(out / "data", ignore_errors=True)
+            remove_failed_start(out, ["settings.json", "judge_cache.sqlite"], dir_was_new)
+        raise
+
+
+def _run(out: Path, s: EleganceSettings, rows: list[dict], print_fn) -> dict:
     from ..eval.runs import read_samples
     from ..eval.sampler import evaluate
     from .pipeline import train_method
 
-    rows = load_paths(s.problems)
-    if not 0 < s.test_size < len(rows):
-        raise TandemError(f"--test-size must be in [1, {len(rows) - 1}] for {len(rows)} problems, got {s.test_size}")
-    out = output_dir(out, "--out")
-    _check_settings(out, s)
     order = list(range(len(rows)))
     random.Random(s.seed).shuffle(order)
     split = {"test": [rows[i] for i in sorted(order[:s.test_size])], "train": [rows[i] for i in sorted(order[s.test_size:])]}
@@ -162,10 +208,7 @@ def run_elegance(out: str | Path, s: EleganceSettings, print_fn=print) -> dict:
             run = out / "runs" / method
             print_fn(f"elegance: training {method}")
             train_method(s.preset, method, s.senior, s.junior if method == "tandem" else None, run,
-                         dict(dataset=str(out / "data" / "train.jsonl"), dataset_split=None, seed=s.seed,
-                              reward_terms=f"correct,judge:{s.coef:g}", judge=s.judge, judge_template=s.judge_template,
-                              judge_parser=s.judge_parser, judge_max_tokens=s.judge_max_tokens, **s.train),
-                         print_fn=lambda *a, **k: None)
+                         _train_overrides(s, out, method), print_fn=lambda *a, **k: None)
             trained[method] = training_elegance(run)
         answers = {r["problem_id"]: (r["problem"], r["answer"]) for r in split["test"]}
         solo = {}
@@ -173,9 +216,7 @@ def run_elegance(out: str | Path, s: EleganceSettings, print_fn=print) -> dict:
             d = out / "eval" / name
             if not (d / "elegance.json").is_file():
                 print_fn(f"elegance: solo evaluation of {name}")
-                cfg = EvalConfig(senior=model, benchmarks=[str(out / "data" / "test.jsonl")], template=s.template,
-                                 n=s.n, seed=s.seed, sampling=SamplingParams(s.temperature, 1.0, 0, s.max_tokens))
-                evaluate(cfg, d / "solo", progress=False)
+                evaluate(_eval_config(s, out, model), d / "solo", progress=False)
                 write_json(d / "elegance.json", solo_elegance(judge, read_samples(d / "solo" / "samples.jsonl"), answers))
             solo[name] = read_json(d / "elegance.json")
     finally:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import TandemError
+from ..io import read_text
 
 log = logging.getLogger("tandem_rlvr")
 API_KEY_ENV = "TANDEM_JUDGE_API_KEY"
@@ -106,7 +107,7 @@ def template_text(template: str) -> str:
     if template in TEMPLATES:
         text = TEMPLATES[template]
     elif Path(template).expanduser().is_file():
-        text = Path(template).expanduser().read_text(encoding="utf-8")
+        text = read_text(Path(template).expanduser())
     else:
         raise TandemError(f"judge template {template!r} is neither a file nor a built-in ({', '.join(TEMPLATES)})")
     try:

@@ -23,6 +23,12 @@ as ``reward`` (our log: ``reward/mean``). The terms:
   ``judge/mean_verdict``, through TRL's ``log_metric``).
 - ``user`` (coef 1): the user's own function (``--reward module:function``, ``rewards.user``).
 
+Checked: every call of every term (and of the user's function) goes through ``checked_call``: a
+function that raises (``SystemExit`` too), or returns anything but one finite number (or None, TRL's
+"no reward from this function") per completion, stops the run with a one-line ``TandemError`` naming
+the function and the training step. Never a silent fix: TRL would take NaN as "no reward", let inf
+zero the group's advantages and turn numeric strings into numbers (docs/tasks.md, "Reward checks").
+
 Rows: TRL passes the dataset's columns to every reward function; ``task_row`` (JSON) holds the
 task's own row (gold answer, tests), so ``correct`` and ``judge`` can call ``Task.grade``.
 Grades are memoised for the batch, so ``judge`` and ``format`` never re-run a verifier (a code
@@ -32,6 +38,8 @@ task's tests run once per response).
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +87,56 @@ def parse_terms(specs: Any) -> list[TermSpec]:
             raise TandemError(f"reward term {name!r} given twice in {specs!r}")
         out.append(TermSpec(name, value))
     return out
+
+
+def _step(kwargs: dict) -> str:
+    """The training step a reward call scores for (TRL's ``trainer_state`` counts the updates done)."""
+    state = kwargs.get("trainer_state")
+    return f"training step {state.global_step + 1}" if state is not None else "this call"
+
+
+def check_rewards(out, n: int, label: str, step: str) -> list:
+    """``out`` as n floats (None kept), or a TandemError naming ``label`` and ``step``: a list, tuple or
+    1-D array of finite real numbers or None; never a string coerced, a generator, a scalar or NaN/inf."""
+    if hasattr(out, "tolist") and not isinstance(out, (list, tuple)):
+        out = out.tolist()  # a numpy array or torch tensor
+    if not isinstance(out, (list, tuple)):
+        raise TandemError(f"{label} returned {type(out).__name__} at {step}, not a list of one reward per completion")
+    if len(out) != n:
+        raise TandemError(f"{label} returned {len(out)} rewards for {n} completions at {step}")
+    for i, v in enumerate(out):
+        if v is not None and not (isinstance(v, numbers.Real) and math.isfinite(v)):
+            raise TandemError(f"{label} returned {v!r} ({type(v).__name__}) for completion {i} at {step}; each "
+                              "reward must be a finite number (or None: no reward from this function)")
+    return [None if v is None else float(v) for v in out]
+
+
+def checked_call(fn, label: str, prompts, completions, kwargs: dict) -> list:
+    """``fn``'s rewards for the batch, through ``check_rewards``; an exception (``SystemExit`` too, so a
+    reward function cannot end the run silently) becomes a one-line TandemError naming ``label`` and the step."""
+    step = _step(kwargs)
+    try:
+        out = fn(prompts=prompts, completions=completions, **kwargs)
+    except TandemError as e:
+        raise TandemError(f"{label} at {step}: {e}") from None
+    except (Exception, SystemExit) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise TandemError(f"{label} raised {type(e).__name__}{': ' + first if first else ''} at {step}") from None
+    return check_rewards(out, len(completions), label, step)
+
+
+class Checked:
+    """A built-in term as TRL calls it: through ``checked_call``, under the term's own ``__name__``."""
+
+    def __init__(self, term):
+        self.term = term
+
+    @property
+    def __name__(self) -> str:  # noqa: A003 (TRL's get_callable_name reads it)
+        return self.term.name
+
+    def __call__(self, prompts, completions, **kwargs) -> list:
+        return checked_call(self.term, f"reward term {self.term.name}", prompts, completions, kwargs)
 
 
 def completion_text(c) -> str:
@@ -228,5 +286,5 @@ def build_terms(specs: list[TermSpec], task, *, ceiling: int, judge=None, judge_
         else:
             if user is None:
                 raise TandemError("reward term 'user' needs a reward function: set reward (module:function)")
-            funcs.append(user)
-    return funcs, [s.coef for s in specs]
+            funcs.append(user)  # a rewards.user.UserReward checks its own calls
+    return [f if f is user else Checked(f) for f in funcs], [s.coef for s in specs]

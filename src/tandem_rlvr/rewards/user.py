@@ -3,8 +3,11 @@
 The function follows TRL's reward-function convention: it is called with ``prompts``,
 ``completions``, ``completion_ids`` and the training dataset's columns as keyword arguments
 (here ``answer``, ``problem_id``, ``task_row``: the task's row as JSON; plus TRL's
-``trainer_state``, ``log_metric`` and ``log_extra``), and returns one float (or None: no
-reward from this function) per completion. Accept ``**kwargs`` for the columns you do not use::
+``trainer_state``, ``log_metric`` and ``log_extra``), and returns a list of one finite number (or
+None: no reward from this function) per completion. Anything else (a raise, ``SystemExit`` included,
+the wrong count, NaN or inf, a string, None for the whole batch, a generator, a scalar) stops the run
+with one line naming the function and the training step (``rewards.terms.checked_call``); the run
+resumes from its last checkpoint. Accept ``**kwargs`` for the columns you do not use::
 
     def brevity(prompts, completions, completion_ids, **kwargs):
         return [1.0 if len(ids) < 200 else 0.0 for ids in completion_ids]
@@ -68,12 +71,6 @@ class UserReward:
         self.fn, self.spec = fn, spec
 
     def __call__(self, prompts, completions, **kwargs) -> list:
-        out = self.fn(prompts=prompts, completions=completions, **kwargs)
-        try:
-            values = [None if v is None else float(v) for v in out]
-        except (TypeError, ValueError):
-            raise TandemError(f"--reward {self.spec}: must return a list of floats (or None), got "
-                              f"{type(out).__name__}") from None
-        if len(values) != len(completions):
-            raise TandemError(f"--reward {self.spec}: returned {len(values)} rewards for {len(completions)} completions")
-        return values
+        from .terms import checked_call
+
+        return checked_call(self.fn, f"reward function {self.spec} (--reward)", prompts, completions, kwargs)

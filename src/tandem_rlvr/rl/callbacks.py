@@ -34,7 +34,7 @@ from transformers import TrainerCallback
 
 from ..decoding.rng import row_seed
 from ..engines.base import RolloutSpec, engine_kind
-from ..io import write_json
+from ..io import read_text, write_json
 from ..prompting import encode_prompt
 from .precision import save_in_dtype
 from .sharding import is_sharded, save_streamed
@@ -67,7 +67,7 @@ def read_log(path: Path) -> list[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path).splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

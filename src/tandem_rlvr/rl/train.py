@@ -217,7 +217,7 @@ def _check_run_dir(cfg: TrainConfig) -> int:
     The run directory is not part of a run's identity (``runs/x``, ``./runs/x/``, its absolute
     path or the directory after a move are one run); everything else must match.
     """
-    out = Path(cfg.output_dir).expanduser()
+    out = output_dir(cfg.output_dir, "--output-dir", create=False)  # before any model loads or world builds
     saved = out / "config.json"
     refuse_other_config(saved, stored_config(cfg), "use another --output-dir", defaults=_reward_defaults(),
                         ignore=("output_dir", "server", "sync_bucket_mb", "dist_timeout_s"))  # not the run's identity
@@ -316,6 +316,7 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
         gradient_checkpointing=cfg.gradient_checkpointing and not sharded, entropy_coef=0.0, disable_dropout=True,
         delta=cfg.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip (docs/paper_fidelity.md)
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay, max_grad_norm=1.0,
+        logging_nan_inf_filter=False,  # a NaN loss is logged as NaN (rl.guard stops the run), never averaged away
         log_completions=False, remove_unused_columns=False, save_only_model=False, disable_tqdm=True,
         dataloader_num_workers=0, ddp_timeout=cfg.dist_timeout_s,
         # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default
@@ -355,6 +356,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from ..engines.base import engine_kind
     from ..tasks import task_row
     from .callbacks import CheckpointWeights, RunLog, Validation
+    from .guard import FiniteGuard
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
 
@@ -402,7 +404,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             warnings.filterwarnings("ignore", category=FutureWarning)
             trainer = TandemGRPOTrainer(
                 model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
-                processing_class=tok, rollout_func=rollout, callbacks=[runlog, validation, weights], junior=prep.pair.junior,
+                processing_class=tok, rollout_func=rollout,
+                callbacks=[FiniteGuard(lambda: _check_run_dir(cfg)), runlog, validation, weights], junior=prep.pair.junior,
                 require_senior_mask=cfg.method == "tandem", junior_imitation=cfg.junior_imitation,
                 ref_is_junior=cfg.method == "klreg", kl_clamp=cfg.kl_clamp,
                 junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer,

@@ -28,6 +28,7 @@ import json
 from typing import Sequence
 
 from ..errors import TandemError
+from ..io import lone_surrogate
 from .base import Grade, Task
 
 
@@ -102,6 +103,9 @@ def load_problems(task: Task, specs: Sequence[str], *, split: str | None = None,
     for spec in specs:
         rows = task.load(spec, limit, split=split)
         name = rows[0]["benchmark"] if rows else spec
+        for r in rows:  # the math loader skips such rows; a task's own loader may not
+            if isinstance(r.get("question"), str) and (bad := lone_surrogate(r["question"])) is not None:
+                raise TandemError(f"{spec}: problem {r.get('problem_id')!r}: the question holds {bad}")
         if name in out:
             raise TandemError(f"two benchmark specs resolve to the same name {name!r} (second: {spec})")
         out[name] = [Problem(r["benchmark"], str(r["problem_id"]), r["question"], gold_text(r["gold"]),

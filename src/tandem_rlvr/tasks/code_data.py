@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 
 from ..errors import TandemError
+from ..io import read_text
 from ..paths import PACKAGE_DATA
 
 log = logging.getLogger("tandem_rlvr")
@@ -92,7 +93,7 @@ def _read_file(path: Path) -> list[dict]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
         return json.loads(text)
     rows = []

@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import TandemError
-from ..io import jsonl_objects, read_json, write_json
+from ..io import jsonl_objects, read_json, read_text, write_json
 from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
 from . import task_for_eval
 
@@ -68,7 +68,7 @@ def _done_rows(path: Path, inputs: list[dict]) -> list[dict]:
     """Graded rows already written; a torn last line (an interrupted write) is dropped and the file rewritten."""
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     lines = text.split("\n")
     rows = []
     for i, line in enumerate(lines, 1):
@@ -108,6 +108,7 @@ def grade_file(task_name: str, benchmark: str, responses: str | os.PathLike, out
             raise TandemError(f"--workers must be >= 1, got {workers}")
         if hasattr(task, "workers"):
             task = replace(task, workers=workers)
+    output_dir(out, "--out", create=False)  # before the benchmark loads
     path = Path(responses).expanduser()
     inputs = read_responses(path)
     problems = {str(r["problem_id"]): r for r in task.load(benchmark, split=split)}
@@ -157,6 +158,7 @@ def cmd_grade(a) -> None:
 
 def register(sub) -> None:
     """Add ``tandem grade`` to the command parser's subparsers."""
+    from ..errors import number
     from ..rewards.math import grader_flag
 
     g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
@@ -167,6 +169,6 @@ def register(sub) -> None:
                    "other columns are kept")
     g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")
     g.add_argument("--split", default=None, help="split for registered or hub benchmarks")
-    g.add_argument("--workers", type=int, default=None, help="programs run at once (code; default: CPUs, at most 8)")
+    g.add_argument("--workers", type=number(int, 1, optional=True), default=None, help="programs run at once (code; default: CPUs, at most 8)")
     grader_flag(g)
     g.set_defaults(fn=cmd_grade)
