@@ -69,6 +69,15 @@ def cmd_world_build(a):
                       **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
 
 
+def cmd_world_verify(a):
+    from .world.verify import VERIFIABLE, format_report, verify_world
+
+    reports = [verify_world(name, force=a.force) for name in (VERIFIABLE if a.world == "all" else (a.world,))]
+    print(json.dumps(reports, indent=2) if a.json else "\n".join(format_report(r) for r in reports))
+    if not all(r["identical"] for r in reports):
+        sys.exit(1)
+
+
 def cmd_eval(a, mode: str):
     from .config import EvalConfig
     from .eval.sampler import evaluate
@@ -221,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override the world's junior kind (tiny, tiny-code: early; tiny-drift: small)")
     wb.add_argument("--force", action="store_true", help="rebuild even if cached")
     wb.set_defaults(fn=cmd_world_build)
+    wv = wsub.add_parser("verify", help="rebuild a built-in world into the cache and compare it byte for byte with "
+                         "the one the package ships (exit 0 identical, 1 different)")
+    wv.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift", "tiny-code", "tiny-xjunior", "all"),
+                    help="the world to verify (default tiny; all: every shipped world, about an hour on one core)")
+    wv.add_argument("--force", action="store_true", help="rebuild even if this machine's build is already cached")
+    wv.add_argument("--json", action="store_true", help="print the full report as JSON")
+    wv.set_defaults(fn=cmd_world_verify)
 
     t = sub.add_parser("train", help="train a senior: --method tandem | grpo | klreg (TRL GRPOTrainer)")
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and its memory plan (peak "

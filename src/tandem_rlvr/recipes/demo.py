@@ -57,7 +57,7 @@ from ..eval.runs import read_run
 from ..io import atomic_write, write_json
 from ..runtime import DEMO_THREADS, configure_cpu_threads
 from ..rundir import output_dir
-from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_config
+from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -139,8 +139,6 @@ def checkpoint_note(ckpt: str, trained: dict[str, dict], runs: dict[str, Path]) 
 
 def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, world: str = "tiny-drift") -> dict:
     """Run the demo into ``out`` (see the module docstring); return the summary."""
-    from ..world.build import build_world
-
     t0 = time.perf_counter()
     world = WORLD_ALIASES.get(world, world)
     if world not in WORLDS:
@@ -150,7 +148,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     drift, code = world == "tiny-drift", world == "tiny-code"
     s = _settings(quick, world)
     print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
-    built = build_world(world_config(world, quick))
+    built = world_paths(world)
     base = str(built.base)
     junior = str(built.junior) if drift or code else base
 
