@@ -63,7 +63,8 @@ def cmd_world_build(a):
     from .world.build import build_world, named_world
 
     cfg = named_world(a.world)
-    cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}))
+    cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}),
+                  **({"steps": a.steps} if a.steps is not None else {}))
     w = build_world(cfg, force=a.force)
     print(json.dumps({"root": str(w.root), "senior": str(w.base), "junior": str(w.junior),
                       **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
@@ -221,13 +222,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
-    wb = wsub.add_parser("build", help="build (or show) a cached built-in world")
+    wb = wsub.add_parser("build", help="build a built-in world into the cache (or show the cached one); the "
+                         "package ships them built, so built-in names never need this")
     wb.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift", "tiny-code"),
                     help="tiny (default), tiny-drift (two styles, a word-only small junior) or tiny-code (the word "
                          "problems answered by Python functions, graded by unit tests in the sandbox)")
     wb.add_argument("--seed", type=seed_type, default=0, help="the world's seed (default 0)")
     wb.add_argument("--junior-kind", default=None, choices=("early", "small"),
                     help="override the world's junior kind (tiny, tiny-code: early; tiny-drift: small)")
+    wb.add_argument("--steps", type=int, default=None,
+                    help="optimiser steps of the base model (default: the world's, 600); another count is "
+                         "another world, cached under its own key")
     wb.add_argument("--force", action="store_true", help="rebuild even if cached")
     wb.set_defaults(fn=cmd_world_build)
     wv = wsub.add_parser("verify", help="rebuild a built-in world into the cache and compare it byte for byte with "
