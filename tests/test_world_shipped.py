@@ -212,3 +212,15 @@ def test_a_killed_builds_folder_is_swept_by_the_next_build(tmp_path):
     assert len(left) == 1 and left[0].name.startswith(".")
     w = build_world(WorldConfig.for_tests(), cache=tmp_path, progress=False)
     assert [p.name for p in (tmp_path / "worlds").iterdir()] == [w.root.name]
+
+
+def test_docs_quote_the_shipped_worlds_accuracies():
+    meta = {w: json.loads((PKG / "world" / "shipped" / w / "world.json").read_text()) for w in CONFIGS}
+    readme = (PKG.parents[1] / "README.md").read_text()
+    assert f"right {meta['tiny']['accuracy']['senior/acc_t1']:.0%} of the time at temperature 1" in readme
+    tiny_doc = (PKG.parents[1] / "docs" / "tiny_world.md").read_text()
+    acc = meta["tiny"]["accuracy"]
+    assert f"right\n  {acc['senior/acc_t1']:.1%} of the time, greedy {acc['senior/acc_greedy']:.0%}" in tiny_doc
+    drift_doc = (PKG.parents[1] / "docs" / "drift_world.md").read_text()
+    d = meta["tiny-drift"]["accuracy"]
+    assert f"base {d['senior/acc_t1']:.3f} solo (greedy {d['senior/acc_greedy']:.2f})" in drift_doc
