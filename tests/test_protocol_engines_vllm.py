@@ -29,7 +29,8 @@ def _run(tmp_path, engine: str, schedule: str) -> list[dict]:
     out = tmp_path / f"{engine}-{schedule}"
     argv = ["eval", "handoff", "--senior", "tiny-junior", "--junior", "tiny", "--schedule", schedule,
             "--benchmarks", "tiny", "--split", "test", "--limit", "3", "--n", "2", "--temperature", "0",
-            "--max-tokens", "64", "--out", str(out), "--engine", engine, "--vllm-kv-cache-gib", "0.25"]
+            "--max-tokens", "64", "--out", str(out), "--engine", engine, "--vllm-kv-cache-gib", "0.25",
+            *(["--K", "8"] if schedule.startswith("chunk") else [])]  # 32-word chunks outlast a 64-token answer
     assert main(argv) == 0
     config = json.loads((out / "config.json").read_text())
     protocol = config["schedule"].get("protocol", "stream")
