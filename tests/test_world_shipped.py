@@ -187,7 +187,7 @@ b.build_world(b.WorldConfig.for_tests(steps=200), cache=sys.argv[1], progress=Fa
 
 def _start_build(cache: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", _SLOW_BUILD, str(cache)], env=os.environ.copy())
-    for _ in range(600):  # until its temporary folder exists (mid-build)
+    for _ in range(3000):  # until its temporary folder exists (mid-build; imports take a while on a loaded machine)
         if list((cache / "worlds").glob(".*.build-*")) if (cache / "worlds").is_dir() else False:
             return proc
         time.sleep(0.2)
