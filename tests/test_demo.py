@@ -11,7 +11,7 @@ import sys
 import pytest
 
 
-@pytest.mark.slow  # builds three worlds (the code world's is the real one) and runs the pipeline thrice: minutes
+@pytest.mark.slow  # runs the pipeline thrice, on the shipped worlds: minutes
 @pytest.mark.parametrize("world", [None, "tiny", "code"])
 def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, world):
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
@@ -49,7 +49,8 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
     assert all(color == expected[label] for _, label, color in drawn), drawn
     for cell in re.findall(r"<t[dh]>(.*?)</t[dh]>", html):
         assert str(tmp_path) not in cell, cell  # models by name in tables; full paths in the provenance section
-    assert str(tmp_path / "cache") in html[html.index('id="provenance"'):]
+    assert "world/shipped/" in html[html.index('id="provenance"'):]  # the package's own world
+    assert not (tmp_path / "cache" / "worlds").exists()  # nothing built
     argv = ["demo", "--quick", "--out", str(out)] + (["--world", world] if world else [])
     for rec in (json.loads((out / "eval" / "grpo" / "solo" / "sources.json").read_text()),
                 json.loads((out / "eval" / "grpo" / "legibility" / "legibility.json").read_text())["config"],
@@ -189,3 +190,34 @@ def test_code_world_term_table_averages_the_first_and_last_steps_of_each_log(tmp
     assert t["first/senior/token_share"] == pytest.approx(0.5) and t["last/senior/token_share"] == pytest.approx(0.6)
     md = demo._terms_markdown({"tandem": t})
     assert "| tandem | 0.600 / 0.950 | -0.550 / -0.300 |" in md and "first / last 2 steps" in md
+
+
+def _write_json(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def test_summary_opens_with_what_the_run_shows_of_each_property(tmp_path):
+    from tandem_rlvr.recipes.demo_headline import headline
+
+    pm = lambda m, se: {"pass@1": {"mean": m, "se": se}}  # noqa: E731
+    results = {"base": {"solo": pm(0.24, 0.01), "handoff": pm(0.135, 0.008)},
+               "grpo": {"solo": pm(0.27, 0.01), "handoff": pm(0.11, 0.008)},
+               "tandem": {"solo": pm(0.17, 0.01), "handoff": pm(0.125, 0.008)}}
+    for name, ce, se in (("grpo", 9.6, 0.3), ("tandem", 1.8, 0.1), ("base", 6.3, 0.2)):
+        _write_json(tmp_path / "eval" / name / "legibility" / "legibility.json",
+                    {"summary": {"ce": {"macro": {"mean": ce, "se": se}}}})
+    _write_json(tmp_path / "eval" / "drift" / "drift.json",
+                {"models": {"grpo": {"kl_to_junior": 1.78}, "tandem": {"kl_to_junior": 0.10}},
+                 "recovery": {"defined": True, "share_moved_back": 0.89, "qualifying": 366}})
+    lines = headline(tmp_path, results, quick=False)
+    # handoff: 0.125 - 0.110 = 0.015 < 2 x hypot(0.008, 0.008) = 0.0226: not separated at this budget
+    assert lines[1].startswith("1. handoff robustness: does not separate (")
+    assert "Tandem 0.125 ± 0.008 vs GRPO 0.110 ± 0.008, base 0.135" in lines[1]
+    # legibility: lower CE is better; 1.8 - 9.6 = -7.8, far beyond 2 x hypot(0.1, 0.3)
+    assert lines[2].startswith("2. legibility: shows (")
+    assert lines[3].startswith("3. less drift from the junior: shows (") and "89% of GRPO's 366" in lines[3]
+    assert lines[4] == "Solo pass@1: Tandem 0.170 vs GRPO 0.270 (-0.100), base 0.240."
+    results["tandem"]["handoff"] = pm(0.08, 0.008)  # 0.03 below GRPO: the wrong way
+    assert headline(tmp_path, results, quick=False)[1].startswith("1. handoff robustness: does not show (")
+    assert headline(tmp_path, results, quick=True)[0].startswith("What this run shows: nothing about the method")

@@ -5,7 +5,7 @@ README order in one working directory, each through the CLI in a subprocess, wit
 appended where a flag for them exists (later flags win in argparse; the README's own values stay
 on the line). Each must exit 0 and leave the files or print the output the README and the public
 contract promise. Commands that need vLLM are left to ``pytest -m vllm``; none here needs the hub
-or a GPU. The built-in ``tiny`` world is built once into the default cache if it is not there yet.
+or a GPU. The built-in worlds ship built; ``tandem world build`` runs with ``--steps 4``.
 
 Slow (minutes): ``python -m pytest -q -p no:cacheprovider -m slow tests/test_readme_commands.py``.
 """
@@ -34,6 +34,7 @@ QUICK = {
     ("bench", "decode"): ["--batch", "4", "--new-tokens", "16", "--repeats", "1"],
     ("bench", "train"): ["--steps", "2"],
     ("study", "drift"): ["--quick", "--seeds", "0"],
+    ("world", "build"): ["--steps", "4"],  # the full build is minutes on one core; the shipped world is the real one
 }
 
 

@@ -2,7 +2,7 @@
 
 The quick study and demo themselves take minutes (slow tests), so a renamed or removed keyword
 of a pipeline step went unseen by the default run (the study crashed after seed 0 that way).
-Here every heavy step (world build, training, evaluation, battery, aggregation, plots, report)
+Here every heavy step (loading the world, training, evaluation, battery, aggregation, plots, report)
 is replaced by ``create_autospec`` of the real function: each recipe runs its whole loop in
 about a second, and every call is bound to the real signature, so an argument the step no
 longer takes fails the test as it would fail a user.
@@ -18,7 +18,6 @@ import pytest
 from tandem_rlvr.cli import build_parser
 from tandem_rlvr.eval import report
 from tandem_rlvr.recipes import demo, pipeline, study, study_stats
-from tandem_rlvr.world import build as world_build
 
 
 def _patch(monkeypatch, module, name, real, **kw):
@@ -29,7 +28,7 @@ def _patch(monkeypatch, module, name, real, **kw):
 
 def test_study_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatch):
     world = mock.Mock(root=tmp_path / "w", base=tmp_path / "w" / "senior", junior=tmp_path / "w" / "junior")
-    _patch(monkeypatch, world_build, "build_world", world_build.build_world, return_value=world)
+    _patch(monkeypatch, study, "world_paths", pipeline.world_paths, return_value=world)
     train = _patch(monkeypatch, study, "train_method", pipeline.train_method, return_value={})
     evaluate = _patch(monkeypatch, study, "evaluate_senior", pipeline.evaluate_senior, return_value={})
     battery = _patch(monkeypatch, study, "battery", pipeline.battery, return_value=None)
@@ -65,7 +64,7 @@ def test_demo_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatc
     cfg = {"slip_prob": 0.3, "shorthand_slip_prob": 0.1}
     built = mock.Mock(root=tmp_path / "w", base=tmp_path / "w" / "senior", junior=tmp_path / "w" / "junior",
                       meta={"config": cfg, "accuracy": {}})
-    _patch(monkeypatch, world_build, "build_world", world_build.build_world, return_value=built)
+    _patch(monkeypatch, demo, "world_paths", pipeline.world_paths, return_value=built)
     train = _patch(monkeypatch, demo, "train_method", pipeline.train_method,
                    return_value={"steps": 2, "best": {"step": 0, "accuracy": 0.1}})  # as rl.train.train returns
     pass1 = {"pass@1": {"mean": 0.5, "se": 0.1}}

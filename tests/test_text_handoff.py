@@ -126,10 +126,12 @@ def test_round_cap_ends_live_chains_after_one_senior_and_one_junior_turn(cross_p
         assert c.end == "rounds" or c.turns[-1][3] != "break" or c.used >= c.budget
 
 
-def test_protocol_default_is_text_for_paragraph_schedules_on_hf():
-    assert EvalConfig(mode="handoff").handoff_protocol == "text"
+def test_protocol_default_is_text_for_paragraph_schedules_on_every_engine():
+    for engine in ("hf", "vllm", "vllm-server"):  # issue 32: --engine vllm defaulted to stream
+        assert EvalConfig(mode="handoff", engine=engine).handoff_protocol == "text"
+        assert EvalConfig(mode="handoff", engine=engine, schedule="paragraph-bernoulli").handoff_protocol == "text"
+        assert EvalConfig(mode="handoff", engine=engine, protocol="stream").handoff_protocol == "stream"
     assert EvalConfig(mode="handoff", schedule="word").handoff_protocol == "stream"
-    assert EvalConfig(mode="handoff", engine="vllm").handoff_protocol == "stream"
     assert EvalConfig(mode="solo").handoff_protocol is None
     with pytest.raises(TandemError, match="--protocol stream"):
         EvalConfig(mode="handoff", schedule="word", protocol="text")
@@ -193,6 +195,30 @@ def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
     assert main(argv + ["--protocol", "stream"]) == 2
     err = capsys.readouterr().err
     assert "existing run has a different schedule" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_stream_run_made_under_the_old_default_resumes_in_stream(dirs, tmp_path):
+    # A paragraph run whose config.json records no protocol (made in-stream: the old --engine vllm default, or
+    # an explicit --protocol stream) resumes in-stream without --protocol, as it was made, not refused as text.
+    senior, _, data = dirs
+    argv = ["eval", "handoff", "--senior", senior, "--benchmarks", data, "--n", "2", "--max-tokens", "6",
+            "--out", str(tmp_path / "ev")]
+    assert main(argv + ["--protocol", "stream"]) == 0
+    assert "protocol" not in json.loads((tmp_path / "ev" / "config.json").read_text())["schedule"]
+    path = tmp_path / "ev" / "samples.jsonl"
+    first = path.read_text().splitlines()
+    path.write_text("\n".join(first[:-2]) + "\n")  # the last problem lost
+    assert main(argv) == 0
+    again = path.read_text().splitlines()
+    assert sorted(again) == sorted(first) and not any("turns" in json.loads(r) for r in again)
+
+
+def test_the_server_engine_asks_for_protocol_stream_before_any_request(capsys, dirs, tmp_path):
+    senior, _, data = dirs
+    rc = main(["eval", "handoff", "--senior", senior, "--engine", "vllm-server", "--server", "http://127.0.0.1:9",
+               "--benchmarks", data, "--n", "1", "--out", str(tmp_path / "ev")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "pass --protocol stream" in err, err
 
 
 def test_text_protocol_refuses_the_server_engine_in_one_line(dirs):

@@ -68,10 +68,20 @@ def cmd_world_build(a):
     from .world.build import build_world, named_world
 
     cfg = named_world(a.world)
-    cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}))
+    cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}),
+                  **({"steps": a.steps} if a.steps is not None else {}))
     w = build_world(cfg, force=a.force)
     print(json.dumps({"root": str(w.root), "senior": str(w.base), "junior": str(w.junior),
                       **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
+
+
+def cmd_world_verify(a):
+    from .world.verify import VERIFIABLE, format_report, verify_world
+
+    reports = [verify_world(name, force=a.force) for name in (VERIFIABLE if a.world == "all" else (a.world,))]
+    print(json.dumps(reports, indent=2) if a.json else "\n".join(format_report(r) for r in reports))
+    if not all(r["identical"] for r in reports):
+        sys.exit(1)
 
 
 def cmd_eval(a, mode: str):
@@ -218,15 +228,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("world", help="the built-in tiny world")
     wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
-    wb = wsub.add_parser("build", help="build (or show) a cached built-in world")
+    wb = wsub.add_parser("build", help="build a built-in world into the cache (or show the cached one); the "
+                         "package ships them built, so built-in names never need this")
     wb.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift", "tiny-code"),
                     help="tiny (default), tiny-drift (two styles, a word-only small junior) or tiny-code (the word "
                          "problems answered by Python functions, graded by unit tests in the sandbox)")
     wb.add_argument("--seed", type=seed_type, default=0, help="the world's seed (default 0)")
     wb.add_argument("--junior-kind", default=None, choices=("early", "small"),
                     help="override the world's junior kind (tiny, tiny-code: early; tiny-drift: small)")
+    wb.add_argument("--steps", type=int, default=None,
+                    help="optimiser steps of the base model (default: the world's, 600); another count is "
+                         "another world, cached under its own key")
     wb.add_argument("--force", action="store_true", help="rebuild even if cached")
     wb.set_defaults(fn=cmd_world_build)
+    wv = wsub.add_parser("verify", help="rebuild a built-in world into the cache and compare it byte for byte with "
+                         "the one the package ships (exit 0 identical, 1 different)")
+    wv.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift", "tiny-code", "tiny-xjunior", "all"),
+                    help="the world to verify (default tiny; all: every shipped world, about an hour on one core)")
+    wv.add_argument("--force", action="store_true", help="rebuild even if this machine's build is already cached")
+    wv.add_argument("--json", action="store_true", help="print the full report as JSON")
+    wv.set_defaults(fn=cmd_world_verify)
 
     t = sub.add_parser("train", help="train a senior: --method tandem | grpo | klreg (TRL GRPOTrainer)")
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and its memory plan (peak "

@@ -54,7 +54,8 @@ def protocol_flag(p: argparse.ArgumentParser) -> None:
                    help="text: turns end at a paragraph break and the text is re-tokenised for the other model "
                         "(the paper's eval/handoff.py; any junior, its own tokenizer and template); stream: one "
                         "token stream, authors switch inside it (one shared tokenizer). Default: text for "
-                        "paragraph-* schedules on --engine hf, else stream")
+                        "paragraph-* schedules on every engine (a resumed run keeps the protocol it was made "
+                        "with), else stream")
 
 
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:

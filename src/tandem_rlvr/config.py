@@ -528,7 +528,7 @@ class EvalConfig:
     vllm_settings: Any = None
     server: Any = None  # engines.server_client.ServerSettings (engine vllm-server)
     # handoff mode: "text" (turns re-tokenised per model, the paper's code; eval/text_handoff.py) or
-    # "stream" (one token stream, one shared tokenizer); None = text for paragraph-* schedules on engine hf, else stream
+    # "stream" (one token stream, one shared tokenizer); None = text for paragraph-* schedules, else stream
     protocol: str | None = None
 
     def __post_init__(self):
@@ -567,10 +567,9 @@ class EvalConfig:
         """"text" or "stream" for a handoff run (the default by schedule), None for a solo run."""
         if self.mode == "solo":
             return None
-        # text is the paper's protocol; on --engine vllm it runs when asked for (--protocol text), the default
-        # there stays stream so existing vLLM runs resume as they were (docs/evaluation.md)
-        text = self.schedule.startswith("paragraph-") and engine_kind(self.engine).text_default
-        return self.protocol or ("text" if text else "stream")
+        # text, the paper's protocol, for paragraph schedules on every engine (a run made under another default
+        # resumes under the protocol it recorded: eval.sampler.as_recorded; docs/evaluation.md)
+        return self.protocol or ("text" if self.schedule.startswith("paragraph-") else "stream")
 
     @property
     def schedule_name(self) -> str:

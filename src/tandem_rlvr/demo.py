@@ -1,5 +1,5 @@
 """Alias of ``tandem_rlvr.recipes.demo`` (``tandem demo``), where the demo lives."""
 
-from .recipes.demo import WORLDS, drift_note, plot_curves, run_battery, run_demo
+from .recipes.demo import WORLDS, drift_note, plot_curves, battery_tables, report_of, run_demo
 
-__all__ = ["WORLDS", "drift_note", "plot_curves", "run_battery", "run_demo"]
+__all__ = ["WORLDS", "drift_note", "plot_curves", "battery_tables", "report_of", "run_demo"]

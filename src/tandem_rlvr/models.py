@@ -60,17 +60,10 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return DTYPES[dtype]
 
 
-def _tiny(which: str, world: str = "tiny") -> str:
-    from .world.build import load_world, named_world
+def _shipped(name: str) -> str:
+    from .world.shipped import shipped_model
 
-    return str(getattr(load_world(named_world(world)), which))
-
-
-# Built-in names a user can pass instead of a path: the tiny world's base and junior.
-def _cross_junior() -> str:
-    from .world.cross import build_cross_junior
-
-    return str(build_cross_junior())
+    return str(shipped_model(name))
 
 
 def _fetched(name: str) -> str:
@@ -79,10 +72,11 @@ def _fetched(name: str) -> str:
     return str(fetch(name))
 
 
-NAMED_MODELS = {"tiny": lambda: _tiny("base"), "tiny-junior": lambda: _tiny("junior"), "smol": lambda: _fetched("smol"),
-                "tiny-drift": lambda: _tiny("base", "tiny-drift"), "tiny-drift-junior": lambda: _tiny("junior", "tiny-drift"),
-                "tiny-code": lambda: _tiny("base", "tiny-code"), "tiny-code-junior": lambda: _tiny("junior", "tiny-code"),
-                "tiny-xjunior": _cross_junior}  # a junior with a second tokenizer (world/cross.py)
+# Built-in names a user can pass instead of a path: the shipped worlds' models (world/shipped.py; never
+# built on use) and the fetched SmolLM2.
+NAMED_MODELS = {**{n: (lambda n=n: _shipped(n)) for n in ("tiny", "tiny-junior", "tiny-drift", "tiny-drift-junior",
+                                                          "tiny-code", "tiny-code-junior", "tiny-xjunior")},
+                "smol": lambda: _fetched("smol")}
 
 
 def resolve_model_path(spec: str) -> str:
@@ -148,6 +142,10 @@ def model_name(spec: str | None) -> str:
     p = Path(spec).expanduser()
     if spec in NAMED_MODELS or not (spec.startswith((".", "/", "~")) or p.exists()):
         return spec
+    from .world.shipped import shipped_name
+
+    if shipped_name(p):
+        return shipped_name(p)
     world = p.parent / "world.json"
     if p.name in ("senior", "junior") and world.is_file():
         from .world.build import NAMED_WORLDS

@@ -105,8 +105,7 @@ class EngineKind:
     vllm_settings: an in-process vLLM engine, set up by the ``--vllm-*`` settings.
     transformers: decodes transformers models loaded in this process (a loaded ``models.Pair``
     can be handed over as ``EngineSetup.pair`` and decoded as it is).
-    text_turns: text-level handoff turns (``--protocol text``) run on it; text_default: and
-    are the default for paragraph schedules (hf only, so vLLM runs resume as they were).
+    text_turns: text-level handoff turns (``--protocol text``, the default for paragraph schedules) run on it.
     rollout_device: training decodes a copy of the senior on ``rollout_device``.
     data_parallel: trains under several processes (one engine each).
     sharded_training: not refused under FSDP / DeepSpeed ZeRO-3 (the vLLM engines are: their
@@ -120,7 +119,6 @@ class EngineKind:
     vllm_settings: bool = False
     transformers: bool = False
     text_turns: bool = False
-    text_default: bool = False
     rollout_device: bool = False
     data_parallel: bool = True
     sharded_training: bool = False
@@ -138,7 +136,7 @@ class EngineKind:
 
 
 ENGINES: dict[str, EngineKind] = {k.name: k for k in (
-    EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True, text_default=True,
+    EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True,
                rollout_device=True, sharded_training=True),
     EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, vllm_settings=True,
                text_turns=True),

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -192,12 +192,17 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     ``cfg`` says what to sample (see ``config.EvalConfig``; defaults are the paper's evaluation).
     """
     from ..engines import open_decoder
+    from ..engines.base import engine_kind
     from ..fingerprint import model_fingerprint
     from ..models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
     from ..prompting import resolve_template
     from ..tasks import load_problems, task_for_eval
 
     output_dir(out, "--out", create=False)  # a bad --out fails before any model loads or world builds
+    cfg = as_recorded(cfg, out)
+    if cfg.handoff_protocol == "text" and not engine_kind(cfg.engine).text_turns:
+        raise TandemError(f"--engine {cfg.engine} serves in-stream handoffs only, and a paragraph schedule's default "
+                          "protocol is text (the paper's, on every engine): pass --protocol stream")
     task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode, grader=cfg.grader)
     problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
     name = cfg.schedule_name
@@ -230,6 +235,21 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         close()
     write_sources(out, cfg.benchmarks, cfg.split)
     return metrics
+
+
+def as_recorded(cfg: EvalConfig, out: str | os.PathLike) -> EvalConfig:
+    """``cfg`` with the protocol an existing handoff run in ``out`` was made with, when ``--protocol`` was not
+    given: config.json's ``schedule`` names ``protocol`` "text"; a schedule without one is an in-stream run
+    (made before the text protocol, or under the old vLLM default), so it resumes in-stream as it was."""
+    path = Path(out) / CONFIG
+    if cfg.mode != "handoff" or cfg.protocol is not None or not path.is_file():
+        return cfg
+    from .runs import read_config
+
+    recorded = (read_config(path).get("schedule") or {}).get("protocol", "stream")
+    if recorded != cfg.handoff_protocol:
+        log.info("%s: resuming with --protocol %s, the protocol this run was made with", out, recorded)
+    return replace(cfg, protocol=recorded)
 
 
 def _check_stream_vocab(cfg: EvalConfig) -> None:

@@ -15,7 +15,7 @@ Two worlds (``--world``):
   (``eval.probe``, at most ``PROBE_LIMIT``), and the summary a table of each reward term's
   per-step mean and the senior share over the first and last ``TERM_STEPS`` training steps.
 
-1. Build (or reuse) the world: tokenizer, base model, junior.
+1. Load the world as the package ships it (``world/shipped.py``; never a build).
 2. Train three seniors from the base: vanilla GRPO, Tandem RLVR (word-level handoffs,
    p = 0.5, K = 32) and KL-Reg (beta = 1e-3 to the junior).
 3. Evaluate the base, each senior's final checkpoint in the drift world (drift is what
@@ -41,9 +41,8 @@ is set, so its figures do not depend on the machine's load (summary.json records
 
 Training, evaluation and the battery are ``recipes.pipeline``'s, shared with the study.
 
-``--quick`` runs a seconds-long version on a throwaway world (a smoke test of the wiring;
-its numbers mean nothing); in the code world on the real world (built once, minutes), whose base
-writes passing programs, so the probe and the grading past the sandbox run too.
+``--quick`` runs a short version (two training steps, a few problems) on the same shipped world:
+a smoke test of the wiring, its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -57,7 +56,8 @@ from ..eval.runs import read_run
 from ..io import atomic_write, write_json
 from ..runtime import DEMO_THREADS, configure_cpu_threads
 from ..rundir import output_dir
-from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_config
+from .demo_headline import headline
+from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -68,10 +68,8 @@ TERM_STEPS = 10  # rollout steps at each end of training the code world's reward
 
 
 def _settings(quick: bool, world: str) -> dict:
-    if quick and world == "tiny-code":  # the real code world (pipeline.world_config): room for whole functions
-        return dict(train={**QUICK_TRAIN, "max_new_tokens": 96}, eval=dict(limit=6, n=2), max_tokens=96)
     if quick:
-        return dict(train=QUICK_TRAIN, eval=dict(limit=6, n=2), max_tokens=48)
+        return dict(train=QUICK_TRAIN, eval=dict(limit=6, n=2), max_tokens=96)
     if world == "tiny-drift":  # the drift study's evaluation, on more problems
         return dict(train=dict(), eval=dict(limit=500, n=4), max_tokens=96)
     if world == "tiny-code":  # every sample's program runs in the sandbox
@@ -139,8 +137,6 @@ def checkpoint_note(ckpt: str, trained: dict[str, dict], runs: dict[str, Path]) 
 
 def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, world: str = "tiny-drift") -> dict:
     """Run the demo into ``out`` (see the module docstring); return the summary."""
-    from ..world.build import build_world
-
     t0 = time.perf_counter()
     world = WORLD_ALIASES.get(world, world)
     if world not in WORLDS:
@@ -150,7 +146,7 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     drift, code = world == "tiny-drift", world == "tiny-code"
     s = _settings(quick, world)
     print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
-    built = build_world(world_config(world, quick))
+    built = world_paths(world)
     base = str(built.base)
     junior = str(built.junior) if drift or code else base
 
@@ -190,10 +186,12 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     if code:
         summary["training_terms"] = reward_terms_table(runs)
         notes.append(code_note())
+    drift_ref = out / "eval" / "junior" / "solo" if drift or code else None
+    battery_tables(out, list(seniors), junior_samples=drift_ref)
+    summary["shows"] = headline(out, results, quick)  # the summary's first lines: what this run shows
     summary["notes"] = notes
     _write_summary(out, summary)
-    drift_ref = out / "eval" / "junior" / "solo" if drift or code else None
-    summary["report"] = str(run_battery(out, list(seniors), runs, junior_samples=drift_ref, notes=notes))
+    summary["report"] = str(report_of(out, runs, [*summary["shows"], *notes]))
     summary["wall_s"] = time.perf_counter() - t0
     write_json(out / "summary.json", summary)
     print_fn((out / "summary.md").read_text(encoding="utf-8"))
@@ -272,7 +270,9 @@ def _write_summary(out: Path, summary: dict) -> None:
     notes = "".join(f"\n{n}\n" for n in summary.get("notes", []))
     argv = invocation()["argv"]
     cmd = " ".join([Path(argv[0]).name, *argv[1:]])
-    text = (f"{summary.get('world_name', 'tiny')} world, junior {model_name(summary.get('junior'))}\n\n"
+    shows = "".join(f"{line}\n" for line in summary.get("shows", []))
+    text = (shows + ("\n" if shows else "")
+            + f"{summary.get('world_name', 'tiny')} world, junior {model_name(summary.get('junior'))}\n\n"
             + "\n".join(lines) + "\n" + notes
             + f"\nProvenance: junior {summary.get('junior', '-')}, world {summary.get('world', '-')}, command `{cmd}`; "
               "full model paths, sampling settings and commands per run in report/report.html.\n")
@@ -292,18 +292,21 @@ def _terms_markdown(terms: dict) -> str:
     return "Training rollouts (per-step means from each run's log.jsonl):\n\n" + "\n".join(rows)
 
 
-def run_battery(out: Path, names: list[str], runs: dict[str, Path], junior_samples: Path | None = None,
-                notes: list[str] = ()) -> Path:
-    """Drift, comparison tables and the HTML report over the demo's eval dirs.
+def report_of(out: Path, runs: dict[str, Path], notes: list[str] = ()) -> Path:
+    """The HTML report of the demo's comparison tables and training logs, opening with ``notes``."""
+    from ..eval.report import run_report
+
+    return run_report(out / "report", compare_dir=str(out / "compare"),
+                      train_logs=[f"{m}={r / 'log.jsonl'}" for m, r in runs.items()], notes=notes)
+
+
+def battery_tables(out: Path, names: list[str], junior_samples: Path | None = None) -> None:
+    """Drift and comparison tables over the demo's eval dirs.
 
     Drift compares each senior with ``junior_samples`` (a solo eval dir of the junior; default
     the base's, which is the junior under self-pairing)."""
-    from ..eval.report import run_report
-
     ev = out / "eval"
     trained = [n for n in names if n != "base"]
     compared = names if junior_samples is not None else trained  # the base drifts from a weaker junior too
     battery({n: ev / n for n in names}, ["handoff"], "legibility", junior_samples or ev / "base" / "solo", compared,
             ev / "drift", out / "compare", baseline="grpo" if "grpo" in names else None)
-    return run_report(out / "report", compare_dir=str(out / "compare"),
-                      train_logs=[f"{m}={r / 'log.jsonl'}" for m, r in runs.items()], notes=notes)

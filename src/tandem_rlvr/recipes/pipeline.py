@@ -18,19 +18,17 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 METHODS = ("grpo", "tandem", "klreg")
-# --quick: a seconds-long training run (its numbers mean nothing).
-QUICK_TRAIN = dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=200, max_new_tokens=48)
+# --quick: a seconds-long training run on the shipped world (two steps: its numbers mean nothing); 96 new
+# tokens hold a whole solution of the world's models.
+QUICK_TRAIN = dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=200, max_new_tokens=96)
 
 
-def world_config(world: str, quick: bool):
-    """The named built-in world, or with ``quick`` a throwaway for-tests world of the same kind (the code
-    world's quick run uses the real one, built once in minutes and cached: a throwaway model's programs
-    never pass their tests, so the probe and the graded paths past the sandbox would not run)."""
-    from ..world.build import DRIFT_WORLD, WorldConfig, named_world
+def world_paths(world: str):
+    """The named built-in world as the package ships it (``world/shipped.py``): the demo and the study,
+    ``--quick`` or not, start at once from the models the docs measured, never from a build."""
+    from ..world.shipped import shipped_world
 
-    if not quick or world == "tiny-code":  # a throwaway model writes no program that passes: nothing to probe
-        return named_world(world)
-    return WorldConfig.for_tests(**DRIFT_WORLD) if world == "tiny-drift" else WorldConfig.for_tests()
+    return shipped_world(world)
 
 
 def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0, split: str = "test",

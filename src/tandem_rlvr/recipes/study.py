@@ -44,7 +44,7 @@ from pathlib import Path
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
 from ..rundir import config_diff, output_dir
-from .pipeline import QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_config
+from .pipeline import QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
 from .study_stats import aggregate, to_markdown
 
 log = logging.getLogger("tandem_rlvr")
@@ -84,13 +84,11 @@ def _variants(juniors: list[str]) -> list[str]:
 def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     """Run (or finish) the study into ``out``; return the aggregate (also OUT/study.json)."""
     from ..runtime import DEMO_THREADS, configure_cpu_threads
-    from ..world.build import build_world
-
     out = output_dir(out)
     _check_settings(out, settings)
     threads = configure_cpu_threads(fixed=DEMO_THREADS)  # the demo's fixed count: figures must not follow the load
     t0 = time.perf_counter()
-    world = build_world(world_config(settings.world, settings.quick), progress=not settings.quick)
+    world = world_paths(settings.world)
     base, weak = str(world.base), str(world.junior)
     junior_of = {"self": base, "weak": weak}
     juniors = {j: junior_of[j] for j in settings.juniors}

@@ -12,6 +12,9 @@ way (``junior="small"``). Both are saved with the identical tokenizer, loadable 
 Why: every command of the project must run end to end on a laptop with no downloads; a
 real architecture keeps the code paths (KV caches, generate, TRL) those of Qwen3 at scale.
 
+The built-in worlds ship built (``world/shipped.py``): a built-in model name loads the project's
+own build and never runs this; ``tandem world build`` and ``tandem world verify`` do.
+
 How: ``build_world(WorldConfig())`` trains in a few minutes and caches the result under
 ``cache_dir()/worlds/<key>``; the build happens in a temporary sibling folder renamed into
 place when complete, so an interrupted build leaves no half world and a complete one is reused.
@@ -29,6 +32,7 @@ tokenizers versions). A cached world is reused only if all of them match.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -36,20 +40,24 @@ import json
 import math
 import os
 import random
+import re
 import shutil
+import signal
+import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ..errors import TandemError
 from ..io import write_json
 from ..paths import cache_dir
+from ..progress import progress_bar
 from ..prompting import plain_prompt
 from ..runtime import BUILD_THREADS, intra_op_threads
 from .evaluate import solo_accuracy, style_measure
@@ -246,24 +254,83 @@ def build_world(cfg: WorldConfig | None = None, cache: str | os.PathLike | None 
 def build_then_publish(root: Path, build, force: bool = False) -> None:
     """Run ``build(tmp)`` in a fresh directory beside ``root``, then move it into place: a cache
     entry is either whole or absent. An existing ``root`` is replaced only with ``force``;
-    otherwise a concurrent build that finished first is kept and this one dropped."""
+    otherwise a concurrent build that finished first is kept and this one dropped.
+
+    Nothing is left behind by an interrupted build: Ctrl-C, SIGTERM and SIGHUP remove the
+    temporary directory on the way out (``_signals_exit``), and one killed outright (SIGKILL, a
+    power cut) is removed by the next build in the same cache (``sweep_orphans``): the temporary
+    names carry this host and process id, so only a dead process's folders are swept."""
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.build-", dir=root.parent))
+    sweep_orphans(root.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.build-{_owner()}-", dir=root.parent))
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the entry is an ordinary shared cache entry
-        build(tmp)
-        if root.exists() and force:
-            old = Path(tempfile.mkdtemp(prefix=f".{root.name}.old-", dir=root.parent))
-            os.replace(root, old / "world")  # move aside, then swap in; never a moment with half a world
-            os.replace(tmp, root)
-            shutil.rmtree(old, ignore_errors=True)
-        elif root.exists():  # a concurrent build finished first: keep that one
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            os.replace(tmp, root)
+        with _signals_exit():
+            tmp.chmod(0o755)  # mkdtemp makes it private; the entry is an ordinary shared cache entry
+            build(tmp)
+            if root.exists() and force:
+                old = Path(tempfile.mkdtemp(prefix=f".{root.name}.old-{_owner()}-", dir=root.parent))
+                os.replace(root, old / "world")  # move aside, then swap in; never a moment with half a world
+                os.replace(tmp, root)
+                shutil.rmtree(old, ignore_errors=True)
+            elif root.exists():  # a concurrent build finished first: keep that one
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                os.replace(tmp, root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+_TEMP = re.compile(r"^\..+\.(?:build|old)-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-")
+
+
+def _owner() -> str:
+    """``<8-hex hash of the host name>-<pid>``: whose temporary build folder this is."""
+    return f"{hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]}-{os.getpid()}"
+
+
+def sweep_orphans(worlds: Path) -> list[Path]:
+    """Remove the temporary build folders in ``worlds`` whose process (on this host) is gone; return them."""
+    host = _owner().split("-")[0]
+    gone = []
+    for p in worlds.iterdir() if worlds.is_dir() else ():
+        m = _TEMP.match(p.name)
+        if m and m["host"] == host and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])):
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+_EXIT_SIGNALS = (signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []))
+
+
+@contextlib.contextmanager
+def _signals_exit():
+    """SIGTERM and SIGHUP raise ``SystemExit(128 + signal)`` inside the block (Python's default ends the
+    process without running ``finally``), so a build's clean-up runs; restored after. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    saved = {sig: signal.signal(sig, stop) for sig in _EXIT_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
@@ -297,15 +364,18 @@ def _build_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
         _save(senior, tok, out / "senior")
         train_s = time.perf_counter() - t0
         junior = Qwen3ForCausalLM.from_pretrained(out / "junior")
-        acc = {}
-        for who, model in (("senior", senior), ("junior", junior)):
-            for mode, temp in (("t1", 1.0), ("greedy", 0.0)):
-                acc[f"{who}/acc_{mode}"] = solo_accuracy(model, tok, test, temperature=temp, seed=cfg.seed,
-                                                         grade=grade_code if cfg.task == "code" else None)
-        styles = {}
-        if cfg.shorthand_frac > 0:  # which style each model writes at temperature 1, and how often it is right
+        acc, styles = {}, {}
+        with progress_bar(progress) as bar:
+            task = bar.add_task("tiny world: accuracies", total=4 + (2 if cfg.shorthand_frac > 0 else 0))
             for who, model in (("senior", senior), ("junior", junior)):
-                styles[who] = style_measure(model, tok, test, seed=cfg.seed)
+                for mode, temp in (("t1", 1.0), ("greedy", 0.0)):
+                    acc[f"{who}/acc_{mode}"] = solo_accuracy(model, tok, test, temperature=temp, seed=cfg.seed,
+                                                             grade=grade_code if cfg.task == "code" else None)
+                    bar.advance(task)
+            if cfg.shorthand_frac > 0:  # which style each model writes at temperature 1, and how often it is right
+                for who, model in (("senior", senior), ("junior", junior)):
+                    styles[who] = style_measure(model, tok, test, seed=cfg.seed)
+                    bar.advance(task)
     write_json(out / "world.json", {
         "key": cfg.key(), "format": FORMAT_VERSION, "build": build_fingerprint(), "config": dataclasses.asdict(cfg),
         "accuracy": acc, "n_eval": len(test), "eval_split": "test",
@@ -392,9 +462,7 @@ def train_lm(model: Qwen3ForCausalLM, tok, problems: list[WorldProblem], cfg: Wo
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     model.train()
     loss_val = float("nan")
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"),
-               TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*columns, disable=not progress, transient=False) as bar:
+    with progress_bar(progress, extra="loss {task.fields[loss]:.3f}") as bar:
         task = bar.add_task(f"tiny world: {label}", total=cfg.steps, loss=loss_val)
         for step in range(1, cfg.steps + 1):
             frac = cfg.shorthand_frac if step > round(cfg.shorthand_from * cfg.steps) else 0.0

