@@ -224,7 +224,8 @@ def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, m
     evaluate(dataclasses.replace(base, batch_size=1), run, progress=False)  # exempt: the same samples, nothing to do
 
 
-TRAIN_EXEMPT = {"output_dir", "server"}  # a run's directory and its rollout server's URL may move
+TRAIN_EXEMPT = {"output_dir", "server",  # a run's directory and its rollout server's URL may move
+                "sync_bucket_mb", "dist_timeout_s"}  # how weights travel and how long a collective waits: not results
 
 
 def _other_value(f, value):
@@ -273,7 +274,8 @@ def test_training_resume_check_covers_every_setting_seed_included(tmp_path):
     (tmp_path / "run").mkdir()
     bases = [TrainConfig(output_dir=str(tmp_path / "run")), TrainConfig(method="klreg", output_dir=str(tmp_path / "run")),
              # the judge's own keys change alone only where a judge term uses them
-             TrainConfig(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8", output_dir=str(tmp_path / "run"))]
+             TrainConfig(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8", output_dir=str(tmp_path / "run")),
+             TrainConfig(sharding="fsdp2", output_dir=str(tmp_path / "run"))]  # shard_offload needs a sharded run
     untested = [f.name for f in dataclasses.fields(TrainConfig)
                 if f.name not in TRAIN_EXEMPT and not any(refused(b, f) for b in bases)]
     assert untested == []

@@ -145,7 +145,7 @@ PAPER_SAMPLES = [
 
 
 def test_regrade_with_the_papers_grader_counts_changed_verdicts_and_refuses_mixing(tmp_path, capsys):
-    from tandem_rlvr.eval.comparable import settings_differences
+    from tandem_rlvr.eval.comparable import refuse_mixed_verdicts
     from tandem_rlvr.eval.regrade import apply_regrade
     from tandem_rlvr.eval.runs import read_run
 
@@ -165,6 +165,7 @@ def test_regrade_with_the_papers_grader_counts_changed_verdicts_and_refuses_mixi
     # a paper-regraded run and an ours-graded run are different verifiers: compare refuses to mix them
     a, b = read_run(run), read_run(tmp_path / "b" / "solo")
     apply_regrade(a)
-    assert any("differ in verifier" in line for line in settings_differences({"a": a, "b": b}, "solo", False))
+    with pytest.raises(TandemError, match="differ in verifier .*never mixed"):
+        refuse_mixed_verdicts({"a": a, "b": b})
     assert main(["compare", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}", "--n-boot", "50",
                  "--out", str(tmp_path / "cmp")]) == 2

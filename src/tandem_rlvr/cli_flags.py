@@ -175,41 +175,22 @@ def pair_from_args(a, need_junior: bool):
     return load_pair(a.senior, junior, a.device, getattr(a, "junior_device", None), a.dtype)
 
 
-def _whole(text: str, least: int = 1) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = least - 1
-    if n < least:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
-    return n
-
-
-def _gib(text: str) -> float:
-    import math
-
-    try:
-        x = float(text)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite size in GiB > 0, got {text!r}")
-    return x
-
-
 def plan_flags(p: argparse.ArgumentParser) -> None:
     """--plan-* flags of `tandem train --dry-run` (rl/memory_plan.py Layout; docs/scale.md)."""
     from .rl.memory_plan import OFFLOADS, SHARDINGS
 
     g = p.add_argument_group("memory plan (--dry-run)")
-    g.add_argument("--plan-gpu-gib", type=_gib, default=None, help="plan for GPUs of this many GiB ('auto' devices "
-                   "become cuda:0; default: the visible GPUs, else this machine)")
-    g.add_argument("--plan-processes", type=_whole, default=1, help="training processes, one GPU each (default 1)")
-    g.add_argument("--plan-sharding", default="ddp", choices=SHARDINGS, help="how the processes hold the senior's "
-                   "training state: ddp (whole copies, default), fsdp2 (torch fully_shard), zero3 (DeepSpeed)")
-    g.add_argument("--plan-offload", default="none", choices=OFFLOADS, help="shards kept in host memory: none "
-                   "(default), optimizer (zero3: master weights, moments, gradients), all (also the parameters)")
-    g.add_argument("--plan-lora-r", type=lambda x: _whole(x, 0), default=0, help="plan LoRA adapters of this rank "
+    g.add_argument("--plan-gpu-gib", type=number(float, 0, lo_open=True), default=None,
+                   help="plan for GPUs of this many GiB ('auto' devices become cuda:0; default: the visible GPUs, "
+                        "else this machine)")
+    g.add_argument("--plan-processes", type=COUNT, default=1, help="training processes, one GPU each (default 1)")
+    g.add_argument("--plan-sharding", default=None, choices=SHARDINGS, help="how the processes hold the senior's "
+                   "training state: ddp (whole copies), fsdp2 (torch fully_shard), zero3 (DeepSpeed); default: the "
+                   "run's (fsdp2 under --sharding fsdp2, else ddp)")
+    g.add_argument("--plan-offload", default=None, choices=OFFLOADS, help="shards kept in host memory: none, "
+                   "optimizer (zero3: master weights, moments, gradients), all (also the parameters); default: the "
+                   "run's (all under --shard-offload, else none)")
+    g.add_argument("--plan-lora-r", type=number(int, 0), default=0, help="plan LoRA adapters of this rank "
                    "on every linear layer of the body instead of full fine-tuning (default 0: off)")
-    g.add_argument("--plan-sync-bucket-mib", type=_gib, default=512.0,
-                   help="weight-sync bucket under sharding or LoRA, MiB (default 512)")
+    g.add_argument("--plan-sync-bucket-mib", type=number(float, 0, lo_open=True), default=None,
+                   help="weight-sync bucket under sharding or LoRA, MiB (default: the run's sync_bucket_mb)")
