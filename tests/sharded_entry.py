@@ -22,7 +22,7 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.runtime import configure_cpu_threads
     from tandem_rlvr.config import config_fields, load_train_config
     from tandem_rlvr.rl import train as train_mod
-    from tandem_rlvr.rl.sharding import local_fraction
+    from tandem_rlvr.rl.sharding import local_fraction, push
 
     a = build_parser().parse_args(["train", *argv])
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
@@ -34,6 +34,7 @@ def main(out: Path, argv: list[str]) -> None:
     def spy(cfg, print_fn=print):
         run = build(cfg, print_fn)
         seen["run"] = run
+        seen["copy"] = getattr(run.rollout.engine, "rollout_copy", None)  # the hf engine's copy (closed with the run)
         return run
 
     train_mod.build_run = spy
@@ -43,11 +44,10 @@ def main(out: Path, argv: list[str]) -> None:
     senior = trainer.accelerator.unwrap_model(trainer.model)
     rank = trainer.accelerator.process_index
     fractions = local_fraction(senior)
-    sync = run.rollout.sync
-    copy = getattr(run.rollout.engine, "rollout_copy", None)
-    if copy is not None:
-        sync(senior, trainer.state.global_step)  # the last update's weights (collective under sharding)
-        copy = copy.copy
+    sync, rm = run.rollout.sync, seen["copy"]
+    if rm is not None and sync.synced != (id(senior), trainer.state.global_step):  # stale: the last update's weights
+        push(senior, rm.load_weights, rm.dtype, cfg.sync_bucket_mb << 20)  # collective, as the engine takes them
+    copy = rm.copy if rm is not None else None
     copy_equal = None
     if copy is not None:
         from torch.distributed.tensor import DTensor
