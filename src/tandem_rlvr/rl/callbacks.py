@@ -79,9 +79,11 @@ class RunLog(TrainerCallback):
     def __init__(self, run_dir: Path, resume_step: int, print_fn=print, updates_per_batch: int = 1):
         self.path = run_dir / "log.jsonl"
         rows = [r for r in read_log(self.path) if r.get("step", 0) <= resume_step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, self.path)
+        self.is_main = PartialState().is_main_process  # one writer of the run's log, however many processes or nodes
+        if self.is_main:  # the log cut back to the resumed step
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+            os.replace(tmp, self.path)
         self.total = max([r.get("wall/total_s", 0.0) for r in rows] or [0.0])
         self.print = print_fn
         self.updates_per_batch = updates_per_batch  # optimiser updates per rollout batch (rollout_step = its count)
@@ -89,7 +91,6 @@ class RunLog(TrainerCallback):
         self._t0 = None
         self.step_s = None
         self.session_s = 0.0  # wall-clock of the steps run by this process (for the ETA)
-        self.is_main = True
 
     def on_train_begin(self, args, state, control, **kw):
         self.is_main = state.is_world_process_zero
