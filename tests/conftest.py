@@ -43,6 +43,20 @@ def make_model(vocab_size: int, seed: int, hidden: int = 64, layers: int = 2) ->
     return model
 
 
+def save_training_inputs(root, tok, layers: int = 1):
+    """A training run's inputs under ``root``: ``senior/`` (seed 0) and ``junior/`` (seed 1) random
+    models of ``layers`` layers with ``tok``, and ``data.jsonl``, 40 shell problems with their answers."""
+    import json
+
+    for name, seed in (("senior", 0), ("junior", 1)):
+        make_model(len(tok), seed, hidden=32, layers=layers).save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    with open(root / "data.jsonl", "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
+    return root
+
+
 @pytest.fixture(scope="session")
 def tok():
     return make_tokenizer()

@@ -14,11 +14,11 @@ import types
 
 import torch
 
-from tandem_rlvr.decoding import rng
-from tandem_rlvr.decoding.reference import reference_sample
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import boundary_mask, make_schedule, replay
 from tandem_rlvr.decoding.tandem import TandemDecoder
+
+from test_chunk_schedules import plain_generate_by
 
 NAME = "blankline-token-roundrobin"
 
@@ -66,20 +66,11 @@ def test_schedule_equals_the_plain_rule_on_random_newline_heavy_streams(tok):
     assert got == [plain_authors(t, boundary) for t in tokens]
 
 
-@torch.no_grad()
 def plain_generate(senior, junior, sampling, prompt, seed, eos, boundary):
-    """Full-prefix sampling, one token at a time, the author from the rule over the tokens so far."""
-    ids, toks, flags = list(prompt), [], []
-    for t in range(sampling.max_new_tokens):
-        author = sum(x in boundary for x in toks) % 2 == 0
-        logits = (senior if author else junior)(torch.tensor([ids])).logits[0, -1].float()  # (V,)
-        tok = reference_sample(logits, float(rng.uniform(torch.tensor([seed]), t, rng.SAMPLE)[0]), sampling)
-        toks.append(tok)
-        flags.append(author)
-        if tok == eos:
-            break
-        ids.append(tok)
-    return toks, flags
+    """Full-prefix sampling, the author from the rule over the tokens so far (strict alternation,
+    senior first, after every token in ``boundary``)."""
+    return plain_generate_by(senior, junior, lambda toks: sum(x in boundary for x in toks) % 2 == 0, sampling,
+                             prompt, seed, eos)
 
 
 def test_hf_decoder_equals_plain_generation(tok, pair):

@@ -52,11 +52,12 @@ def plain_authors(tokens: list[int], name: str, K: int, words: set[int]) -> list
 
 
 @torch.no_grad()
-def plain_generate(senior, junior, name, K, words, sampling, prompt, seed, eos):
-    """Full-prefix generation, one token at a time, the author re-derived from the tokens so far."""
+def plain_generate_by(senior, junior, author_of, sampling, prompt, seed, eos):
+    """Full-prefix generation, one token at a time; ``author_of(toks)`` says whether the senior
+    writes the next position, from the tokens so far (True: senior)."""
     ids, toks, flags = list(prompt), [], []
     for t in range(sampling.max_new_tokens):
-        author = plain_authors(toks + [0], name, K, words)[-1]  # the author of position t (its token is not yet known)
+        author = author_of(toks)
         model = senior if author else junior
         logits = model(torch.tensor([ids])).logits[0, -1].float()  # (V,)
         tok = reference_sample(logits, float(rng.uniform(torch.tensor([seed]), t, rng.SAMPLE)[0]), sampling)
@@ -66,6 +67,14 @@ def plain_generate(senior, junior, name, K, words, sampling, prompt, seed, eos):
             break
         ids.append(tok)
     return toks, flags
+
+
+def plain_generate(senior, junior, name, K, words, sampling, prompt, seed, eos):
+    """``plain_generate_by`` with the author re-derived from the tokens so far by ``plain_authors``."""
+    def author_of(toks):
+        return plain_authors(toks + [0], name, K, words)[-1]  # the author of the next position (its token unknown)
+
+    return plain_generate_by(senior, junior, author_of, sampling, prompt, seed, eos)
 
 
 def test_registered_for_every_engine():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import make_model
+from conftest import save_training_inputs
 from judge_helpers import FakeJudgeServer
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
@@ -41,12 +41,7 @@ class EvenTask:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tok):
     root = tmp_path_factory.mktemp("terms")
-    for name, seed in (("senior", 0), ("junior", 1)):
-        make_model(len(tok), seed, hidden=32, layers=1).save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    with open(root / "data.jsonl", "w") as f:
-        for i in range(40):
-            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
+    save_training_inputs(root, tok)
     return root
 
 

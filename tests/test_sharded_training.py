@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import make_model
+from conftest import save_training_inputs
 
 pytestmark = pytest.mark.slow
 
@@ -43,12 +43,7 @@ def spaces(prompts, completions, **kwargs):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tok):
     root = tmp_path_factory.mktemp("sharded")
-    for name, seed in (("senior", 0), ("junior", 1)):
-        make_model(len(tok), seed, hidden=32, layers=2).save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    with open(root / "data.jsonl", "w") as f:
-        for i in range(40):
-            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
+    save_training_inputs(root, tok, layers=2)
     (root / "reward.py").write_text(REWARD)
     return root
 

@@ -11,23 +11,13 @@ from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.rollout import check_senior_mask
 from tandem_rlvr.rl.train import build_run, train
 
-from conftest import make_model
+from conftest import make_model, save_training_inputs
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tok):
-    root = tmp_path_factory.mktemp("train")
-    senior_dir = root / "senior"
-    make_model(len(tok), 0, hidden=32, layers=1).save_pretrained(senior_dir)
-    tok.save_pretrained(senior_dir)
-    junior_dir = root / "junior"
-    make_model(len(tok), 1, hidden=32, layers=1).save_pretrained(junior_dir)
-    tok.save_pretrained(junior_dir)
-    data = root / "data.jsonl"
-    with open(data, "w") as f:
-        for i in range(40):
-            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
-    return root, senior_dir, junior_dir, data
+    root = save_training_inputs(tmp_path_factory.mktemp("train"), tok)
+    return root, root / "senior", root / "junior", root / "data.jsonl"
 
 
 def _cfg(setup, tmp_path, **kw):
