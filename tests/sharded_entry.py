@@ -46,7 +46,7 @@ def main(out: Path, argv: list[str]) -> None:
     fractions = local_fraction(senior)
     sync, rm = run.rollout.sync, seen["copy"]
     if rm is not None and sync.synced != (id(senior), trainer.state.global_step):  # stale: the last update's weights
-        push(senior, rm.load_weights, rm.dtype, cfg.sync_bucket_mb << 20)  # collective, as the engine takes them
+        push(senior, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20)  # collective, as the engine takes them
     copy = rm.copy if rm is not None else None
     copy_equal = None
     if copy is not None:
@@ -65,7 +65,7 @@ def main(out: Path, argv: list[str]) -> None:
         ((param, reduce),) = policies
         mixed = {"param": param, "reduce": reduce}
     junior = run.prep.pair.junior
-    on_disk = type(junior).from_pretrained(run.prep.cfg.junior, dtype=next(junior.parameters()).dtype)
+    on_disk = type(junior).from_pretrained(run.prep.cfg.models.junior, dtype=next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
     rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": str(next(senior.parameters()).dtype), "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync,

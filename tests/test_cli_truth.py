@@ -21,8 +21,8 @@ def test_train_help_says_the_shown_defaults_are_replaced_by_a_preset(capsys):
     from tandem_rlvr.config import TrainConfig, load_preset
 
     text = _help(["train"], capsys)
-    assert load_preset("tiny")["lr"] != TrainConfig.lr  # a preset does change a shown default
-    assert f"(base default {TrainConfig.lr})" in text and f"(default {TrainConfig.lr})" not in text
+    assert load_preset("tiny")["lr"] != TrainConfig().loss.lr  # a preset does change a shown default
+    assert f"(base default {TrainConfig().loss.lr})" in text and f"(default {TrainConfig().loss.lr})" not in text
     assert "its values replace the base defaults shown below" in text and "--dry-run` prints the resolved" in text
 
 
@@ -42,7 +42,7 @@ def test_study_juniors_help_offers_only_accepted_values(capsys):
 def test_a_recipe_run_with_other_settings_names_the_out_flag(tmp_path, model_dir):
     from tandem_rlvr.config import load_train_config
     from tandem_rlvr.recipes.pipeline import train_method
-    from tandem_rlvr.rl.train import stored_config
+    from tandem_rlvr.rl.run_identity import stored_config
 
     run = tmp_path / "demo_out" / "runs" / "grpo"
     run.mkdir(parents=True)

@@ -15,7 +15,7 @@ import torch
 
 from tandem_rlvr.rl.losses import loss_denominator, token_weights
 
-from tandem_rlvr.rl.train import build_run
+from tandem_rlvr.rl.assemble import build_run
 
 from test_loss_reference import RATIOS, _check, _teacher_forced_logps, _trainer_loss_and_grads
 from test_microbatch import _reward

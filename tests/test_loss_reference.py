@@ -13,7 +13,7 @@ Each case checks the loss value and every parameter's gradient.
 import pytest
 import torch
 
-from tandem_rlvr.rl.train import build_run
+from tandem_rlvr.rl.assemble import build_run
 
 from test_train import _batch, _cfg, setup  # noqa: F401  (setup is the shared module fixture)
 

@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from tandem_rlvr.rl.train import build_run
+from tandem_rlvr.rl.assemble import build_run
 
 from conftest import make_model
 from test_train import _batch, _cfg

@@ -9,7 +9,7 @@ needs no accumulation arithmetic at all; the accumulated one must equal it to fl
 import pytest
 import torch
 
-from tandem_rlvr.rl.train import build_run
+from tandem_rlvr.rl.assemble import build_run
 
 from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
 

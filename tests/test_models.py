@@ -130,7 +130,7 @@ def test_paper_preset_prompts_with_the_papers_exact_text():
     from tandem_rlvr.prompting import user_message
 
     cfg = load_train_config("qwen3-4b-deepscaler")
-    assert cfg.template == "chat" and user_message("What is 2+2?", cfg.instruction) == PAPER_USER_TURN
+    assert cfg.data.template == "chat" and user_message("What is 2+2?", cfg.data.instruction) == PAPER_USER_TURN
 
 
 def test_default_evaluation_prompts_with_the_papers_exact_text(tmp_path, tok, monkeypatch):

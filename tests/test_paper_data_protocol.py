@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.rl.train import drop_overlong_prompts, held_out_rows, split_problems
+from tandem_rlvr.rl.prepare import drop_overlong_prompts, held_out_rows, split_problems
 
 from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
 
@@ -35,7 +35,7 @@ def test_paper_preset_holds_out_1000_rows_by_pandas_draw_and_keeps_every_saves_w
     from tandem_rlvr.config import load_train_config
 
     cfg = load_train_config("qwen3-4b-deepscaler", None, {})
-    assert (cfg.val_size, cfg.val_draw, cfg.seed, cfg.keep_weights, cfg.save_total_limit) == (1000, "pandas", 0, True, 1)
+    assert (cfg.data.val_size, cfg.data.val_draw, cfg.loop.seed, cfg.loop.keep_weights, cfg.loop.save_total_limit) == (1000, "pandas", 0, True, 1)
 
 
 def test_disk_plan_counts_checkpoints_and_kept_weights_by_hand():
@@ -43,7 +43,7 @@ def test_disk_plan_counts_checkpoints_and_kept_weights_by_hand():
     from tandem_rlvr.rl.memory_plan import Shape, disk_plan, model_config
 
     cfg = load_train_config("qwen3-4b-deepscaler", None, {})
-    params = Shape.of(model_config(cfg.senior)).params
+    params = Shape.of(model_config(cfg.models.senior)).params
     text = disk_plan(cfg)
     # fp32 weights + two fp32 AdamW moments = 12 bytes a parameter; bf16 exports 2 bytes a parameter
     assert f"{params * 12 / 2**30:.2f} GiB" in text and f"{params * 2 / 2**30:.2f} GiB more per save" in text
@@ -72,7 +72,7 @@ def test_keep_weights_exports_each_save_loadable_and_never_prunes(tmp_path, tok)
 def _prep(tok, max_prompt_tokens, lengths):
     """A Prepared-like object whose problems' prompts are ``n`` words long (plain template)."""
     from tandem_rlvr.data.benchmarks import Problem
-    from tandem_rlvr.rl.train import Prepared
+    from tandem_rlvr.rl.prepare import Prepared
     from tandem_rlvr.tasks.answers import MathTask
 
     problems = [Problem("x", str(i), " ".join(["M"] * n), "1", None, {}) for i, n in enumerate(lengths)]

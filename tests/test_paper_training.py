@@ -9,7 +9,8 @@ import torch
 
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.rl.train import build_run, train
+from tandem_rlvr.rl.assemble import build_run
+from tandem_rlvr.rl.train import train
 
 from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
 
@@ -100,7 +101,7 @@ def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_pat
     assert items["autocast copies of the matrices"] == matrices * 2
     assert items["junior weights"] == P * 2
     assert items["senior copy the rollouts decode"] == P * 2
-    seq = cfg.max_prompt_tokens + cfg.max_new_tokens
+    seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
     kv_per_token = 1 * 2 * 2 * 8 * 2  # layers x (K, V) x KV heads x head dim x bf16
     kv = [i for i in p.items if i.name.startswith("senior KV cache") and i.phase == "rollout"]
     assert kv[0].nbytes == 3 * seq * kv_per_token  # rollout_batch_rows rows
@@ -112,7 +113,7 @@ def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_pat
         phases[sub] += phases["update"]
     assert peak == resident + max(phases.values()) and phases[phase] == max(phases.values())
     # the head's backward on CPU, by hand: the fixture scores every position (no Triton), fp32 tile
-    from tandem_rlvr.rl.train import micro_batching
+    from tandem_rlvr.rl.trl_args import micro_batching
 
     head = micro_batching(cfg, 1)[0] * (seq - 1)
     assert items["log-prob head: temporaries of TRL's torch fallback"] + items["log-prob head: TRL's tile and the hidden states' fp32 gradient"] == \

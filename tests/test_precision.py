@@ -45,7 +45,7 @@ def _spread_reward(completions, completion_ids, **_):
 
 @pytest.mark.slow
 def test_fp32_masters_train_at_lr_1e_6_where_pure_bf16_rounds_the_updates_away(setup, tmp_path, monkeypatch):  # noqa: F811
-    monkeypatch.setattr("tandem_rlvr.rl.train.reward_functions", lambda *a: ([_spread_reward], [1.0], None))
+    monkeypatch.setattr("tandem_rlvr.rl.assemble.reward_functions", lambda *a: ([_spread_reward], [1.0], None))
     base = load_file(str(setup[1] / "model.safetensors"))  # the fixture's senior, saved in fp32
     kw = dict(method="grpo", dtype="bfloat16", lr=LR, max_steps=3, save_every=1, temperature=1.0)
     train(_cfg(setup, tmp_path, output_dir=str(tmp_path / "mixed"), **kw), print_fn=lambda *_: None)
@@ -68,7 +68,7 @@ def test_fp32_masters_train_at_lr_1e_6_where_pure_bf16_rounds_the_updates_away(s
 
 
 def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(setup, tmp_path):  # noqa: F811
-    from tandem_rlvr.rl.train import build_run
+    from tandem_rlvr.rl.assemble import build_run
 
     run = build_run(_cfg(setup, tmp_path, dtype="bfloat16"), print_fn=lambda *_: None)
     assert next(run.prep.pair.senior.parameters()).dtype == torch.float32
@@ -94,7 +94,7 @@ def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(setup, tmp_p
 
 
 def test_pure_compute_dtype_is_the_senior_itself(setup, tmp_path):  # noqa: F811
-    from tandem_rlvr.rl.train import build_run
+    from tandem_rlvr.rl.assemble import build_run
 
     run = build_run(_cfg(setup, tmp_path, dtype="bfloat16", master_dtype="compute"), print_fn=lambda *_: None)
     senior = run.prep.pair.senior

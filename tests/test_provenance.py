@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.config import EvalConfig, TrainConfig
+from tandem_rlvr.config import EvalConfig, TrainConfig, config_fields
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.eval.sampler import evaluate
@@ -254,28 +254,30 @@ def test_training_resume_check_covers_every_setting_seed_included(tmp_path):
     """Change each TrainConfig field alone: a run directory holding the base config refuses it.
     A field that cannot change alone under the default method (beta: KL-Reg only) is changed
     from a KL-Reg base."""
-    from tandem_rlvr.rl.train import _check_run_dir, stored_config
+    from tandem_rlvr.rl.run_identity import check_run_dir, stored_config
 
     def refused(base: TrainConfig, f) -> bool:
         (tmp_path / "run" / "config.json").write_text(json.dumps(stored_config(base)))
-        assert _check_run_dir(base) == 0  # the same config resumes
-        for value in _other_value(f, getattr(base, f.name)):
+        assert check_run_dir(base) == 0  # the same config resumes
+        for value in _other_value(f, base.to_dict()[f.name]):
             try:
-                variant = dataclasses.replace(base, **{f.name: value})
+                variant = base.with_keys(**{f.name: value})
             except (TandemError, ValueError, TypeError):
                 continue
             if variant.to_dict() == base.to_dict():
                 continue
             with pytest.raises(TandemError, match=f"different .*{f.name}"):
-                _check_run_dir(variant)
+                check_run_dir(variant)
             return True
         return False
 
     (tmp_path / "run").mkdir()
-    bases = [TrainConfig(output_dir=str(tmp_path / "run")), TrainConfig(method="klreg", output_dir=str(tmp_path / "run")),
+    bases = [TrainConfig.from_keys(output_dir=str(tmp_path / "run")),
+             TrainConfig.from_keys(method="klreg", output_dir=str(tmp_path / "run")),
              # the judge's own keys change alone only where a judge term uses them
-             TrainConfig(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8", output_dir=str(tmp_path / "run")),
-             TrainConfig(sharding="fsdp2", output_dir=str(tmp_path / "run"))]  # shard_offload needs a sharded run
-    untested = [f.name for f in dataclasses.fields(TrainConfig)
+             TrainConfig.from_keys(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8",
+                                   output_dir=str(tmp_path / "run")),
+             TrainConfig.from_keys(sharding="fsdp2", output_dir=str(tmp_path / "run"))]  # shard_offload needs a sharded run
+    untested = [f.name for f in config_fields()
                 if f.name not in TRAIN_EXEMPT and not any(refused(b, f) for b in bases)]
     assert untested == []

@@ -34,8 +34,8 @@ def _call(funcs, weights, responses, golds, ids=None, log=None):
 
 def test_default_reward_is_todays_binary_last_box_verifier():
     cfg = load_train_config(None, None, {})
-    assert cfg.reward_terms == ["correct:1"] and cfg.task == "math"
-    funcs, weights = build_terms(parse_terms(cfg.reward_terms), get_task("math"), ceiling=100)
+    assert cfg.rewards.reward_terms == ["correct:1"] and cfg.data.task == "math"
+    funcs, weights = build_terms(parse_terms(cfg.rewards.reward_terms), get_task("math"), ceiling=100)
     per, total = _call(funcs, weights, RESPONSES, GOLDS)
     # by hand: 12 = 12; 13 != 12; no box = 0; 1/2 = 0.5 (math-verify)
     assert per == [[1.0, 0.0, 0.0, 1.0]] and total == [1.0, 0.0, 0.0, 1.0] and weights == [1.0]
@@ -145,7 +145,7 @@ def test_user_reward_from_a_file_or_a_module_gets_the_dataset_columns(tmp_path, 
         assert fn(prompts=["a", "b"], completions=["x", "y"], completion_ids=[[1, 2], [1, 2, 3]],
                   answer=["1", "2"]) == [1.0, 0.0]
     cfg = load_train_config(None, None, {"reward": f"{f}:brevity"})
-    assert cfg.reward_terms == ["correct:1", "user:1"]
+    assert cfg.rewards.reward_terms == ["correct:1", "user:1"]
     sys.modules.pop("my_reward", None)
 
 

@@ -124,25 +124,25 @@ def test_math_training_prompts_are_todays(tok, template, instruction):
 
     from tandem_rlvr.data.benchmarks import Problem
     from tandem_rlvr.prompting import format_prompt
-    from tandem_rlvr.rl.train import Prepared, run_task
+    from tandem_rlvr.rl.prepare import Prepared
 
     tok = deepcopy(tok)
     tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
     cfg = load_train_config(None, None, {"instruction": instruction})
     p = Problem("b", "1", "Mia has 7 shells. She finds 5 more.", "12",
                 meta={"benchmark": "b", "problem_id": "1", "question": "Mia has 7 shells. She finds 5 more.", "gold": "12"})
-    prep = Prepared(cfg, SimpleNamespace(tokenizer=tok), [p], [p], template, run_task(cfg))
+    prep = Prepared(cfg, SimpleNamespace(tokenizer=tok), [p], [p], template, cfg.data.run_task)
     assert prep.prompt_text(p) == format_prompt(tok, p.problem, template, instruction)
 
 
 def test_a_run_recorded_before_reward_terms_resumes_as_math_with_the_binary_reward(tmp_path):
-    from tandem_rlvr.rl.train import _check_run_dir, stored_config
+    from tandem_rlvr.rl.run_identity import check_run_dir, stored_config
 
     cfg = load_train_config(None, None, {"output_dir": str(tmp_path / "run")})
     old = {k: v for k, v in stored_config(cfg).items()
            if k not in ("task", "verifier", "reward_terms", "reward", "length_ceiling") and not k.startswith("judge")}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text(json.dumps(old))
-    assert _check_run_dir(cfg) == 0
+    assert check_run_dir(cfg) == 0
     with pytest.raises(TandemError, match="reward_terms"):
-        _check_run_dir(load_train_config(None, None, {"output_dir": str(tmp_path / "run"), "reward_terms": "correct,length"}))
+        check_run_dir(load_train_config(None, None, {"output_dir": str(tmp_path / "run"), "reward_terms": "correct,length"}))

@@ -79,12 +79,12 @@ def test_rollout_copy_takes_the_stream_in_parts_and_refuses_a_foreign_tensor(mod
 
 def test_an_accelerate_fsdp2_launch_selects_sharding_and_fsdp1_is_refused(monkeypatch):
     cfg = load_train_config(None, None, {})
-    assert from_launcher(cfg).sharding == "none"
+    assert from_launcher(cfg).models.sharding == "none"
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "2")
     monkeypatch.setenv("FSDP_OFFLOAD_PARAMS", "true")
     got = from_launcher(cfg)
-    assert (got.sharding, got.shard_offload) == ("fsdp2", True)
+    assert (got.models.sharding, got.models.shard_offload) == ("fsdp2", True)
     monkeypatch.setenv("FSDP_VERSION", "1")
     with pytest.raises(TandemError, match="fsdp_version: 2"):
         from_launcher(cfg)
@@ -100,7 +100,7 @@ def test_sharding_settings_are_checked():
 
 
 def test_a_sharded_run_outside_a_distributed_launch_or_on_a_whole_state_dict_engine_is_refused(tmp_path, monkeypatch):
-    from tandem_rlvr.rl.train import build_run
+    from tandem_rlvr.rl.assemble import build_run
 
     cfg = load_train_config(None, None, {"sharding": "fsdp2", "output_dir": str(tmp_path / "run")})
     monkeypatch.delenv("LOCAL_RANK", raising=False)
@@ -117,13 +117,13 @@ def test_a_sharded_run_outside_a_distributed_launch_or_on_a_whole_state_dict_eng
 def test_the_layout_is_part_of_a_runs_identity_and_the_bucket_size_and_timeout_are_not(tmp_path):
     from dataclasses import replace
 
-    from tandem_rlvr.rl.train import _check_run_dir, stored_config
+    from tandem_rlvr.rl.run_identity import check_run_dir, stored_config
 
     cfg = load_train_config(None, None, {"output_dir": str(tmp_path)})
     new = ("sharding", "shard_offload", "sync_bucket_mb", "dist_timeout_s")
     old = {k: v for k, v in stored_config(cfg).items() if k not in new}
     (tmp_path / "config.json").write_text(json.dumps(old))  # a run recorded before sharding existed
-    assert _check_run_dir(cfg) == 0
-    assert _check_run_dir(replace(cfg, sync_bucket_mb=64, dist_timeout_s=60)) == 0
+    assert check_run_dir(cfg) == 0
+    assert check_run_dir(cfg.with_keys(sync_bucket_mb=64, dist_timeout_s=60)) == 0
     with pytest.raises(TandemError, match="different sharding"):
-        _check_run_dir(replace(cfg, sharding="fsdp2"))
+        check_run_dir(cfg.with_keys(sharding="fsdp2"))

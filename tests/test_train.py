@@ -9,7 +9,8 @@ import torch
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.rollout import check_senior_mask
-from tandem_rlvr.rl.train import build_run, train
+from tandem_rlvr.rl.assemble import build_run
+from tandem_rlvr.rl.train import train
 
 from conftest import make_model, save_training_inputs
 
@@ -184,12 +185,12 @@ def test_bad_config_is_refused_before_writing(setup, tmp_path):
 
 def test_gpu_preset_loads_and_validates():
     cfg = load_train_config("qwen3-4b-deepscaler")
-    assert cfg.senior == cfg.junior == "Qwen/Qwen3-4B-Instruct-2507"
-    assert (cfg.senior_device, cfg.junior_device) == ("cuda:0", "cuda:1")
-    assert (cfg.lr, cfg.clip, cfg.temperature, cfg.max_new_tokens, cfg.max_prompt_tokens) == (1e-6, 0.2, 0.6, 3000, 1024)
+    assert cfg.models.senior == cfg.models.junior == "Qwen/Qwen3-4B-Instruct-2507"
+    assert (cfg.models.senior_device, cfg.models.junior_device) == ("cuda:0", "cuda:1")
+    assert (cfg.loss.lr, cfg.loss.clip, cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.data.max_prompt_tokens) == (1e-6, 0.2, 0.6, 3000, 1024)
     # 16 prompts x 8 rollouts per rollout batch, mini-batches of 8 prompts: two updates per batch
-    assert cfg.prompts_per_step * cfg.group_size == 128 and cfg.updates_per_batch == 2
-    from tandem_rlvr.rl.train import grpo_args
+    assert cfg.loop.prompts_per_step * cfg.rollout.group_size == 128 and cfg.loop.updates_per_batch == 2
+    from tandem_rlvr.rl.trl_args import grpo_args
     args = grpo_args(cfg, num_processes=1, on_cpu=True)
     # 64 rows per update in micro-batches of 1 row: 64 accumulated micro-steps, 128 per rollout batch
     assert args.per_device_train_batch_size == 1 and args.gradient_accumulation_steps == 64
@@ -394,7 +395,7 @@ def test_yaml_no_is_the_boolean_false_and_whole_numbers_are_kept(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("scale_rewards: no\nmax_steps: 3.0\nlr: 1e-6\n")  # YAML 1.1: bare no is false; 1e-6 is a string
     cfg = load_train_config("tiny", str(f))
-    assert cfg.scale_rewards is False and cfg.max_steps == 3 and cfg.lr == 1e-6
+    assert cfg.loss.scale_rewards is False and cfg.loop.max_steps == 3 and cfg.loss.lr == 1e-6
 
 
 def test_zero3_is_refused_as_partitioned_weights_and_fsdp_ddp_zero2_are_not():
@@ -402,7 +403,7 @@ def test_zero3_is_refused_as_partitioned_weights_and_fsdp_ddp_zero2_are_not():
     FSDP is chosen as ``--sharding fsdp2``, rl/sharding.py)."""
     from types import SimpleNamespace as NS
 
-    from tandem_rlvr.rl.train import _zero3
+    from tandem_rlvr.rl.assemble import _zero3
 
     def trainer(fsdp=False, ds=False, stage=0):
         return NS(is_fsdp_enabled=fsdp, is_deepspeed_enabled=ds,

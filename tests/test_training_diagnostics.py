@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tandem_rlvr.rl.train import build_run
+from tandem_rlvr.rl.assemble import build_run
 
 from test_train import _cfg, setup  # noqa: F401  (the module fixture: tiny senior, junior and data)
 

@@ -24,7 +24,7 @@ openai = pytest.importorskip("openai", reason="the OpenAI client is not installe
 
 from tandem_rlvr.client import complete  # noqa: E402
 from tandem_rlvr.config import load_train_config  # noqa: E402
-from tandem_rlvr.rl.train import build_run  # noqa: E402
+from tandem_rlvr.rl.assemble import build_run  # noqa: E402
 
 PROMPTS = ["Mia has 7 shells.", "Leo has", "The answer is", "Tom"]
 

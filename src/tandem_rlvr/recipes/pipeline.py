@@ -50,7 +50,8 @@ def train_method(preset: str, method: str, senior: str, junior: str | None, run_
     A run already in ``run_dir`` with other settings is refused here, naming the recipes' own
     flag (``--out``; ``tandem train``'s check would point the user to ``--output-dir``)."""
     from ..config import load_train_config
-    from ..rl.train import stored_config, train
+    from ..rl.run_identity import stored_config
+    from ..rl.train import train
     from ..rundir import refuse_other_config
 
     cfg = load_train_config(preset, overrides=dict(method=method, senior=senior, junior=junior,

@@ -157,7 +157,7 @@ def macro_pass_at_n(benchmarks: list[str], problems: list[int], correct: list[fl
 class Validation(TrainerCallback):
     """Validation accuracy with the method's rollout schedule; keeps ``best/``.
 
-    prep: the run's ``rl.train.Prepared`` (its config, model pair, validation problems and
+    prep: the run's ``rl.prepare.Prepared`` (its config, model pair, validation problems and
     prompt template); run_dir: where ``best/`` goes; runlog: the run's ``RunLog``; rollout: the
     run's ``rl.rollout.TandemRollout``, whose engine validation draws from (synced by the same
     ``EngineSync``); dtype: what ``best/`` is saved in (the compute dtype, as ``final/``).
@@ -171,17 +171,17 @@ class Validation(TrainerCallback):
         self.tok = pair.tokenizer
         self.prompts = [encode_prompt(self.tok, prep.prompt_text(p)) for p in prep.val]  # the run's task's prompts
         self.grade = prep.grade  # the run's task's correctness
-        self.spec = RolloutSpec(cfg.validation_schedule, cfg.sampling, cfg.p, cfg.K)
+        self.spec = RolloutSpec(cfg.validation_schedule, cfg.rollout.sampling, cfg.rollout.p, cfg.rollout.K)
         self.engine, self.sync, self.dtype = rollout.engine, rollout.sync, dtype
         # an engine of this process's own models (hf) validates on every process, each its share of the rows,
         # so no process waits alone at a collective (a sharded senior's refresh and saves are collective)
-        self.split_rows = engine_kind(cfg.engine).transformers
+        self.split_rows = engine_kind(cfg.rollout.engine).transformers
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.trainer = None
 
     def accuracy(self, model, step: int = 0) -> float:
-        rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.eval_n)]
+        rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.loop.eval_n)]
         state = PartialState()
         if self.split_rows:  # this process's share; the counts are gathered below
             rows = rows[state.process_index::state.num_processes]
@@ -190,10 +190,10 @@ class Validation(TrainerCallback):
         model.eval()
         try:
             self.sync(model, step)  # the engine decodes this update's weights
-            n = self.cfg.rollout_batch_rows or self.batch_rows  # the rollouts' row budget bounds the KV caches here too
+            n = self.cfg.rollout.rollout_batch_rows or self.batch_rows  # the rollouts' row budget bounds the KV caches here too
             for s in range(0, len(rows), n):
                 chunk = rows[s:s + n]
-                seeds = [row_seed(self.cfg.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
+                seeds = [row_seed(self.cfg.loop.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
                 roll = self.engine.generate([self.prompts[i] for i, _ in chunk], seeds, self.spec)
                 texts = [self.tok.decode(roll.row_tokens(b), skip_special_tokens=True) for b in range(len(chunk))]
                 correct += self.grade(texts, [self.problems[i] for i, _ in chunk])
@@ -202,7 +202,7 @@ class Validation(TrainerCallback):
             self.engine.sleep()  # vllm_sleep: free the engine's memory for the next optimiser step
         if self.split_rows and state.num_processes > 1:  # every process's share, in one order on every process
             rows, correct = gather_object(rows), gather_object(correct)
-        if self.cfg.validation == "paper-test-sets":
+        if self.cfg.data.validation == "paper-test-sets":
             return macro_pass_at_n([self.problems[i].benchmark for i, _ in rows], [i for i, _ in rows], correct)
         return float(np.mean(correct))
 
@@ -214,7 +214,7 @@ class Validation(TrainerCallback):
         if acc > self.best["accuracy"]:
             self.best = {"accuracy": acc, "step": step}
             self._save_best(model)
-        decline = self.best["accuracy"] - acc >= self.cfg.decline_drop
+        decline = self.best["accuracy"] - acc >= self.cfg.loop.decline_drop
         if decline and state.is_world_process_zero:
             log.warning("validation accuracy %.3f at step %d is %.3f below the best (%.3f at step %d): sharp decline",
                         acc, step, self.best["accuracy"] - acc, self.best["accuracy"], self.best["step"])
@@ -238,7 +238,7 @@ class Validation(TrainerCallback):
             shutil.rmtree(tmp, ignore_errors=True)
         if sharded:
             PartialState().wait_for_everyone()  # no process writes into the old tmp
-            save_streamed(model, tmp, self.dtype, self.cfg.sync_bucket_mb << 20)
+            save_streamed(model, tmp, self.dtype, self.cfg.models.sync_bucket_mb << 20)
         if not main:
             return
         if not sharded:
@@ -254,20 +254,20 @@ class Validation(TrainerCallback):
         shutil.rmtree(old, ignore_errors=True)
 
     def on_train_begin(self, args, state, control, model=None, **kw):
-        if self.cfg.eval_every and state.global_step == 0 and self.best["step"] < 0:
+        if self.cfg.loop.eval_every and state.global_step == 0 and self.best["step"] < 0:
             self._run(state, self._unwrap(model))
 
     def on_step_end(self, args, state, control, model=None, **kw):
-        if self.cfg.eval_every and state.global_step % self.cfg.updates(self.cfg.eval_every) == 0:
+        if self.cfg.loop.eval_every and state.global_step % self.cfg.loop.updates(self.cfg.loop.eval_every) == 0:
             self._run(state, self._unwrap(model))
 
     def on_save(self, args, state, control, model=None, **kw):
         """keep_weights: every save's weights in ``weights/checkpoint-N`` (N as the checkpoint's), never pruned."""
-        if self.cfg.keep_weights and model is not None:  # every process: a sharded senior is gathered collectively
+        if self.cfg.loop.keep_weights and model is not None:  # every process: a sharded senior is gathered collectively
             out = self.run_dir / "weights" / f"checkpoint-{state.global_step}"
             out.parent.mkdir(exist_ok=True)
             self._export(self._unwrap(model), out, {"step.json": {"step": state.global_step,
-                                                                  "rollout_step": state.global_step // self.cfg.updates_per_batch}})
+                                                                  "rollout_step": state.global_step // self.cfg.loop.updates_per_batch}})
 
     def _unwrap(self, model):
         return self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model

@@ -2,7 +2,7 @@
 
 A learning rate far too large, a loss term that overflows or a reward that is inf makes NaN or inf
 weights, and transformers' Trainer goes on: it saves them as checkpoints and ``final/`` and logs a
-normal summary (its ``logging_nan_inf_filter`` even hides a NaN loss; ``rl.train.grpo_args`` turns it
+normal summary (its ``logging_nan_inf_filter`` even hides a NaN loss; ``rl.trl_args.grpo_args`` turns it
 off). ``FiniteGuard`` checks, in the order the Trainer runs a step:
 
 1. ``on_pre_optimizer_step``: the gradients (after clipping; a NaN or inf loss makes them NaN);

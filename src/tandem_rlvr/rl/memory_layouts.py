@@ -16,7 +16,7 @@ offload to host memory, which costs step time) and the first that fits is the re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import TandemError
 from .memory_plan import GPU_MARGIN_GIB, HOST, GiB, Layout, Plan, plan
@@ -50,19 +50,19 @@ class Option:
 
 def _placed(cfg, placement: str, share: float = 0.3):
     if placement == "colocated":
-        return replace(cfg, engine="vllm", vllm_sleep=True, senior_device="cuda:0", junior_device=None,
-                       rollout_device=None, vllm_gpu_memory_utilization=share)
-    return replace(cfg, engine="hf", senior_device="cuda:0", junior_device="cuda:1", rollout_device="cuda:1")
+        return cfg.with_keys(engine="vllm", vllm_sleep=True, senior_device="cuda:0", junior_device=None,
+                             rollout_device=None, vllm_gpu_memory_utilization=share)
+    return cfg.with_keys(engine="hf", senior_device="cuda:0", junior_device="cuda:1", rollout_device="cuda:1")
 
 
 def vllm_need(cfg, processes: int) -> float:
     """Bytes one colocated vLLM engine needs: the pair's bf16 weights, the KV caches and
     linear-attention states of one rollout batch of a process, and ``VLLM_OVERHEAD_GIB``."""
-    S = Shape.of(model_config(cfg.senior))
-    J = Shape.of(model_config(cfg.junior)) if cfg.junior else S
+    S = Shape.of(model_config(cfg.models.senior))
+    J = Shape.of(model_config(cfg.models.junior)) if cfg.models.junior else S
     both = cfg.method == "tandem"
-    rows = cfg.rollout_batch_rows or cfg.prompts_per_step * cfg.group_size // processes
-    seq = cfg.max_prompt_tokens + cfg.max_new_tokens
+    rows = cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // processes
+    seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
     weights = (S.params + (J.params if both else 0)) * 2
     caches = rows * (seq * S.kv_bytes_per_token(_bf16()) + S.state_bytes_per_row)
     if both:
@@ -149,10 +149,10 @@ def dry_run_report(cfg, a, gib: float | None) -> str:
     of recommended layouts on 2, 4 and 8 GPUs (of ``gib``, else 80 GiB)."""
     from .memory_plan import render
 
-    sharding = a.plan_sharding or ("fsdp2" if cfg.sharding == "fsdp2" else "ddp")  # the run's own, unless asked
-    offload = a.plan_offload or ("all" if cfg.shard_offload else "none")
+    sharding = a.plan_sharding or ("fsdp2" if cfg.models.sharding == "fsdp2" else "ddp")  # the run's own, unless asked
+    offload = a.plan_offload or ("all" if cfg.models.shard_offload else "none")
     lay = Layout(a.plan_processes, sharding, offload, a.plan_lora_r or _lora(cfg),
-                 a.plan_sync_bucket_mib or float(cfg.sync_bucket_mb))
+                 a.plan_sync_bucket_mib or float(cfg.models.sync_bucket_mb))
     p = plan(cfg, gpu_gib=gib, layout=lay)
     out = [f"\nmemory plan (one training process of {lay.describe()}; peak per device):", render(cfg, p, gib)]
     if gib is not None and not _fits(p, gib):

@@ -194,26 +194,23 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     ``gpu_gib``: plan for GPUs of this size ('auto' devices become cuda:0); None: this machine.
     ``layout``: sharding, offload, LoRA and the process count (default: DDP over ``num_processes``).
     """
-    from ..models import DTYPES
-    from .train import micro_batching
+    from .trl_args import micro_batching
 
     gpu = gpu_gib is not None
-    d0 = _plan_device(cfg.senior_device, gpu)
-    dj = _plan_device(cfg.junior_device, gpu) if cfg.junior_device else d0
-    droll = _plan_device(cfg.rollout_device, gpu) if cfg.rollout_device and cfg.engine == "hf" else d0
+    d0 = _plan_device(cfg.models.senior_device, gpu)
+    dj = _plan_device(cfg.models.junior_device, gpu) if cfg.models.junior_device else d0
+    droll = _plan_device(cfg.models.rollout_device, gpu) if cfg.models.rollout_device and cfg.rollout.engine == "hf" else d0
     on_gpu = d0.startswith("cuda")
-    compute = torch.bfloat16 if cfg.dtype == "auto" and on_gpu else (
-        torch.float32 if cfg.dtype == "auto" else DTYPES.get(cfg.dtype, torch.float32))
-    master = torch.float32 if cfg.master_dtype == "float32" else compute
+    _, compute, master = cfg.models.dtypes_on("cuda" if on_gpu else "cpu")
     mixed = master != compute
-    s_cfg = model_config(cfg.senior)
-    j_cfg = model_config(cfg.junior) if cfg.junior else s_cfg
+    s_cfg = model_config(cfg.models.senior)
+    j_cfg = model_config(cfg.models.junior) if cfg.models.junior else s_cfg
     S, J = Shape.of(s_cfg), Shape.of(j_cfg)
     bm, bc = _bytes(master), _bytes(compute)
     lay = layout or Layout(num_processes)
     num_processes = lay.processes
     micro, accumulate = micro_batching(cfg, num_processes)
-    seq = cfg.max_prompt_tokens + cfg.max_new_tokens
+    seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
     p = Plan()
 
     # the trained senior: its weights and optimiser states, then the update's transients
@@ -225,7 +222,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     tokens = micro * seq
     # The backward pass holds the update's shared items throughout, and at any moment either the
     # head's backward (first) or one layer's (then, layer by layer): two sub-phases, not a sum.
-    if cfg.gradient_checkpointing:
+    if cfg.models.gradient_checkpointing:
         p.add(d0, "update", f"activations, checkpointed: layer inputs ({micro} rows x {seq} tokens)",
               tokens * (S.layers * S.hidden * (bm if mixed else bc) + prof.model_level))
         p.add(d0, "update/layers", "one layer recomputed + its backward's working set", tokens * 2 * prof.max_layer)
@@ -235,7 +232,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
         p.add(d0, "update/layers", "one layer's backward working set (two layers' activations)",
               tokens * 2 * prof.max_layer)
     # TRL's chunked head scores only the labelled (response) positions with Triton, every position without
-    head_tokens = micro * cfg.max_new_tokens if on_gpu else micro * (seq - 1)
+    head_tokens = micro * cfg.rollout.max_new_tokens if on_gpu else micro * (seq - 1)
     tile = min(head_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB)
     p.add(d0, "update", "log-prob head: hidden states it keeps", head_tokens * S.hidden * bc + 8 * head_tokens * 4)
     p.add(d0, "update/head", "log-prob head: TRL's tile and the hidden states' fp32 gradient",
@@ -256,42 +253,42 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
               S.vocab * S.hidden * _bytes(grad_dtype))
 
     # scoring forwards without gradient (old log-probs when a rollout feeds several updates; KL-Reg's reference)
-    tile = min(micro * cfg.max_new_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB) * bc
+    tile = min(micro * cfg.rollout.max_new_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB) * bc
     no_grad = micro * seq * (4 * S.hidden + 2 * S.intermediate) * bc + tile
-    if cfg.updates_per_batch > 1:
+    if cfg.loop.updates_per_batch > 1:
         p.add(d0, "scoring", f"old log-probs forward ({micro} rows, no gradient)", no_grad)
     p.add(dj, "resident", f"junior weights ({_count(J.params)} x {bc} B)", J.params * bc)
     if cfg.method == "klreg":
         p.add(dj, "scoring", f"reference (junior) forward ({micro} rows, no gradient)",
               micro * seq * (4 * J.hidden + 2 * J.intermediate) * bc
-              + min(micro * cfg.max_new_tokens, TILE_TOKENS) * min(J.vocab, TILE_VOCAB) * bc)
-    batch_rows = cfg.prompts_per_step * cfg.group_size // num_processes
-    if cfg.kl_every and (cfg.method == "tandem" or cfg.junior):
+              + min(micro * cfg.rollout.max_new_tokens, TILE_TOKENS) * min(J.vocab, TILE_VOCAB) * bc)
+    batch_rows = cfg.loop.prompts_per_step * cfg.rollout.group_size // num_processes
+    if cfg.loop.kl_every and (cfg.method == "tandem" or cfg.models.junior):
         kl_tokens = min(KL_BATCH_TOKENS, batch_rows * seq)
         p.add(dj, "kl-monitor", f"KL monitor: teacher-forced junior forward ({kl_tokens} tokens, fp32 logit chunk)",
               kl_tokens * (4 * J.hidden + 2 * J.intermediate) * bc
-              + 2 * min(KL_CHUNK, batch_rows * cfg.max_new_tokens) * J.vocab * 4)
+              + 2 * min(KL_CHUNK, batch_rows * cfg.rollout.max_new_tokens) * J.vocab * 4)
 
     # rollouts and validation
-    phases = [("rollout", cfg.rollout_batch_rows or batch_rows, cfg.rollout_schedule)]
-    if cfg.eval_every:
-        phases.append(("validation", min(cfg.rollout_batch_rows or VALIDATION_ROWS, cfg.val_size * cfg.eval_n),
+    phases = [("rollout", cfg.rollout.rollout_batch_rows or batch_rows, cfg.rollout_schedule)]
+    if cfg.loop.eval_every:
+        phases.append(("validation", min(cfg.rollout.rollout_batch_rows or VALIDATION_ROWS, cfg.data.val_size * cfg.loop.eval_n),
                        cfg.validation_schedule))
     if lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
         p.add(d0, "sync", f"weight sync: one gathered bucket ({lay.sync_bucket_mib:g} MiB at most, "
               f"{str(compute)[6:]})", min(lay.sync_bucket_mib * (1 << 20), S.params * bc))
-    if cfg.engine == "vllm-server":
+    if cfg.rollout.engine == "vllm-server":
         p.notes.append("engine vllm-server: rollouts and validation run on the server; its memory is the server's")
         return p
-    if cfg.engine == "vllm":
+    if cfg.rollout.engine == "vllm":
         if not gpu and not on_gpu:
             p.notes.append("engine vllm on CPU: its KV cache is vllm_kv_cache_gib (default 1 GiB) plus its weights")
-        share = cfg.vllm_gpu_memory_utilization * (gpu_gib or 0) * GiB if on_gpu else \
-            (cfg.vllm_kv_cache_gib or 1.0) * GiB + (S.params + (J.params if cfg.method == "tandem" else 0)) * bc
+        share = cfg.rollout.vllm_gpu_memory_utilization * (gpu_gib or 0) * GiB if on_gpu else \
+            (cfg.rollout.vllm_kv_cache_gib or 1.0) * GiB + (S.params + (J.params if cfg.method == "tandem" else 0)) * bc
         for phase in [ph for ph, _, _ in phases] + (["sync"] if lay.sharding != "ddp" or lay.lora_r else []):
-            p.add(d0, phase, "vLLM engine (weights + KV cache), asleep during updates" if cfg.vllm_sleep
+            p.add(d0, phase, "vLLM engine (weights + KV cache), asleep during updates" if cfg.rollout.vllm_sleep
                   else "vLLM engine (weights + KV cache)", share)
-        if not cfg.vllm_sleep:
+        if not cfg.rollout.vllm_sleep:
             p.add(d0, "update", "vLLM engine (awake during updates; vllm_sleep frees it)", share)
         return p
     if mixed or droll != d0 or lay.sharding != "ddp" or lay.lora_r:  # a sharded or LoRA senior: a plain merged copy
@@ -299,8 +296,8 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     for phase, rows, schedule in phases:
         p.add(droll, phase, f"senior KV cache ({rows} rows x {seq} tokens)", rows * seq * S.kv_bytes_per_token(compute))
         p.add(droll, phase, f"senior linear-attention states ({rows} rows)", rows * S.state_bytes_per_row)
-        p.add(droll, phase, f"prefill ({rows} rows x {cfg.max_prompt_tokens} prompt tokens) and step logits",
-              rows * cfg.max_prompt_tokens * (2 * S.intermediate + 4 * S.hidden) * bc + 2 * rows * S.vocab * 4)
+        p.add(droll, phase, f"prefill ({rows} rows x {cfg.data.max_prompt_tokens} prompt tokens) and step logits",
+              rows * cfg.data.max_prompt_tokens * (2 * S.intermediate + 4 * S.hidden) * bc + 2 * rows * S.vocab * 4)
         if schedule != "senior":
             p.add(dj, phase, f"junior KV cache ({rows} rows x {seq} tokens)",
                   rows * seq * J.kv_bytes_per_token(compute))
@@ -312,20 +309,20 @@ def advice(cfg, phase: str) -> str:
     """Which knob lowers a device's peak when ``phase`` sets it."""
     if phase.startswith("update"):
         knobs = []
-        if cfg.micro_batch_rows != 1:
+        if cfg.loop.micro_batch_rows != 1:
             knobs.append("a smaller micro_batch_rows")
-        if not cfg.gradient_checkpointing:
+        if not cfg.models.gradient_checkpointing:
             knobs.append("gradient_checkpointing true")
-        if cfg.engine == "vllm" and not cfg.vllm_sleep:
+        if cfg.rollout.engine == "vllm" and not cfg.rollout.vllm_sleep:
             knobs.append("vllm_sleep true")
         knobs.append("more GPUs with sharded optimiser states (accelerate launch with FSDP or DeepSpeed ZeRO, "
                      "optionally with CPU offload)")
         return "; ".join(knobs)
     if phase in ("rollout", "validation"):
         knobs = ["a smaller rollout_batch_rows"]
-        if cfg.engine == "hf" and not cfg.rollout_device:
+        if cfg.rollout.engine == "hf" and not cfg.models.rollout_device:
             knobs.append("rollout_device on another GPU (beside the junior)")
-        if cfg.engine == "vllm":
+        if cfg.rollout.engine == "vllm":
             knobs.append("a smaller vllm_gpu_memory_utilization")
         return "; ".join(knobs)
     return "a smaller micro_batch_rows"
@@ -365,17 +362,13 @@ def disk_plan(cfg, gpu: bool = True) -> str:
     """What a run's saves take on disk, in words (``tandem train --dry-run``): each full checkpoint
     (master weights, AdamW's two moments, in the master dtype), how many save_total_limit keeps, and
     with ``keep_weights`` each save's exported weights in the compute dtype, kept for good."""
-    from ..models import DTYPES
-
-    S = Shape.of(model_config(cfg.senior))
-    compute = torch.bfloat16 if cfg.dtype == "auto" and gpu else (
-        torch.float32 if cfg.dtype == "auto" else DTYPES.get(cfg.dtype, torch.float32))
-    master = torch.float32 if cfg.master_dtype == "float32" else compute
+    S = Shape.of(model_config(cfg.models.senior))
+    _, compute, master = cfg.models.dtypes_on("cuda" if gpu else "cpu")
     ckpt = S.params * 3 * _bytes(master)
-    kept = "every" if cfg.save_total_limit is None else f"the last {cfg.save_total_limit}"
+    kept = "every" if cfg.loop.save_total_limit is None else f"the last {cfg.loop.save_total_limit}"
     line = (f"disk: each checkpoint-* {_size(ckpt).strip()} (weights and AdamW moments in {str(master)[6:]}), {kept} "
-            f"kept, every {cfg.save_every} {cfg.step_unit} steps; best/ and final/ {_size(S.params * _bytes(compute)).strip()}")
-    if cfg.keep_weights:
+            f"kept, every {cfg.loop.save_every} {cfg.loop.step_unit} steps; best/ and final/ {_size(S.params * _bytes(compute)).strip()}")
+    if cfg.loop.keep_weights:
         line += (f"; keep_weights: {_size(S.params * _bytes(compute)).strip()} more per save in weights/ "
                  f"({str(compute)[6:]}), never pruned")
     return line

@@ -25,17 +25,7 @@ from pathlib import Path
 import torch
 
 from ..errors import TandemError
-from ..models import load_model, resolve_device, resolve_dtype
-
-
-def precision(cfg) -> tuple[str, torch.dtype, torch.dtype]:
-    """(senior device type, compute dtype, master dtype) of a ``TrainConfig``. The device need
-    not exist here (a GPU preset can be inspected on a CPU machine); ``auto`` is this machine's."""
-    spec = cfg.senior_device
-    kind = ("cuda" if torch.cuda.is_available() else "cpu") if spec in (None, "", "auto") else torch.device(spec).type
-    compute = resolve_dtype(cfg.dtype, torch.device(kind))
-    master = torch.float32 if cfg.master_dtype == "float32" else compute
-    return kind, compute, master
+from ..models import load_model, resolve_device
 
 
 class RolloutModel:

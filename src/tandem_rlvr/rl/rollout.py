@@ -62,11 +62,11 @@ class TandemRollout:
 
     def __init__(self, cfg, pair, engine):
         self.cfg, self.junior, self.tok = cfg, pair.junior, pair.tokenizer
-        self.sampling = cfg.sampling
-        self.spec = RolloutSpec(cfg.rollout_schedule, cfg.sampling, cfg.p, cfg.K)
+        self.sampling = cfg.rollout.sampling
+        self.spec = RolloutSpec(cfg.rollout_schedule, cfg.rollout.sampling, cfg.rollout.p, cfg.rollout.K)
         self.last = {}  # metrics of the last call, for tests and logging
         self.engine = engine
-        self.sync = EngineSync(engine, cfg.sync_bucket_mb << 20)  # shared with validation
+        self.sync = EngineSync(engine, cfg.models.sync_bucket_mb << 20)  # shared with validation
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         acc = trainer.accelerator
@@ -79,11 +79,11 @@ class TandemRollout:
             all_prompts = gather_object(list(prompts))
             offset = sum(sizes[: acc.process_index])
         cfg = self.cfg
-        seeds = occurrence_seeds(all_prompts, cfg.seed, step)[offset: offset + len(prompts)]
+        seeds = occurrence_seeds(all_prompts, cfg.loop.seed, step)[offset: offset + len(prompts)]
         ids = [encode_prompt(self.tok, p) for p in prompts]
-        too_long = [len(x) for x in ids if len(x) > cfg.max_prompt_tokens]
+        too_long = [len(x) for x in ids if len(x) > cfg.data.max_prompt_tokens]
         if too_long:
-            raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={cfg.max_prompt_tokens}")
+            raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={cfg.data.max_prompt_tokens}")
 
         was_training = senior.training
         senior.eval()
@@ -101,7 +101,7 @@ class TandemRollout:
         # Metrics of the whole step: with several processes each holds only its share of the rows.
         share, lengths = roll.senior_share.tolist(), roll.lengths.tolist()
         switches = [author_switches(m) for m in senior_mask]
-        want_kl = bool(cfg.kl_every and step % cfg.kl_every == 0 and self.junior is not None)
+        want_kl = bool(cfg.loop.kl_every and step % cfg.loop.kl_every == 0 and self.junior is not None)
         kl = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs) if want_kl else (0.0, 0, 0.0, 0)
         if acc.num_processes > 1:
             share, lengths, kls = gather_object(share), gather_object(lengths), gather_object([kl])

@@ -41,7 +41,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -64,14 +63,14 @@ def from_launcher(cfg):
         raise TandemError(f"the accelerate config asks for FSDP version {version}; tandem trains with FSDP2: set "
                           "fsdp_version: 2 in the accelerate config file")
     offload = os.environ.get("FSDP_OFFLOAD_PARAMS", "false").lower() == "true"
-    return replace(cfg, sharding="fsdp2", shard_offload=cfg.shard_offload or offload)
+    return cfg.with_keys(sharding="fsdp2", shard_offload=cfg.models.shard_offload or offload)
 
 
 def fsdp_settings(cfg) -> dict:
     """transformers' ``fsdp_config`` for a ``--sharding fsdp2`` run (the Trainer turns it into
     accelerate's plugin; layers to wrap: the model's ``_no_split_modules``, accelerate's default)."""
     return {"version": 2, "reshard_after_forward": True, "state_dict_type": "SHARDED_STATE_DICT",
-            "activation_checkpointing": cfg.gradient_checkpointing, "cpu_offload": cfg.shard_offload}
+            "activation_checkpointing": cfg.models.gradient_checkpointing, "cpu_offload": cfg.models.shard_offload}
 
 
 def configure(args, compute: torch.dtype, on_cpu: bool) -> None:

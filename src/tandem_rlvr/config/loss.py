@@ -1,0 +1,45 @@
+"""The loss part: the clipped GRPO objective's knobs, the KL term, junior-token weights, the optimiser.
+
+``LOSS_NORMALIZERS`` lives here (``rl.losses`` implements them), so settings import nothing above them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import TandemError
+from .fields import check_part, setting
+
+LOSS_NORMALIZERS = ("response_tokens", "senior_tokens")  # the token-mean denominators of rl.losses
+
+
+@dataclass(frozen=True)
+class LossPart:
+    """Learning rate, clipping, KL, the weights of junior-written tokens, the token-mean denominator."""
+
+    lr: float = setting(1e-6, "learning rate (AdamW)", range=(0, None, True))
+    clip: float = setting(0.2, "PPO/GRPO clip epsilon", range=(0, None, True))
+    beta: float = setting(0.0, "KL(senior || junior) coefficient; klreg default 1e-3, must be 0 otherwise",
+                          range=(0, None, False))
+    junior_token_weight: float = setting(0.0, "weight w of junior-written tokens in the clipped GRPO objective (the "
+                                         "paper's tandem_jr_tkn_weight; paper: 0; 1 = vanilla GRPO on tandem rollouts)",
+                                         range=(0, 1, False))
+    loss_normalizer: str = setting("response_tokens", "token-mean denominator: response_tokens (every response token "
+                                   "of the batch, junior ones included: the paper's released patch) or senior_tokens "
+                                   "(the tokens in the loss only, as the paper's gate test reads it; about "
+                                   "1/senior-share larger gradients, which AdamW cancels but gradient clipping does "
+                                   "not)", choices=LOSS_NORMALIZERS)
+    junior_imitation: float = setting(0.0, "coefficient of a junior-imitation NLL on junior-written tokens (tandem "
+                                      "only; our extension, not in the paper: 0 = off; the paper's launcher's "
+                                      "lambda_jun is junior_token_weight here)", range=(0, None, False))
+    scale_rewards: bool = setting(True, "divide advantages by the group reward std (paper: yes)")
+    weight_decay: float = setting(0.01, "AdamW weight decay (paper / verl: 0.01)", range=(0, None, False))
+    dual_clip: float = setting(3.0, "dual-clip constant c for negative advantages: the ratio is capped at c there "
+                               "(verl: 3; 0 = off); must exceed 1 + clip", range=(0, None, False))
+    kl_clamp: float = setting(10.0, "klreg: clamp each token's k3 KL term to [-c, c] (verl: 10; 0 = off)",
+                              range=(0, None, False))
+
+    def __post_init__(self):
+        check_part(self)
+        if self.dual_clip and self.dual_clip <= 1 + self.clip:
+            raise TandemError(f"dual_clip must be 0 (off) or > 1 + clip = {1 + self.clip}, got {self.dual_clip}")

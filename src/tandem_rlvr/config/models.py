@@ -1,0 +1,86 @@
+"""The models part: which senior and junior, on which devices, in which dtypes, laid out how.
+
+Derived once, here: ``precision`` (the senior's device type, the compute dtype, the master dtype),
+which training, the rollout copy, validation, the saves and the model card all read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+import torch
+
+from ..errors import TandemError
+from ..models import resolve_dtype
+from .fields import at_least, check_part, setting
+
+SHARDINGS = ("none", "fsdp2")  # how the trained senior is laid out over the training processes (rl/sharding.py)
+
+
+class Precision(NamedTuple):
+    """The senior's device type (``cuda``/``cpu``), the dtype forwards run in, the dtype AdamW updates."""
+
+    device_type: str
+    compute: torch.dtype
+    master: torch.dtype
+
+
+@dataclass(frozen=True)
+class ModelsPart:
+    """The senior (trained), the junior (frozen), their devices and dtypes, and the senior's layout."""
+
+    senior: str = setting("tiny", "senior initialisation: directory, .gguf, hub id, or tiny")
+    junior: str | None = setting(None, "frozen junior; default: the senior's initial checkpoint (self-pairing)")
+    senior_device: str = setting("auto", "device of the senior (auto: this process's GPU, cuda:$LOCAL_RANK, if "
+                                 "available, else cpu)")
+    junior_device: str | None = setting(None, "device of the junior (default: the senior's)")
+    dtype: str = setting("auto", "float32, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
+    master_dtype: str = setting("float32", "dtype of the weights AdamW updates: float32 (fp32 master weights, forward "
+                                "and backward in `dtype` under autocast, as verl trains) or compute (the weights stay "
+                                "in `dtype`; with bf16 and lr 1e-6 most updates round away: only for comparison)",
+                                choices=("float32", "compute"))
+    gradient_checkpointing: bool = setting(True, "recompute each layer's activations in the backward pass (less "
+                                           "memory, about a third more compute; the paper's runs and TRL's default: on)")
+    rollout_device: str | None = setting(None, "engine hf: device of the senior copy the rollouts decode with "
+                                         "(default: the senior's device). With fp32 master weights the rollouts "
+                                         "decode a copy in `dtype`, refreshed after each update; beside the junior "
+                                         "it keeps the training device free (the paper preset: cuda:1)")
+    sharding: str = setting("none", "how the trained senior is laid out over the training processes: none (each "
+                            "holds the whole senior; several processes are DDP) or fsdp2 (FSDP2 through accelerate: "
+                            "fp32 master shards, bf16 compute with fp32 gradient reduction, FSDP's activation "
+                            "checkpointing; also chosen by an accelerate FSDP config under `accelerate launch`; "
+                            "docs/sharding.md)", choices=SHARDINGS)
+    shard_offload: bool = setting(False, "fsdp2: keep parameter shards, gradients and AdamW states in host memory "
+                                  "(FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU)")
+    dist_timeout_s: int = setting(1800, "seconds a training process waits at a collective for the others (gradient "
+                                  "reduction, weight gathers) before it fails: a lost process or node is an error, "
+                                  "not a hang (transformers' ddp_timeout)")
+    sync_bucket_mb: int = setting(512, "MiB of full tensors gathered at a time when the senior's weights go to the "
+                                  "rollout copy, an engine or a save (bounds the gather's memory on every rank)")
+
+    def __post_init__(self):
+        check_part(self)
+        if self.shard_offload and self.sharding == "none":
+            raise TandemError("shard_offload needs --sharding fsdp2 (it offloads the shards)")
+        at_least(self, 1, "dist_timeout_s", "sync_bucket_mb")
+
+    @property
+    def junior_spec(self) -> str:
+        """The junior's checkpoint: ``junior``, or the senior's initial one (self-pairing)."""
+        return self.junior or self.senior
+
+    def dtypes_on(self, device_type: str) -> Precision:
+        """The precision this part gives a senior on a ``device_type`` device (the memory plan asks for a GPU
+        it may not have)."""
+        compute = resolve_dtype(self.dtype, torch.device(device_type))
+        return Precision(device_type, compute, torch.float32 if self.master_dtype == "float32" else compute)
+
+    @cached_property
+    def precision(self) -> Precision:
+        """The run's precision on this machine. The device need not exist (a GPU preset can be inspected on a
+        CPU machine); ``auto`` is this machine's GPU, if any."""
+        spec = self.senior_device
+        auto = spec in (None, "", "auto")
+        return self.dtypes_on(("cuda" if torch.cuda.is_available() else "cpu") if auto else torch.device(spec).type)

@@ -1,0 +1,128 @@
+"""``TrainConfig``: one training run's settings, made of six frozen parts plus the method.
+
+``models`` (senior, junior, devices, dtypes, layout), ``data`` (problems, validation, prompts, task),
+``rollout`` (schedule, p, K, group, sampling, engine), ``loss`` (objective, KL, optimiser), ``rewards``
+(terms, judge), ``loop`` (steps, batches, eval, save, logging). Each part checks its own fields when
+built and derives its values there (``models.precision``, ``data.run_task``, ``rollout.sampling``,
+``loop.updates_per_batch``); this module adds only the rules that join parts.
+
+Settings travel by their *keys*, the flat names of today's YAML files, flags and config.json
+(``lr``, ``schedule``, ...): ``TrainConfig.from_keys(**keys)`` builds a config from them,
+``to_dict()`` gives them back, ``with_keys(**keys)`` is a changed copy. Adding a setting is one line
+in one part; its key, flag and help follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+from ..errors import TandemError
+from .data import DataPart
+from .fields import setting
+from .loop import LoopPart
+from .loss import LossPart
+from .models import ModelsPart
+from .rewards import RewardsPart
+from .rollout import RolloutPart
+
+METHODS = ("tandem", "grpo", "klreg")
+KLREG_BETA = 1e-3  # klreg's beta when none is given
+PARTS = {"models": ModelsPart, "data": DataPart, "rollout": RolloutPart, "loss": LossPart, "rewards": RewardsPart,
+         "loop": LoopPart}
+
+
+def part_of_key() -> dict[str, str]:
+    """Each config key's part (``{"lr": "loss", ...}``); ``method`` is the config's own."""
+    return {f.name: name for name, cls in PARTS.items() for f in fields(cls)}
+
+
+def config_fields() -> list:
+    """Every setting's dataclass field, ``method`` first, then part by part (the flags of ``tandem train``)."""
+    return [f for f in fields(TrainConfig) if f.name == "method"] + [f for cls in PARTS.values() for f in fields(cls)]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """All settings of one training run (see module docstring and ``config.loop`` for units)."""
+
+    method: str = setting("tandem", "tandem (senior+junior co-write rollouts), grpo (senior alone) or klreg "
+                          "(senior alone + beta * KL(senior || junior))", choices=METHODS)
+    models: ModelsPart = field(default_factory=ModelsPart)
+    data: DataPart = field(default_factory=DataPart)
+    rollout: RolloutPart = field(default_factory=RolloutPart)
+    loss: LossPart = field(default_factory=LossPart)
+    rewards: RewardsPart = field(default_factory=RewardsPart)
+    loop: LoopPart = field(default_factory=LoopPart)
+
+    def __post_init__(self):
+        if not isinstance(self.method, str) or self.method not in METHODS:
+            raise TandemError(f"unknown method {self.method!r}; valid: {', '.join(METHODS)}")
+        if self.method == "klreg" and self.loss.beta == 0:
+            object.__setattr__(self, "loss", replace(self.loss, beta=KLREG_BETA))
+        if self.method != "klreg" and self.loss.beta != 0:
+            raise TandemError(f"beta={self.loss.beta} is only for --method klreg (got method {self.method})")
+        for name in ("junior_token_weight", "junior_imitation"):
+            if getattr(self.loss, name) > 0 and self.method != "tandem":
+                raise TandemError(f"{name} > 0 needs --method tandem (there are no junior tokens otherwise)")
+        rows = self.loop.prompts_per_minibatch * self.rollout.group_size
+        if self.loop.micro_batch_rows and rows % self.loop.micro_batch_rows:
+            raise TandemError(f"micro_batch_rows ({self.loop.micro_batch_rows}) must divide the rows of a mini-batch "
+                              f"({self.loop.prompts_per_minibatch} x {self.rollout.group_size})")
+        if self.method == "tandem":
+            from ..engines.base import engine_kind
+
+            engine_kind(self.rollout.engine).check_schedule(self.rollout.schedule)
+        if self.rewards.judge:
+            self.judge_settings()
+
+    @classmethod
+    def from_keys(cls, **keys) -> "TrainConfig":
+        """The config of these keys (the rest at their defaults); an unknown key is a TandemError."""
+        where = part_of_key()
+        unknown = [k for k in keys if k != "method" and k not in where]
+        if unknown:
+            raise TandemError(f"unknown config key {unknown[0]!r}")
+        by_part: dict[str, dict] = {name: {} for name in PARTS}
+        for k, v in keys.items():
+            if k != "method":
+                by_part[where[k]][k] = v
+        return cls(keys.get("method", "tandem"), **{name: PARTS[name](**kw) for name, kw in by_part.items()})
+
+    def to_dict(self) -> dict:
+        """Every key with its value (config.json, ``--dry-run``): ``method``, then part by part."""
+        return {"method": self.method, **{f.name: _plain(getattr(getattr(self, name), f.name))
+                                          for name, cls in PARTS.items() for f in fields(cls)}}
+
+    def with_keys(self, **keys) -> "TrainConfig":
+        """A copy with these keys changed, checked as a new config."""
+        return TrainConfig.from_keys(**{**self.to_dict(), **keys})
+
+    @property
+    def rollout_schedule(self) -> str:
+        """The schedule that generates training rollouts: vanilla GRPO and KL-Reg use the senior alone."""
+        return self.rollout.schedule if self.method == "tandem" else "senior"
+
+    @property
+    def validation_schedule(self) -> str:
+        """The schedule validation samples with: the method's rollout schedule, or the senior alone."""
+        return "senior" if self.data.validation == "solo" else self.rollout_schedule
+
+    @property
+    def length_ceiling(self) -> int:
+        """Tokens at which the length term's penalty is full."""
+        return self.rewards.length_ceiling or self.rollout.max_new_tokens
+
+    def judge_settings(self):
+        """The judge term's ``rewards.judge.JudgeSettings`` (validated: template, parser, numbers)."""
+        from ..rewards.judge import JudgeSettings
+
+        r, m = self.rewards, self.models
+        return JudgeSettings(r.judge, r.judge_template, r.judge_parser, r.judge_model, r.judge_max_tokens,
+                             r.judge_timeout, r.judge_retries, r.judge_concurrency, r.judge_concurrency,
+                             r.judge_device or m.senior_device, m.dtype)
+
+
+def _plain(value):
+    return list(value) if isinstance(value, list) else value
+
+

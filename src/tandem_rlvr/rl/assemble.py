@@ -1,0 +1,182 @@
+"""Assembly of a training run: the rollout engine, the reward functions, the callbacks and TRL's
+trainer, put together from a ``TrainConfig`` once its data is prepared (``rl.prepare``), its
+identity checked (``rl.run_identity``) and its directory held (``rl.run_start``).
+
+Everything that can be refused is refused before the run directory is touched (config, data,
+models, tokenizers, prompt lengths, the engine); a failure after it ends through ``RunStart.close``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from ..config import TrainConfig
+from ..errors import TandemError
+from ..io import write_json
+from ..models import Pair
+from .precision import RolloutModel
+from .prepare import Prepared, prepare
+from .run_identity import check_run_dir, model_card, stored_config
+from .run_start import RunStart
+from .sharding import configure as configure_sharding, from_launcher
+from .trl_args import grpo_args
+
+
+def reward_functions(cfg: TrainConfig, task, run_dir: Path) -> tuple[list, list[float], object]:
+    """(TRL reward functions, their weights, the judge or None) from the run's reward terms
+    (``rewards.terms``); the judge's verdict cache lives in the run directory, so a resumed run
+    pays for no verdict twice."""
+    from ..rewards.terms import build_terms, parse_terms
+
+    judge = user = None
+    r = cfg.rewards
+    if r.reward:
+        from ..rewards.user import load_reward
+
+        user = load_reward(r.reward)
+    if r.judge:
+        from ..rewards.judge import Judge
+
+        judge = Judge(cfg.judge_settings(), cache=run_dir / "judge_cache.sqlite")
+    funcs, weights = build_terms(parse_terms(r.reward_terms), task, ceiling=cfg.length_ceiling, judge=judge,
+                                 judge_mode=r.judge_mode, user=user)
+    return funcs, weights, judge
+
+
+@dataclass
+class Run:
+    """A ready-to-train run: the trainer and the pieces tests and benchmarks reach into."""
+
+    trainer: object
+    prep: Prepared
+    rollout: object
+    runlog: object
+    validation: object
+    resume_step: int
+    start: RunStart  # the run directory as this run holds it (lock, fresh start, what to close)
+    judge: object = None  # rewards.judge.Judge of a judge reward term
+
+    @property
+    def lock(self):
+        return self.start.lock
+
+    def close(self, failed: bool = False) -> None:
+        """Free the rollout engine and the judge, release the directory (``RunStart.close``)."""
+        self.start.close(failed)
+
+
+def _check_launch(cfg: TrainConfig) -> None:
+    """A sharded run needs a distributed launch and an engine that takes sharded weights."""
+    from ..engines.base import engine_kind
+
+    sharding = cfg.models.sharding
+    if sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
+        raise TandemError(f"--sharding {sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
+                          "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
+    if sharding != "none" and not engine_kind(cfg.rollout.engine).sharded_training:
+        raise TandemError(f"engine {cfg.rollout.engine} takes the senior's weights as a whole state dict; --sharding "
+                          f"{sharding} shards them: train with engine hf, or without sharding (DDP)")
+
+
+def build_run(cfg: TrainConfig, print_fn=print) -> Run:
+    """Validate everything, then create the run directory and the trainer (nothing trained yet)."""
+    import datasets
+    from accelerate import PartialState
+
+    from .rollout import TandemRollout
+
+    cfg = from_launcher(cfg)
+    check_run_dir(cfg)  # refuse a different config before loading anything
+    _check_launch(cfg)
+    prep = prepare(cfg)
+    on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
+    # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
+    # (gloo) when told the run is on CPU; without it every process trains alone.
+    state = PartialState(cpu=on_cpu, timeout=timedelta(seconds=cfg.models.dist_timeout_s))
+    args = grpo_args(cfg, state.num_processes, on_cpu)
+    if cfg.models.sharding == "fsdp2":
+        configure_sharding(args, cfg.models.precision.compute, on_cpu)
+    ds = datasets.Dataset.from_list(prep.dataset_rows())
+    engine = open_rollout_engine(cfg, prep.pair, state.num_processes)  # fails before the run directory is touched
+    start = RunStart.take(cfg.loop.output_dir, state.is_main_process)
+    start.closers.append(engine.close)
+    try:
+        resume_step = check_run_dir(cfg)  # again, now that no other writer can change the directory
+        if state.is_main_process:
+            write_json(start.out / "config.json", stored_config(cfg))
+        run = _assemble(cfg, prep, args, ds, TandemRollout(cfg, prep.pair, engine), start, resume_step, print_fn)
+    except BaseException:
+        start.close(failed=True)
+        raise
+    return run
+
+
+def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, print_fn) -> Run:
+    """The callbacks, the reward functions and the trainer over a held run directory."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    from .callbacks import CheckpointWeights, RunLog, Validation
+    from .guard import FiniteGuard
+    from .trainer import TandemGRPOTrainer
+
+    out = start.out
+    runlog = RunLog(out, resume_step, print_fn, cfg.loop.updates_per_batch)
+    validation = Validation(prep, out, runlog, rollout, cfg.models.precision.compute)
+    weights = CheckpointWeights(out, cfg.models.sync_bucket_mb << 20)
+    reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
+    if judge is not None:
+        start.closers.append(judge.close)
+    loss = cfg.loss
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*rollout_func.*")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        trainer = TandemGRPOTrainer(
+            model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
+            processing_class=prep.pair.tokenizer, rollout_func=rollout,
+            callbacks=[FiniteGuard(lambda: check_run_dir(cfg)), runlog, validation, weights], junior=prep.pair.junior,
+            require_senior_mask=cfg.method == "tandem", junior_imitation=loss.junior_imitation,
+            ref_is_junior=cfg.method == "klreg", kl_clamp=loss.kl_clamp,
+            junior_token_weight=loss.junior_token_weight, loss_normalizer=loss.loss_normalizer,
+            model_card=lambda steps: model_card(cfg, steps))
+    for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
+        trainer.remove_callback(cb)
+    validation.trainer = weights.trainer = trainer
+    if _zero3(trainer):  # an accelerate launch config's DeepSpeed (its FSDP became cfg.models.sharding above)
+        raise TandemError("DeepSpeed ZeRO-3 partitions the senior, and the partitions do not reach the rollout "
+                          "copy, engines or saves: shard with --sharding fsdp2 (docs/sharding.md), or use ZeRO 1-2")
+    return Run(trainer, prep, rollout, runlog, validation, resume_step, start, judge)
+
+
+def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
+    """The run's rollout engine (``engines.base.ENGINES[cfg.rollout.engine]``) on its loaded pair: the
+    junior only for a tandem schedule, the hf engine's compute-dtype copy on ``rollout_device``,
+    a vLLM engine in-process (all processes' engines started together when data-parallel)."""
+    from ..engines.base import EngineSetup, engine_kind
+
+    m, r = cfg.models, cfg.rollout
+    kind = engine_kind(r.engine)
+    if num_processes > 1 and not kind.data_parallel:
+        raise TandemError(f"engine {r.engine} trains in one process (one sender of the weights)")
+    from ..engines.server_client import ServerSettings
+    from ..engines.vllm_engine import VLLMSettings
+
+    server = ServerSettings(r.server, api_key=os.environ.get("VLLM_API_KEY")) if r.server else None
+    vllm = VLLMSettings(gpu_memory_utilization=r.vllm_gpu_memory_utilization, kv_cache_gib=r.vllm_kv_cache_gib,
+                        max_model_len=cfg.data.max_prompt_tokens + r.max_new_tokens) if kind.vllm_settings else None
+    tandem = cfg.rollout_schedule != "senior"
+    return kind.open(EngineSetup(
+        m.senior, m.junior_spec if tandem else None, next(pair.senior.parameters()).device,
+        dtype=m.dtype, seed=cfg.loop.seed, vllm_settings=vllm, server=server, pair=pair,
+        rollout_copy=RolloutModel(m.senior, m.precision.compute, m.rollout_device if kind.rollout_device else None,
+                                  sharded=m.sharding != "none"),
+        batch_rows=r.rollout_batch_rows, sleep=r.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
+
+
+def _zero3(trainer) -> bool:
+    """Whether DeepSpeed ZeRO-3 partitions the senior's parameters over the processes."""
+    ds = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return bool(trainer.is_deepspeed_enabled and ds is not None and getattr(ds, "zero_stage", 0) == 3)

@@ -1,0 +1,126 @@
+"""A training run's identity: what its config.json records, which run directory it may resume, and
+the model card that describes it.
+
+The run directory is not part of a run's identity (``runs/x``, ``./runs/x/``, its absolute path or
+the directory after a move are one run); everything else recorded must match, or the resume is
+refused naming the keys that differ. Runs recorded before tasks, reward terms and sharding existed
+resume with those keys at the values they ran with (``LEGACY_DEFAULTS``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from pathlib import Path
+
+from ..config import RewardsPart, TrainConfig
+from ..io import read_json
+from ..rundir import abs_spec, output_dir, refuse_other_config
+
+# config.json keys that are not the run's identity: where it lives, where its server is, transport sizes
+NOT_IDENTITY = ("output_dir", "server", "sync_bucket_mb", "dist_timeout_s")
+
+
+def stored_config(cfg: TrainConfig) -> dict:
+    """config.json's content: local model and data paths made absolute, so the run is recognised
+    and its files work from any directory."""
+    from ..data.benchmarks import benchmark_names
+    from ..models import NAMED_MODELS
+
+    d = cfg.to_dict()
+    for key in ("senior", "junior"):
+        d[key] = abs_spec(d[key], NAMED_MODELS)
+    for key in ("dataset", "val_dataset"):
+        d[key] = abs_spec(d[key], benchmark_names())
+    d["output_dir"] = str(Path(cfg.loop.output_dir).expanduser().resolve())
+    d["verifier"] = cfg.data.run_task.verifier
+    reward, template = cfg.rewards.reward, cfg.rewards.judge_template
+    if reward and Path(reward.rpartition(":")[0]).expanduser().is_file():
+        where, _, name = reward.rpartition(":")
+        d["reward"] = f"{Path(where).expanduser().resolve()}:{name}"
+    if Path(template).expanduser().is_file():
+        d["judge_template"] = str(Path(template).expanduser().resolve())
+    return d
+
+
+def legacy_defaults() -> dict:
+    """The values of keys that runs recorded before tasks, reward terms and sharding existed ran with
+    (every rewards key, task and grader at their defaults)."""
+    base = TrainConfig().to_dict()
+    keys = [f.name for f in fields(RewardsPart)] + ["task", "grader"]
+    return {**{k: base[k] for k in keys}, "verifier": "math@1:last-box", "sharding": "none", "shard_offload": False}
+
+
+def check_run_dir(cfg: TrainConfig) -> int:
+    """The step of the last checkpoint to resume from (0 = fresh); a TandemError if the directory
+    holds another run's config."""
+    out = output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # before any model loads or world builds
+    refuse_other_config(out / "config.json", stored_config(cfg), "use another --output-dir",
+                        defaults=legacy_defaults(), ignore=NOT_IDENTITY)
+    steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
+             and (p / "trainer_state.json").exists()]
+    return max(steps, default=0)
+
+
+def completed(cfg: TrainConfig) -> dict | None:
+    """summary.json of a finished run in ``cfg.loop.output_dir`` (same config), else None."""
+    out = Path(cfg.loop.output_dir).expanduser()
+    if (out / "summary.json").is_file() and (out / "final").is_dir():
+        check_run_dir(cfg)
+        return read_json(out / "summary.json")
+    return None
+
+
+def said_complete(cfg: TrainConfig, print_fn) -> dict | None:
+    """``completed(cfg)``, said once (by the first process) when the run is finished."""
+    done = completed(cfg)
+    if done is not None and int(os.environ.get("RANK", "0") or 0) == 0:
+        print_fn(f"{cfg.loop.output_dir}: run already complete ({done['steps']} steps); nothing to do")
+    return done
+
+
+def model_card(cfg: TrainConfig, steps: int) -> str:
+    """README.md of a run and of its final/ weights (instead of TRL's placeholder card)."""
+    stored, r, d, loop, loss = stored_config(cfg), cfg.rollout, cfg.data, cfg.loop, cfg.loss
+    partner = {"tandem": f"Tandem RLVR (arXiv 2606.28166): rollouts co-written with the frozen junior, schedule "
+                         f"`{r.schedule}`, p = {r.p}, K = {r.K}; GRPO loss on the senior's tokens only",
+               "grpo": "vanilla GRPO (rollouts by the senior alone)",
+               "klreg": f"KL-regularised GRPO: beta = {loss.beta} x KL(senior || junior) on the senior's own rollouts"}
+    return "\n".join([
+        f"# {Path(stored['output_dir']).name}", "",
+        f"Trained with tandem-rlvr (`tandem train`), method **{cfg.method}**: {partner[cfg.method]}.", "",
+        f"- base model (senior initialisation): `{stored['senior']}`",
+        f"- junior (frozen): `{stored['junior'] or stored['senior']}`"
+        + (" (not used by the rollouts of this method)" if cfg.method == "grpo" else ""),
+        f"- training data: `{stored['dataset']}` (split {d.dataset_split}), validation: "
+        f"{'`' + str(stored['val_dataset']) + '`' if d.val_dataset else f'a held-out slice of {d.val_size} problems'}",
+        f"- optimiser steps: {steps} (updates; {loop.rollout_steps(steps)} rollout steps of "
+        f"{loop.updates_per_batch}; max_steps {loop.max_steps} {loop.step_unit}s); {loop.prompts_per_minibatch} "
+        f"prompts x {r.group_size} rollouts per update, lr {loss.lr}, clip {loss.clip}, temperature {r.temperature}",
+        f"- task: `{d.task}` (verifier `{stored['verifier']}`); reward: {_reward_note(cfg)}; seed {loop.seed}",
+        f"- weights: {_weights_note(cfg)}", "",
+        "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
+
+
+def _reward_note(cfg: TrainConfig) -> str:
+    """The reward in words: its terms with their coefficients (rewards.terms)."""
+    r = cfg.rewards
+    words = {"correct": "correctness" + (" (binary verifier on the last \\boxed{} answer)" if cfg.data.task == "math" else ""),
+             "length": f"length penalty -tokens/{cfg.length_ceiling}",
+             "format": "answer-format bonus",
+             "judge": f"judge bonus ({r.judge_mode}; judge `{r.judge}`, template `{r.judge_template}`, parser "
+                      f"`{r.judge_parser}`)",
+             "user": f"`{r.reward}`"}
+    parts = []
+    for spec in r.reward_terms:
+        name, _, coef = spec.partition(":")
+        parts.append(f"{coef} x {words[name]}" if float(coef) != 1 else words[name])
+    return " + ".join(parts)
+
+
+def _weights_note(cfg: TrainConfig) -> str:
+    compute, master = (str(d).removeprefix("torch.") for d in cfg.models.precision[1:])
+    if master == compute:
+        return f"trained and saved in {compute}"
+    return (f"trained with {master} master weights and {compute} compute; checkpoint-* hold the {master} masters, "
+            f"final/ and best/ are exported in {compute}")
