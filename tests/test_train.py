@@ -379,6 +379,24 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_nothing(setup, tmp_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("where", ["assembly", "run"])
+def test_a_failed_start_removes_what_it_wrote_and_keeps_what_was_there(setup, tmp_path, monkeypatch, where):
+    """One cleanup for a failure while the trainer is built and while it trains: the start's files go,
+    a file that was in the directory before it (a user's README.md) stays."""
+    from tandem_rlvr.rl.trainer import TandemGRPOTrainer
+
+    def boom(self, *a, **k):
+        raise TandemError("injected failure")
+
+    monkeypatch.setattr(TandemGRPOTrainer, "__init__" if where == "assembly" else "train", boom)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "README.md").write_text("my notes\n")
+    with pytest.raises(TandemError, match="injected"):
+        train(_cfg(setup, tmp_path, max_steps=1), print_fn=lambda *_: None)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["README.md"]
+    assert (tmp_path / "run" / "README.md").read_text() == "my notes\n"
+
+
 @pytest.mark.parametrize("key,value,needle", [("scale_rewards", "no", "expected bool"), ("max_steps", 2.5, "expected int"),
                                               ("lr", "fast", "expected float"), ("schedule", "wrod", "valid: "),
                                               ("eval_every", True, "expected int"), ("template", 3, "expected str")])
