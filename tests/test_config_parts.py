@@ -96,14 +96,12 @@ def _flag_value(text: str):
 
 def _captured(argv: list[str], monkeypatch, tmp_path) -> dict:
     """The config the CLI builds from ``argv`` (training or evaluation), caught where it is handed on."""
-    import dataclasses
-
     import tandem_rlvr.eval.sampler as sampler
     import tandem_rlvr.rl.train as rtrain
 
     seen = []
     monkeypatch.setattr(rtrain, "train", lambda cfg, print_fn=print: seen.append(cfg.to_dict()) or {})
-    monkeypatch.setattr(sampler, "evaluate", lambda cfg, out, progress=True: seen.append(dataclasses.asdict(cfg)))
+    monkeypatch.setattr(sampler, "evaluate", lambda cfg, out, progress=True: seen.append(cfg.to_dict()))
     monkeypatch.setattr(cli, "_print_metrics", lambda *a: None)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my.yaml").write_text(BEFORE["my.yaml"])
@@ -161,8 +159,8 @@ def test_an_evaluation_run_directory_written_before_resumes(mode, tmp_path):
     out.mkdir()
     shutil.copy(DATA / f"eval_{mode}.json", out / "config.json")
     extra = {"junior": "tiny", "schedule": "word", "K": 4} if mode == "handoff" else {}
-    cfg = EvalConfig(senior="tiny", mode=mode, benchmarks=("tiny",), split="test", limit=1, n=1,
-                     sampling=SamplingParams(max_new_tokens=2), **extra)
+    cfg = EvalConfig.from_keys(senior="tiny", mode=mode, benchmarks=("tiny",), split="test", limit=1, n=1,
+                               sampling=SamplingParams(max_new_tokens=2), **extra)
     metrics = evaluate(cfg, out, progress=False)
     assert metrics["tiny"]["problems"] == 1
     assert json.loads((out / "config.json").read_text()) == json.loads((DATA / f"eval_{mode}.json").read_text())

@@ -59,13 +59,19 @@ def test_unknown_engine_is_rejected_by_the_parser(capsys):
     assert "--engine" in capsys.readouterr().err
 
 
-def test_an_eval_config_opens_a_decoder_as_it_is():
-    """open_decoder reads DecoderSetup's fields; an evaluation hands it its EvalConfig, so every
-    one of those fields must exist there under the same name."""
-    from dataclasses import fields
-
+def test_an_eval_config_derives_what_opening_its_decoder_needs():
+    """open_decoder takes an engine name, an EngineSetup and a RolloutSpec; an evaluation derives both
+    from its parts: every model, device and engine setting as given, the junior not loaded when solo."""
     from tandem_rlvr.config import EvalConfig
-    from tandem_rlvr.engines import DecoderSetup
+    from tandem_rlvr.decoding.sampling import SamplingParams
 
-    missing = {f.name for f in fields(DecoderSetup)} - {f.name for f in fields(EvalConfig)}
-    assert not missing, f"EvalConfig lacks {sorted(missing)}"
+    sp = SamplingParams(0.5, 0.9, 3, 7)
+    cfg = EvalConfig.from_keys(senior="s", junior="j", mode="handoff", schedule="word", device="cpu",
+                               junior_device="cpu:1", dtype="float32", seed=5, p=0.25, K=4, sampling=sp)
+    setup, spec = cfg.engine_setup, cfg.rollout_spec
+    assert (setup.senior, setup.junior, setup.device, setup.junior_device, setup.dtype, setup.seed) == \
+        ("s", "j", "cpu", "cpu:1", "float32", 5)
+    assert (spec.schedule, spec.sampling, spec.p, spec.K) == ("word", sp, 0.25, 4)
+    solo = EvalConfig.from_keys(senior="s")
+    assert solo.engine_setup.junior is None and solo.rollout_spec.schedule == "senior"
+    assert EvalConfig.from_keys(senior="s", mode="handoff", schedule="word").engine_setup.junior == "s"  # self-paired

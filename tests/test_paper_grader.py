@@ -176,4 +176,4 @@ def test_grader_is_part_of_the_verifier_of_eval_and_training_runs():
     with pytest.raises(TandemError, match="--grader paper applies to the math task only"):
         task_for_eval("gsm8k", instruction="paper", answer_mode="last-box", grader="paper")
     with pytest.raises(TandemError, match="last box only"):
-        EvalConfig(grader="paper", answer_mode="final-boxes")
+        EvalConfig.from_keys(grader="paper", answer_mode="final-boxes")

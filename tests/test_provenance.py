@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.config import EvalConfig, TrainConfig, config_fields
+from tandem_rlvr.config import EvalConfig, TrainConfig, config_fields, eval_keys
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.eval.sampler import evaluate
@@ -160,7 +160,7 @@ def test_fingerprint_changes_when_one_byte_changes_even_with_size_and_mtime_kept
 def test_built_in_model_is_fingerprinted_by_its_files(tmp_path):
     from tandem_rlvr.models import resolve_model_path
 
-    cfg = EvalConfig(senior="tiny", benchmarks=("tiny",), limit=1, n=1, sampling=SamplingParams(max_new_tokens=2))
+    cfg = EvalConfig.from_keys(senior="tiny", benchmarks=("tiny",), limit=1, n=1, sampling=SamplingParams(max_new_tokens=2))
     evaluate(cfg, tmp_path / "run", progress=False)
     d = resolve_model_path("tiny")
     h = hashlib.sha256()
@@ -203,7 +203,7 @@ EVAL_EXEMPT = {"device", "junior_device", "batch_size", "vllm_settings",  # same
 def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, models):
     """Change each EvalConfig field alone (seed included) and the resume is refused."""
     bench = _bench(tmp_path / "b.jsonl")
-    base = EvalConfig(senior=str(models["a"]), junior=str(models["b"]), mode="handoff", schedule="word",
+    base = EvalConfig.from_keys(senior=str(models["a"]), junior=str(models["b"]), mode="handoff", schedule="word",
                       benchmarks=(str(bench),), limit=3, n=2, sampling=SamplingParams(0.7, 0.8, 20, 3), seed=0,
                       template="plain", device="cpu", dtype="float32")
     run = tmp_path / "run"
@@ -215,13 +215,13 @@ def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, m
                "answer_mode": "final-boxes", "grader": "paper", "task": "answer-tag", "seed": 1, "p": 0.25, "K": 2, "dtype": "bfloat16",
                "sampling": [SamplingParams(1.0, 0.8, 20, 3), SamplingParams(0.7, 0.9, 20, 3),
                             SamplingParams(0.7, 0.8, 5, 3), SamplingParams(0.7, 0.8, 20, 4)]}
-    fields = {f.name for f in dataclasses.fields(EvalConfig)}
+    fields = set(eval_keys())
     assert fields == set(changes) | EVAL_EXEMPT, fields ^ (set(changes) | EVAL_EXEMPT)
     for name, values in changes.items():
         for value in values if isinstance(values, list) else [values]:
             with pytest.raises(TandemError, match="existing run has a different|changed since|differs from"):
-                evaluate(dataclasses.replace(base, **{name: value}), run, progress=False)
-    evaluate(dataclasses.replace(base, batch_size=1), run, progress=False)  # exempt: the same samples, nothing to do
+                evaluate(base.with_keys(**{name: value}), run, progress=False)
+    evaluate(base.with_keys(batch_size=1), run, progress=False)  # exempt: the same samples, nothing to do
 
 
 TRAIN_EXEMPT = {"output_dir", "server",  # a run's directory and its rollout server's URL may move

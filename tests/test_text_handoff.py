@@ -128,13 +128,13 @@ def test_round_cap_ends_live_chains_after_one_senior_and_one_junior_turn(cross_p
 
 def test_protocol_default_is_text_for_paragraph_schedules_on_every_engine():
     for engine in ("hf", "vllm", "vllm-server"):  # issue 32: --engine vllm defaulted to stream
-        assert EvalConfig(mode="handoff", engine=engine).handoff_protocol == "text"
-        assert EvalConfig(mode="handoff", engine=engine, schedule="paragraph-bernoulli").handoff_protocol == "text"
-        assert EvalConfig(mode="handoff", engine=engine, protocol="stream").handoff_protocol == "stream"
-    assert EvalConfig(mode="handoff", schedule="word").handoff_protocol == "stream"
-    assert EvalConfig(mode="solo").handoff_protocol is None
+        assert EvalConfig.from_keys(mode="handoff", engine=engine).handoff_protocol == "text"
+        assert EvalConfig.from_keys(mode="handoff", engine=engine, schedule="paragraph-bernoulli").handoff_protocol == "text"
+        assert EvalConfig.from_keys(mode="handoff", engine=engine, protocol="stream").handoff_protocol == "stream"
+    assert EvalConfig.from_keys(mode="handoff", schedule="word").handoff_protocol == "stream"
+    assert EvalConfig.from_keys(mode="solo").handoff_protocol is None
     with pytest.raises(TandemError, match="--protocol stream"):
-        EvalConfig(mode="handoff", schedule="word", protocol="text")
+        EvalConfig.from_keys(mode="handoff", schedule="word", protocol="text")
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def test_text_protocol_refuses_the_server_engine_in_one_line(dirs):
     from tandem_rlvr.eval.text_handoff import open_text_handoff
 
     senior, _, data = dirs
-    cfg = EvalConfig(senior=senior, mode="handoff", benchmarks=[data], engine="vllm-server", protocol="text")
+    cfg = EvalConfig.from_keys(senior=senior, mode="handoff", benchmarks=[data], engine="vllm-server", protocol="text")
     with pytest.raises(TandemError, match=r"--engine hf or vllm \(got vllm-server\)") as e:
         open_text_handoff(cfg, "paragraph-roundrobin")
     assert "\n" not in str(e.value)

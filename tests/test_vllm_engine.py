@@ -173,7 +173,7 @@ def test_battery_runs_on_vllm_runs(tok, engine, pair_dirs, tmp_path):  # last: i
     engine.close()  # one in-process engine at a time; the solo run below opens its own
 
     solo = tmp_path / "sen" / "solo"
-    cfg = EvalConfig(senior=senior, mode="solo", benchmarks=[bench], n=2, sampling=sp, template="plain",
+    cfg = EvalConfig.from_keys(senior=senior, mode="solo", benchmarks=[bench], n=2, sampling=sp, template="plain",
                      engine="vllm", vllm_settings=SETTINGS)
     m_solo = evaluate(cfg, solo, progress=False)
     rows = read_samples(solo / "samples.jsonl")

@@ -136,11 +136,11 @@ def vllm_settings(a):
 
 def open_from_args(a, schedule: str):
     """(decoder, tokenizer, close) for the command's models, schedule and engine."""
-    from .engines import DecoderSetup, open_decoder
+    from .engines import EngineSetup, RolloutSpec, open_decoder
 
-    return open_decoder(DecoderSetup(a.senior, a.junior, sampling_from_args(a), engine_of(a), a.p, a.K, a.device,
-                                     getattr(a, "junior_device", None), a.dtype, getattr(a, "seed", 0),
-                                     vllm_settings(a), server_settings(a)), schedule)
+    setup = EngineSetup(a.senior, a.junior, a.device, getattr(a, "junior_device", None), a.dtype, getattr(a, "seed", 0),
+                        vllm_settings(a), server_settings(a))
+    return open_decoder(engine_of(a), setup, RolloutSpec(schedule, sampling_from_args(a), a.p, a.K))
 
 
 def template_flag(p):

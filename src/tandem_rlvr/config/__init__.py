@@ -8,7 +8,7 @@ preset < file < flags and rejects unknown keys naming the closest valid one. ``E
 """
 
 from .data import PAPER_TEST_SETS, VALIDATIONS, DataPart  # noqa: F401
-from .evaluation import EvalConfig, paper_eval_sampling  # noqa: F401
+from .evaluation import EVAL_PARTS, EvalConfig, eval_keys, paper_eval_sampling  # noqa: F401
 from .fields import SEED_MAX, check_seed  # noqa: F401
 from .load import RENAMED, load_preset, load_train_config, preset_names  # noqa: F401
 from .loop import LoopPart  # noqa: F401

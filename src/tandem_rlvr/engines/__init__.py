@@ -10,8 +10,6 @@ it and pushes weights through ``weight_sync``). Every engine is a ``base.Rollout
 in one registry table (``base.ENGINES``), so everything downstream of a rollout is engine-blind.
 """
 
-from dataclasses import dataclass
-
 from .base import ENGINES, EngineSetup, RolloutEngine, RolloutSpec, engine_kind, open_engine  # noqa: F401
 from .request_args import NOT_ON_VLLM  # noqa: F401  (re-exported: checked before any loading)
 
@@ -21,35 +19,19 @@ def check_vllm_schedule(schedule: str) -> None:
     ENGINES["vllm"].check_schedule(schedule)
 
 
-@dataclass(frozen=True)
-class DecoderSetup:
-    """What opening a decoder needs; ``config.EvalConfig`` carries the same fields, so an
-    evaluation passes its config itself. ``junior`` None = the senior's checkpoint."""
+def open_decoder(engine: str, setup: EngineSetup, spec: RolloutSpec):
+    """(decoder, tokenizer, close) for ``spec`` (schedule, sampling, p, K) on engine ``engine`` (an
+    ``ENGINES`` name) opened with ``setup`` (an evaluation passes ``cfg.decoding.engine``,
+    ``cfg.engine_setup`` and ``cfg.rollout_spec``).
 
-    senior: str
-    junior: str | None = None
-    sampling: object = None  # decoding.sampling.SamplingParams
-    engine: str = "hf"
-    p: float = 0.5
-    K: int = 32
-    device: str | None = "auto"
-    junior_device: str | None = None
-    dtype: str | None = "auto"
-    seed: int = 0
-    vllm_settings: object = None  # engines.vllm_engine.VLLMSettings
-    server: object = None  # engines.server_client.ServerSettings (engine vllm-server)
-
-
-def open_decoder(setup, schedule: str):
-    """(decoder, tokenizer, close) for ``schedule`` on ``setup.engine`` (a ``DecoderSetup`` or
-    anything with its fields, e.g. an ``EvalConfig``).
-
-    ``decoder`` has ``schedule`` and ``generate(prompts, seeds) -> Rollout``; ``close()``
-    frees the engine. The junior is not loaded for the solo schedule ``senior``.
+    ``decoder`` has ``schedule`` and ``generate(prompts, seeds) -> Rollout``; ``close()`` frees the
+    engine. The junior (``setup.junior``, default the senior's checkpoint) is not loaded for the solo
+    schedule ``senior``.
     """
-    kind = engine_kind(setup.engine)
-    kind.check_schedule(schedule)
-    junior = None if schedule == "senior" else (setup.junior or setup.senior)
-    eng = kind.open(EngineSetup(setup.senior, junior, setup.device, setup.junior_device, setup.dtype, setup.seed,
-                                setup.vllm_settings, getattr(setup, "server", None)))
-    return eng.decoder(RolloutSpec(schedule, setup.sampling, setup.p, setup.K)), eng.tokenizer, eng.close
+    from dataclasses import replace
+
+    kind = engine_kind(engine)
+    kind.check_schedule(spec.schedule)
+    junior = None if spec.schedule == "senior" else (setup.junior or setup.senior)
+    eng = kind.open(replace(setup, junior=junior))
+    return eng.decoder(spec), eng.tokenizer, eng.close

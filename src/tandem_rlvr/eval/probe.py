@@ -121,7 +121,7 @@ def summarize(rows: list[dict], correct_samples: int, n_boot: int, seed: int) ->
 
 def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     """Probe the correct samples of ``s.samples`` (module docstring); the summary."""
-    from ..engines import DecoderSetup, engine_kind, open_decoder
+    from ..engines import EngineSetup, RolloutSpec, engine_kind, open_decoder
     from ..fingerprint import model_fingerprint
     from ..models import load_pair, resolve_model_path
 
@@ -169,8 +169,8 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
                     forced = [_force(pair, tok, task, problems, c, cfg["template"], s) for c in chunks]
                     del pair
                     _free_memory()
-                    dec, tok, close = open_decoder(DecoderSetup(senior=senior, sampling=sampling, engine=s.engine,
-                                                                device=s.device, dtype=s.dtype, seed=s.seed), "senior")
+                    dec, tok, close = open_decoder(s.engine, EngineSetup(senior, device=s.device, dtype=s.dtype,
+                                                                         seed=s.seed), RolloutSpec("senior", sampling))
                 try:
                     with open(out / ROWS, "a", encoding="utf-8") as f:
                         for chunk_forced in forced:

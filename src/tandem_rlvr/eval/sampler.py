@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -166,7 +166,6 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
     """
     from ..fingerprint import model_fingerprint
     from ..models import resolve_model_path
-    from ..tasks import load_problems, task_for_eval
     from .runs import check_inputs, read_config, read_metrics
 
     out = Path(out)
@@ -174,9 +173,8 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
     if metrics is None or not (out / CONFIG).is_file():
         return None
     old = read_config(out / CONFIG)
-    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode, grader=cfg.grader)
-    problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
-    roles = {"senior": cfg.senior, **({"junior": cfg.junior or cfg.senior} if cfg.schedule_name != "senior" else {})}
+    problems = _problems(cfg)
+    roles = {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
     new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()},
            "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}
     if INPUTS not in old:
@@ -196,15 +194,13 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     from ..fingerprint import model_fingerprint
     from ..models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
     from ..prompting import resolve_template
-    from ..tasks import load_problems, task_for_eval
 
     output_dir(out, "--out", create=False)  # a bad --out fails before any model loads or world builds
     cfg = as_recorded(cfg, out)
-    if cfg.handoff_protocol == "text" and not engine_kind(cfg.engine).text_turns:
-        raise TandemError(f"--engine {cfg.engine} serves in-stream handoffs only, and a paragraph schedule's default "
+    if cfg.handoff_protocol == "text" and not engine_kind(cfg.decoding.engine).text_turns:
+        raise TandemError(f"--engine {cfg.decoding.engine} serves in-stream handoffs only, and a paragraph schedule's default "
                           "protocol is text (the paper's, on every engine): pass --protocol stream")
-    task = task_for_eval(cfg.task, instruction=cfg.instruction, answer_mode=cfg.answer_mode, grader=cfg.grader)
-    problems = load_problems(task, list(cfg.benchmarks), split=cfg.split, limit=cfg.limit)
+    problems = _problems(cfg)
     name = cfg.schedule_name
     if cfg.handoff_protocol == "text":
         from .text_handoff import open_text_handoff
@@ -213,28 +209,35 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     else:
         if cfg.handoff_protocol == "stream":
             _check_stream_vocab(cfg)
-        dec, tok, close = open_decoder(cfg, name)  # EvalConfig has DecoderSetup's fields
+        dec, tok, close = open_decoder(cfg.decoding.engine, cfg.engine_setup, cfg.rollout_spec)
     try:
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
         if served is None:
-            roles = {"senior": cfg.senior, **({"junior": cfg.junior or cfg.senior} if name != "senior" else {})}
+            roles = {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
         else:  # a client cannot see the server's junior; its senior is fingerprinted where its files are here
             roles = {"senior": served["senior"]} if Path(served["senior"]).is_dir() else {}
         fingerprints = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()}
-        spec = EvalSpec(n=cfg.n, sampling=cfg.sampling, schedule=dec.schedule.describe(),
-                        template=resolve_template(tok, cfg.template), seed=cfg.seed,
-                        ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=cfg.instruction,
-                        answer_mode=cfg.answer_mode, math_grader=cfg.grader, task=cfg.task, engine=cfg.engine,
-                        fingerprints=fingerprints,
-                        dtype=str(resolve_dtype(cfg.dtype, resolve_device(cfg.device))).removeprefix("torch."),
-                        models=served or {
-                            "senior": abs_spec(cfg.senior, NAMED_MODELS),
-                            "junior": abs_spec(cfg.junior or cfg.senior, NAMED_MODELS) if name != "senior" else None})
-        metrics = run_eval(dec, tok, problems, spec, out, cfg.batch_size, progress)
+        m, d, pr = cfg.models, cfg.decoding, cfg.problems
+        spec = EvalSpec(n=cfg.n, sampling=d.sampling, schedule=dec.schedule.describe(),
+                        template=resolve_template(tok, pr.template), seed=d.seed,
+                        ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=pr.instruction,
+                        answer_mode=pr.answer_mode, math_grader=pr.grader, task=pr.task, engine=d.engine,
+                        fingerprints=fingerprints, dtype=str(resolve_dtype(m.dtype, resolve_device(m.device))).removeprefix("torch."),
+                        models=served or {"senior": abs_spec(m.senior, NAMED_MODELS),
+                                          "junior": abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None})
+        metrics = run_eval(dec, tok, problems, spec, out, d.batch_size, progress)
     finally:
         close()
-    write_sources(out, cfg.benchmarks, cfg.split)
+    write_sources(out, cfg.problems.benchmarks, cfg.problems.split)
     return metrics
+
+
+def _problems(cfg: EvalConfig) -> dict[str, list[Problem]]:
+    """The evaluation's problems by benchmark, through its task's loader."""
+    from ..tasks import load_problems
+
+    pr = cfg.problems
+    return load_problems(pr.run_task, list(pr.benchmarks), split=pr.split, limit=pr.limit)
 
 
 def as_recorded(cfg: EvalConfig, out: str | os.PathLike) -> EvalConfig:
@@ -249,7 +252,7 @@ def as_recorded(cfg: EvalConfig, out: str | os.PathLike) -> EvalConfig:
     recorded = (read_config(path).get("schedule") or {}).get("protocol", "stream")
     if recorded != cfg.handoff_protocol:
         log.info("%s: resuming with --protocol %s, the protocol this run was made with", out, recorded)
-    return replace(cfg, protocol=recorded)
+    return cfg.with_keys(protocol=recorded)
 
 
 def _check_stream_vocab(cfg: EvalConfig) -> None:
@@ -258,12 +261,12 @@ def _check_stream_vocab(cfg: EvalConfig) -> None:
     from ..engines.base import engine_kind
     from ..models import load_tokenizer
 
-    if engine_kind(cfg.engine).remote or not cfg.junior or cfg.junior == cfg.senior:  # a server holds its junior
+    if engine_kind(cfg.decoding.engine).remote or not cfg.models.junior or cfg.models.junior == cfg.models.senior:  # a server holds its junior
         return
-    s, j = load_tokenizer(cfg.senior), load_tokenizer(cfg.junior)
+    s, j = load_tokenizer(cfg.models.senior), load_tokenizer(cfg.models.junior)
     if s.get_vocab() != j.get_vocab():
-        raise TandemError(f"--protocol stream needs one tokenizer, and junior {cfg.junior} has another vocabulary "
-                          f"than senior {cfg.senior} ({len(j.get_vocab())} vs {len(s.get_vocab())} tokens); "
+        raise TandemError(f"--protocol stream needs one tokenizer, and junior {cfg.models.junior} has another vocabulary "
+                          f"than senior {cfg.models.senior} ({len(j.get_vocab())} vs {len(s.get_vocab())} tokens); "
                           "use --protocol text")
 
 

@@ -249,15 +249,15 @@ def open_text_handoff(cfg, schedule: str):
     from ..engines.base import ENGINES, engine_kind
     from ..models import load_model, load_tokenizer, resolve_device
 
-    kind = engine_kind(cfg.engine)
+    kind = engine_kind(cfg.decoding.engine)
     if not kind.text_turns:
         ok = " or ".join(k for k, e in ENGINES.items() if e.text_turns)
-        raise TandemError(f"--protocol text runs on --engine {ok} (got {cfg.engine}); use --protocol stream with a server")
+        raise TandemError(f"--protocol text runs on --engine {ok} (got {cfg.decoding.engine}); use --protocol stream with a server")
     if kind.transformers:
-        dev = resolve_device(cfg.device)
-        jdev = resolve_device(cfg.junior_device) if cfg.junior_device else dev
-        models = [TurnModel(load_model(spec, d, cfg.dtype), load_tokenizer(spec), cfg.sampling, cfg.template)
-                  for spec, d in ((cfg.senior, dev), (cfg.junior or cfg.senior, jdev))]
+        dev = resolve_device(cfg.models.device)
+        jdev = resolve_device(cfg.models.junior_device) if cfg.models.junior_device else dev
+        models = [TurnModel(load_model(spec, d, cfg.models.dtype), load_tokenizer(spec), cfg.decoding.sampling, cfg.problems.template)
+                  for spec, d in ((cfg.models.senior, dev), (cfg.models.junior or cfg.models.senior, jdev))]
     else:
         from .text_handoff_vllm import open_vllm_turn_models
 
@@ -267,5 +267,5 @@ def open_text_handoff(cfg, schedule: str):
         for m in models:
             m.close()
 
-    return (TextHandoff(*models, schedule, p=cfg.p, max_new_tokens=cfg.sampling.max_new_tokens),
+    return (TextHandoff(*models, schedule, p=cfg.decoding.p, max_new_tokens=cfg.decoding.sampling.max_new_tokens),
             models[0].tokenizer, close)

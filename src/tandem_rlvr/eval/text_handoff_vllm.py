@@ -74,17 +74,17 @@ def open_vllm_turn_models(cfg) -> list[VLLMTurnModel]:
     from ..engines.vllm_engine import VLLMSettings, _platform_is_cpu, require_vllm, with_dtype
     from ..models import load_tokenizer, resolve_model_path
 
-    if cfg.junior_device not in (None, "", cfg.device):
+    if cfg.models.junior_device not in (None, "", cfg.models.device):
         raise TandemError("--junior-device is not supported by --engine vllm (both engines share the device)")
     require_vllm()
-    settings = with_dtype(cfg.vllm_settings or VLLMSettings(), cfg.dtype, cfg.device)
+    settings = with_dtype(cfg.decoding.vllm_settings or VLLMSettings(), cfg.models.dtype, cfg.models.device)
     if not _platform_is_cpu():  # two engines on one GPU: each may take half of what one would
         settings = replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization / 2)
     models: list[VLLMTurnModel] = []
     try:
-        for spec in (cfg.senior, cfg.junior or cfg.senior):
-            models.append(VLLMTurnModel(resolve_model_path(spec), load_tokenizer(spec), cfg.sampling, cfg.template,
-                                        settings, seed=cfg.seed))
+        for spec in (cfg.models.senior, cfg.models.junior or cfg.models.senior):
+            models.append(VLLMTurnModel(resolve_model_path(spec), load_tokenizer(spec), cfg.decoding.sampling, cfg.problems.template,
+                                        settings, seed=cfg.decoding.seed))
     except BaseException:
         for m in models:
             m.close()

@@ -146,8 +146,8 @@ def _eval_config(s: EleganceSettings, out: Path, model: str):
     from ..config import EvalConfig
     from ..decoding.sampling import SamplingParams
 
-    return EvalConfig(senior=model, benchmarks=[str(out / "data" / "test.jsonl")], template=s.template, n=s.n,
-                      seed=s.seed, sampling=SamplingParams(s.temperature, 1.0, 0, s.max_tokens))
+    return EvalConfig.from_keys(senior=model, benchmarks=[str(out / "data" / "test.jsonl")], template=s.template,
+                                n=s.n, seed=s.seed, sampling=SamplingParams(s.temperature, 1.0, 0, s.max_tokens))
 
 
 def _check_before_writing(s: EleganceSettings, out: Path) -> None:

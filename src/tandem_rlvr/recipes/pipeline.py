@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -39,8 +38,8 @@ def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0,
     from ..config import EvalConfig
     from ..decoding.sampling import SamplingParams
 
-    return EvalConfig(benchmarks=[benchmark], split=split, template="plain", limit=limit, n=n, task=task,
-                      sampling=SamplingParams(temperature=temperature, max_new_tokens=max_tokens))
+    return EvalConfig.from_keys(benchmarks=[benchmark], split=split, template="plain", limit=limit, n=n, task=task,
+                                sampling=SamplingParams(temperature=temperature, max_new_tokens=max_tokens))
 
 
 def train_method(preset: str, method: str, senior: str, junior: str | None, run_dir: Path, overrides: dict,
@@ -83,8 +82,8 @@ def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done:
     from ..eval.sampler import evaluate, finished_metrics
 
     def sample(name: str, junior: str | None) -> dict:
-        cfg = replace(ev, senior=model, junior=junior, mode="handoff" if junior else "solo",
-                      schedule="paragraph-roundrobin")
+        cfg = ev.with_keys(senior=model, junior=junior, mode="handoff" if junior else "solo",
+                           schedule="paragraph-roundrobin")
         done = finished_metrics(cfg, d / name) if skip_done else None
         return done if done is not None else evaluate(cfg, d / name, progress=progress)
 

@@ -240,12 +240,12 @@ class LocalBackend:
 
     def __init__(self, s: JudgeSettings):
         from ..decoding.sampling import SamplingParams
-        from ..engines import DecoderSetup, open_decoder
+        from ..engines import EngineSetup, RolloutSpec, open_decoder
 
         self.settings = s
         greedy = SamplingParams(0.0, 1.0, 0, s.max_tokens)
         self.decoder, self.tok, self._close = open_decoder(
-            DecoderSetup(s.model, sampling=greedy, device=s.device, dtype=s.dtype), "senior")
+            "hf", EngineSetup(s.model, device=s.device, dtype=s.dtype), RolloutSpec("senior", greedy))
 
     def complete(self, prompts: list[str]) -> list[str | None]:
         out: list[str | None] = []
