@@ -56,7 +56,7 @@ def test_keep_weights_exports_each_save_loadable_and_never_prunes(tmp_path, tok)
     from tandem_rlvr.rl.callbacks import Validation
 
     cb = Validation.__new__(Validation)
-    cb.cfg = types.SimpleNamespace(keep_weights=True, updates_per_batch=2)
+    cb.cfg = types.SimpleNamespace(loop=types.SimpleNamespace(keep_weights=True, updates_per_batch=2))
     cb.run_dir, cb.tok, cb.dtype, cb.trainer = tmp_path, tok, torch.float32, None
     model = make_model(len(tok), 0, hidden=32, layers=1)
     for step in (2, 4):
@@ -76,7 +76,8 @@ def _prep(tok, max_prompt_tokens, lengths):
     from tandem_rlvr.tasks.answers import MathTask
 
     problems = [Problem("x", str(i), " ".join(["M"] * n), "1", None, {}) for i, n in enumerate(lengths)]
-    cfg = types.SimpleNamespace(max_prompt_tokens=max_prompt_tokens, prompts_per_step=2)
+    cfg = types.SimpleNamespace(data=types.SimpleNamespace(max_prompt_tokens=max_prompt_tokens),
+                                loop=types.SimpleNamespace(prompts_per_step=2))
     return Prepared(cfg, types.SimpleNamespace(tokenizer=tok), problems[:-1], problems[-1:], "plain", MathTask())
 
 

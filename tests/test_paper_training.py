@@ -20,11 +20,11 @@ def test_paper_training_defaults_reach_trl(setup, tmp_path):  # noqa: F811
     args = run.trainer.args
     assert args.weight_decay == 0.01 and args.delta == 3.0 and args.gradient_checkpointing
     paper = load_train_config("qwen3-4b-deepscaler", None, {})
-    assert (paper.weight_decay, paper.dual_clip, paper.kl_clamp) == (0.01, 3.0, 10.0)
-    assert (paper.master_dtype, paper.dtype, paper.step_unit) == ("float32", "bfloat16", "rollout")
+    assert (paper.loss.weight_decay, paper.loss.dual_clip, paper.loss.kl_clamp) == (0.01, 3.0, 10.0)
+    assert (paper.models.master_dtype, paper.models.dtype, paper.loop.step_unit) == ("float32", "bfloat16", "rollout")
     # 16 prompts x 8 rollouts in mini-batches of 8 prompts: 64 rows per update, 1 row per micro-batch
-    assert paper.micro_batch_rows == 1 and paper.updates_per_batch == 2
-    assert paper.updates(paper.eval_every) == 40 and paper.updates(paper.save_every) == 40  # test_freq 20 x 2
+    assert paper.loop.micro_batch_rows == 1 and paper.loop.updates_per_batch == 2
+    assert paper.loop.updates(paper.loop.eval_every) == 40 and paper.loop.updates(paper.loop.save_every) == 40  # test_freq 20 x 2
 
 
 def test_step_unit_rollout_counts_rollout_batches(setup, tmp_path):  # noqa: F811

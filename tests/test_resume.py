@@ -19,7 +19,7 @@ from tandem_rlvr.decoding.schedule import make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
 from tandem_rlvr.eval.runs import read_samples
 from tandem_rlvr.eval.sampler import EvalSpec, run_eval
-from tandem_rlvr.rl import train as train_module
+from tandem_rlvr.rl import assemble as assembly
 from tandem_rlvr.rl.train import train
 
 from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
@@ -85,7 +85,7 @@ def test_training_rerun_after_a_kill_reproduces_the_step_values(setup, tmp_path,
         return [float(len(c) % 2) for c in completions]
 
     parity_reward.__name__ = "accuracy_reward"
-    monkeypatch.setattr(train_module, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
+    monkeypatch.setattr(assembly, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
     cfg = _cfg(setup, tmp_path, max_steps=2, save_every=1, eval_every=0)
     train(cfg, print_fn=lambda *_: None)
     log = tmp_path / "run" / "log.jsonl"
