@@ -108,7 +108,7 @@ class TrainConfig:
         return "senior" if self.data.validation == "solo" else self.rollout_schedule
 
     @property
-    def length_ceiling(self) -> int:
+    def length_ceiling_tokens(self) -> int:
         """Tokens at which the length term's penalty is full."""
         return self.rewards.length_ceiling or self.rollout.max_new_tokens
 

@@ -92,7 +92,8 @@ def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done:
         metrics[_named("handoff", label)] = sample(_named("handoff", label), junior)
         leg = d / _named("legibility", label)
         if not (skip_done and _legibility_current(leg, junior)):
-            run_legibility(d / "solo", junior, leg, benchmarks=list(ev.benchmarks), split=ev.split, progress=progress)
+            run_legibility(d / "solo", junior, leg, benchmarks=list(ev.problems.benchmarks), split=ev.problems.split,
+                           progress=progress)
     return metrics
 
 

@@ -42,7 +42,7 @@ def reward_functions(cfg: TrainConfig, task, run_dir: Path) -> tuple[list, list[
         from ..rewards.judge import Judge
 
         judge = Judge(cfg.judge_settings(), cache=run_dir / "judge_cache.sqlite")
-    funcs, weights = build_terms(parse_terms(r.reward_terms), task, ceiling=cfg.length_ceiling, judge=judge,
+    funcs, weights = build_terms(parse_terms(r.reward_terms), task, ceiling=cfg.length_ceiling_tokens, judge=judge,
                                  judge_mode=r.judge_mode, user=user)
     return funcs, weights, judge
 

@@ -106,7 +106,7 @@ def _reward_note(cfg: TrainConfig) -> str:
     """The reward in words: its terms with their coefficients (rewards.terms)."""
     r = cfg.rewards
     words = {"correct": "correctness" + (" (binary verifier on the last \\boxed{} answer)" if cfg.data.task == "math" else ""),
-             "length": f"length penalty -tokens/{cfg.length_ceiling}",
+             "length": f"length penalty -tokens/{cfg.length_ceiling_tokens}",
              "format": "answer-format bonus",
              "judge": f"judge bonus ({r.judge_mode}; judge `{r.judge}`, template `{r.judge_template}`, parser "
                       f"`{r.judge_parser}`)",
