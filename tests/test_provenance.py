@@ -10,7 +10,6 @@ evaluation and training runs. Expected fingerprints are recomputed here with has
 """
 
 import copy
-import dataclasses
 import hashlib
 import json
 import os

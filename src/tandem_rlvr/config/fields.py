@@ -8,7 +8,7 @@ A setting is one line in one part: ``lr: float = setting(1e-6, "learning rate", 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, field, fields
+from dataclasses import field, fields
 
 from ..errors import TandemError, check_number
 
@@ -30,10 +30,6 @@ def kind(f) -> str:
 
 def optional(f) -> bool:
     return "None" in f.type
-
-
-def default_of(f):
-    return f.default_factory() if f.default is MISSING else f.default
 
 
 def check_seed(seed: int, name: str = "seed") -> int:

@@ -69,8 +69,3 @@ class RewardsPart:
             raise TandemError("judge_template and judge_parser must be strings")
         template_text(self.judge_template)
         check_parser(self.judge_parser)
-
-    @property
-    def names(self) -> list[str]:
-        """The terms' names, in order (``correct``, ``length``, ...)."""
-        return [spec.partition(":")[0] for spec in self.reward_terms]

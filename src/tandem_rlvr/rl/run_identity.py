@@ -4,7 +4,7 @@ the model card that describes it.
 The run directory is not part of a run's identity (``runs/x``, ``./runs/x/``, its absolute path or
 the directory after a move are one run); everything else recorded must match, or the resume is
 refused naming the keys that differ. Runs recorded before tasks, reward terms and sharding existed
-resume with those keys at the values they ran with (``LEGACY_DEFAULTS``).
+resume with those keys at the values they ran with (``legacy_defaults``).
 """
 
 from __future__ import annotations
