@@ -204,7 +204,7 @@ def test_update_counts_and_the_task_are_derived_by_their_parts():
 
 def _imports(path: Path) -> set[str]:
     """Every module ``path`` imports, lazy imports included, as absolute ``tandem_rlvr.*`` names."""
-    pkg = "tandem_rlvr." + ".".join(path.relative_to(SRC).with_suffix("").parts[:-1])
+    pkg = ".".join(["tandem_rlvr", *path.relative_to(SRC).with_suffix("").parts[:-1]])
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
