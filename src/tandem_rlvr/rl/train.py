@@ -237,6 +237,8 @@ def completed(cfg: TrainConfig) -> dict | None:
 
 def model_card(cfg: TrainConfig, steps: int) -> str:
     """README.md of a run and of its final/ weights (instead of TRL's placeholder card)."""
+    from ..rewards.terms import describe_terms  # each term's words from its registry row
+
     stored = stored_config(cfg)
     partner = {"tandem": f"Tandem RLVR (arXiv 2606.28166): rollouts co-written with the frozen junior, schedule "
                          f"`{cfg.schedule}`, p = {cfg.p}, K = {cfg.K}; GRPO loss on the senior's tokens only",
@@ -253,24 +255,9 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
         f"- optimiser steps: {steps} (updates; {-(-steps // cfg.updates_per_batch)} rollout steps of "
         f"{cfg.updates_per_batch}; max_steps {cfg.max_steps} {cfg.step_unit}s); {cfg.prompts_per_minibatch} prompts x "
         f"{cfg.group_size} rollouts per update, lr {cfg.lr}, clip {cfg.clip}, temperature {cfg.temperature}",
-        f"- task: `{cfg.task}` (verifier `{stored['verifier']}`); reward: {_reward_note(cfg)}; seed {cfg.seed}",
+        f"- task: `{cfg.task}` (verifier `{stored['verifier']}`); reward: {describe_terms(cfg)}; seed {cfg.seed}",
         f"- weights: {_weights_note(cfg)}", "",
         "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
-
-
-def _reward_note(cfg: TrainConfig) -> str:
-    """The reward in words: its terms with their coefficients (rewards.terms)."""
-    words = {"correct": "correctness" + (" (binary verifier on the last \\boxed{} answer)" if cfg.task == "math" else ""),
-             "length": f"length penalty -tokens/{cfg.length_ceiling or cfg.max_new_tokens}",
-             "format": "answer-format bonus",
-             "judge": f"judge bonus ({cfg.judge_mode}; judge `{cfg.judge}`, template `{cfg.judge_template}`, parser "
-                      f"`{cfg.judge_parser}`)",
-             "user": f"`{cfg.reward}`"}
-    parts = []
-    for spec in cfg.reward_terms:
-        name, _, coef = spec.partition(":")
-        parts.append(f"{coef} x {words[name]}" if float(coef) != 1 else words[name])
-    return " + ".join(parts)
 
 
 def _weights_note(cfg: TrainConfig) -> str:
