@@ -49,6 +49,10 @@ def test_a_task_without_has_answer_is_refused_at_registration_in_one_line(plugin
         tasks.register_task(plug.NoAnswerFormTask())
     assert "no-answer-form" in str(e.value) and "has_answer" in str(e.value) and "\n" not in str(e.value)
     assert "no-answer-form" not in tasks.TASKS
+    from tandem_rlvr.rewards.terms import build_terms, parse_terms
+
+    with pytest.raises(TandemError, match="lacks has_answer"):  # put into TASKS past the check: still one line
+        build_terms(parse_terms("format"), plug.NoAnswerFormTask(), ceiling=10)
 
 
 def _rows(path) -> list[dict]:

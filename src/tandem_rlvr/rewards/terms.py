@@ -140,16 +140,6 @@ def completion_text(c) -> str:
     return c if isinstance(c, str) else c[-1]["content"]
 
 
-class _Term:
-    """A TRL reward function named ``name`` (TRL keys its log by ``__name__``)."""
-
-    name = "term"
-
-    @property
-    def __name__(self) -> str:  # noqa: A003 (TRL's get_callable_name reads it)
-        return self.name
-
-
 class Grades:
     """The task's grades of the current batch, keyed by (row, response): one verifier run each."""
 
@@ -175,8 +165,8 @@ def _rows(kwargs: dict, n: int) -> list[str]:
     return list(rows)
 
 
-class CorrectTerm(_Term):
-    name = "correct"
+class CorrectTerm:
+    """The task's correctness (``Grade.score``); logs the mean pass fraction where grades carry one."""
 
     def __init__(self, grades: Grades):
         self.grades = grades
@@ -190,8 +180,8 @@ class CorrectTerm(_Term):
         return [float(g.score) for g in grades]
 
 
-class LengthTerm(_Term):
-    name = "length"
+class LengthTerm:
+    """-min(tokens, ceiling) / ceiling of each completion."""
 
     def __init__(self, ceiling: int):
         if ceiling < 1:
@@ -204,20 +194,20 @@ class LengthTerm(_Term):
         return [-min(len(ids), self.ceiling) / self.ceiling for ids in completion_ids]
 
 
-class FormatTerm(_Term):
+class FormatTerm:
     """1 where the response states an answer in the task's form (``Task.has_answer``), else 0."""
 
-    name = "format"
-
     def __init__(self, task):
-        self.check = task.has_answer
+        self.check = getattr(task, "has_answer", None)
+        if not callable(self.check):  # a task put into TASKS without register_task's check
+            raise TandemError(f"task {task.name!r} lacks has_answer (the format term's answer form; tandem_rlvr.tasks)")
 
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
         return [float(bool(self.check(completion_text(c)))) for c in completions]
 
 
-class JudgeTerm(_Term):
-    name = "judge"
+class JudgeTerm:
+    """The judge's verdict on each correct response (``judge_mode``: times the score, or flat), 0 elsewhere."""
 
     def __init__(self, judge, grades: Grades, mode: str = "multiply"):
         if mode not in JUDGE_MODES:
