@@ -3,10 +3,9 @@
 solo and handoff, compare.
 
 The plug-ins live in ``contrib_plugin.py``; the ``plugins`` fixture holds the five registry lines
-and nothing else is told of them. Before the registries were read live, a new term raised
-``KeyError`` in the model card at the first checkpoint and a task without ``has_answer`` failed in
-the ``format`` term during training; here the first must work and the second is refused when the
-task is registered.
+and nothing else is told of them. Before, a new term raised ``KeyError`` in the model card at the
+first checkpoint, and a task without the undocumented ``has_answer`` failed with the ``format``
+term; here the first must work and the second is refused, in one line, when the task is registered.
 """
 
 from __future__ import annotations
@@ -101,6 +100,7 @@ def test_a_dummy_of_each_kind_trains_two_steps_evaluates_and_compares(plugins, t
         for r in hand:
             assert r["senior_mask"][:2] == [0, 0] and set(r["senior_mask"][2:]) <= {1}
             assert r["senior_share"] == pytest.approx(max(r["tokens"] - 2, 0) / r["tokens"])
+        assert main(["eval", "replay", str(ev / name / "handoff")]) == 0  # the registry's schedule re-derives them
 
     out = tmp_path / "compare"
     assert main(["compare", "--solo", f"base={ev / 'base' / 'solo'}", "--solo", f"trained={ev / 'trained' / 'solo'}",
