@@ -43,13 +43,18 @@ def make_model(vocab_size: int, seed: int, hidden: int = 64, layers: int = 2) ->
     return model
 
 
-def save_training_inputs(root, tok, layers: int = 1):
+def save_training_inputs(root, tok, layers: int = 1, hidden: int = 32, tied: bool = False):
     """A training run's inputs under ``root``: ``senior/`` (seed 0) and ``junior/`` (seed 1) random
-    models of ``layers`` layers with ``tok``, and ``data.jsonl``, 40 shell problems with their answers."""
+    models of ``layers`` layers and width ``hidden`` with ``tok`` (``tied``: the output layer is the
+    embedding), and ``data.jsonl``, 40 shell problems with their answers."""
     import json
 
     for name, seed in (("senior", 0), ("junior", 1)):
-        make_model(len(tok), seed, hidden=32, layers=layers).save_pretrained(root / name)
+        model = make_model(len(tok), seed, hidden=hidden, layers=layers)
+        if tied:
+            model.config.tie_word_embeddings = True
+            model.lm_head.weight = model.model.embed_tokens.weight
+        model.save_pretrained(root / name)
         tok.save_pretrained(root / name)
     with open(root / "data.jsonl", "w") as f:
         for i in range(40):

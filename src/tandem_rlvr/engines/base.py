@@ -135,6 +135,7 @@ class EngineKind:
         return getattr(import_module(module), attr)(setup)
 
 
+# the one table of engines: a new engine is its module (an opener returning a RolloutEngine) and one row here
 ENGINES: dict[str, EngineKind] = {k.name: k for k in (
     EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True,
                rollout_device=True, sharded_training=True),
@@ -145,9 +146,23 @@ ENGINES: dict[str, EngineKind] = {k.name: k for k in (
 )}
 
 
+class _LocalEngines:
+    """The names of the engines that need no server, read from ``ENGINES`` whenever asked (a live view,
+    like ``ENGINES.keys()``: CLI choices and checks see an engine registered after import)."""
+
+    def __iter__(self):
+        return iter([k for k, e in ENGINES.items() if not e.remote])
+
+    def __contains__(self, name) -> bool:
+        return name in ENGINES and not ENGINES[name].remote
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
 DEFAULT_ENGINE = "hf"
 REMOTE_ENGINE = next(k for k, e in ENGINES.items() if e.remote)  # what --server selects
-LOCAL_ENGINES = tuple(k for k, e in ENGINES.items() if not e.remote)  # those that need no server
+LOCAL_ENGINES = _LocalEngines()  # those that need no server
 
 
 def engine_kind(name: str) -> EngineKind:

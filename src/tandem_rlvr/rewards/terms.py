@@ -11,9 +11,9 @@ as ``reward`` (our log: ``reward/mean``). The terms:
 - ``length`` (coef 0.2): -min(tokens, ceiling) / ceiling, tokens = the completion's ids, EOS
   included; ceiling = ``length_ceiling`` or the run's ``max_new_tokens``. With ``correct`` it
   is the replication's R = correct - 0.2 * tokens / ceiling.
-- ``format`` (coef 0.1): 1 if the response states its answer in the task's form (a closed
-  ``\\boxed{}``, ``#### x``, ``<answer>...</answer>``, a closed python or unlabelled
-  code block), else 0.
+- ``format`` (coef 0.1): 1 if the response states its answer in the task's form, else 0: the
+  task's own ``has_answer`` (a closed ``\\boxed{}``, ``#### x``, ``<answer>...</answer>``, a closed
+  python or unlabelled code block for the built-in tasks).
 - ``judge`` (coef 0.5): a judge model's verdict v in [0, 1] on each correct response
   (``rewards.judge``), 0 on incorrect ones. ``judge_mode`` multiply: the term is v x correct,
   so correct x (1 + coef x v): coef 0.5 is the replication's x1.5 for elegant correct
@@ -22,6 +22,10 @@ as ``reward`` (our log: ``reward/mean``). The terms:
   counted in ``judge/failures`` (also ``judge/asked``, ``judge/cached``, ``judge/queried``,
   ``judge/mean_verdict``, through TRL's ``log_metric``).
 - ``user`` (coef 1): the user's own function (``--reward module:function``, ``rewards.user``).
+
+Registry: ``TERMS`` maps each name to a ``TermKind`` (default coefficient, builder, the words of
+the run's model card), so a new term is its module plus one line there (``docs/contributing.md``);
+``parse_terms``, ``build_terms`` and the model card all read that one table.
 
 Checked: every call of every term (and of the user's function) goes through ``checked_call``: a
 function that raises (``SystemExit`` too), or returns anything but one finite number (or None, TRL's
@@ -40,22 +44,13 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import TandemError
 from .judge import JudgeStats
 
-DEFAULT_COEF = {"correct": 1.0, "length": 0.2, "format": 0.1, "judge": 0.5, "user": 1.0}
-TERMS = tuple(DEFAULT_COEF)
 JUDGE_MODES = ("multiply", "add")
-# The answer form of each built-in task, for the format term (a task may define ``has_answer``).
-ANSWER_FORMS = {
-    "gsm8k": re.compile(r"####\s*\S"),
-    "answer-tag": re.compile(r"<answer>.*?</answer>", re.S),
-    "code": re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n.*?```", re.S | re.I),  # a closed python/unlabelled block
-}
 
 
 @dataclass(frozen=True)
@@ -75,10 +70,10 @@ def parse_terms(specs: Any) -> list[TermSpec]:
     out = []
     for item in items:
         name, _, coef = str(item).strip().partition(":")
-        if name not in DEFAULT_COEF:
+        if name not in TERMS:
             raise TandemError(f"unknown reward term {name!r} in {item!r}; valid: {', '.join(TERMS)}")
         try:
-            value = float(coef) if coef else DEFAULT_COEF[name]
+            value = float(coef) if coef else TERMS[name].coef
         except ValueError:
             raise TandemError(f"reward term {item!r}: coefficient {coef!r} is not a number") from None
         if value != value or abs(value) == float("inf"):
@@ -126,32 +121,23 @@ def checked_call(fn, label: str, prompts, completions, kwargs: dict) -> list:
 
 
 class Checked:
-    """A built-in term as TRL calls it: through ``checked_call``, under the term's own ``__name__``."""
+    """A registered term as TRL calls it: through ``checked_call``, under its registry name as ``__name__``
+    (TRL's log key), whatever the function itself is called."""
 
-    def __init__(self, term):
-        self.term = term
+    def __init__(self, term, name: str):
+        self.term, self.name = term, name
 
     @property
     def __name__(self) -> str:  # noqa: A003 (TRL's get_callable_name reads it)
-        return self.term.name
+        return self.name
 
     def __call__(self, prompts, completions, **kwargs) -> list:
-        return checked_call(self.term, f"reward term {self.term.name}", prompts, completions, kwargs)
+        return checked_call(self.term, f"reward term {self.name}", prompts, completions, kwargs)
 
 
 def completion_text(c) -> str:
     """A TRL completion as text (a string, or a conversation whose last message is the reply)."""
     return c if isinstance(c, str) else c[-1]["content"]
-
-
-class _Term:
-    """A TRL reward function named ``name`` (TRL keys its log by ``__name__``)."""
-
-    name = "term"
-
-    @property
-    def __name__(self) -> str:  # noqa: A003 (TRL's get_callable_name reads it)
-        return self.name
 
 
 class Grades:
@@ -179,8 +165,8 @@ def _rows(kwargs: dict, n: int) -> list[str]:
     return list(rows)
 
 
-class CorrectTerm(_Term):
-    name = "correct"
+class CorrectTerm:
+    """The task's correctness (``Grade.score``); logs the mean pass fraction where grades carry one."""
 
     def __init__(self, grades: Grades):
         self.grades = grades
@@ -194,8 +180,8 @@ class CorrectTerm(_Term):
         return [float(g.score) for g in grades]
 
 
-class LengthTerm(_Term):
-    name = "length"
+class LengthTerm:
+    """-min(tokens, ceiling) / ceiling of each completion."""
 
     def __init__(self, ceiling: int):
         if ceiling < 1:
@@ -208,31 +194,20 @@ class LengthTerm(_Term):
         return [-min(len(ids), self.ceiling) / self.ceiling for ids in completion_ids]
 
 
-class FormatTerm(_Term):
-    name = "format"
+class FormatTerm:
+    """1 where the response states an answer in the task's form (``Task.has_answer``), else 0."""
 
     def __init__(self, task):
-        check = getattr(task, "has_answer", None)
-        if check is None and task.name == "math":
-            from .math import extract_boxed
-
-            def check(text):
-                return extract_boxed(text) is not None
-        elif check is None and task.name in ANSWER_FORMS:
-            pattern = ANSWER_FORMS[task.name]
-
-            def check(text):
-                return pattern.search(text) is not None
-        if check is None:
-            raise TandemError(f"task {task.name!r} defines no answer form for the format term (give it has_answer)")
-        self.check = check
+        self.check = getattr(task, "has_answer", None)
+        if not callable(self.check):  # a task put into TASKS without register_task's check
+            raise TandemError(f"task {task.name!r} lacks has_answer (the format term's answer form; tandem_rlvr.tasks)")
 
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
         return [float(bool(self.check(completion_text(c)))) for c in completions]
 
 
-class JudgeTerm(_Term):
-    name = "judge"
+class JudgeTerm:
+    """The judge's verdict on each correct response (``judge_mode``: times the score, or flat), 0 elsewhere."""
 
     def __init__(self, judge, grades: Grades, mode: str = "multiply"):
         if mode not in JUDGE_MODES:
@@ -263,28 +238,80 @@ class JudgeTerm(_Term):
         return out
 
 
+@dataclass(frozen=True)
+class TermContext:
+    """What a term may be built from: the run's task, the batch's memoised grades (``Grades``), the length
+    ceiling, the judge (``rewards.judge.Judge`` or None), the judge mode and the user's function (or None)."""
+
+    task: Any
+    grades: Grades
+    ceiling: int
+    judge: Any = None
+    judge_mode: str = "multiply"
+    user: Any = None
+
+
+@dataclass(frozen=True)
+class TermKind:
+    """One row of the reward-term registry ``TERMS``.
+
+    coef: the coefficient of ``NAME`` without ``:COEF``; build: ``TermContext -> reward function``
+    (TRL's convention, ``fn(prompts, completions, **columns) -> [float | None]``); describe: the run's
+    config -> the term in words, for the model card (``rl.train.model_card``); checked: the built function
+    is wrapped in ``checked_call`` (the user's function checks its own calls)."""
+
+    coef: float
+    build: Callable[[TermContext], Callable]
+    describe: Callable[[Any], str]
+    checked: bool = True
+
+
+def _judge(ctx: TermContext):
+    if ctx.judge is None:
+        raise TandemError("reward term 'judge' needs a judge model: set judge (a model or an http(s) URL)")
+    return JudgeTerm(ctx.judge, ctx.grades, ctx.judge_mode)
+
+
+def _user(ctx: TermContext):
+    if ctx.user is None:
+        raise TandemError("reward term 'user' needs a reward function: set reward (module:function)")
+    return ctx.user  # a rewards.user.UserReward checks its own calls
+
+
+# name -> TermKind: the one table of reward terms (a new term is a module and one line here)
+TERMS: dict[str, TermKind] = {
+    "correct": TermKind(1.0, lambda ctx: CorrectTerm(ctx.grades), lambda cfg: "correctness" + (
+        " (binary verifier on the last \\boxed{} answer)" if cfg.data.task == "math" else "")),
+    "length": TermKind(0.2, lambda ctx: LengthTerm(ctx.ceiling),
+                       lambda cfg: f"length penalty -tokens/{cfg.length_ceiling_tokens}"),
+    "format": TermKind(0.1, lambda ctx: FormatTerm(ctx.task), lambda cfg: "answer-format bonus"),
+    "judge": TermKind(0.5, _judge, lambda cfg: f"judge bonus ({cfg.rewards.judge_mode}; judge `{cfg.rewards.judge}`, template "
+                                               f"`{cfg.rewards.judge_template}`, parser `{cfg.rewards.judge_parser}`)"),
+    "user": TermKind(1.0, _user, lambda cfg: f"`{cfg.rewards.reward}`", checked=False),
+}
+
+
+def describe_terms(cfg) -> str:
+    """The reward of a run (``cfg.reward_terms``, canonical ``NAME:COEF`` specs) in words, each term's from
+    its own registry row: ``coef x words`` joined by ``+`` (coefficient 1 left out)."""
+    parts = []
+    for spec in parse_terms(cfg.rewards.reward_terms):
+        words = TERMS[spec.name].describe(cfg)
+        parts.append(f"{spec.coef:g} x {words}" if spec.coef != 1 else words)
+    return " + ".join(parts)
+
+
 def build_terms(specs: list[TermSpec], task, *, ceiling: int, judge=None, judge_mode: str = "multiply",
                 user=None) -> tuple[list, list[float]]:
-    """(TRL reward functions, their weights) for ``specs`` on ``task``.
+    """(TRL reward functions, their weights) for ``specs`` on ``task``, each from its ``TERMS`` row.
 
     judge: a ``rewards.judge.Judge`` (needed by a ``judge`` term); user: the user's reward
     function (needed by a ``user`` term, ``rewards.user.load_reward``).
     """
-    grades = Grades(task)
+    ctx = TermContext(task, Grades(task), ceiling, judge, judge_mode, user)
     funcs = []
     for s in specs:
-        if s.name == "correct":
-            funcs.append(CorrectTerm(grades))
-        elif s.name == "length":
-            funcs.append(LengthTerm(ceiling))
-        elif s.name == "format":
-            funcs.append(FormatTerm(task))
-        elif s.name == "judge":
-            if judge is None:
-                raise TandemError("reward term 'judge' needs a judge model: set judge (a model or an http(s) URL)")
-            funcs.append(JudgeTerm(judge, grades, judge_mode))
-        else:
-            if user is None:
-                raise TandemError("reward term 'user' needs a reward function: set reward (module:function)")
-            funcs.append(user)  # a rewards.user.UserReward checks its own calls
-    return [f if f is user else Checked(f) for f in funcs], [s.coef for s in specs]
+        kind = TERMS[s.name]
+        fn = kind.build(ctx)
+        funcs.append(Checked(fn, s.name) if kind.checked else fn)
+    return funcs, [s.coef for s in specs]

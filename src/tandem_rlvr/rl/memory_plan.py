@@ -199,7 +199,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     gpu = gpu_gib is not None
     d0 = _plan_device(cfg.models.senior_device, gpu)
     dj = _plan_device(cfg.models.junior_device, gpu) if cfg.models.junior_device else d0
-    droll = _plan_device(cfg.models.rollout_device, gpu) if cfg.models.rollout_device and cfg.rollout.engine == "hf" else d0
+    droll = _plan_device(cfg.models.rollout_device, gpu) if cfg.models.rollout_device and _kind(cfg).rollout_device else d0
     on_gpu = d0.startswith("cuda")
     _, compute, master = cfg.models.dtypes_on("cuda" if on_gpu else "cpu")
     mixed = master != compute
@@ -277,10 +277,10 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
         p.add(d0, "sync", f"weight sync: one gathered bucket ({lay.sync_bucket_mib:g} MiB at most, "
               f"{str(compute)[6:]})", min(lay.sync_bucket_mib * (1 << 20), S.params * bc))
-    if cfg.rollout.engine == "vllm-server":
-        p.notes.append("engine vllm-server: rollouts and validation run on the server; its memory is the server's")
+    if _kind(cfg).remote:
+        p.notes.append(f"engine {cfg.rollout.engine}: rollouts and validation run on the server; its memory is the server's")
         return p
-    if cfg.rollout.engine == "vllm":
+    if _kind(cfg).vllm_settings:
         if not gpu and not on_gpu:
             p.notes.append("engine vllm on CPU: its KV cache is vllm_kv_cache_gib (default 1 GiB) plus its weights")
         share = cfg.rollout.vllm_gpu_memory_utilization * (gpu_gib or 0) * GiB if on_gpu else \
@@ -305,6 +305,13 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     return p
 
 
+def _kind(cfg):
+    """The run's engine row (``engines.base.ENGINES``): the plan follows its capabilities, not its name."""
+    from ..engines.base import engine_kind
+
+    return engine_kind(cfg.rollout.engine)
+
+
 def advice(cfg, phase: str) -> str:
     """Which knob lowers a device's peak when ``phase`` sets it."""
     if phase.startswith("update"):
@@ -313,16 +320,16 @@ def advice(cfg, phase: str) -> str:
             knobs.append("a smaller micro_batch_rows")
         if not cfg.models.gradient_checkpointing:
             knobs.append("gradient_checkpointing true")
-        if cfg.rollout.engine == "vllm" and not cfg.rollout.vllm_sleep:
+        if _kind(cfg).vllm_settings and not cfg.rollout.vllm_sleep:
             knobs.append("vllm_sleep true")
         knobs.append("more GPUs with sharded optimiser states (accelerate launch with FSDP or DeepSpeed ZeRO, "
                      "optionally with CPU offload)")
         return "; ".join(knobs)
     if phase in ("rollout", "validation"):
         knobs = ["a smaller rollout_batch_rows"]
-        if cfg.rollout.engine == "hf" and not cfg.models.rollout_device:
+        if _kind(cfg).rollout_device and not cfg.models.rollout_device:
             knobs.append("rollout_device on another GPU (beside the junior)")
-        if cfg.rollout.engine == "vllm":
+        if _kind(cfg).vllm_settings:
             knobs.append("a smaller vllm_gpu_memory_utilization")
         return "; ".join(knobs)
     return "a smaller micro_batch_rows"

@@ -81,6 +81,8 @@ def said_complete(cfg: TrainConfig, print_fn) -> dict | None:
 
 def model_card(cfg: TrainConfig, steps: int) -> str:
     """README.md of a run and of its final/ weights (instead of TRL's placeholder card)."""
+    from ..rewards.terms import describe_terms  # each term's words from its registry row
+
     stored, r, d, loop, loss = stored_config(cfg), cfg.rollout, cfg.data, cfg.loop, cfg.loss
     partner = {"tandem": f"Tandem RLVR (arXiv 2606.28166): rollouts co-written with the frozen junior, schedule "
                          f"`{r.schedule}`, p = {r.p}, K = {r.K}; GRPO loss on the senior's tokens only",
@@ -97,25 +99,9 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
         f"- optimiser steps: {steps} (updates; {loop.rollout_steps(steps)} rollout steps of "
         f"{loop.updates_per_batch}; max_steps {loop.max_steps} {loop.step_unit}s); {loop.prompts_per_minibatch} "
         f"prompts x {r.group_size} rollouts per update, lr {loss.lr}, clip {loss.clip}, temperature {r.temperature}",
-        f"- task: `{d.task}` (verifier `{stored['verifier']}`); reward: {_reward_note(cfg)}; seed {loop.seed}",
+        f"- task: `{d.task}` (verifier `{stored['verifier']}`); reward: {describe_terms(cfg)}; seed {loop.seed}",
         f"- weights: {_weights_note(cfg)}", "",
         "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
-
-
-def _reward_note(cfg: TrainConfig) -> str:
-    """The reward in words: its terms with their coefficients (rewards.terms)."""
-    r = cfg.rewards
-    words = {"correct": "correctness" + (" (binary verifier on the last \\boxed{} answer)" if cfg.data.task == "math" else ""),
-             "length": f"length penalty -tokens/{cfg.length_ceiling_tokens}",
-             "format": "answer-format bonus",
-             "judge": f"judge bonus ({r.judge_mode}; judge `{r.judge}`, template `{r.judge_template}`, parser "
-                      f"`{r.judge_parser}`)",
-             "user": f"`{r.reward}`"}
-    parts = []
-    for spec in r.reward_terms:
-        name, _, coef = spec.partition(":")
-        parts.append(f"{coef} x {words[name]}" if float(coef) != 1 else words[name])
-    return " + ".join(parts)
 
 
 def _weights_note(cfg: TrainConfig) -> str:

@@ -10,7 +10,12 @@ A task is a plug-in with four parts (the ``Task`` protocol):
   an answer string, or for code a description of the tests), plus whatever else the task needs;
 - ``prompt(row) -> str``: the user message of the chat (the chat template is applied by the caller);
 - ``grade(responses, rows) -> [Grade]``: batched; a ``Grade`` is the task's correctness reward in
-  [0, 1] (binary for every built-in task), a short reason and details (``pass_fraction`` for code).
+  [0, 1] (binary for every built-in task), a short reason and details (``pass_fraction`` for code);
+- ``has_answer(response) -> bool``: the response states an answer in the task's form, right or
+  wrong (the ``format`` reward term).
+
+``register_task`` checks all five when a task is registered (a missing one is a one-line error
+naming it), so a task that would fail later, at a reward term, is refused at its registration.
 
 Built in (``TASKS``; conventions in ``docs/tasks.md``): ``math`` (``tasks.answers.MathTask``, the
 paper's last-``\\boxed{}`` verifier of ``rewards.math`` unchanged), ``gsm8k`` (``####`` answer, else
@@ -32,14 +37,34 @@ from ..io import lone_surrogate
 from .base import Grade, Task
 
 
-def _builtin() -> dict[str, Task]:
+TASKS: dict[str, Task] = {}
+_METHODS = ("load", "prompt", "grade", "has_answer")
+
+
+def register_task(task: Task) -> Task:
+    """Add ``task`` to ``TASKS`` under ``task.name``; a TandemError names what it lacks (a string ``name``
+    and ``verifier``; callable ``load``, ``prompt``, ``grade``, ``has_answer``) or the name taken."""
+    name = getattr(task, "name", None)
+    if not isinstance(name, str) or not name or not isinstance(getattr(task, "verifier", None), str):
+        raise TandemError(f"task {task!r} needs a string name and verifier")
+    missing = [m for m in _METHODS if not callable(getattr(task, m, None))]
+    if missing:
+        raise TandemError(f"task {name!r} lacks {', '.join(missing)} (the Task protocol, tandem_rlvr.tasks)")
+    if name in TASKS and TASKS[name] is not task:
+        raise TandemError(f"task {name!r} is already registered")
+    TASKS[name] = task
+    return task
+
+
+def _register_builtin() -> None:
     from .answers import AnswerTagTask, Gsm8kTask, MathTask
     from .code import CodeTask
 
-    return {t.name: t for t in (MathTask(), Gsm8kTask(), AnswerTagTask(), CodeTask())}
+    for task in (MathTask(), Gsm8kTask(), AnswerTagTask(), CodeTask()):
+        register_task(task)
 
 
-TASKS: dict[str, Task] = _builtin()
+_register_builtin()
 
 
 def get_task(name: str) -> Task:
@@ -113,5 +138,5 @@ def load_problems(task: Task, specs: Sequence[str], *, split: str | None = None,
     return out
 
 
-__all__ = ["Grade", "TASKS", "Task", "get_task", "gold_text", "load_problems", "prompt_text", "task_for_eval",
-           "task_row"]
+__all__ = ["Grade", "TASKS", "Task", "get_task", "gold_text", "load_problems", "prompt_text", "register_task",
+           "task_for_eval", "task_row"]

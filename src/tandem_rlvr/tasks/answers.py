@@ -32,6 +32,9 @@ _NUMBER = r"-?\$?\s*\d(?:[\d,]*\d)?(?:\.\d+)?"
 _HASH_ANSWER = re.compile(rf"####\s*({_NUMBER})")
 _ANY_NUMBER = re.compile(_NUMBER)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+# the answer forms of the format reward term (``has_answer``): a stated answer, right or wrong
+_HASH_FORM = re.compile(r"####\s*\S")
+_TAG_FORM = re.compile(r"<answer>.*?</answer>", re.S)
 
 GSM8K_INSTRUCTION = ("Solve the problem step by step. On the last line write the final answer as a number after "
                      "\"####\", like #### 42.")
@@ -79,6 +82,12 @@ class MathTask:
         return [_verdict(score(r, row["gold"], answer_mode=self.answer_mode, grader=self.grader) == 1.0,
                          extract(r) is not None)
                 for r, row in zip(responses, rows, strict=True)]
+
+    def has_answer(self, response: str) -> bool:
+        """A closed ``\\boxed{}`` (the format reward term)."""
+        from ..rewards.math import extract_boxed
+
+        return extract_boxed(response) is not None
 
 
 def gsm8k_answer(response: str) -> str | None:
@@ -128,6 +137,10 @@ class Gsm8kTask:
             out.append(_verdict(pred is not None and gsm8k_equal(pred, row["gold"]), pred is not None))
         return out
 
+    def has_answer(self, response: str) -> bool:
+        """A ``#### x`` line (the format reward term)."""
+        return _HASH_FORM.search(response) is not None
+
 
 def normalise_tag_answer(text: str) -> str:
     """``answer-tag``'s normalisation: strip, one space for each run of whitespace, casefold."""
@@ -162,3 +175,7 @@ class AnswerTagTask:
             ok = pred is not None and normalise_tag_answer(pred) == normalise_tag_answer(row["gold"])
             out.append(_verdict(ok, pred is not None))
         return out
+
+    def has_answer(self, response: str) -> bool:
+        """An ``<answer>...</answer>`` pair (the format reward term)."""
+        return _TAG_FORM.search(response) is not None

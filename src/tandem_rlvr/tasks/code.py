@@ -8,6 +8,7 @@ re-exported here.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from ..rewards.code import (APPS_HEADER, code_verifier, default_workers, defined_names, extract_code, grade_one,
@@ -15,6 +16,8 @@ from ..rewards.code import (APPS_HEADER, code_verifier, default_workers, defined
 from ..sandbox import Limits
 from .base import Grade
 from .code_data import load_code
+
+_CODE_FORM = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n.*?```", re.S | re.I)  # a closed python/unlabelled block
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class CodeTask:
 
     def grade(self, responses: list[str], rows: list[dict]) -> list[Grade]:
         return grade_programs(responses, [_gold(row) for row in rows], self.limits, self.workers)
+
+    def has_answer(self, response: str) -> bool:
+        """A closed python or unlabelled code block (the format reward term)."""
+        return _CODE_FORM.search(response) is not None
 
     def grade_one(self, response: str, row: dict, slot: int = 0) -> Grade:
         """Grade one response in sandbox slot ``slot``."""
