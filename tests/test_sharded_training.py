@@ -1,14 +1,16 @@
-"""Sharded training (FSDP2 through accelerate) on CPU: two gloo processes under torchrun against one.
+"""Sharded training (FSDP2 and DeepSpeed ZeRO-3 through accelerate) on CPU: two gloo processes under
+torchrun against one.
 
 Every run here really shards: each process reports the share of every parameter it holds
 (``tests/sharded_entry.py``), and the tests assert it is 1/2 (accelerate would otherwise run DDP
-on a CPU machine without a word, and the equalities below would test nothing). Models: random
+on a CPU machine without a word, and the equalities below would test nothing; under ZeRO-3 the
+parameters below DeepSpeed's persistence threshold, 10 x hidden elements, stay whole). Models: random
 two-layer Qwen3s of ``conftest.make_model`` (every dimension even, so FSDP2's row shards split
 exactly in two); reward: spaces per completion (a learning signal without a trained model).
 
 Tolerances: losses and step metrics rel 1e-5 (the two layouts sum the same gradients in another
 order); weights after the updates within 1e-4 absolute at lr 1e-2 (AdamW divides by the root of
-the second moment, which magnifies rounding on near-zero gradients: measured 7.8e-6).
+the second moment, which magnifies rounding on near-zero gradients: measured 7.8e-6 under FSDP2).
 
 Run: ``python -m pytest -m slow tests/test_sharded_training.py``.
 """
@@ -232,3 +234,77 @@ def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(w
             if n.poll() is None:
                 _signal_all(n.pid, signal.SIGKILL)
             n.wait()
+
+
+def _assert_partitioned(ranks):
+    """ZeRO-3 really partitioned the senior: every matrix is split in two halves (its storage released
+    outside the forward), and only vectors under the persistence threshold stay whole on both ranks."""
+    for name, parts in ranks[0]["partitions"].items():
+        both = [r["partitions"][name] for r in ranks]
+        if [r["fractions"][name] for r in ranks] == [1.0, 1.0]:
+            assert both[0]["dims"] == 1 and both[0]["whole"] < 10 * 32, name
+        else:
+            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
+    assert all(r["fractions"]["lm_head.weight"] == 0.5 for r in ranks)
+
+
+def test_two_process_zero3_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
+    run, out = tmp_path / "z3", tmp_path / "ranks"
+    out.mkdir()
+    _run(_torchrun(ENTRY, str(out), *_flags(world, run, 2, "--sharding", "zero3")))
+    ranks = _ranks(out)
+    _assert_partitioned(ranks)
+    assert [r["summary"]["processes"] for r in ranks] == [2, 2]
+    _assert_same_updates(_updates(baseline), _updates(run), (1, 2))
+    masters = load_file(baseline / "checkpoint-2" / "model.safetensors")
+    assert _max_diff(masters, load_file(run / "final" / "model.safetensors")) < 1e-4
+    # checkpoint-2 holds DeepSpeed's per-rank partitions and loadable HF weights of the masters beside them
+    assert sorted(p.name for p in (run / "checkpoint-2" / "global_step2").glob("zero_pp_rank_*_optim_states.pt")) == \
+        ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    assert _max_diff(masters, load_file(run / "checkpoint-2" / "model.safetensors")) < 1e-4
+    assert all(r["copy_equal"] for r in ranks) and all(r["copy_syncs"] == 3 for r in ranks)
+    assert all(set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"] for r in ranks)
+
+
+def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered_senior_and_keeps_the_junior_whole(
+        world, tmp_path):
+    """What ``accelerate launch --config_file`` exports for ``distributed_type: DEEPSPEED``,
+    ``zero_stage: 3`` (no --sharding flag), a bf16 KL-Reg run: bf16 partitions over fp32 masters,
+    gradients reduce-scattered in fp32, the hf copy equal to the fp32 masters gathered and cast to
+    bf16, and KL-Reg's reference (the junior) never handed to DeepSpeed (TRL would partition it)."""
+    run, out = tmp_path / "z3launch", tmp_path / "ranks"
+    out.mkdir()
+    _run(_torchrun(ENTRY, str(out), *_flags(world, run, 2, "--method", "klreg", "--dtype", "bfloat16")),
+         ACCELERATE_USE_DEEPSPEED="true", ACCELERATE_DEEPSPEED_ZERO_STAGE="3", ACCELERATE_MIXED_PRECISION="bf16")
+    ranks = _ranks(out)
+    _assert_partitioned(ranks)
+    assert json.loads((run / "config.json").read_text())["sharding"] == "zero3"
+    assert all(r["mixed_precision"] == {"param": "torch.bfloat16", "reduce": "torch.float32"} for r in ranks)
+    assert all(r["master_dtype"] == "torch.float32" for r in ranks)
+    assert all(r["copy_equal"] for r in ranks)
+    for r in ranks:
+        assert set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"]
+    assert _updates(run)[2]["kl/beta_term"] > 0
+    from transformers import AutoModelForCausalLM
+
+    for name in ("best", "final"):  # loadable, in the compute dtype
+        m = AutoModelForCausalLM.from_pretrained(run / name)
+        assert next(m.parameters()).dtype == torch.bfloat16
+
+
+def test_killed_zero3_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
+    run = tmp_path / "z3killed"
+    cmd = _torchrun("-m", "tandem_rlvr.cli", "train", *_flags(world, run, 4, "--sharding", "zero3"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    deadline = time.time() + 1800
+    while not (run / "checkpoint-2" / "model.safetensors").exists():
+        assert time.time() < deadline and proc.poll() is None, "run ended or stalled before checkpoint-2"
+        time.sleep(0.1)
+    _signal_all(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run / "summary.json").exists(), "killed too late: the run had finished"
+    assert "resuming from checkpoint-2" in _run(cmd)
+    _assert_same_updates(_updates(baseline), _updates(run), (1, 2, 3, 4))
+    assert _max_diff(load_file(baseline / "final" / "model.safetensors"),
+                     load_file(run / "final" / "model.safetensors")) < 1e-4
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4

@@ -205,12 +205,16 @@ class TrainConfig:
     vllm_sleep: bool = _f(False, "vllm engine: sleep (free its GPU memory) between rollouts, wake before the next; "
                           "GPU only (vLLM has no sleep mode on CPU)")
     sharding: str = _f("none", "how the trained senior is laid out over the training processes: none (each holds "
-                       "the whole senior; several processes are DDP) or fsdp2 (FSDP2 through accelerate: fp32 master "
+                       "the whole senior; several processes are DDP), fsdp2 (FSDP2 through accelerate: fp32 master "
                        "shards, bf16 compute with fp32 gradient reduction, FSDP's activation checkpointing; also "
-                       "chosen by an accelerate FSDP config under `accelerate launch`; docs/sharding.md)",
+                       "chosen by an accelerate FSDP config under `accelerate launch`) or zero3 (DeepSpeed ZeRO-3 "
+                       "through accelerate: fp32 master partitions, bf16 partitions, fp32 gradient reduction; also "
+                       "chosen by an accelerate DeepSpeed config with zero_stage 3; needs the sharded extra); "
+                       "docs/sharding.md",
                        choices=SHARDINGS)
-    shard_offload: bool = _f(False, "fsdp2: keep parameter shards, gradients and AdamW states in host memory "
-                             "(FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU)")
+    shard_offload: bool = _f(False, "fsdp2/zero3: keep parameter shards, gradients and AdamW states in host memory "
+                             "(FSDP2's CPUOffloadPolicy; ZeRO-3's offload_param and offload_optimizer on the CPU); "
+                             "the optimiser step runs on the CPU")
     dist_timeout_s: int = _f(1800, "seconds a training process waits at a collective for the others (gradient "
                              "reduction, weight gathers) before it fails: a lost process or node is an error, not "
                              "a hang (transformers' ddp_timeout)")
@@ -278,7 +282,7 @@ class TrainConfig:
         if self.sharding not in SHARDINGS:
             raise TandemError(f"unknown sharding {self.sharding!r}; valid: {', '.join(SHARDINGS)}")
         if self.shard_offload and self.sharding == "none":
-            raise TandemError("shard_offload needs --sharding fsdp2 (it offloads the shards)")
+            raise TandemError("shard_offload needs --sharding fsdp2 or zero3 (it offloads the shards)")
         if self.dist_timeout_s < 1:
             raise TandemError(f"dist_timeout_s must be >= 1, got {self.dist_timeout_s}")
         if self.sync_bucket_mb < 1:

@@ -35,7 +35,8 @@ from ..models import Pair, load_pair
 from ..prompting import encode_prompt, resolve_template
 from ..runtime import invocation
 from .precision import RolloutModel, precision, save_in_dtype
-from .sharding import configure as configure_sharding, from_launcher, fsdp_settings, save_streamed
+from . import zero3
+from .sharding import configure as configure_sharding, from_launcher, fsdp_settings, is_sharded, save_streamed
 from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
 
 log = logging.getLogger("tandem_rlvr")
@@ -302,6 +303,8 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
     mixed = master != compute  # autocast in the compute dtype over fp32 master weights
     # fsdp2: FSDP's activation checkpointing and mixed-precision policy instead (rl/sharding.configure)
     sharded = {"fsdp": True, "fsdp_config": fsdp_settings(cfg)} if cfg.sharding == "fsdp2" else {}
+    if cfg.sharding == "zero3":  # DeepSpeed's bf16 partitions, fp32 masters and reduction (rl/zero3.py)
+        sharded = {"deepspeed": zero3.ds_settings(cfg, compute, master)}
     return GRPOConfig(
         output_dir=cfg.output_dir, learning_rate=cfg.lr, epsilon=cfg.clip, beta=cfg.beta, loss_type="dapo",
         scale_rewards="group" if cfg.scale_rewards else "none", num_generations=cfg.group_size,
@@ -313,7 +316,7 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
         num_train_epochs=cfg.epochs, save_steps=cfg.updates(cfg.save_every), save_total_limit=cfg.save_total_limit,
         logging_steps=1, report_to=[] if cfg.report_to == "none" else [cfg.report_to], seed=cfg.seed,
         use_cpu=on_cpu, bf16=mixed and compute == torch.bfloat16, fp16=mixed and compute == torch.float16,
-        gradient_checkpointing=cfg.gradient_checkpointing and not sharded, entropy_coef=0.0, disable_dropout=True,
+        gradient_checkpointing=cfg.gradient_checkpointing and cfg.sharding != "fsdp2", entropy_coef=0.0, disable_dropout=True,
         delta=cfg.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip (docs/paper_fidelity.md)
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay, max_grad_norm=1.0,
         logging_nan_inf_filter=False,  # a NaN loss is logged as NaN (rl.guard stops the run), never averaged away
@@ -365,6 +368,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     if cfg.sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
         raise TandemError(f"--sharding {cfg.sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
                           "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
+    if cfg.sharding == "zero3":
+        zero3.require()  # one line naming what to install
     if cfg.sharding != "none" and not engine_kind(cfg.engine).sharded_training:
         raise TandemError(f"engine {cfg.engine} takes the senior's weights as a whole state dict; --sharding "
                           f"{cfg.sharding} shards them: train with engine hf, or without sharding (DDP)")
@@ -377,6 +382,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     _, compute, _ = precision(cfg)
     if cfg.sharding == "fsdp2":
         configure_sharding(args, compute, on_cpu)
+    elif cfg.sharding == "zero3":
+        zero3.configure(args, on_cpu)
     tok = prep.pair.tokenizer
     # task_row: the task's row as JSON (nested gold such as unit tests fits any Arrow schema), for the reward terms
     rows = [{"prompt": prep.prompt_text(p), "answer": p.answer, "problem_id": str(p.problem_id),
@@ -397,7 +404,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
             write_json(out / "config.json", stored_config(cfg))
         runlog = RunLog(out, resume_step, print_fn, cfg.updates_per_batch)
         validation = Validation(prep, out, runlog, rollout, precision(cfg)[1])
-        weights = CheckpointWeights(out, cfg.sync_bucket_mb << 20)
+        weights = CheckpointWeights(out, cfg.sync_bucket_mb << 20, precision(cfg)[2])
         reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*")
@@ -413,9 +420,6 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
             trainer.remove_callback(cb)
         validation.trainer = weights.trainer = trainer
-        if _zero3(trainer):  # an accelerate launch config's DeepSpeed (its FSDP became cfg.sharding above)
-            raise TandemError("DeepSpeed ZeRO-3 partitions the senior, and the partitions do not reach the rollout "
-                              "copy, engines or saves: shard with --sharding fsdp2 (docs/sharding.md), or use ZeRO 1-2")
     except BaseException:
         engine.close()
         if judge is not None:
@@ -451,12 +455,6 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
         rollout_copy=RolloutModel(cfg.senior, compute, cfg.rollout_device if kind.rollout_device else None,
                                   sharded=cfg.sharding != "none"),
         batch_rows=cfg.rollout_batch_rows, sleep=cfg.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
-
-
-def _zero3(trainer) -> bool:
-    """Whether DeepSpeed ZeRO-3 partitions the senior's parameters over the processes."""
-    ds = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    return bool(trainer.is_deepspeed_enabled and ds is not None and getattr(ds, "zero_stage", 0) == 3)
 
 
 def train(cfg: TrainConfig, print_fn=print) -> dict:
@@ -521,12 +519,13 @@ def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bu
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
     trainer.accelerator.wait_for_everyone()  # no process writes into the old .final.tmp
-    if trainer.is_fsdp_enabled:
-        save_streamed(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype, bucket_bytes)
+    senior = trainer.accelerator.unwrap_model(trainer.model)
+    if trainer.is_fsdp_enabled or is_sharded(senior):  # FSDP2 shards, ZeRO-3 partitions: gathered bucket by bucket
+        save_streamed(senior, tmp, dtype, bucket_bytes)
     elif trainer.is_deepspeed_enabled:
-        trainer.save_model(str(tmp))  # gathers ZeRO-3 weights; saved in the masters' dtype
+        trainer.save_model(str(tmp))  # ZeRO 1/2: whole weights, in the masters' dtype
     elif main:
-        save_in_dtype(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype)
+        save_in_dtype(senior, tmp, dtype)
     if not main:
         return
     tokenizer.save_pretrained(tmp)
