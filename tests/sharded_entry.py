@@ -25,7 +25,7 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.config import config_fields, load_train_config
     from tandem_rlvr.rl import train as train_mod
     from tandem_rlvr.rl.sharding import local_fraction, push
-    from tandem_rlvr.rl.zero3 import whole_models
+    from tandem_rlvr.rl.zero3 import outside_zero3
 
     a = build_parser().parse_args(["train", *argv])
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
@@ -76,7 +76,7 @@ def main(out: Path, argv: list[str]) -> None:
             mixed = {"param": param, "reduce": reduce}
         master, partitions = str(next(senior.parameters()).dtype), None
     junior = run.prep.pair.junior
-    with whole_models():  # under a live ZeRO-3 config transformers would partition what it loads
+    with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
         on_disk = type(junior).from_pretrained(run.prep.cfg.junior, dtype=next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
     rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal,

@@ -65,9 +65,9 @@ class RolloutModel:
         for name, tensor in weights:
             if mine is None:
                 if self.copy is None:
-                    from .zero3 import whole_models
+                    from .zero3 import outside_zero3
 
-                    with whole_models():  # a plain copy, never ZeRO-3 partitions
+                    with outside_zero3():  # a plain copy, never ZeRO-3 partitions
                         self.copy = load_model(self.spec, self.device or tensor.device, self.dtype)  # frozen
                 mine = dict(self.copy.named_parameters(remove_duplicate=False))  # tied: under each name
                 mine.update(self.copy.named_buffers())

@@ -127,8 +127,15 @@ class TandemGRPOTrainer(GRPOTrainer):
             return
         super().save_model(output_dir, _internal_call=_internal_call)
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        from contextlib import nullcontext
+
+        from .zero3 import outside_zero3
+
+        # KL-Reg's reference is the whole junior: under ZeRO-3 TRL's head would gather it as partitions
+        whole = model is self.ref_model and self.is_deepspeed_enabled
+        with outside_zero3() if whole else nullcontext():
+            out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         self._last_logps = out[0]  # (B, T); inside _compute_loss this is the loss forward's
         return out
 

@@ -156,9 +156,11 @@ def gathered_bucket(bucket: list[tuple[str, torch.Tensor]], dtype: torch.dtype):
 
 
 @contextmanager
-def whole_models():
-    """``from_pretrained`` inside loads whole models: once a ZeRO-3 config exists, transformers would
-    partition every model it loads (``zero.Init``), the hf engine's plain rollout copy included."""
+def outside_zero3():
+    """Inside, transformers and TRL see no ZeRO-3 config, for models that are not partitioned: once one
+    exists, ``from_pretrained`` would partition every model it loads (``zero.Init``; the hf engine's
+    plain rollout copy), and TRL's fused head would gather a whole model's head as if partitioned
+    (KL-Reg's reference forward of the junior)."""
     from transformers.integrations import deepspeed as hf_ds
 
     ref = hf_ds._hf_deepspeed_config_weak_ref  # transformers' record of the live DeepSpeed config
