@@ -26,6 +26,7 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.rl import train as train_mod
     from tandem_rlvr.rl.sharding import local_fraction, push
     from tandem_rlvr.rl.zero3 import outside_zero3
+    from tandem_rlvr.models import load_model
 
     a = build_parser().parse_args(["train", *argv])
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
@@ -77,7 +78,7 @@ def main(out: Path, argv: list[str]) -> None:
         master, partitions = str(next(senior.parameters()).dtype), None
     junior = run.prep.pair.junior
     with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
-        on_disk = type(junior).from_pretrained(run.prep.cfg.junior, dtype=next(junior.parameters()).dtype)
+        on_disk = load_model(run.prep.cfg.junior or run.prep.cfg.senior, "cpu", next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
     rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync,
