@@ -1,4 +1,5 @@
-"""Sharded training of the senior (FSDP2 through accelerate) and the one stream of its full weights.
+"""Sharded training of the senior (FSDP2 through accelerate) and the one stream of its full weights
+(which also streams a DeepSpeed ZeRO-3 senior: ``rl/zero3.py``).
 
 **Choosing it.** ``--sharding fsdp2`` (a ``TrainConfig`` field), or an accelerate config file with
 ``distributed_type: FSDP`` and ``fsdp_version: 2`` passed to ``accelerate launch`` (accelerate
@@ -28,7 +29,8 @@ target dtype on its shard *before* the all-gather (half the bytes in bf16, bit-i
 casting after) and gathered whole; tensors are handed over in buckets of at most
 ``bucket_bytes`` (a larger tensor is a bucket of its own), and the next bucket is gathered only
 after the consumer has taken the last one, so at most one bucket of full tensors exists per rank
-and no rank ever builds a second full state dict. An unsharded model streams the same way
+and no rank ever builds a second full state dict. Under ZeRO-3 a bucket's parameters are gathered
+together (``rl.zero3.gathered_bucket``) and released when the next bucket is asked for. An unsharded model streams the same way
 without collectives. Consumers take ``Iterable[tuple[str, Tensor]]``: the hf engine's
 ``RolloutModel.load_weights`` (every rank refreshes its plain copy), an engine's ``load_weights``
 on rank 0 alone (``push(..., every_rank=False)``: the other ranks gather in lockstep and drop the
