@@ -1,4 +1,5 @@
-"""One rank of the FSDP2 memory check (run by `scripts/memory_check.py --fsdp2` under torchrun).
+"""One rank of the sharded memory check, FSDP2 or DeepSpeed ZeRO-3 (run by `scripts/memory_check.py
+--fsdp2` / `--zero3` under torchrun).
 
 A randomly initialised model of the run's senior config, `fully_shard` on every decoder layer
 and on a root that scores tokens with TRL's chunked log-prob head (the function TRL's fused head
@@ -11,7 +12,13 @@ after `reset_peak_memory_stats`. Compared with the plan's `Layout(world, "fsdp2"
 items (the resident ones, shards and moments, are there before). Then one weight sync is timed:
 every parameter cast to bf16 on its shard (half the bytes), gathered, in buckets of the stated size.
 
-Run: torchrun --nproc_per_node N scripts/fsdp2_memory.py OVERRIDES_JSON BUCKET_MIB
+ZeRO-3 (``zero3``): the same model and loop under ``deepspeed.initialize`` with the run's DeepSpeed
+settings (``rl.zero3.ds_settings``: stage 3, fp32 gradient reduction; bf16 partitions over fp32
+masters on a GPU), torch's AdamW, DeepSpeed's persistence threshold and bucket sizes as accelerate
+fills them (10 x hidden, hidden^2, 0.9 x hidden^2); compared with ``Layout(world, "zero3")``. Its
+weight sync is the trainer's own stream (``rl.sharding.buckets``: a bucket gathered together).
+
+Run: torchrun --nproc_per_node N scripts/fsdp2_memory.py OVERRIDES_JSON BUCKET_MIB [fsdp2|zero3]
 """
 
 import json
@@ -54,6 +61,27 @@ class Scorer(torch.nn.Module):
         return -lp.float().sum() / lp.numel()
 
 
+def zero3_model(cfg, lm, gpu: bool, accumulate: int):
+    """``Scorer(lm)`` under ``deepspeed.initialize`` with the run's ZeRO-3 settings (module docstring)."""
+    import deepspeed
+
+    from tandem_rlvr.rl.zero3 import ds_settings
+
+    compute = torch.bfloat16 if gpu else torch.float32
+    ds = ds_settings(cfg, compute, torch.float32)
+    h = lm.config.hidden_size
+    ds.update(train_micro_batch_size_per_gpu=cfg.loop.micro_batch_rows or 1, gradient_accumulation_steps=accumulate,
+              gradient_clipping=1.0, bf16={"enabled": gpu}, fp16={"enabled": False})
+    ds.pop("train_batch_size")
+    ds["zero_optimization"].update(reduce_bucket_size=h * h, stage3_prefetch_bucket_size=int(0.9 * h * h),
+                                   stage3_param_persistence_threshold=10 * h)
+    scorer = Scorer(lm, cfg.data.max_prompt_tokens if gpu else None)
+    opt = torch.optim.AdamW(lm.parameters(), lr=1e-5)
+    engine, *_ = deepspeed.initialize(model=scorer, optimizer=opt, config=ds)
+    deepspeed.zero.register_external_parameter(scorer, lm.lm_head.weight)  # the head is read in the root's forward
+    return engine
+
+
 def main() -> None:
     gpu = torch.cuda.is_available()
     dist.init_process_group("nccl" if gpu else "gloo")
@@ -63,32 +91,42 @@ def main() -> None:
         torch.cuda.set_device(dev)
     torch.set_num_threads(1)
     overrides, bucket_mib = json.loads(sys.argv[1]), float(sys.argv[2])
+    sharding = sys.argv[3] if len(sys.argv) > 3 else "fsdp2"
     if gpu:  # the paper's precision: fp32 master shards, bf16 compute
         overrides.update(dtype="bfloat16", master_dtype="float32", senior_device="cuda:0")
     cfg = load_train_config(None, None, overrides)
     name = "cuda:0" if gpu else "cpu"
-    full = plan(cfg, gpu_gib=80 if gpu else None, layout=Layout(world, "fsdp2", sync_bucket_mib=bucket_mib))
+    full = plan(cfg, gpu_gib=80 if gpu else None, layout=Layout(world, sharding, sync_bucket_mib=bucket_mib))
     p = Plan([i for i in full.items if i.phase.split("/")[0] in ("resident", "update") and i.device == name
               and "junior" not in i.name and "rollouts decode" not in i.name])  # the loop trains only
     predicted, phase = p.peak(name)
     held = sum(i.nbytes for i in p.items if i.phase == "resident")
 
     torch.manual_seed(0)
-    lm = AutoModelForCausalLM.from_config(model_config(cfg.senior), dtype=torch.float32).to(dev)
-    if cfg.gradient_checkpointing:
+    lm = AutoModelForCausalLM.from_config(model_config(cfg.models.senior), dtype=torch.float32).to(dev)
+    if cfg.models.gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)} if gpu else {}
-    for layer in lm.model.layers:
-        fully_shard(layer, **mp)
-    model = fully_shard(Scorer(lm, cfg.max_prompt_tokens if gpu else None), **mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    rows = cfg.prompts_per_minibatch * cfg.group_size // world
-    micro = cfg.micro_batch_rows or rows
-    seq = cfg.max_prompt_tokens + cfg.max_new_tokens
+    rows = cfg.loop.prompts_per_minibatch * cfg.rollout.group_size // world
+    micro = cfg.loop.micro_batch_rows or rows
+    seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
     g = torch.Generator().manual_seed(rank)
-    model(torch.randint(0, lm.config.vocab_size, (1, cfg.max_prompt_tokens + 8), generator=g).to(dev)).backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    if sharding == "zero3":
+        model = zero3_model(cfg, lm, gpu, rows // micro)
+        step = model.step
+    else:
+        mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)} if gpu else {}
+        for layer in lm.model.layers:
+            fully_shard(layer, **mp)
+        model = fully_shard(Scorer(lm, cfg.data.max_prompt_tokens if gpu else None), **mp)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+        def step():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    backward = model.backward if sharding == "zero3" else torch.Tensor.backward
+    for _ in range(rows // micro if sharding == "zero3" else 1):  # warm-up: one update (ZeRO-3 steps at its boundary)
+        backward(model(torch.randint(0, lm.config.vocab_size, (1, cfg.data.max_prompt_tokens + 8), generator=g).to(dev)))
+        step()
     dist.barrier()
     if gpu:
         torch.cuda.synchronize()
@@ -100,14 +138,22 @@ def main() -> None:
     for _ in range(2):
         for _ in range(rows // micro):
             ids = torch.randint(0, lm.config.vocab_size, (micro, seq), generator=g).to(dev)
-            (model(ids) / (rows // micro)).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+            if sharding == "zero3":  # DeepSpeed divides by its accumulation steps and steps at the boundary
+                model.backward(model(ids))
+                model.step()
+            else:
+                (model(ids) / (rows // micro)).backward()
+        if sharding != "zero3":
+            step()
     peak = (torch.cuda.max_memory_allocated() if gpu else rss("VmHWM:")) - base
     dist.barrier()
     t0 = time.perf_counter()
     limit, bucket, size, gathered = bucket_mib * (1 << 20), [], 0, 0
-    for param in model.parameters():  # every rank, the same order: no interleaved collectives
+    if sharding == "zero3":  # the trainer's own stream: one bucket gathered together, then released
+        from tandem_rlvr.rl.sharding import buckets
+
+        gathered = sum(t.numel() for part in buckets(lm, torch.bfloat16, int(limit)) for _, t in part)
+    for param in model.parameters() if sharding != "zero3" else ():  # every rank, the same order
         t = param.detach().to(torch.bfloat16).full_tensor()
         bucket.append(t)
         size += t.numel() * 2

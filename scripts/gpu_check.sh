@@ -27,6 +27,9 @@
 #    per rank the plan's peak (Layout(N, "fsdp2"), rl/memory_plan.py) beside torch.cuda.max_memory_allocated,
 #    and the seconds of one bf16 weight sync (gather in 512 MiB buckets)
 # 14 fsdp2_plan_9b: the dry-run plan and layouts table of the qwen3.5-9b-2b preset on this GPU's memory
+# 15 zero3_memory (when DeepSpeed is installed: pip install -e ".[sharded]"): step 13 under DeepSpeed ZeRO-3
+#    (scripts/memory_check.py --zero3: bf16 partitions over fp32 masters, fp32 gradient reduction), per rank the
+#    plan's Layout(N, "zero3") peak beside torch.cuda.max_memory_allocated, and one sync through the trainer's stream
 # and prints one summary table, then the sharded checks that need more GPUs than this machine has
 # (for a user to run). Exit status is non-zero if any step fails.
 # GPU_CHECK_STEPS="paper_layout train_2_steps" runs only the named steps (default: all).
@@ -118,6 +121,12 @@ GIB=$(python -c "import torch; print(torch.cuda.get_device_properties(0).total_m
 run fsdp2_plan_9b tandem train --preset qwen3.5-9b-2b --dry-run --plan-gpu-gib "$GIB" --plan-processes "$NPROC" \
     --plan-sharding fsdp2
 CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps paper_layout fsdp2_memory fsdp2_plan_9b)
+if python -c "import deepspeed" >/dev/null 2>&1; then
+  run zero3_memory python scripts/memory_check.py --zero3 --nproc "$NPROC" "${SHARD_ARCH[@]}" --out "$OUT/zero3_memory.json"
+  CHECKS+=(zero3_memory)
+else
+  echo "== DeepSpeed not installed: the ZeRO-3 check is skipped (pip install -e \".[sharded]\")"
+fi
 if python -c "import vllm" >/dev/null 2>&1; then
   run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py tests/test_vllm_train.py
   run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
@@ -159,6 +168,7 @@ print(f"vLLM decode: solo {r['solo_tok_s']:.0f} tok/s, tandem {r['tandem_tok_s']
 PY
 grep -h "predicted" "$OUT/paper_layout.log" 2>/dev/null | grep -v "^ " | sed 's/^/paper layout: /'
 grep -h "FSDP2 x" "$OUT/fsdp2_memory.log" 2>/dev/null | sed 's/^/sharded: /'
+grep -h "ZeRO-3 x" "$OUT/zero3_memory.log" 2>/dev/null | sed 's/^/sharded: /'
 echo "needs more GPUs than one machine's check runs (docs/scale.md), for a user to run:"
 [ "$NPROC" -ge 2 ] || echo "  python scripts/memory_check.py --fsdp2 --nproc 2 --arch Qwen/Qwen3-0.6B   # 2 GPUs: per-rank peaks, sync"
 echo "  python scripts/memory_check.py --fsdp2 --nproc 8 --arch Qwen/Qwen3-4B-Instruct-2507   # 8 GPUs"

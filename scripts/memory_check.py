@@ -15,8 +15,9 @@ under `torchrun --nproc_per_node N` (gloo on CPU, nccl on GPUs), a short FSDP2 +
 loop of our own rather than `tandem train` (the trainer's FSDP2 path is another branch's), and
 compares each rank's peak with the plan's `Layout(N, "fsdp2")`; it also times one weight sync.
 `--arch` names the model (default: tiny and smol on CPU); `scripts/gpu_check.sh` runs it on GPUs.
+`--zero3` does the same under DeepSpeed ZeRO-3 against `Layout(N, "zero3")`.
 
-Run: python scripts/memory_check.py [--quick] [--fsdp2 [--nproc N] [--arch MODEL]] [--out FILE.json]
+Run: python scripts/memory_check.py [--quick] [--fsdp2 | --zero3 [--nproc N] [--arch MODEL]] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -111,8 +112,8 @@ FSDP_CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_r
 
 
 def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bool, env: dict,
-              nproc: int = 2) -> list[dict]:
-    """One FSDP2 configuration under torchrun (``scripts/fsdp2_memory.py``); one result per rank.
+              nproc: int = 2, sharding: str = "fsdp2") -> list[dict]:
+    """One FSDP2 (or ZeRO-3) configuration under torchrun (``scripts/fsdp2_memory.py``); one result per rank.
     The ranks build the model from its config alone (random weights; a shipped config needs no files)."""
     from importlib import resources
 
@@ -126,14 +127,14 @@ def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bo
                      eval_every=0, kl_every=0, output_dir=str(root / "unused"))
     script = Path(__file__).with_name("fsdp2_memory.py")
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                          str(nproc), str(script), json.dumps(overrides), "512"], env=env, capture_output=True,
+                          str(nproc), str(script), json.dumps(overrides), "512", sharding], env=env, capture_output=True,
                          text=True)
     if out.returncode:
-        sys.exit(f"memory_check: FSDP2 configuration {arch} failed:\n{out.stderr[-3000:]}")
+        sys.exit(f"memory_check: {sharding} configuration {arch} failed:\n{out.stderr[-3000:]}")
     rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
     for r in rows:
         r.update(arch=arch, prompt=prompt, response=new, micro=micro or 16 // nproc, checkpointing=ckpt,
-                 layout=f"fsdp2 x {nproc}",
+                 layout=f"{sharding} x {nproc}",
                  ratio=r["predicted"] / r["measured"])
     return sorted(rows, key=lambda r: r["rank"])
 
@@ -142,6 +143,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the first configuration of each architecture only")
     ap.add_argument("--fsdp2", action="store_true", help="FSDP2 runs under torchrun against the sharded plan")
+    ap.add_argument("--zero3", action="store_true", help="DeepSpeed ZeRO-3 runs under torchrun against the sharded plan")
     ap.add_argument("--nproc", type=int, default=2, help="--fsdp2: processes (GPUs when present; default 2)")
     ap.add_argument("--arch", default=None, help="--fsdp2: this model (a config shipped in presets/models, a "
                     "directory, a built-in name) at 256 prompt + 1,024 response tokens, instead of tiny and smol")
@@ -155,15 +157,16 @@ def main() -> None:
         root = Path(tmp)
         sharded = [(a.arch, 256, 1024, 4, True), (a.arch, 256, 1024, 4, False)] if a.arch else FSDP_CONFIGS
         sharded = sharded[:1] if a.quick else sharded
-        for arch, prompt, new, micro, ckpt in sharded if a.fsdp2 else []:
-            for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc):
+        sharding = "zero3" if a.zero3 else "fsdp2"
+        for arch, prompt, new, micro, ckpt in sharded if a.fsdp2 or a.zero3 else []:
+            for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc, sharding):
                 results.append(r)
-                print(f"{arch:5s} FSDP2 x {a.nproc} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} "
+                print(f"{arch:5s} {'ZeRO-3' if a.zero3 else 'FSDP2'} x {a.nproc} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} "
                       f"micro {r['micro']} ckpt {str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB "
                       f"({r['phase']}) | measured {r['measured'] / 2**20:8.1f} MiB | predicted/measured "
                       f"{r['ratio']:.2f} | sync "
                       f"{r['sync_s']:.2f} s for {r['synced'] / 1e6:.1f}M weights", flush=True)
-        if a.fsdp2:
+        if a.fsdp2 or a.zero3:
             configs = []
         for arch, prompt, new, micro, ckpt in configs:
             model = make_model(arch, root)

@@ -3,8 +3,10 @@
 ``python -m torch.distributed.run --standalone --nproc_per_node N tests/sharded_entry.py OUT FLAGS...``
 trains like ``tandem train FLAGS...`` (the same ``rl.train`` path), and each process writes
 ``OUT/rank{R}.json`` with what the tests check that only the process itself can see: the share of
-each parameter it holds, whether its hf rollout copy equals the senior gathered (plain DTensor
-``full_tensor()``) and then cast to the rollout dtype, the mixed-precision policy of its FSDP2 units, whether
+each parameter it holds (ZeRO-3: each partition's size against the whole tensor's), whether its hf
+rollout copy equals the senior gathered (plain DTensor ``full_tensor()``; ZeRO-3: the optimiser's fp32
+master, ``safe_get_full_fp32_param``) and then cast to the rollout dtype, the mixed precision of its
+FSDP2 units or DeepSpeed engine (parameter and gradient-reduction dtypes), whether
 its junior is whole and equal to its checkpoint, the
 last weight sync's seconds and bytes, and its peak resident memory.
 """
@@ -23,6 +25,8 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.config import config_fields, load_train_config
     from tandem_rlvr.rl import train as train_mod
     from tandem_rlvr.rl.sharding import local_fraction, push
+    from tandem_rlvr.rl.zero3 import outside_zero3
+    from tandem_rlvr.models import load_model
 
     a = build_parser().parse_args(["train", *argv])
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
@@ -49,28 +53,44 @@ def main(out: Path, argv: list[str]) -> None:
         push(senior, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20)  # collective, as the engine takes them
     copy = rm.copy if rm is not None else None
     copy_equal = None
+    zero3 = hasattr(next(senior.parameters()), "ds_id")
     if copy is not None:
         from torch.distributed.tensor import DTensor
 
         mine = dict(copy.named_parameters())
         copy_equal = True
-        for name, p in senior.named_parameters():  # the reference: gather in fp32, then cast
-            full = p.full_tensor() if isinstance(p, DTensor) else p.detach()
+        for name, p in senior.named_parameters():  # the reference: gather in fp32 (ZeRO-3: the fp32 master), then cast
+            full = p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if zero3 else p.detach()
             name = name.replace("_checkpoint_wrapped_module.", "")  # FSDP's activation checkpointing wrapper
             copy_equal &= bool(torch.equal(full.to(copy.dtype), mine[name]))
-    policies = {(str(m._get_fsdp_state()._mp_policy.param_dtype), str(m._get_fsdp_state()._mp_policy.reduce_dtype))
-                for m in senior.modules() if hasattr(m, "_get_fsdp_state")}  # every FSDP2 unit's policy
-    mixed = sorted(policies)
-    if len(policies) == 1:
-        ((param, reduce),) = policies
-        mixed = {"param": param, "reduce": reduce}
+    if zero3:  # DeepSpeed's: the dtype of its parameter partitions and of its gradient reduce-scatter
+        mixed = {"param": str(next(senior.parameters()).dtype), "reduce": str(trainer.model_wrapped.communication_data_type)}
+        master = str(trainer.model_wrapped.optimizer.fp32_partitioned_groups_flat[0].dtype)
+        partitions = {n: {"local": p.ds_tensor.numel(), "whole": p.ds_numel, "resident": p.data.numel(), "dims": len(p.ds_shape)}
+                      for n, p in senior.named_parameters()}
+    else:
+        policies = {(str(m._get_fsdp_state()._mp_policy.param_dtype), str(m._get_fsdp_state()._mp_policy.reduce_dtype))
+                    for m in senior.modules() if hasattr(m, "_get_fsdp_state")}  # every FSDP2 unit's policy
+        mixed = sorted(policies)
+        if len(policies) == 1:
+            ((param, reduce),) = policies
+            mixed = {"param": param, "reduce": reduce}
+        master, partitions = str(next(senior.parameters()).dtype), None
     junior = run.prep.pair.junior
-    on_disk = type(junior).from_pretrained(run.prep.cfg.models.junior, dtype=next(junior.parameters()).dtype)
+    with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
+        on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu", next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
-    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": str(next(senior.parameters()).dtype), "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
+    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync,
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
+
+
+def fp32_master(p) -> torch.Tensor:
+    """A ZeRO-3 parameter's whole fp32 master weight, gathered from the optimiser's partitions (collective)."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    return safe_get_full_fp32_param(p)
 
 
 if __name__ == "__main__":

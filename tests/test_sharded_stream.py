@@ -90,10 +90,52 @@ def test_an_accelerate_fsdp2_launch_selects_sharding_and_fsdp1_is_refused(monkey
         from_launcher(cfg)
 
 
+def test_an_accelerate_deepspeed_launch_selects_zero3_at_stage_3_only(monkeypatch, tmp_path):
+    cfg = load_train_config(None, None, {})
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    assert from_launcher(cfg).sharding == "none"  # ZeRO 1/2 keep whole weights on every process
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    assert (from_launcher(cfg).sharding, from_launcher(cfg).shard_offload) == ("zero3", False)
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu")
+    assert from_launcher(cfg).shard_offload
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE")  # a deepspeed_config_file names the stage itself
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(tmp_path / "ds.json"))
+    assert from_launcher(cfg).sharding == "zero3"
+
+
+def test_zero3_settings_keep_fp32_masters_reduce_in_fp32_and_gather_no_whole_state_dict():
+    from tandem_rlvr.rl.zero3 import ds_settings
+
+    cfg = load_train_config(None, None, {"sharding": "zero3", "shard_offload": True})
+    ds = ds_settings(cfg, torch.bfloat16, torch.float32)
+    zero = ds["zero_optimization"]
+    assert (zero["stage"], ds["communication_data_type"]) == (3, "fp32")
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is False
+    assert zero["offload_param"]["device"] == zero["offload_optimizer"]["device"] == "cpu"
+    assert ds["bf16"]["enabled"] == "auto"  # the Trainer fills it from the run's precision
+    with pytest.raises(TandemError, match="fp32 master partitions"):
+        ds_settings(cfg, torch.bfloat16, torch.bfloat16)
+
+
+def test_zero3_without_deepspeed_installed_is_a_one_line_error_naming_the_install(tmp_path, monkeypatch):
+    from tandem_rlvr.rl import zero3
+    from tandem_rlvr.rl.train import build_run
+
+    monkeypatch.setattr(zero3, "available", lambda: False)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    cfg = load_train_config(None, None, {"sharding": "zero3", "output_dir": str(tmp_path / "run")})
+    with pytest.raises(TandemError, match=r"not installed: pip install 'tandem-rlvr\[sharded\]'") as e:
+        build_run(cfg)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_sharding_settings_are_checked():
     with pytest.raises(TandemError, match="unknown sharding 'zero9'"):
         load_train_config(None, None, {"sharding": "zero9"})
-    with pytest.raises(TandemError, match="shard_offload needs --sharding fsdp2"):
+    with pytest.raises(TandemError, match="shard_offload needs --sharding fsdp2 or zero3"):
         load_train_config(None, None, {"shard_offload": True})
     with pytest.raises(TandemError, match="sync_bucket_mb must be >= 1"):
         load_train_config(None, None, {"sync_bucket_mb": 0})

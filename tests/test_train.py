@@ -416,23 +416,6 @@ def test_yaml_no_is_the_boolean_false_and_whole_numbers_are_kept(tmp_path):
     assert cfg.loss.scale_rewards is False and cfg.loop.max_steps == 3 and cfg.loss.lr == 1e-6
 
 
-def test_zero3_is_refused_as_partitioned_weights_and_fsdp_ddp_zero2_are_not():
-    """The predicate behind the refusal of DeepSpeed ZeRO-3 (its partitions reach no rollout copy;
-    FSDP is chosen as ``--sharding fsdp2``, rl/sharding.py)."""
-    from types import SimpleNamespace as NS
-
-    from tandem_rlvr.rl.assemble import _zero3
-
-    def trainer(fsdp=False, ds=False, stage=0):
-        return NS(is_fsdp_enabled=fsdp, is_deepspeed_enabled=ds,
-                  accelerator=NS(state=NS(deepspeed_plugin=NS(zero_stage=stage) if ds else None)))
-
-    assert not _zero3(trainer())
-    assert not _zero3(trainer(fsdp=True))
-    assert _zero3(trainer(ds=True, stage=3))
-    assert not _zero3(trainer(ds=True, stage=2))
-
-
 def test_kl_monitor_is_the_k3_sum_over_senior_tokens_from_a_plain_forward(tok):
     """kl/junior's (sum, count): k3 = exp(r) - r - 1, r = log p_jun - log p_sen, over senior-written
     tokens only, with the junior's log-probs from a plain full forward at temperature 0.7."""

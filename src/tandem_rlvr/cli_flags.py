@@ -186,7 +186,7 @@ def plan_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--plan-processes", type=COUNT, default=1, help="training processes, one GPU each (default 1)")
     g.add_argument("--plan-sharding", default=None, choices=SHARDINGS, help="how the processes hold the senior's "
                    "training state: ddp (whole copies), fsdp2 (torch fully_shard), zero3 (DeepSpeed); default: the "
-                   "run's (fsdp2 under --sharding fsdp2, else ddp)")
+                   "run's (fsdp2 or zero3 under --sharding fsdp2 or zero3, else ddp)")
     g.add_argument("--plan-offload", default=None, choices=OFFLOADS, help="shards kept in host memory: none, "
                    "optimizer (zero3: master weights, moments, gradients), all (also the parameters); default: the "
                    "run's (all under --shard-offload, else none)")

@@ -16,7 +16,7 @@ from ..errors import TandemError
 from ..models import resolve_dtype
 from .fields import at_least, check_part, setting
 
-SHARDINGS = ("none", "fsdp2")  # how the trained senior is laid out over the training processes (rl/sharding.py)
+SHARDINGS = ("none", "fsdp2", "zero3")  # how the trained senior is laid out over the training processes (rl/sharding.py, rl/zero3.py)
 
 
 class Precision(NamedTuple):
@@ -48,12 +48,15 @@ class ModelsPart:
                                          "decode a copy in `dtype`, refreshed after each update; beside the junior "
                                          "it keeps the training device free (the paper preset: cuda:1)")
     sharding: str = setting("none", "how the trained senior is laid out over the training processes: none (each "
-                            "holds the whole senior; several processes are DDP) or fsdp2 (FSDP2 through accelerate: "
+                            "holds the whole senior; several processes are DDP), fsdp2 (FSDP2 through accelerate: "
                             "fp32 master shards, bf16 compute with fp32 gradient reduction, FSDP's activation "
-                            "checkpointing; also chosen by an accelerate FSDP config under `accelerate launch`; "
-                            "docs/sharding.md)", choices=SHARDINGS)
-    shard_offload: bool = setting(False, "fsdp2: keep parameter shards, gradients and AdamW states in host memory "
-                                  "(FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU)")
+                            "checkpointing; also chosen by an accelerate FSDP config under `accelerate launch`) or "
+                            "zero3 (DeepSpeed ZeRO-3 through accelerate: fp32 master partitions, bf16 partitions, fp32 "
+                            "gradient reduction; also chosen by an accelerate DeepSpeed config with zero_stage 3; needs "
+                            "the sharded extra); docs/sharding.md", choices=SHARDINGS)
+    shard_offload: bool = setting(False, "fsdp2/zero3: keep parameter shards, gradients and AdamW states in host "
+                                  "memory (FSDP2's CPUOffloadPolicy; ZeRO-3's offload_param and offload_optimizer on "
+                                  "the CPU); the optimiser step runs on the CPU")
     dist_timeout_s: int = setting(1800, "seconds a training process waits at a collective for the others (gradient "
                                   "reduction, weight gathers) before it fails: a lost process or node is an error, "
                                   "not a hang (transformers' ddp_timeout)")
@@ -63,7 +66,7 @@ class ModelsPart:
     def __post_init__(self):
         check_part(self)
         if self.shard_offload and self.sharding == "none":
-            raise TandemError("shard_offload needs --sharding fsdp2 (it offloads the shards)")
+            raise TandemError("shard_offload needs --sharding fsdp2 or zero3 (it offloads the shards)")
         at_least(self, 1, "dist_timeout_s", "sync_bucket_mb")
 
     @property

@@ -22,6 +22,7 @@ from .precision import RolloutModel
 from .prepare import Prepared, prepare
 from .run_identity import check_run_dir, model_card, stored_config
 from .run_start import RunStart
+from . import zero3
 from .sharding import configure as configure_sharding, from_launcher
 from .trl_args import grpo_args
 
@@ -77,6 +78,8 @@ def _check_launch(cfg: TrainConfig) -> None:
     if sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
         raise TandemError(f"--sharding {sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
                           "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
+    if sharding == "zero3":
+        zero3.require()  # one line naming what to install
     if sharding != "none" and not engine_kind(cfg.rollout.engine).sharded_training:
         raise TandemError(f"engine {cfg.rollout.engine} takes the senior's weights as a whole state dict; --sharding "
                           f"{sharding} shards them: train with engine hf, or without sharding (DDP)")
@@ -100,6 +103,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     args = grpo_args(cfg, state.num_processes, on_cpu)
     if cfg.models.sharding == "fsdp2":
         configure_sharding(args, cfg.models.precision.compute, on_cpu)
+    elif cfg.models.sharding == "zero3":
+        zero3.configure(args, on_cpu)
     ds = datasets.Dataset.from_list(prep.dataset_rows())
     engine = open_rollout_engine(cfg, prep.pair, state.num_processes)  # fails before the run directory is touched
     start = RunStart.take(cfg.loop.output_dir, state.is_main_process)
@@ -126,7 +131,7 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
     out = start.out
     runlog = RunLog(out, resume_step, print_fn, cfg.loop.updates_per_batch)
     validation = Validation(prep, out, runlog, rollout, cfg.models.precision.compute)
-    weights = CheckpointWeights(out, cfg.models.sync_bucket_mb << 20)
+    weights = CheckpointWeights(out, cfg.models.sync_bucket_mb << 20, cfg.models.precision.master)
     reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
     if judge is not None:
         start.closers.append(judge.close)
@@ -145,9 +150,6 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
     for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
         trainer.remove_callback(cb)
     validation.trainer = weights.trainer = trainer
-    if _zero3(trainer):  # an accelerate launch config's DeepSpeed (its FSDP became cfg.models.sharding above)
-        raise TandemError("DeepSpeed ZeRO-3 partitions the senior, and the partitions do not reach the rollout "
-                          "copy, engines or saves: shard with --sharding fsdp2 (docs/sharding.md), or use ZeRO 1-2")
     return Run(trainer, prep, rollout, runlog, validation, resume_step, start, judge)
 
 
@@ -175,8 +177,3 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
                                   sharded=m.sharding != "none"),
         batch_rows=r.rollout_batch_rows, sleep=r.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
 
-
-def _zero3(trainer) -> bool:
-    """Whether DeepSpeed ZeRO-3 partitions the senior's parameters over the processes."""
-    ds = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    return bool(trainer.is_deepspeed_enabled and ds is not None and getattr(ds, "zero_stage", 0) == 3)

@@ -15,7 +15,7 @@ gathered (so no process waits alone at a collective, and a sharded senior's roll
 refreshed by every process together); an engine validates on the main process.
 
 ``CheckpointWeights`` adds loadable HF weights (the fp32 masters) to each ``checkpoint-N`` of a
-sharded run, whose Trainer checkpoint holds only per-rank shards.
+sharded run (FSDP2 or ZeRO-3), whose Trainer checkpoint holds only per-rank shards.
 """
 
 from __future__ import annotations
@@ -276,12 +276,13 @@ class Validation(TrainerCallback):
 class CheckpointWeights(TrainerCallback):
     """Loadable HF weights (in the masters' dtype) in each ``checkpoint-N`` of a sharded run.
 
-    FSDP's sharded checkpoint (what resume reads) holds each rank's shards only; these files let
+    FSDP's sharded checkpoint and DeepSpeed's (what resume reads) hold each rank's shards only; these files let
     ``from_pretrained`` load a checkpoint as it is. Gathered bucket by bucket on every process,
     written beside and moved in by the main one, so a kill mid-write leaves no torn weight file."""
 
-    def __init__(self, run_dir: Path, bucket_bytes: int):
+    def __init__(self, run_dir: Path, bucket_bytes: int, dtype=None):
         self.run_dir, self.bucket_bytes = run_dir, bucket_bytes
+        self.dtype = dtype  # the masters' (None: the parameters' own; ZeRO-3's are bf16 partitions of fp32 masters)
         self.trainer = None
 
     def on_save(self, args, state, control, model=None, **kw):
@@ -290,7 +291,7 @@ class CheckpointWeights(TrainerCallback):
             return
         ckpt = self.run_dir / f"checkpoint-{state.global_step}"
         tmp = ckpt / ".hf.tmp"
-        dtype = next(p for p in model.parameters()).dtype
+        dtype = self.dtype or next(p for p in model.parameters()).dtype
         save_streamed(model, tmp, dtype, self.bucket_bytes)
         if state.is_world_process_zero:
             for f in tmp.iterdir():

@@ -149,7 +149,7 @@ def dry_run_report(cfg, a, gib: float | None) -> str:
     of recommended layouts on 2, 4 and 8 GPUs (of ``gib``, else 80 GiB)."""
     from .memory_plan import render
 
-    sharding = a.plan_sharding or ("fsdp2" if cfg.models.sharding == "fsdp2" else "ddp")  # the run's own, unless asked
+    sharding = a.plan_sharding or {"none": "ddp"}.get(cfg.models.sharding, cfg.models.sharding)  # the run's own, unless asked
     offload = a.plan_offload or ("all" if cfg.models.shard_offload else "none")
     lay = Layout(a.plan_processes, sharding, offload, a.plan_lora_r or _lora(cfg),
                  a.plan_sync_bucket_mib or float(cfg.models.sync_bucket_mb))

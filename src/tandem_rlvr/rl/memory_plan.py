@@ -179,7 +179,8 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
         return
     # zero3: DeepSpeed's own accounting (estimate_zero3_model_states_mem_needs): 2 B bf16 partition,
     # 4 B fp32 master, 8 B moments, 4 B fp32 gradients per weight over the ranks, plus gathered layers
-    p.add(off(("all",)), "resident", f"bf16 parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
+    short = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(compute, "fp32")  # the compute dtype's
+    p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
     p.add(off(("optimizer", "all")), "resident", f"fp32 master + AdamW moment partitions (12 B x {what} / {n})",
           12 * trained / n)
     p.add(off(("optimizer", "all")), "update", f"fp32 gradient partitions (4 B / {n} per trained weight)",

@@ -55,7 +55,10 @@ class RolloutModel:
         for name, tensor in weights:
             if mine is None:
                 if self.copy is None:
-                    self.copy = load_model(self.spec, self.device or tensor.device, self.dtype)  # frozen
+                    from .zero3 import outside_zero3
+
+                    with outside_zero3():  # a plain copy, never ZeRO-3 partitions
+                        self.copy = load_model(self.spec, self.device or tensor.device, self.dtype)  # frozen
                 mine = dict(self.copy.named_parameters(remove_duplicate=False))  # tied: under each name
                 mine.update(self.copy.named_buffers())
             if name not in mine:

@@ -1,4 +1,5 @@
-"""Sharded training of the senior (FSDP2 through accelerate) and the one stream of its full weights.
+"""Sharded training of the senior (FSDP2 through accelerate) and the one stream of its full weights
+(which also streams a DeepSpeed ZeRO-3 senior: ``rl/zero3.py``).
 
 **Choosing it.** ``--sharding fsdp2`` (a ``TrainConfig`` field), or an accelerate config file with
 ``distributed_type: FSDP`` and ``fsdp_version: 2`` passed to ``accelerate launch`` (accelerate
@@ -28,7 +29,8 @@ target dtype on its shard *before* the all-gather (half the bytes in bf16, bit-i
 casting after) and gathered whole; tensors are handed over in buckets of at most
 ``bucket_bytes`` (a larger tensor is a bucket of its own), and the next bucket is gathered only
 after the consumer has taken the last one, so at most one bucket of full tensors exists per rank
-and no rank ever builds a second full state dict. An unsharded model streams the same way
+and no rank ever builds a second full state dict. Under ZeRO-3 a bucket's parameters are gathered
+together (``rl.zero3.gathered_bucket``) and released when the next bucket is asked for. An unsharded model streams the same way
 without collectives. Consumers take ``Iterable[tuple[str, Tensor]]``: the hf engine's
 ``RolloutModel.load_weights`` (every rank refreshes its plain copy), an engine's ``load_weights``
 on rank 0 alone (``push(..., every_rank=False)``: the other ranks gather in lockstep and drop the
@@ -49,15 +51,18 @@ from ..errors import TandemError
 
 log = logging.getLogger("tandem_rlvr")
 
-SHARDINGS = ("none", "fsdp2")
+SHARDINGS = ("none", "fsdp2", "zero3")  # zero3: rl/zero3.py (DeepSpeed)
 # Prefixes wrappers add to parameter names (FSDP's activation checkpointing, torch.compile).
 WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
 
 
 def from_launcher(cfg):
-    """``cfg`` with ``sharding``/``shard_offload`` taken from an accelerate FSDP launch, if any."""
+    """``cfg`` with ``sharding``/``shard_offload`` taken from an accelerate FSDP or DeepSpeed ZeRO-3
+    launch, if any (``rl.zero3.from_launcher`` for DeepSpeed)."""
+    from . import zero3
+
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
-        return cfg
+        return zero3.from_launcher(cfg)
     version = os.environ.get("FSDP_VERSION", "1")
     if version != "2":
         raise TandemError(f"the accelerate config asks for FSDP version {version}; tandem trains with FSDP2: set "
@@ -105,18 +110,26 @@ def force_on_cpu(args) -> None:
 
 
 def is_sharded(model) -> bool:
-    """Whether ``model``'s parameters are shards (FSDP2 DTensors) rather than whole tensors."""
+    """Whether ``model``'s parameters are shards (FSDP2 DTensors, ZeRO-3 partitions) rather than whole tensors."""
     from torch.distributed.tensor import DTensor
 
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    from .zero3 import is_partitioned
+
+    return any(isinstance(p, DTensor) for p in model.parameters()) or is_partitioned(model)
 
 
 def local_fraction(model) -> dict[str, float]:
     """Per parameter: elements this rank holds / elements of the whole tensor (1.0 unsharded)."""
     from torch.distributed.tensor import DTensor
 
-    return {name: (p.to_local().numel() if isinstance(p, DTensor) else p.numel()) / max(p.numel(), 1)
-            for name, p in model.named_parameters()}
+    from . import zero3
+
+    def share(p) -> float:
+        if hasattr(p, "ds_id"):
+            return zero3.local_fraction(p)
+        return (p.to_local().numel() if isinstance(p, DTensor) else p.numel()) / max(p.numel(), 1)
+
+    return {name: share(p) for name, p in model.named_parameters()}
 
 
 def clean_name(name: str) -> str:
@@ -146,14 +159,30 @@ def _full(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 @torch.no_grad()
 def buckets(model, dtype: torch.dtype, bucket_bytes: int):
-    """Lists of (name, full tensor in ``dtype``) of at most ``bucket_bytes`` each (module docstring)."""
+    """Lists of (name, full tensor in ``dtype``) of at most ``bucket_bytes`` each (module docstring).
+    FSDP2 gathers tensor by tensor; ZeRO-3 gathers a bucket's parameters together (``rl.zero3``)."""
+    from . import zero3
+
+    partitioned = zero3.is_partitioned(model)
+    for part in _bucket_plan(model, dtype, bucket_bytes):
+        if partitioned:
+            with zero3.gathered_bucket(part, dtype) as full:
+                yield full
+        else:
+            yield [(name, _full(t, dtype)) for name, t in part]
+
+
+def _bucket_plan(model, dtype: torch.dtype, bucket_bytes: int):
+    """The (name, tensor) lists ``buckets`` gathers, from shapes alone (no gathering)."""
+    from .zero3 import numel
+
     bucket, size = [], 0
     for name, t in named_tensors(model):
-        nbytes = t.numel() * dtype.itemsize
+        nbytes = numel(t) * dtype.itemsize
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
             bucket, size = [], 0
-        bucket.append((name, _full(t, dtype)))
+        bucket.append((name, t))
         size += nbytes
     if bucket:
         yield bucket
@@ -203,7 +232,9 @@ def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> No
     the index and ``config.json``; no rank holds more than one bucket of full tensors."""
     from safetensors.torch import save_file
 
-    plan = _shard_plan(model, dtype, bucket_bytes)
+    from .zero3 import numel
+
+    plan = sum(1 for _ in _bucket_plan(model, dtype, bucket_bytes))
     main = _rank() == 0
     out = Path(out)
     if main:
@@ -218,7 +249,7 @@ def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> No
     if not main:
         return
     if plan > 1:
-        total = sum(t.numel() for _, t in named_tensors(model)) * dtype.itemsize
+        total = sum(numel(t) for _, t in named_tensors(model)) * dtype.itemsize
         (out / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n", encoding="utf-8")
     model.config.save_pretrained(out)
@@ -228,14 +259,3 @@ def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> No
     data["dtype"] = str(dtype).removeprefix("torch.")
     data.pop("torch_dtype", None)
     (out / "config.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-
-def _shard_plan(model, dtype: torch.dtype, bucket_bytes: int) -> int:
-    """How many buckets ``buckets`` will yield (from shapes alone, no gathering)."""
-    count, size = 0, 0
-    for _, t in named_tensors(model):
-        nbytes = t.numel() * dtype.itemsize
-        if count == 0 or size + nbytes > bucket_bytes:
-            count, size = count + 1, 0
-        size += nbytes
-    return count

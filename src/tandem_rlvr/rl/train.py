@@ -28,7 +28,7 @@ from ..runtime import invocation
 from .assemble import build_run
 from .precision import save_in_dtype
 from .run_identity import model_card, said_complete
-from .sharding import from_launcher, save_streamed
+from .sharding import from_launcher, is_sharded, save_streamed
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 # transformers 5.x renames gradient_checkpointing -> activation_checkpointing and warns on every
@@ -85,12 +85,13 @@ def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bu
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
     trainer.accelerator.wait_for_everyone()  # no process writes into the old .final.tmp
-    if trainer.is_fsdp_enabled:
-        save_streamed(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype, bucket_bytes)
+    senior = trainer.accelerator.unwrap_model(trainer.model)
+    if trainer.is_fsdp_enabled or is_sharded(senior):  # FSDP2 shards, ZeRO-3 partitions: gathered bucket by bucket
+        save_streamed(senior, tmp, dtype, bucket_bytes)
     elif trainer.is_deepspeed_enabled:
-        trainer.save_model(str(tmp))  # gathers ZeRO-3 weights; saved in the masters' dtype
+        trainer.save_model(str(tmp))  # ZeRO 1/2: whole weights, in the masters' dtype
     elif main:
-        save_in_dtype(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype)
+        save_in_dtype(senior, tmp, dtype)
     if not main:
         return
     tokenizer.save_pretrained(tmp)

@@ -43,8 +43,7 @@ PRIVATE_SURFACE = {
     "methods": ("_compute_loss", "_generate_and_score_completions", "_get_per_token_logps_and_entropies",
                 "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load"),
     "attributes": ("_metrics", "temperature", "beta", "ref_model", "current_gradient_accumulation_steps"),
-    "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model",
-                "trl.models.utils.prepare_deepspeed"),
+    "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model"),
 }
 
 
@@ -113,16 +112,30 @@ class TandemGRPOTrainer(GRPOTrainer):
         if self.args.disable_dropout:
             disable_dropout_in_model(junior)
         add_fused_lm_head(junior, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
-        if self.is_deepspeed_enabled:
-            from trl.models.utils import prepare_deepspeed
-
-            return prepare_deepspeed(junior, self.accelerator)
-        # FSDP: TRL's prepare_fsdp would shard the junior in place; it stays whole and frozen on each
-        # process (its forwards need no collective, and rollouts decode it as it is)
+        # FSDP / DeepSpeed: TRL's prepare_fsdp would shard the junior in place and its prepare_deepspeed
+        # partition it under ZeRO-3; it stays whole and frozen on each process (its forwards need no
+        # collective, and rollouts decode it as it is)
         return junior  # already on its device, frozen; forwards need no wrapping
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def save_model(self, output_dir=None, _internal_call: bool = False) -> None:
+        """A checkpoint's weights under ZeRO-3 are streamed by ``callbacks.CheckpointWeights`` (and
+        DeepSpeed's own checkpoint holds the partitions): transformers would write them a second time
+        through DeepSpeed's whole-checkpoint path. Other saves are transformers'."""
+        from .zero3 import is_partitioned
+
+        if _internal_call and self.is_deepspeed_enabled and is_partitioned(self.accelerator.unwrap_model(self.model)):
+            return
+        super().save_model(output_dir, _internal_call=_internal_call)
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        from contextlib import nullcontext
+
+        from .zero3 import outside_zero3
+
+        # KL-Reg's reference is the whole junior: under ZeRO-3 TRL's head would gather it as partitions
+        whole = model is self.ref_model and self.is_deepspeed_enabled
+        with outside_zero3() if whole else nullcontext():
+            out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         self._last_logps = out[0]  # (B, T); inside _compute_loss this is the loss forward's
         return out
 

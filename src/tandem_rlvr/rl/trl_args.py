@@ -8,6 +8,7 @@ import torch
 
 from ..config import TrainConfig
 from ..errors import TandemError
+from . import zero3
 from .sharding import fsdp_settings
 
 
@@ -33,6 +34,8 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
     m, r, loss, loop = cfg.models, cfg.rollout, cfg.loss, cfg.loop
     # fsdp2: FSDP's activation checkpointing and mixed-precision policy instead (rl/sharding.configure)
     sharded = {"fsdp": True, "fsdp_config": fsdp_settings(cfg)} if m.sharding == "fsdp2" else {}
+    if m.sharding == "zero3":  # DeepSpeed's bf16 partitions, fp32 masters and reduction (rl/zero3.py)
+        sharded = {"deepspeed": zero3.ds_settings(cfg, compute, master)}
     return GRPOConfig(
         output_dir=loop.output_dir, learning_rate=loss.lr, epsilon=loss.clip, beta=loss.beta, loss_type="dapo",
         scale_rewards="group" if loss.scale_rewards else "none", num_generations=r.group_size,
@@ -44,7 +47,7 @@ def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
         num_train_epochs=loop.epochs, save_steps=loop.save_updates, save_total_limit=loop.save_total_limit,
         logging_steps=1, report_to=[] if loop.report_to == "none" else [loop.report_to], seed=loop.seed,
         use_cpu=on_cpu, bf16=mixed and compute == torch.bfloat16, fp16=mixed and compute == torch.float16,
-        gradient_checkpointing=m.gradient_checkpointing and not sharded, entropy_coef=0.0, disable_dropout=True,
+        gradient_checkpointing=m.gradient_checkpointing and m.sharding != "fsdp2", entropy_coef=0.0, disable_dropout=True,
         delta=loss.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip (docs/paper_fidelity.md)
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=loss.weight_decay, max_grad_norm=1.0,
         logging_nan_inf_filter=False,  # a NaN loss is logged as NaN (rl.guard stops the run), never averaged away

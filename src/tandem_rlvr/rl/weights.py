@@ -29,7 +29,7 @@ def senior_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> 
 class EngineSync:
     """Keeps an engine's senior weights at the trainer's current update (module docstring).
 
-    A sharded senior (FSDP2) reaches the engine as ``rl.sharding.push`` streams it: full tensors
+    A sharded senior (FSDP2, ZeRO-3) reaches the engine as ``rl.sharding.push`` streams it: full tensors
     gathered ``bucket_bytes`` at a time, every process in the same order, each feeding its own
     engine (the hf engine's copy; the vLLM engines refuse sharded training)."""
 

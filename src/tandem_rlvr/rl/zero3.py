@@ -1,0 +1,171 @@
+"""DeepSpeed ZeRO-3 for the senior through accelerate's DeepSpeed plugin (the second sharded layout).
+
+**Choosing it.** ``--sharding zero3`` (a ``TrainConfig`` field), or ``accelerate launch`` with an
+accelerate config file of ``distributed_type: DEEPSPEED`` and ``zero_stage: 3`` (accelerate
+exports it as ``ACCELERATE_USE_DEEPSPEED``/``ACCELERATE_DEEPSPEED_*`` variables; ``from_launcher``
+reads them into the config, so the run records its layout and a resume under another is refused;
+ZeRO stages 1 and 2 keep whole weights in each process and stay what they were: DeepSpeed's
+business, ``sharding: none``). Either way the run hands transformers' Trainer the DeepSpeed
+config of ``ds_settings``, which fixes:
+
+- stage 3 with fp32 master partitions: under bf16 compute (the run's ``dtype``) DeepSpeed's bf16
+  mode keeps the module's parameters as bf16 partitions and the optimiser's fp32 master partitions;
+- ``communication_data_type: fp32``: DeepSpeed's default under bf16 reduce-scatters gradients in
+  bf16, at lr 1e-6 the precision failure of issue 22 (the same reason FSDP2 uses its own policy);
+- ``stage3_gather_16bit_weights_on_model_save: false``: no process gathers a whole state dict;
+  saves stream bucket by bucket (``rl.sharding.save_streamed``) and the Trainer's checkpoint is
+  DeepSpeed's own (each rank writes its partitions of weights and AdamW moments);
+- ``--shard-offload``: parameter and optimiser partitions in host memory (``offload_param`` and
+  ``offload_optimizer`` on the CPU; torch's AdamW steps there, not DeepSpeed's compiled one).
+
+accelerate keeps DeepSpeed off on a CPU machine (``cpu=True`` turns the launch into plain
+multi-CPU DDP without a word); DeepSpeed itself runs on CPU with its cpu accelerator and gloo,
+so ``force_on_cpu`` switches accelerate's state to DeepSpeed there (this module is the only place
+that touches that part of accelerate; ``tests/test_sharded_training.py`` asserts that each rank
+then holds 1/N of every partitioned parameter: ``ds_tensor`` against ``ds_numel``).
+
+**The stream.** ``gathered_bucket`` is ``rl.sharding.buckets``' ZeRO-3 gather: one bucket's
+parameters gathered together with ``deepspeed.zero.GatheredParameters`` (every rank, same order)
+and released when the consumer asks for the next. The gathered tensors are the bf16 partitions
+themselves (already the compute dtype: half the bytes of fp32); when fp32 is asked of bf16
+partitions (``checkpoint-N``'s masters) each tensor is the optimiser's fp32 master, gathered
+(``safe_get_full_fp32_param``). The junior is never handed to DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import replace
+
+import torch
+
+from ..errors import TandemError
+
+INSTALL = "pip install 'tandem-rlvr[sharded]' (or pip install deepspeed)"
+
+
+def available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def require() -> None:
+    """A one-line TandemError naming what to install when DeepSpeed is absent."""
+    if not available():
+        raise TandemError(f"--sharding zero3 trains with DeepSpeed ZeRO-3, which is not installed: {INSTALL}")
+
+
+def from_launcher(cfg):
+    """``cfg`` with ``sharding: zero3`` (and ``shard_offload``) from an accelerate DeepSpeed ZeRO-3 launch."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        return cfg
+    stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "")
+    if not stage and os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"):
+        import json
+
+        with open(os.environ["ACCELERATE_DEEPSPEED_CONFIG_FILE"], encoding="utf-8") as f:
+            stage = str(json.load(f).get("zero_optimization", {}).get("stage", ""))
+    if stage != "3":
+        return cfg  # ZeRO 1/2: whole weights on every process (sharding none)
+    offload = any(os.environ.get(f"ACCELERATE_DEEPSPEED_OFFLOAD_{k}_DEVICE", "none").lower() not in ("none", "")
+                  for k in ("PARAM", "OPTIMIZER"))
+    return cfg.with_keys(sharding="zero3", shard_offload=cfg.models.shard_offload or offload)
+
+
+def ds_settings(cfg, compute: torch.dtype, master: torch.dtype) -> dict:
+    """transformers' ``deepspeed`` config of a zero3 run (module docstring); "auto" values are the
+    Trainer's (batch sizes, accumulation, clipping, precision from ``bf16``/``fp16``, bucket sizes)."""
+    if master != torch.float32 and compute != torch.float32:
+        raise TandemError("--sharding zero3 keeps fp32 master partitions: set master_dtype float32")
+    offload = {"device": "cpu" if cfg.models.shard_offload else "none"}
+    return {
+        "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+        "communication_data_type": "fp32",
+        "zero_optimization": {"stage": 3, "offload_param": dict(offload), "offload_optimizer": dict(offload),
+                              "stage3_gather_16bit_weights_on_model_save": False,
+                              "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                              "stage3_param_persistence_threshold": "auto"},
+        "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 1 << 30, "wall_clock_breakdown": False,
+    }
+
+
+def configure(args, on_cpu: bool) -> None:
+    """After ``args`` (a GRPOConfig built with ``deepspeed=ds_settings(...)``) exists and before the
+    trainer: on a CPU machine, make accelerate really run DeepSpeed."""
+    if on_cpu:
+        force_on_cpu(args)
+
+
+def force_on_cpu(args) -> None:
+    """Initialise accelerate's shared state as DeepSpeed on a CPU machine, where accelerate would
+    leave it multi-CPU DDP. The Trainer's Accelerator then finds the plugin in the state (it is
+    taken off ``args``: accelerate refuses a plugin handed to a second Accelerator)."""
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType, TorchDynamoPlugin
+
+    plugin = args.deepspeed_plugin
+    state = AcceleratorState(cpu=True, mixed_precision="no", dynamo_plugin=TorchDynamoPlugin(), _from_accelerator=True)
+    if state.distributed_type == DistributedType.MULTI_CPU:
+        plugin.select(_from_accelerator_state=True)
+        state.deepspeed_plugins = plugin
+        state.distributed_type = DistributedType.DEEPSPEED
+        PartialState._shared_state["distributed_type"] = DistributedType.DEEPSPEED
+        args.deepspeed_plugin = None
+    if state.distributed_type != DistributedType.DEEPSPEED:
+        raise TandemError(f"--sharding zero3 needs a multi-process launch (torchrun or accelerate launch); this "
+                          f"process runs as {state.distributed_type}")
+
+
+def is_partitioned(model) -> bool:
+    """Whether ``model``'s parameters are ZeRO-3 partitions (DeepSpeed has converted them)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def numel(t: torch.Tensor) -> int:
+    """Elements of the whole tensor (a ZeRO-3 parameter's own ``numel`` is its released storage's)."""
+    return getattr(t, "ds_numel", None) or t.numel()
+
+
+def local_fraction(p) -> float:
+    """Elements of ``p`` this rank holds / elements of the whole tensor: its partition, or 1.0 for
+    a parameter DeepSpeed keeps whole on every rank (``ds_persist``: below the persistence threshold)."""
+    if getattr(p, "ds_persist", False):
+        return 1.0
+    return p.ds_tensor.numel() / max(p.ds_numel, 1)
+
+
+@contextmanager
+def gathered_bucket(bucket: list[tuple[str, torch.Tensor]], dtype: torch.dtype):
+    """(name, full tensor in ``dtype``) of one bucket of ZeRO-3 parameters, valid inside the block
+    (collective: every rank enters it with the same bucket); see the module docstring."""
+    import deepspeed
+
+    params = [t for _, t in bucket if hasattr(t, "ds_id")]  # buffers are whole on every rank
+    if dtype == torch.float32 and any(p.dtype != torch.float32 for p in params):
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        # the fp32 masters, gathered one by one
+        yield [(n, safe_get_full_fp32_param(t) if hasattr(t, "ds_id") else t.detach().to(dtype)) for n, t in bucket]
+        return
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+        yield [(n, t.data.to(dtype)) for n, t in bucket]
+
+
+@contextmanager
+def outside_zero3():
+    """Inside, transformers and TRL see no ZeRO-3 config, for models that are not partitioned: once one
+    exists, ``from_pretrained`` would partition every model it loads (``zero.Init``; the hf engine's
+    plain rollout copy), and TRL's fused head would gather a whole model's head as if partitioned
+    (KL-Reg's reference forward of the junior)."""
+    from transformers.integrations import deepspeed as hf_ds
+
+    ref = hf_ds._hf_deepspeed_config_weak_ref  # transformers' record of the live DeepSpeed config
+    hf_ds.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = ref
