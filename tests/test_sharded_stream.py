@@ -94,15 +94,15 @@ def test_an_accelerate_deepspeed_launch_selects_zero3_at_stage_3_only(monkeypatc
     cfg = load_train_config(None, None, {})
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
-    assert from_launcher(cfg).sharding == "none"  # ZeRO 1/2 keep whole weights on every process
+    assert from_launcher(cfg).models.sharding == "none"  # ZeRO 1/2 keep whole weights on every process
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
-    assert (from_launcher(cfg).sharding, from_launcher(cfg).shard_offload) == ("zero3", False)
+    assert (from_launcher(cfg).models.sharding, from_launcher(cfg).models.shard_offload) == ("zero3", False)
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu")
-    assert from_launcher(cfg).shard_offload
+    assert from_launcher(cfg).models.shard_offload
     monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE")  # a deepspeed_config_file names the stage itself
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}}))
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(tmp_path / "ds.json"))
-    assert from_launcher(cfg).sharding == "zero3"
+    assert from_launcher(cfg).models.sharding == "zero3"
 
 
 def test_zero3_settings_keep_fp32_masters_reduce_in_fp32_and_gather_no_whole_state_dict():
