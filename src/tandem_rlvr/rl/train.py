@@ -151,10 +151,13 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
 def prepare(cfg: TrainConfig) -> Prepared:
     train, val = split_problems(cfg)
     _, compute, master = precision(cfg)
+    from .xjunior import attach_junior_prompts, other_tokenizer
+
     pair = load_pair(cfg.senior, cfg.junior or cfg.senior, cfg.senior_device, cfg.junior_device, compute,
-                     trainable=True, senior_dtype=master)
+                     trainable=True, senior_dtype=master, other_tokenizer=other_tokenizer(cfg))
     template = resolve_template(pair.tokenizer, cfg.template)
     prep = Prepared(cfg, pair, train, val, template, run_task(cfg))
+    attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)
     return prep
 
