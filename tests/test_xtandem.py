@@ -38,15 +38,25 @@ HOSTILE = [
 BYTE_OF = {c: b for b, c in bytes_to_unicode().items()}  # transformers' GPT-2 byte alphabet, inverted
 
 
+_FACTS: dict = {}
+
+
+def _facts(tok):
+    """(special ids, id -> raw token, the single-byte id of each byte) of ``tok``, computed once."""
+    if id(tok) not in _FACTS:
+        vocab = tok.get_vocab()
+        _FACTS[id(tok)] = (tok, set(tok.all_special_ids), {i: t for t, i in vocab.items()},
+                           [vocab[bytes_to_unicode()[b]] for b in range(256)])
+    return _FACTS[id(tok)][1:]
+
+
 def token_bytes(tok, i: int) -> bytes:
-    if i in tok.all_special_ids:
-        return b""
-    return bytes(BYTE_OF[c] for c in tok.convert_ids_to_tokens(i))
+    special, raw, _ = _facts(tok)
+    return b"" if i in special else bytes(BYTE_OF[c] for c in raw[i])
 
 
 def single_byte_ids(tok) -> list[int]:
-    vocab = tok.get_vocab()
-    return [vocab[bytes_to_unicode()[b]] for b in range(256)]
+    return _facts(tok)[2]
 
 
 def ends_inside_char(data: bytes) -> bool:
@@ -79,7 +89,7 @@ def test_the_shipped_pair_has_two_tokenizers(world):
 def _cowrite(st, jt, text: str, rnd: random.Random):
     """Write ``text`` by alternating authors, handing off at random byte offsets (each author's ids
     its own: single-byte ids or its tokenizer's encoding of a whole-character piece)."""
-    vs = (Vocab(st, name="senior"), Vocab(jt, name="junior"))
+    vs = (Vocab.of(st), Vocab.of(jt))
     data = text.encode()
     cuts = sorted(rnd.sample(range(1, len(data)), min(len(data) - 1, 6))) if len(data) > 1 else []
     pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]

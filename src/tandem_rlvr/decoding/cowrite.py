@@ -178,10 +178,12 @@ class CoWritten:
         return "".join(t for _, t in self.segments)
 
 
-def take_pending(rows: list[CoWritten], model: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The ids each row still owes ``model``, right-aligned into one (B, S) block with its (B, S) 0/1
-    mask (S = the longest), and cleared; None if no row owes any."""
+def take_pending(rows: list[CoWritten], model: int, pad_id: int, chunk: int | None = None):
+    """The ids each row owes ``model`` (at most ``chunk`` of them, the oldest first; None = all),
+    right-aligned into one (B, S) block with its (B, S) 0/1 mask (S = the longest), and taken off
+    the rows' ``pending``; None if no row owes any."""
     S = max(len(r.pending[model]) for r in rows)
+    S = min(S, chunk) if chunk is not None else S
     if S == 0:
         return None
     ids = torch.full((len(rows), S), pad_id, dtype=torch.long)
@@ -189,7 +191,8 @@ def take_pending(rows: list[CoWritten], model: int, pad_id: int) -> tuple[torch.
     for b, r in enumerate(rows):
         p = r.pending[model]
         if p:
-            ids[b, S - len(p):] = torch.tensor(p, dtype=torch.long)
-            real[b, S - len(p):] = 1
-            p.clear()
+            n = min(len(p), S)
+            ids[b, S - n:] = torch.tensor(p[:n], dtype=torch.long)
+            real[b, S - n:] = 1
+            del p[:n]
     return ids, real

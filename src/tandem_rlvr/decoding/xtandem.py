@@ -9,12 +9,16 @@ author changes, the segment the outgoing author wrote is re-tokenised for the in
 The senior's sequence holds its sampled ids plus the junior's text in senior ids, mask 0 there, so
 the GRPO loss and the authorship mask mean what they mean in the token-level decoder.
 
-How: one batched loop, one KV cache per model. Each step, each model is fed what every row still
-owes it (``cowrite.take_pending``: right-aligned, S = the longest owed run, the shorter rows padded
-and masked), then every row's active model samples one token from its output layer. Rows that owe
-a model nothing get masked columns in its cache, so a cache holds holes; positions stay each row's
-real ones. Bookkeeping is per row in Python (bytes, segments, re-tokenisation at a handoff): a
-cost the same-tokenizer decoder does not pay, measured by ``tandem bench decode`` (docs/results.md).
+How: one batched loop, one KV cache per model. Each step, each model is fed up to ``chunk`` of the
+ids every row owes it (``cowrite.take_pending``: right-aligned, the shorter rows padded and masked),
+then every row whose active model owes nothing more samples one token from that model's output
+layer; a row still catching up waits (its own step counter, which indexes its coins and uniforms,
+does not move, so a row's tokens do not depend on ``chunk`` or on the other rows). ``chunk`` 1 (the
+default) keeps every forward one column wide (the lean step where the model has one) at the price
+of a wait per handed-off id; None feeds a whole segment in one forward, padding the other rows
+(measured in docs/results.md). Rows that owe a model nothing get masked columns in its cache, so a
+cache holds holes; positions stay each row's real ones. Bookkeeping is per row in Python (bytes,
+segments, re-tokenisation at a handoff): a cost the same-tokenizer decoder does not pay.
 
 Where it departs from the in-stream decoder: a handoff that would fall inside a multi-byte
 character is not applied (the author keeps writing, K counting on), see ``cowrite``; a row's
@@ -82,7 +86,8 @@ class CrossTandemDecoder:
 
     def __init__(self, senior, junior, senior_tokenizer, junior_tokenizer, schedule: str,
                  sampling: SamplingParams, senior_eos: Sequence[int], junior_eos: Sequence[int],
-                 p: float = 0.5, K: int | None = 32, preallocate: bool = True, xjunior: XJunior | None = None):
+                 p: float = 0.5, K: int | None = 32, preallocate: bool = True, xjunior: XJunior | None = None,
+                 chunk: int | None = 1):
         if schedule not in CROSS_SCHEDULES:
             raise TandemError(f"schedule {schedule!r} cannot hand off to a junior of another tokenizer; "
                               f"valid: {', '.join(CROSS_SCHEDULES)}")
@@ -99,7 +104,9 @@ class CrossTandemDecoder:
         self.eos_sets = tuple(set(e) for e in self.eos_ids)
         self.pads = tuple(int(v.tokenizer.pad_token_id if v.tokenizer.pad_token_id is not None else e[0])
                           for v, e in zip(self.vocabs, self.eos_ids))
-        self.sampling = sampling
+        if chunk is not None and chunk < 1:
+            raise TandemError(f"chunk (ids fed per model and step) must be >= 1 or None, got {chunk}")
+        self.sampling, self.chunk = sampling, chunk
         self.contexts = tuple(context_limit(r.model) for r in self.runners)
         self.device = self.runners[0].device
 
@@ -158,21 +165,27 @@ class CrossTandemDecoder:
         rows = [CoWritten(self.vocabs, Segment(SENIOR if bool(a) else JUNIOR)) for a in author.tolist()]
         done = [False] * B
         finished = [False] * B
-        emitted = [0] * B
+        emitted = torch.zeros(B, dtype=torch.long)  # (B,) each row's own step: the index of its coins and uniforms
         u_sample = rng.uniform_table(seeds, max_new, rng.SAMPLE)  # (B, T)
-        for t in range(max_new):
+        while not all(done):
             for m in (SENIOR, JUNIOR):
                 self._feed(m, rows, attn, pos)
-            tok, lp = self._sample(author, u_sample[:, t])
+            ready = torch.tensor([not d and not r.pending[SENIOR if a else JUNIOR]
+                                  for d, r, a in zip(done, rows, author.tolist())])  # (B,) rows that sample now
+            if not bool(ready.any()):
+                continue
+            t = emitted.clamp(max=max_new - 1)
+            tok, lp = self._sample(author, u_sample.gather(1, t[:, None]).squeeze(1), ready)
             hit = self._hits(author, tok, since)
             coin = (rng.uniform(seeds, t + 1, rng.COIN) < self.p).tolist()
             hit_l, since_l, auth_l = hit.tolist(), since.tolist(), author.tolist()
-            tok_l, lp_l = tok.tolist(), lp.tolist()
+            tok_l, lp_l, ready_l = tok.tolist(), lp.tolist(), ready.tolist()
+            emitted += ready.long()
+            em = emitted.tolist()
             for b in range(B):
-                if done[b]:
+                if not ready_l[b]:
                     continue
                 r, a, k = rows[b], SENIOR if auth_l[b] else JUNIOR, tok_l[b]
-                emitted[b] += 1
                 if k in self.eos_sets[a]:
                     done[b] = finished[b] = True
                     if a == SENIOR:
@@ -184,7 +197,7 @@ class CrossTandemDecoder:
                     continue
                 r.emit(k, lp_l[b])
                 room = caps[b] - len(r.views[SENIOR])
-                if emitted[b] >= caps[b] or room <= 0 or self._out_of_context(b, r, (prompts, junior_prompts)):
+                if em[b] >= caps[b] or room <= 0 or self._out_of_context(b, r, (prompts, junior_prompts)):
                     done[b] = True
                     r.close(1 - a, keep=room if a == JUNIOR else None)
                     continue
@@ -197,13 +210,11 @@ class CrossTandemDecoder:
                 auth_l[b] = not auth_l[b]
                 if r.close(1 - a, keep=room if a == JUNIOR else None) or len(r.views[SENIOR]) >= caps[b]:
                     done[b] = True  # the junior's text filled the budget
-            new_author, since = torch.tensor(auth_l, dtype=torch.bool), torch.tensor(since_l, dtype=torch.long)
-            author = new_author
-            if all(done):
-                break
-        for b, r in enumerate(rows):
-            if not done[b]:
-                r.close(1 - r.open.author, keep=caps[b] - len(r.views[SENIOR]) if r.open.author == JUNIOR else None)
+            author, since = torch.tensor(auth_l, dtype=torch.bool), torch.tensor(since_l, dtype=torch.long)
+            for r, d in zip(rows, done):
+                if d:  # nothing more is read from a finished row
+                    r.pending[SENIOR].clear()
+                    r.pending[JUNIOR].clear()
         roll = rollout_from_rows([r.views[SENIOR] for r in rows], [r.mask for r in rows], [r.logprobs for r in rows],
                                  finished, self.pads[SENIOR])
         return CrossRollout(roll.tokens.to(dev), roll.senior_mask.to(dev), roll.logprobs.to(dev), roll.lengths.to(dev),
@@ -217,7 +228,7 @@ class CrossTandemDecoder:
 
     def _feed(self, m: int, rows: list[CoWritten], attn: list, pos: list) -> None:
         """Feed model m every id a row owes it, in one forward; rows that owed nothing keep their state."""
-        block = take_pending(rows, m, self.pads[m])
+        block = take_pending(rows, m, self.pads[m], self.chunk)
         if block is None:
             return
         ids, real = block  # (B, S) each
@@ -226,16 +237,20 @@ class CrossTandemDecoder:
         attn[m] = torch.cat([attn[m], real], dim=1)
         runner = self.runners[m]
         old = runner.hidden
-        new = runner.forward(ids, attn[m], step_pos)  # (B, H)
-        runner.hidden = torch.where((n > 0).to(new.device)[:, None], new, old)
+        if ids.shape[1] == 1:  # one column: the runner's step (the lean one where the model has it)
+            runner.step(ids, step_pos, attn[m], attn[m].bool()[:, None, None, :])
+        else:
+            runner.hidden = runner.forward(ids, attn[m], step_pos)
+        runner.hidden = torch.where((n > 0).to(runner.hidden.device)[:, None], runner.hidden, old)
         pos[m] = pos[m] + n
 
-    def _sample(self, author: torch.Tensor, u: torch.Tensor):
-        """Each row's token from its author's output layer (ids of the author's vocabulary) and its log-prob."""
+    def _sample(self, author: torch.Tensor, u: torch.Tensor, ready: torch.Tensor):
+        """The token of each ``ready`` row from its author's output layer (an id of the author's
+        vocabulary) and its log-prob; (B,) each, 0 elsewhere."""
         B = author.shape[0]
         tok = torch.zeros(B, dtype=torch.long)
         lp = torch.zeros(B, dtype=torch.float32)
-        for m, rows_m in ((SENIOR, author.nonzero().squeeze(1)), (JUNIOR, (~author).nonzero().squeeze(1))):
+        for m, rows_m in ((SENIOR, (author & ready).nonzero().squeeze(1)), (JUNIOR, (~author & ready).nonzero().squeeze(1))):
             if rows_m.numel() == 0:
                 continue
             logits = self.runners[m].logits(rows_m).cpu()  # (R, V_m)
@@ -255,11 +270,3 @@ class CrossTandemDecoder:
             hit = hit | (since + 1 >= self.K)
         return hit
 
-
-def cross_decoder(senior, junior, xjunior: XJunior, spec, senior_eos: Sequence[int]) -> CrossTandemDecoder:
-    """The cross-tokenizer decoder of an engine's ``RolloutSpec`` (schedule, p, K, sampling)."""
-    from ..models import eos_ids
-
-    return CrossTandemDecoder(senior, junior, xjunior.senior_tokenizer, xjunior.tokenizer, spec.schedule, spec.sampling,
-                              senior_eos, eos_ids(xjunior.tokenizer, getattr(junior, "generation_config", None)),
-                              p=spec.p, K=spec.K, xjunior=xjunior)

@@ -57,11 +57,19 @@ class HFRollouts:
         if senior is None:
             raise TandemError("the hf engine's rollout copy holds no weights yet: load_weights comes first")
         if self.xjunior is not None and self.schedule(spec).uses_junior:
-            from ..decoding.xtandem import cross_decoder
-
-            return cross_decoder(senior, self.junior, self.xjunior, spec, self.eos_ids)
+            return self.cross_decoder(senior, spec)
         return TandemDecoder(senior, self.junior, self.schedule(spec), spec.sampling, self.eos_ids,
                              self.tokenizer.pad_token_id)
+
+    def cross_decoder(self, senior, spec: RolloutSpec):
+        """The text-level decoder of a junior of another tokenizer (``decoding.xtandem``) for ``spec``."""
+        from ..decoding.xtandem import CrossTandemDecoder
+        from ..models import eos_ids
+
+        xj = self.xjunior
+        return CrossTandemDecoder(senior, self.junior, self.tokenizer, xj.tokenizer, spec.schedule, spec.sampling,
+                                  self.eos_ids, eos_ids(xj.tokenizer, getattr(self.junior, "generation_config", None)),
+                                  p=spec.p, K=spec.K, xjunior=xj)
 
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec) -> Rollout:
         dec = self.decoder(spec)

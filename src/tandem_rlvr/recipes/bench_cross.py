@@ -4,7 +4,8 @@ is not the senior's.
 Three decoders on the same prompts, seeds and thread budget N (every one runs its bodies one after
 the other with N intra-op threads; the JSON's ``budget`` says so): the senior alone, same-tokenizer
 tandem (``decoding.tandem``, word schedule, with ``--vs-junior``, default the senior itself) and
-cross-tokenizer tandem (``decoding.xtandem``, word schedule, with X). Every row emits exactly
+cross-tokenizer tandem (``decoding.xtandem``, word schedule, with X), both with its default catch-up
+of one id per model and step and with whole segments in one forward (``chunk=None``). Every row emits exactly
 ``new_tokens`` tokens (EOS ignored), so tokens/s compare like for like; the cross decoder's rows
 also report how many senior ids they hold (the junior's text re-tokenised) and how many ids each
 model was fed (counted at the model's body, so a re-prefill would show).
@@ -56,8 +57,10 @@ def bench_cross_decode(senior, same_junior, xjunior_model, xjunior, prompts: lis
     solo = TandemDecoder(senior, None, make_schedule("senior"), sp, eos_ids=[], pad_id=pad)
     same = TandemDecoder(senior, same_junior, make_schedule("word", tok, p=p, vocab_size=V), sp, eos_ids=[], pad_id=pad)
     cross = CrossTandemDecoder(senior, xjunior_model, tok, xjunior.tokenizer, "word", sp, [], [], p=p)
+    whole = CrossTandemDecoder(senior, xjunior_model, tok, xjunior.tokenizer, "word", sp, [], [], p=p, chunk=None)
     cases = {"solo": lambda: solo.generate(enc, seeds), "tandem_same_tokenizer": lambda: same.generate(enc, seeds),
-             "tandem_cross_tokenizer": lambda: cross.generate(enc, seeds, junior_prompts=jenc)}
+             "tandem_cross_tokenizer": lambda: cross.generate(enc, seeds, junior_prompts=jenc),
+             "tandem_cross_whole_segments": lambda: whole.generate(enc, seeds, junior_prompts=jenc)}
     secs = {}
     with intra_op_threads(N):
         for fn in cases.values():  # warm-up
@@ -78,6 +81,7 @@ def bench_cross_decode(senior, same_junior, xjunior_model, xjunior, prompts: lis
     res.update({
         "cross_over_same": res["tandem_cross_tokenizer_tok_s"] / res["tandem_same_tokenizer_tok_s"],
         "cross_over_solo": res["tandem_cross_tokenizer_tok_s"] / res["solo_tok_s"],
+        "whole_segments_over_same": res["tandem_cross_whole_segments_tok_s"] / res["tandem_same_tokenizer_tok_s"],
         "same_over_solo": res["tandem_same_tokenizer_tok_s"] / res["solo_tok_s"],
         "cross_senior_ids_per_row": senior_ids / batch,
         "cross_senior_share": float(roll.senior_share.mean()),
@@ -93,10 +97,10 @@ def format_cross(res: dict) -> list[str]:
     """Human-readable lines of a ``bench_cross_decode`` result."""
     lines = [f"batch {res['batch']}, every row emits {res['new_tokens']} tokens; {res['device']}, budget "
              f"{res['threads']} thread(s), bodies in turn, for every decoder"]
-    for k in ("solo", "tandem_same_tokenizer", "tandem_cross_tokenizer"):
-        lines.append(f"  {k:24s} {res[k + '_tok_s']:10.0f} tok/s")
+    for k in ("solo", "tandem_same_tokenizer", "tandem_cross_tokenizer", "tandem_cross_whole_segments"):
+        lines.append(f"  {k:28s} {res[k + '_tok_s']:10.0f} tok/s")
     fed = res["cross_fed_per_row"]
-    lines.append(f"cross/same {res['cross_over_same']:.3f}; cross/solo {res['cross_over_solo']:.3f}, same/solo "
+    lines.append(f"cross/same {res['cross_over_same']:.3f} (whole segments {res['whole_segments_over_same']:.3f}); cross/solo {res['cross_over_solo']:.3f}, same/solo "
                  f"{res['same_over_solo']:.3f}; cross rows hold {res['cross_senior_ids_per_row']:.1f} senior ids "
                  f"(senior share {res['cross_senior_share']:.2f}), fed per row: senior {fed['senior']:.1f}, "
                  f"junior {fed['junior']:.1f} ids")
