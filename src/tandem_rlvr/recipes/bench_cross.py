@@ -26,16 +26,17 @@ from .roofline import best_seconds
 
 
 class FedCounter:
-    """Counts the real (unmasked) ids fed to a model's body after its prefill, by a forward pre-hook."""
+    """Counts the ids other than ``pad_id`` fed to a model after its prefill, at its input embedding
+    (which the transformers forward and the lean step both call). Padding is the EOS id in the tiny
+    worlds, and a row's EOS is never fed (the row ends there)."""
 
-    def __init__(self, model):
-        self.calls, self.fed = 0, 0
-        self.handle = model.get_decoder().register_forward_pre_hook(self._count, with_kwargs=True)
+    def __init__(self, model, pad_id: int):
+        self.calls, self.fed, self.pad = 0, 0, pad_id
+        self.handle = model.get_decoder().embed_tokens.register_forward_pre_hook(self._count)
 
-    def _count(self, module, args, kwargs):
-        ids, attn = kwargs["input_ids"], kwargs["attention_mask"]
+    def _count(self, module, args):
         if self.calls:  # the first call is the prefill
-            self.fed += int(attn[:, -ids.shape[1]:].sum())
+            self.fed += int((args[0] != self.pad).sum())
         self.calls += 1
 
     def close(self):
@@ -69,7 +70,7 @@ def bench_cross_decode(senior, same_junior, xjunior_model, xjunior, prompts: lis
             secs[name] = best_seconds(fn, repeats)
             if progress:
                 progress(name)
-        counters = [FedCounter(senior), FedCounter(xjunior_model)]
+        counters = [FedCounter(senior, pad), FedCounter(xjunior_model, xjunior.tokenizer.pad_token_id)]
         try:
             roll = cross.generate(enc, seeds, junior_prompts=jenc)
         finally:
