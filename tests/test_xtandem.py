@@ -332,3 +332,19 @@ def test_the_hf_engine_hands_off_to_a_junior_of_another_tokenizer(world):
     solo = eng.generate(prompts, [5, 6, 7, 8], RolloutSpec("senior", SamplingParams(1.0, max_new_tokens=24)))
     share = roll.senior_share
     assert bool(((share > 0) & (share < 1)).any()) and bool(solo.senior_mask[solo.response_mask].all())
+
+
+def test_bench_decode_takes_a_junior_of_another_tokenizer(capsys):
+    """`tandem bench decode --junior tiny-xjunior`: solo, same- and cross-tokenizer tandem in one run, each
+    at the stated thread budget; the fed counts (at the input embedding) stay within each row's ids."""
+    import json
+
+    from tandem_rlvr.cli import main
+
+    assert main(["bench", "decode", "--json", "--senior", "tiny", "--junior", "tiny-xjunior", "--vs-junior", "tiny-junior",
+                 "--batch", "2", "--new-tokens", "6", "--repeats", "1", "--threads", "1"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    for k in ("solo", "tandem_same_tokenizer", "tandem_cross_tokenizer", "tandem_cross_whole_segments"):
+        assert res[f"{k}_tok_s"] > 0 and res["budget"][k] == "1 intra-op thread, bodies in turn"
+    assert res["cross_over_same"] == res["tandem_cross_tokenizer_tok_s"] / res["tandem_same_tokenizer_tok_s"]
+    assert 0 < res["cross_fed_per_row"]["senior"] <= res["cross_senior_ids_per_row"]
