@@ -347,4 +347,4 @@ def test_bench_decode_takes_a_junior_of_another_tokenizer(capsys):
     for k in ("solo", "tandem_same_tokenizer", "tandem_cross_tokenizer", "tandem_cross_whole_segments"):
         assert res[f"{k}_tok_s"] > 0 and res["budget"][k] == "1 intra-op thread, bodies in turn"
     assert res["cross_over_same"] == res["tandem_cross_tokenizer_tok_s"] / res["tandem_same_tokenizer_tok_s"]
-    assert 0 < res["cross_fed_per_row"]["senior"] <= res["cross_senior_ids_per_row"]
+    assert res["cross_fed_per_row"]["senior"] <= res["cross_senior_ids_per_row"]
