@@ -226,11 +226,13 @@ def eos_ids(tokenizer, generation_config=None) -> list[int]:
 
 @dataclass
 class Pair:
-    """A senior (trainable or not), a frozen junior and their shared tokenizer."""
+    """A senior (trainable or not), a frozen junior and their shared tokenizer; ``xjunior``: the
+    junior's own tokenizer and prompts when it has another one (``decoding.xtandem.XJunior``)."""
 
     senior: object
     junior: object | None
     tokenizer: object
+    xjunior: object | None = None
 
     @property
     def eos_ids(self) -> list[int]:
@@ -248,16 +250,24 @@ class Pair:
 
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,
-              trainable: bool = False, senior_dtype=None) -> Pair:
+              trainable: bool = False, senior_dtype=None, other_tokenizer: bool = False) -> Pair:
     """Load the senior, the junior (frozen; None = solo) and their shared tokenizer.
 
     ``senior_dtype`` (default: ``dtype``) lets a trainable senior hold fp32 master weights
-    while the frozen junior stays in the compute dtype."""
+    while the frozen junior stays in the compute dtype. ``other_tokenizer``: a junior of another
+    tokenizer is accepted (text-level handoff, ``decoding.xtandem``) and given as ``Pair.xjunior``."""
     tok = load_tokenizer(senior)
+    xjunior = None
     if junior is not None:
-        check_same_tokenizer(tok, load_tokenizer(junior))
+        j_tok = load_tokenizer(junior)
+        if other_tokenizer and j_tok.get_vocab() != tok.get_vocab():
+            from .decoding.xtandem import XJunior
+
+            xjunior = XJunior(j_tok, tok)
+        else:
+            check_same_tokenizer(tok, j_tok)
     s_dev = resolve_device(senior_device)
     j_dev = resolve_device(junior_device) if junior_device else s_dev
     s = load_model(senior, s_dev, senior_dtype if senior_dtype is not None else dtype, trainable=trainable)
     j = load_model(junior, j_dev, dtype) if junior is not None else None
-    return Pair(s, j, tok)
+    return Pair(s, j, tok, xjunior)

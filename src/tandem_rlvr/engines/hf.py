@@ -10,6 +10,10 @@ weights: ``load_weights`` leaves the stream unread.
 
 A batch is decoded ``batch_rows`` rows at a time (``rollout_batch_rows``; None: all at once),
 the parts padded to one width, so the KV caches stay bounded however large the batch.
+
+A junior of another tokenizer (``xjunior``, a ``decoding.xtandem.XJunior``) makes every tandem
+schedule decode with ``decoding.xtandem.CrossTandemDecoder`` (text-level word handoff); solo
+schedules and a junior of the senior's tokenizer decode as before.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ class HFRollouts:
 
     name = "hf"
 
-    def __init__(self, senior, junior, tokenizer, eos_ids, batch_rows: int | None = None, rollout_copy=None):
+    def __init__(self, senior, junior, tokenizer, eos_ids, batch_rows: int | None = None, rollout_copy=None,
+                 xjunior=None):
         self.junior, self.tokenizer, self.eos_ids, self.batch_rows = junior, tokenizer, list(eos_ids), batch_rows
+        self.xjunior = xjunior
         self.vocab_size = senior.config.vocab_size
         # the copy decodes when the trained senior is not in the compute dtype or on the rollout device
         self.rollout_copy = rollout_copy if rollout_copy is not None and rollout_copy.needs_copy(senior) else None
@@ -50,8 +56,20 @@ class HFRollouts:
         senior = self.senior if self.rollout_copy is None else self.rollout_copy.copy
         if senior is None:
             raise TandemError("the hf engine's rollout copy holds no weights yet: load_weights comes first")
+        if self.xjunior is not None and self.schedule(spec).uses_junior:
+            return self.cross_decoder(senior, spec)
         return TandemDecoder(senior, self.junior, self.schedule(spec), spec.sampling, self.eos_ids,
                              self.tokenizer.pad_token_id)
+
+    def cross_decoder(self, senior, spec: RolloutSpec):
+        """The text-level decoder of a junior of another tokenizer (``decoding.xtandem``) for ``spec``."""
+        from ..decoding.xtandem import CrossTandemDecoder
+        from ..models import eos_ids
+
+        xj = self.xjunior
+        return CrossTandemDecoder(senior, self.junior, self.tokenizer, xj.tokenizer, spec.schedule, spec.sampling,
+                                  self.eos_ids, eos_ids(xj.tokenizer, getattr(self.junior, "generation_config", None)),
+                                  p=spec.p, K=spec.K, xjunior=xj)
 
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec) -> Rollout:
         dec = self.decoder(spec)
@@ -91,4 +109,5 @@ def open_hf(setup: EngineSetup) -> HFRollouts:
         from ..models import load_pair
 
         pair = load_pair(setup.senior, setup.junior, setup.device, setup.junior_device, setup.dtype)
-    return HFRollouts(pair.senior, pair.junior, pair.tokenizer, pair.eos_ids, setup.batch_rows, setup.rollout_copy)
+    return HFRollouts(pair.senior, pair.junior, pair.tokenizer, pair.eos_ids, setup.batch_rows, setup.rollout_copy,
+                      pair.xjunior)

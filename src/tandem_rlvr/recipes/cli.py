@@ -117,12 +117,35 @@ def cmd_bench_decode(a):
         return
     from .bench import bench_decode, format_decode
 
+    if _cross_bench(a, prompts):  # a junior of another tokenizer: its own benchmark (bench_cross.py)
+        return
     pair = pair_from_args(a, need_junior=True)
     res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats,
                        threads=a.threads, lengths=a.lengths, median_frac=a.median_frac, sigma=a.sigma,
                        compact_sweep=_fractions(a.compact_sweep))
     res["senior"], res["junior"] = a.senior, a.junior or a.senior
     print(json.dumps(res) if a.json else "\n".join(format_decode(res)))
+
+
+def _cross_bench(a, prompts) -> bool:
+    """``bench decode`` with a junior of another tokenizer: solo, same-tokenizer and cross-tokenizer
+    tandem in one run (``recipes.bench_cross``). False when the junior shares the senior's tokenizer."""
+    from ..models import check_same_tokenizer, load_model, load_pair, load_tokenizer
+
+    tok = load_tokenizer(a.senior)
+    if not a.junior or load_tokenizer(a.junior).get_vocab() == tok.get_vocab():
+        return False
+    from .bench_cross import bench_cross_decode, format_cross
+
+    if a.vs_junior:
+        check_same_tokenizer(tok, load_tokenizer(a.vs_junior), "senior", "--vs-junior")
+    pair = load_pair(a.senior, a.junior, a.device, a.junior_device, a.dtype, other_tokenizer=True)
+    same = load_model(a.vs_junior, pair.senior.device, a.dtype) if a.vs_junior else pair.senior
+    res = bench_cross_decode(pair.senior, same, pair.junior, pair.xjunior, prompts, a.batch, a.new_tokens, a.p,
+                             a.repeats, threads=a.threads)
+    res["senior"], res["junior"], res["vs_junior"] = a.senior, a.junior, a.vs_junior or a.senior
+    print(json.dumps(res) if a.json else "\n".join(format_cross(res)))
+    return True
 
 
 def _fractions(text: str) -> tuple[float, ...]:
@@ -177,6 +200,8 @@ def register_bench(sub, parser_class) -> None:
     bd.add_argument("--sigma", type=number(float, 0), default=1.0, help="lognormal: sigma of log-length")
     bd.add_argument("--compact-sweep", default="",
                     help="comma-separated compaction thresholds to time as well (fraction of finished rows, 0-1)")
+    bd.add_argument("--vs-junior", default=None, help="a --junior of another tokenizer is timed against same-tokenizer "
+                    "tandem with this junior (default: the senior itself)")
     model_flags(bd)
     engine_flags(bd)
     bd.set_defaults(fn=cmd_bench_decode)

@@ -111,11 +111,15 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
 
 def prepare(cfg: TrainConfig) -> Prepared:
     """The run's problems and loaded pair (the senior trainable, in the master dtype), overlong prompts dropped."""
+    from .xjunior import attach_junior_prompts, other_tokenizer
+
+    other = other_tokenizer(cfg)  # refuses what cannot train with a junior of another tokenizer, before the data
     train, val = split_problems(cfg)
     m = cfg.models
     pair = load_pair(m.senior, m.junior_spec, m.senior_device, m.junior_device, m.precision.compute,
-                     trainable=True, senior_dtype=m.precision.master)
+                     trainable=True, senior_dtype=m.precision.master, other_tokenizer=other)
     prep = Prepared(cfg, pair, train, val, resolve_template(pair.tokenizer, cfg.data.template))
+    attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)
     return prep
 

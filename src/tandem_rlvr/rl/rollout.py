@@ -61,7 +61,8 @@ class TandemRollout:
     """
 
     def __init__(self, cfg, pair, engine):
-        self.cfg, self.junior, self.tok = cfg, pair.junior, pair.tokenizer
+        self.cfg, self.tok = cfg, pair.tokenizer
+        self.junior = pair.junior if pair.xjunior is None else None  # KL monitoring reads the senior's ids
         self.sampling = cfg.rollout.sampling
         self.spec = RolloutSpec(cfg.rollout_schedule, cfg.rollout.sampling, cfg.rollout.p, cfg.rollout.K)
         self.last = {}  # metrics of the last call, for tests and logging
