@@ -353,7 +353,6 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     from accelerate import PartialState
     from transformers import PrinterCallback, ProgressCallback
 
-    from ..engines.base import engine_kind
     from ..tasks import task_row
     from .callbacks import CheckpointWeights, RunLog, Validation
     from .guard import FiniteGuard
@@ -365,9 +364,6 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     if cfg.sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
         raise TandemError(f"--sharding {cfg.sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
                           "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
-    if cfg.sharding != "none" and not engine_kind(cfg.engine).sharded_training:
-        raise TandemError(f"engine {cfg.engine} takes the senior's weights as a whole state dict; --sharding "
-                          f"{cfg.sharding} shards them: train with engine hf, or without sharding (DDP)")
     prep = prepare(cfg)
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
@@ -435,8 +431,6 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
     from ..engines.base import EngineSetup, engine_kind
 
     kind = engine_kind(cfg.engine)
-    if num_processes > 1 and not kind.data_parallel:
-        raise TandemError(f"engine {cfg.engine} trains in one process (one sender of the weights)")
     from ..engines.server_client import ServerSettings
     from ..engines.vllm_engine import VLLMSettings
 
