@@ -43,13 +43,14 @@ def make_model(vocab_size: int, seed: int, hidden: int = 64, layers: int = 2) ->
     return model
 
 
-def save_training_inputs(root, tok, layers: int = 1):
+def save_training_inputs(root, tok, layers: int = 1, hidden: int = 32):
     """A training run's inputs under ``root``: ``senior/`` (seed 0) and ``junior/`` (seed 1) random
-    models of ``layers`` layers with ``tok``, and ``data.jsonl``, 40 shell problems with their answers."""
+    models of ``layers`` layers and width ``hidden`` (vLLM on CPU needs 128: head_dim 32) with
+    ``tok``, and ``data.jsonl``, 40 shell problems with their answers."""
     import json
 
     for name, seed in (("senior", 0), ("junior", 1)):
-        make_model(len(tok), seed, hidden=32, layers=layers).save_pretrained(root / name)
+        make_model(len(tok), seed, hidden=hidden, layers=layers).save_pretrained(root / name)
         tok.save_pretrained(root / name)
     with open(root / "data.jsonl", "w") as f:
         for i in range(40):
