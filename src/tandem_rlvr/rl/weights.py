@@ -67,11 +67,10 @@ class EngineSync:
             if self.one_sender and world > 1:
                 dist.barrier()  # the push is complete before any process draws from the engine
         except dist.DistError as e:
-            from ..errors import TandemError
+            from ..errors import TandemError, collective_failure
 
             rank = dist.get_rank() if world > 1 else 0
-            raise TandemError(f"process {rank}: the weight sync to engine {self.engine.name} failed at a collective "
-                              f"(a lost process, or a failed push on process 0; dist_timeout_s bounds the wait): "
-                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            raise TandemError(f"process {rank}, weight sync to engine {self.engine.name} (did process 0's push fail?): "
+                              f"{collective_failure(e)}") from None
         self.synced = (id(senior), step)
         self.syncs += 1
