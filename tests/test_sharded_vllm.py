@@ -9,8 +9,10 @@
 Each run asserts that every process holds half of every parameter (accelerate alone would run
 DDP on CPU), that the losses and step metrics at steps 1 and 2 are the one-process run's (rel
 5e-5: these models are four times as wide as tests/test_sharded_training.py's, and step 2's
-grad norm came out 1.1e-5 apart, the layouts' rounding of step 1's update; losses 4.5e-7) and the
-final weights within 1e-4 (as there), and that
+grad norm came out 1.1e-5 apart, the layouts' rounding of step 1's update; losses 4.5e-7), that
+the final weights agree within 1e-5 but for under 1% of them and within 2e-3 everywhere (AdamW
+at lr 1e-2 moves a weight by up to 1e-2 a step whatever its gradient's size, so rounding on a
+near-zero gradient can move it far: measured 0.18% of the weights past 1e-5, at most 7.1e-4), and that
 the engine's senior after a sync equals, bit for bit, what the engine holds once fed the senior
 gathered with plain ``DTensor.full_tensor()`` and then cast: in the engine's dtype (float32 on
 CPU) after the run's own sync, and in bf16 after a bf16 push (``tests/sharded_entry.py``).
@@ -32,7 +34,7 @@ from safetensors.torch import load_file
 
 from conftest import save_training_inputs
 from serve_helpers import running_server, server_digest
-from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, free_port, max_diff, rank_records,
+from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, free_port, rank_records,
                              run_ok, signal_all, start_nodes, torchrun, train_flags, update_rows)
 
 pytestmark = pytest.mark.vllm
@@ -70,7 +72,11 @@ def _same_run(one: Path, two: Path, records) -> None:
     assert_sharded(records)
     assert [r["summary"]["processes"] for r in records] == [2, 2]
     assert_same_updates(update_rows(one), update_rows(two), (1, 2), rel=5e-5)
-    assert max_diff(load_file(one / "final" / "model.safetensors"), load_file(two / "final" / "model.safetensors")) < 1e-4
+    a, b = (load_file(run / "final" / "model.safetensors") for run in (one, two))
+    assert sorted(a) == sorted(b)
+    diffs = [(a[k].double() - b[k].double()).abs() for k in a]
+    assert max(float(d.max()) for d in diffs) < 2e-3
+    assert sum(int((d > 1e-5).sum()) for d in diffs) < 0.01 * sum(d.numel() for d in diffs)
 
 
 def test_two_process_fsdp2_on_vllm_trains_like_one_process_and_each_engine_holds_the_gathered_senior(world, tmp_path):
