@@ -4,8 +4,10 @@ loopback rendezvous), and reading what the runs and ``sharded_entry.py`` wrote."
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,19 @@ def start_nodes(port, logs: Path, *args):
                               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), *args],
                              stdout=subprocess.DEVNULL, stderr=open(logs / f"node{r}.err", "w"), env=child_env())
             for r in (0, 1)]
+
+
+def wait_for(path: Path, procs, limit_s: float = 1200) -> None:
+    """Until ``path`` exists; fails if a process ends first or the bound passes."""
+    deadline = time.time() + limit_s
+    while not path.exists():
+        assert time.time() < deadline and all(p.poll() is None for p in procs), f"ended or stalled before {path}"
+        time.sleep(0.2)
+
+
+def stop_nodes(procs) -> None:
+    """Kill what is left of each torchrun agent's job, and reap it."""
+    for p in procs:
+        if p.poll() is None:
+            signal_all(p.pid, signal.SIGKILL)
+        p.wait()

@@ -17,7 +17,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -25,7 +24,8 @@ from safetensors.torch import load_file
 
 from conftest import save_training_inputs
 from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, child_env, free_port, max_diff,
-                             rank_records, run_ok, signal_all, start_nodes, torchrun, train_flags, update_rows)
+                             rank_records, run_ok, signal_all, start_nodes, stop_nodes, torchrun, train_flags, update_rows,
+                             wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -101,12 +101,8 @@ def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tm
     run = tmp_path / "killed"
     cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", "fsdp2"))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
-    deadline = time.time() + 1200
-    while not (run / "checkpoint-2" / "model.safetensors").exists():
-        assert time.time() < deadline and proc.poll() is None, "run ended or stalled before checkpoint-2"
-        time.sleep(0.1)
-    signal_all(proc.pid, signal.SIGKILL)
-    proc.wait()
+    wait_for(run / "checkpoint-2" / "model.safetensors", [proc])
+    stop_nodes([proc])
     assert not (run / "summary.json").exists(), "killed too late: the run had finished"
     assert "resuming from checkpoint-2" in run_ok(cmd)
     assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4))
@@ -129,17 +125,11 @@ def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline,
 def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(world, tmp_path):
     run = tmp_path / "lost"
     nodes = start_nodes(free_port(), tmp_path, "-m", "tandem_rlvr.cli", "train",
-                   *train_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "20"))
+                        *train_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "20"))
     try:
-        deadline = time.time() + 1200
-        while not (run / "checkpoint-2" / "model.safetensors").exists():
-            assert time.time() < deadline and all(n.poll() is None for n in nodes), "stalled before checkpoint-2"
-            time.sleep(0.2)
+        wait_for(run / "checkpoint-2" / "model.safetensors", nodes)
         signal_all(nodes[1].pid, signal.SIGSTOP)  # node 1 stops answering; node 0 waits in a collective
         assert nodes[0].wait(timeout=900) != 0  # the default timeout (1800 s) would outlast this wait
         assert not (run / "summary.json").exists()
     finally:
-        for n in nodes:
-            if n.poll() is None:
-                signal_all(n.pid, signal.SIGKILL)
-            n.wait()
+        stop_nodes(nodes)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ from safetensors.torch import load_file
 from conftest import save_training_inputs
 from serve_helpers import running_server, server_digest
 from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, free_port, rank_records,
-                             run_ok, signal_all, start_nodes, torchrun, train_flags, update_rows)
+                             run_ok, start_nodes, stop_nodes, torchrun, train_flags, update_rows, wait_for)
 
 pytestmark = pytest.mark.vllm
 
@@ -138,10 +137,7 @@ def test_a_dead_server_is_a_one_line_error_on_both_nodes_not_a_hang(world, serve
                         *train_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "30",
                                      "--engine", "vllm-server", "--server", server))
     try:
-        deadline = time.time() + 1200
-        while not (run / "checkpoint-2" / "model.safetensors").exists():
-            assert time.time() < deadline and all(n.poll() is None for n in nodes), "stalled before checkpoint-2"
-            time.sleep(0.2)
+        wait_for(run / "checkpoint-2" / "model.safetensors", nodes)
         os.killpg(os.getpgid(_listener(int(server.rsplit(":", 1)[1])).pid), signal.SIGKILL)
         codes = [n.wait(timeout=900) for n in nodes]  # bounded: the collectives' 30 s, the requests' refusal
         assert all(c != 0 for c in codes), codes
@@ -150,7 +146,4 @@ def test_a_dead_server_is_a_one_line_error_on_both_nodes_not_a_hang(world, serve
             assert errors, (tmp_path / f"node{r}.err").read_text()[-3000:]
         assert not (run / "summary.json").exists()
     finally:
-        for n in nodes:
-            if n.poll() is None:
-                signal_all(n.pid, signal.SIGKILL)
-            n.wait()
+        stop_nodes(nodes)

@@ -18,9 +18,10 @@ opens), so a sharded senior is cast on its shards before they are gathered.
 Several training processes (DDP or FSDP2, on one machine or several) share the server: each
 sends its own rollout requests; the main process alone pushes the weights (``EngineKind.
 one_sender``; ``rl.weights.EngineSync`` has the others gather each bucket alongside, then wait
-until the push is complete). Every wait is bounded: HTTP requests and the weight-transfer
-group by ``--server-timeout``, the processes' collectives by ``dist_timeout_s``; a server that
-is gone or stops answering is a one-line error.
+until the push is complete). Every wait is bounded: HTTP requests and the ``tandem_gloo``
+weight-transfer group by the client's timeout (``ServerSettings.timeout``, 600 s), the
+processes' collectives by ``dist_timeout_s``; a server that is gone or stops answering is a
+one-line error.
 
 Limits: the server's junior must be the run's junior (the server does not say which junior it
 holds; the run records the server's checkpoint). The server serves other clients meanwhile, and
