@@ -49,7 +49,8 @@ def main(out: Path, argv: list[str]) -> None:
             close = run.close
 
             def checked_close():
-                seen["engine"] = engine_check(run, out, seen["engine0"], cfg.sync_bucket_mb << 20)
+                if (Path(cfg.output_dir) / "final").is_dir():  # trained (not closing after an error)
+                    seen["engine"] = engine_check(run, out, seen["engine0"], cfg.sync_bucket_mb << 20)
                 close()
 
             run.close = checked_close

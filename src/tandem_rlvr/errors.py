@@ -14,10 +14,15 @@ class TandemError(ValueError):
     """Bad input from the user; the message is one line and names the input."""
 
 
+GLOO_MARKS = ("/gloo/", "pair closure", "Connection closed by peer", "ProcessGroupGloo", "ProcessGroupNCCL")
+
+
 def collective_failure(e: BaseException) -> str | None:
-    """One line for a collective between training processes that failed (``torch.distributed``'s
-    ``DistError``: a process or machine lost, a wait past ``dist_timeout_s``), else None."""
-    if not any(c.__name__ == "DistError" and c.__module__.startswith("torch") for c in type(e).__mro__):
+    """One line for a collective between training processes that failed (a process or machine
+    lost, a wait past ``dist_timeout_s``): torch.distributed's ``DistError``, or the plain
+    RuntimeError gloo raises ("[.../gloo/...] Timed out waiting ...", "... pair closure"); else None."""
+    dist_error = any(c.__name__ == "DistError" and c.__module__.startswith("torch") for c in type(e).__mro__)
+    if not dist_error and not (isinstance(e, RuntimeError) and any(m in str(e) for m in GLOO_MARKS)):
         return None
     first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
     return (f"a collective between the training processes failed (a lost process or machine, or one that stopped "

@@ -66,11 +66,13 @@ class EngineSync:
                 self.engine.load_weights(senior_weights(senior, dtype))
             if self.one_sender and world > 1:
                 dist.barrier()  # the push is complete before any process draws from the engine
-        except dist.DistError as e:
+        except RuntimeError as e:  # DistError, and gloo's plain RuntimeErrors
             from ..errors import TandemError, collective_failure
 
+            if (lost := collective_failure(e)) is None:
+                raise
             rank = dist.get_rank() if world > 1 else 0
             raise TandemError(f"process {rank}, weight sync to engine {self.engine.name} (did process 0's push fail?): "
-                              f"{collective_failure(e)}") from None
+                              f"{lost}") from None
         self.synced = (id(senior), step)
         self.syncs += 1
