@@ -49,7 +49,7 @@ def main(out: Path, argv: list[str]) -> None:
             close = run.close
 
             def checked_close():
-                if (Path(cfg.output_dir) / "final").is_dir():  # trained (not closing after an error)
+                if seen.get("trained"):  # on every process alike (not closing after an error)
                     seen["engine"] = engine_check(run, out, seen["engine0"], cfg.sync_bucket_mb << 20)
                 close()
 
@@ -57,6 +57,13 @@ def main(out: Path, argv: list[str]) -> None:
         return run
 
     train_mod.build_run = spy
+    save_final = train_mod._save_final
+
+    def saved(*args):  # final/ gathered: the run trained to its end
+        save_final(*args)
+        seen["trained"] = True
+
+    train_mod._save_final = saved
     summary = train_mod.train(cfg, print_fn=lambda *_: None)
     run = seen["run"]
     trainer = run.trainer
