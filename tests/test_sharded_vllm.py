@@ -9,10 +9,11 @@
 Each run asserts that every process holds half of every parameter (accelerate alone would run
 DDP on CPU), that the losses and step metrics at steps 1 and 2 are the one-process run's (rel
 5e-5: these models are four times as wide as tests/test_sharded_training.py's, and step 2's
-grad norm came out 1.1e-5 apart, the layouts' rounding of step 1's update; losses 4.5e-7), that
+grad norm came out 1.1e-5 apart on vllm, the layouts' rounding of step 1's update; losses 4.5e-7), that
 the final weights agree within 1e-5 but for under 1% of them and within 2e-3 everywhere (AdamW
 at lr 1e-2 moves a weight by up to 1e-2 a step whatever its gradient's size, so rounding on a
-near-zero gradient can move it far: measured 0.18% of the weights past 1e-5, at most 7.1e-4), and that
+near-zero gradient can move it far: measured 0.18% of the weights past 1e-5 and at most 7.1e-4 on
+vllm, 0.52% and 1.3e-3 on vllm-server, whose step-2 grad norm was 2.1e-5 apart), and that
 the engine's senior after a sync equals, bit for bit, what the engine holds once fed the senior
 gathered with plain ``DTensor.full_tensor()`` and then cast: in the engine's dtype (float32 on
 CPU) after the run's own sync, and in bf16 after a bf16 push (``tests/sharded_entry.py``).
