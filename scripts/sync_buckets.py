@@ -83,8 +83,9 @@ def main() -> None:
         with open(a.out, "w") as f:
             json.dump({"senior": a.senior, "engine": a.engine, "processes": world, "rows": rows}, f, indent=2)
     if a.engine == "vllm":
-        engine.close()
-    dist.destroy_process_group()
+        engine.close()  # vLLM's shutdown takes the process group down with it
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":  # vLLM on CPU may spawn workers: keep the guard
