@@ -9,6 +9,14 @@ master, ``safe_get_full_fp32_param``) and then cast to the rollout dtype, the mi
 FSDP2 units or DeepSpeed engine (parameter and gradient-reduction dtypes), whether
 its junior is whole and equal to its checkpoint, the
 last weight sync's seconds and bytes, and its peak resident memory.
+
+With a vLLM engine (``engine_check``, run on every process as the run closes): the engine's
+senior after the run's last sync, and after a bf16 push of the same stream, each against what
+the engine holds once it is fed the reference (the senior gathered with plain
+``full_tensor()``, then cast, as one list). vllm: each process compares its own engine's
+parameters; vllm-server: the main process records the server's digests
+(``serve_helpers.server_digest``) and writes the reference as ``OUT/reference.safetensors`` for
+the test to feed the server.
 """
 
 import json
@@ -38,10 +46,28 @@ def main(out: Path, argv: list[str]) -> None:
     def spy(cfg, print_fn=print):
         run = build(cfg, print_fn)
         seen["run"] = run
-        seen["copy"] = getattr(run.rollout.engine, "rollout_copy", None)  # the hf engine's copy (closed with the run)
+        eng = run.rollout.engine
+        seen["copy"] = getattr(eng, "rollout_copy", None)  # the hf engine's copy (closed with the run)
+        if eng.name != "hf":
+            seen["engine0"] = eng.engine_params("senior") if eng.name == "vllm" else None
+            close = run.close
+
+            def checked_close():
+                if seen.get("trained"):  # on every process alike (not closing after an error)
+                    seen["engine"] = engine_check(run, out, seen["engine0"], cfg.models.sync_bucket_mb << 20)
+                close()
+
+            run.close = checked_close
         return run
 
     train_mod.build_run = spy
+    save_final = train_mod._save_final
+
+    def saved(*args):  # final/ gathered: the run trained to its end
+        save_final(*args)
+        seen["trained"] = True
+
+    train_mod._save_final = saved
     summary = train_mod.train(cfg, print_fn=lambda *_: None)
     run = seen["run"]
     trainer = run.trainer
@@ -81,7 +107,7 @@ def main(out: Path, argv: list[str]) -> None:
         on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu", next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
     rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
-           "copy_syncs": sync.syncs, "last_sync": sync.last_sync,
+           "copy_syncs": sync.syncs, "last_sync": sync.last_sync, "engine": seen.get("engine"),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
 
@@ -91,6 +117,50 @@ def fp32_master(p) -> torch.Tensor:
     from deepspeed.utils import safe_get_full_fp32_param
 
     return safe_get_full_fp32_param(p)
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
+    """The engine's senior against the reference, in its own dtype and in bf16 (module docstring)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from tandem_rlvr.rl.sharding import clean_name, push
+
+    trainer, eng, sync = run.trainer, run.rollout.engine, run.rollout.sync
+    senior = trainer.accelerator.unwrap_model(trainer.model)
+    sync(senior, trainer.state.global_step)  # nothing when the engine holds this update already
+    ref = {clean_name(n): (p.full_tensor() if isinstance(p, DTensor) else p.detach()).clone()
+           for n, p in senior.named_parameters(remove_duplicate=False)}  # gathered in fp32 (collective)
+    main = dist.get_rank() == 0
+    rec = {"weight_dtype": str(eng.weight_dtype)}
+    if eng.name == "vllm":
+        synced = eng.engine_params("senior")
+        rec["changed"] = not _same(engine0, synced)  # training reached the engine
+        eng.load_weights([(n, t.to(eng.weight_dtype)) for n, t in ref.items()])
+        rec["equal"] = _same(synced, eng.engine_params("senior"))
+        push(senior, eng.load_weights, torch.bfloat16, bucket_bytes)
+        pushed = eng.engine_params("senior")
+        eng.load_weights([(n, t.to(torch.bfloat16)) for n, t in ref.items()])
+        rec["equal_bf16"] = _same(pushed, eng.engine_params("senior"))
+        rec["bf16_rounded"] = not _same(pushed, synced)
+        return rec
+    from serve_helpers import server_digest
+
+    url = eng.settings.url
+    if main:
+        from safetensors.torch import save_file
+
+        save_file(ref, str(out / "reference.safetensors"))
+        rec["digest"] = server_digest(url)
+    push(senior, eng.load_weights, torch.bfloat16, bucket_bytes, every_rank=False)
+    dist.barrier()
+    if main:
+        rec["digest_bf16"] = server_digest(url)
+    return rec
 
 
 if __name__ == "__main__":

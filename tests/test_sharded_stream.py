@@ -141,19 +141,33 @@ def test_sharding_settings_are_checked():
         load_train_config(None, None, {"sync_bucket_mb": 0})
 
 
-def test_a_sharded_run_outside_a_distributed_launch_or_on_a_whole_state_dict_engine_is_refused(tmp_path, monkeypatch):
+def test_a_sharded_run_outside_a_distributed_launch_is_refused(tmp_path, monkeypatch):
     from tandem_rlvr.rl.assemble import build_run
 
     cfg = load_train_config(None, None, {"sharding": "fsdp2", "output_dir": str(tmp_path / "run")})
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     with pytest.raises(TandemError, match="needs a distributed launch"):
         build_run(cfg)
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    cfg = load_train_config(None, None, {"sharding": "fsdp2", "engine": "vllm", "method": "grpo",
-                                         "output_dir": str(tmp_path / "run")})
-    with pytest.raises(TandemError, match="engine vllm takes the senior's weights as a whole state dict"):
-        build_run(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_tied_head_is_pushed_under_both_names_gathered_once_and_saved_once(tok, tmp_path):
+    """vLLM's reload needs the tied head by name (tests/test_engine_seam.py); the push repeats the
+    embedding's gathered tensor for it, counting its bytes once; the save writes it once."""
+    tied = make_model(len(tok), 0, hidden=32, layers=1)
+    tied.config.tie_word_embeddings = True
+    tied.lm_head.weight = tied.model.embed_tokens.weight
+    got = []
+    stats = push(tied, lambda ws: got.extend(ws), torch.bfloat16, 4096)
+    names = [n for n, _ in got]
+    i = names.index("model.embed_tokens.weight")
+    assert names[i + 1] == "lm_head.weight" and got[i][1] is got[i + 1][1]
+    assert names.count("lm_head.weight") == 1 and len(names) == len(list(tied.named_parameters())) + 1
+    assert stats["bytes"] == sum(p.numel() for p in tied.parameters()) * 2  # parameters(): the tied one once
+    assert stats["buckets"] == len(list(buckets(tied, torch.bfloat16, 4096)))
+    save_streamed(tied, tmp_path / "t", torch.bfloat16, 1 << 20)  # safetensors refuses a tensor under two names
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "t")
+    assert torch.equal(loaded.lm_head.weight, tied.model.embed_tokens.weight.detach().to(torch.bfloat16))
 
 
 def test_the_layout_is_part_of_a_runs_identity_and_the_bucket_size_and_timeout_are_not(tmp_path):

@@ -16,7 +16,6 @@ Run: ``python -m pytest -m slow tests/test_sharded_training.py``.
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,18 +27,11 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import save_training_inputs
+from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, child_env, free_port, max_diff,
+                             rank_records, run_ok, signal_all, start_nodes, stop_nodes, torchrun, train_flags, update_rows,
+                             wait_for)
 
 pytestmark = pytest.mark.slow
-
-ENTRY = str(Path(__file__).with_name("sharded_entry.py"))
-METRICS = ("loss", "reward/mean", "senior/token_share", "response/mean_length", "kl/junior", "grad_norm")
-REWARD = '''import time
-
-
-def spaces(prompts, completions, **kwargs):
-    time.sleep(0.3)  # each step outlasts the kill test's polling
-    return [c.count(" ") / 10 for c in completions]
-'''
 
 
 @pytest.fixture(scope="module")
@@ -50,83 +42,20 @@ def world(tmp_path_factory, tok):
     return root
 
 
-def _flags(world, out, steps, *extra):
-    return ["--senior", str(world / "senior"), "--junior", str(world / "junior"), "--dataset", str(world / "data.jsonl"),
-            "--dataset-split", "none", "--val-size", "4", "--template", "plain", "--lr", "1e-2", "--group-size", "4",
-            "--prompts-per-step", "2", "--prompts-per-minibatch", "2", "--max-prompt-tokens", "64",
-            "--max-new-tokens", "12", "--temperature", "1.0", "--max-steps", str(steps), "--eval-every", "2",
-            "--save-every", "2", "--kl-every", "1", "--reward", f"{world / 'reward.py'}:spaces",
-            "--output-dir", str(out), *extra]
-
-
-def _env(**extra):
-    return {**os.environ, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1", **extra}
-
-
-def _torchrun(*args):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
-
-
-def _run(cmd, **env) -> str:
-    res = subprocess.run(cmd, capture_output=True, text=True, env=_env(**env), timeout=1800)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout
-
-
-def _signal_all(pid: int, sig) -> None:
-    """``sig`` to a torchrun agent and every worker under it (torchrun starts each worker in a
-    session of its own, so signalling the agent's process group would miss them)."""
-    import psutil
-
-    agent = psutil.Process(pid)
-    for p in [*agent.children(recursive=True), agent]:
-        try:
-            p.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
-
-
-def _updates(run: Path) -> dict[int, dict]:
-    rows = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in rows if "loss" in r}
-
-
-def _ranks(out: Path) -> list[dict]:
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+@pytest.fixture(scope="module")
+def baseline(world):
+    """One process, no sharding, four updates (checkpoints at 2 and 4)."""
+    out = world / "one"
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, out, 4)])
+    return out
 
 
 def _entry(world, run: Path, flags: list[str], **env) -> tuple[Path, list[dict]]:
     """A 2-process run of 2 updates through ``sharded_entry.py``; (its run dir, the rank reports)."""
     out = run.with_name(run.name + "-ranks")
     out.mkdir()
-    _run(_torchrun(ENTRY, str(out), *_flags(world, run, 2, *flags)), **env)
-    return run, _ranks(out)
-
-
-def _assert_sharded(ranks):
-    """Each process holds exactly half of every parameter: FSDP2 really sharded it."""
-    for name in ranks[0]["fractions"]:
-        assert [r["fractions"][name] for r in ranks] == [0.5, 0.5], name
-
-
-def _assert_same_updates(one: dict, two: dict, steps):
-    for step in steps:
-        for key in METRICS:
-            assert two[step][key] == pytest.approx(one[step][key], rel=1e-5, abs=1e-7), (step, key)
-    assert one[1]["loss"] != 0.0  # a real learning signal
-
-
-def _max_diff(a: dict, b: dict) -> float:
-    assert sorted(a) == sorted(b)
-    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-
-
-@pytest.fixture(scope="module")
-def baseline(world):
-    """One process, no sharding, four updates (checkpoints at 2 and 4)."""
-    out = world / "one"
-    _run([sys.executable, "-m", "tandem_rlvr.cli", "train", *_flags(world, out, 4)])
-    return out
+    run_ok(torchrun(ENTRY, str(out), *train_flags(world, run, 2, *flags)), **env)
+    return run, rank_records(out)
 
 
 def _two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[Path, list[dict]]:
@@ -134,11 +63,11 @@ def _two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[P
     final/ and its checkpoint-2 HF weights, and every process's rollout copy; (run dir, rank reports)."""
     run, ranks = _entry(world, tmp_path / sharding, ["--sharding", sharding])
     assert [r["summary"]["processes"] for r in ranks] == [2, 2]
-    _assert_same_updates(_updates(baseline), _updates(run), (1, 2))
+    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2))
     # final/ (gathered, compute dtype = fp32 on CPU) and checkpoint-2's HF weights against the one-process masters
     masters = load_file(baseline / "checkpoint-2" / "model.safetensors")
-    assert _max_diff(masters, load_file(run / "final" / "model.safetensors")) < 1e-4
-    assert _max_diff(masters, load_file(run / "checkpoint-2" / "model.safetensors")) < 1e-4
+    assert max_diff(masters, load_file(run / "final" / "model.safetensors")) < 1e-4
+    assert max_diff(masters, load_file(run / "checkpoint-2" / "model.safetensors")) < 1e-4
     # every process decoded its rollouts and validation with a copy refreshed by gathering
     assert all(r["copy_equal"] for r in ranks) and all(r["copy_syncs"] == 3 for r in ranks)
     return run, ranks
@@ -146,16 +75,16 @@ def _two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[P
 
 def test_two_process_fsdp2_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
     run, ranks = _two_processes_like_one(world, baseline, tmp_path, "fsdp2")
-    _assert_sharded(ranks)
+    assert_sharded(ranks)
     assert (run / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()  # FSDP's per-rank shards beside the HF weights
 
 
 def test_rollout_copy_is_the_gathered_senior_in_bf16_and_gradients_reduce_in_fp32(world, tmp_path):
     run, out = tmp_path / "bf16", tmp_path / "ranks"
     out.mkdir()
-    _run(_torchrun(ENTRY, str(out), *_flags(world, run, 2, "--sharding", "fsdp2", "--dtype", "bfloat16")))
-    ranks = _ranks(out)
-    _assert_sharded(ranks)
+    run_ok(torchrun(ENTRY, str(out), *train_flags(world, run, 2, "--sharding", "fsdp2", "--dtype", "bfloat16")))
+    ranks = rank_records(out)
+    assert_sharded(ranks)
     assert all(r["copy_equal"] for r in ranks)  # bit for bit: cast on the shard, then gathered
     assert all(r["mixed_precision"] == {"param": "torch.bfloat16", "reduce": "torch.float32"} for r in ranks)
     assert all(r["master_dtype"] == "torch.float32" for r in ranks)
@@ -172,12 +101,12 @@ def test_an_accelerate_fsdp_launch_shards_reduces_in_fp32_and_keeps_the_klreg_ju
     (``prepare_fsdp``): ours is the junior, kept whole and frozen."""
     run, ranks = _entry(world, tmp_path / "klreg", ["--method", "klreg", "--eval-every", "0"],
                         ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", ACCELERATE_MIXED_PRECISION="bf16")
-    _assert_sharded(ranks)
+    assert_sharded(ranks)
     assert json.loads((run / "config.json").read_text())["sharding"] == "fsdp2"
     assert all(r["mixed_precision"]["reduce"] == "torch.float32" for r in ranks)
     for r in ranks:
         assert set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"]
-    assert _updates(run)[2]["kl/beta_term"] > 0  # the junior was the reference of a real KL term
+    assert update_rows(run)[2]["kl/beta_term"] > 0  # the junior was the reference of a real KL term
 
 
 def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
@@ -187,66 +116,44 @@ def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tm
 def _kill_resume_and_compare(world, baseline, run: Path, sharding: str) -> None:
     """A 2-process run of ``sharding`` killed once ``checkpoint-2`` is complete, re-run: it resumes
     there and ends with the uninterrupted 1-process run's updates and final weights."""
-    cmd = _torchrun("-m", "tandem_rlvr.cli", "train", *_flags(world, run, 4, "--sharding", sharding))
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", sharding))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
     deadline = time.time() + 1800
     while not (run / "checkpoint-2" / "model.safetensors").exists():
         assert time.time() < deadline and proc.poll() is None, "run ended or stalled before checkpoint-2"
         time.sleep(0.1)
-    _signal_all(proc.pid, signal.SIGKILL)
+    signal_all(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (run / "summary.json").exists(), "killed too late: the run had finished"
-    assert "resuming from checkpoint-2" in _run(cmd)
-    _assert_same_updates(_updates(baseline), _updates(run), (1, 2, 3, 4))
-    assert _max_diff(load_file(baseline / "final" / "model.safetensors"),
+    assert "resuming from checkpoint-2" in run_ok(cmd)
+    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4))
+    assert max_diff(load_file(baseline / "final" / "model.safetensors"),
                      load_file(run / "final" / "model.safetensors")) < 1e-4
     assert json.loads((run / "summary.json").read_text())["steps"] == 4
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _nodes(port, logs: Path, *args):
-    """Two one-process "nodes" of one torchrun job meeting at a loopback rendezvous (the multi-node recipe)."""
-    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
-                              "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), *args],
-                             stdout=subprocess.DEVNULL, stderr=open(logs / f"node{r}.err", "w"), env=_env())
-            for r in (0, 1)]
 
 
 def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
     run, out = tmp_path / "nodes", tmp_path / "ranks"
     out.mkdir()
-    nodes = _nodes(_free_port(), tmp_path, ENTRY, str(out), *_flags(world, run, 2, "--sharding", "fsdp2"))
+    nodes = start_nodes(free_port(), tmp_path, ENTRY, str(out), *train_flags(world, run, 2, "--sharding", "fsdp2"))
     for r, node in enumerate(nodes):
         assert node.wait(timeout=1800) == 0, (tmp_path / f"node{r}.err").read_text()[-3000:]
-    ranks = _ranks(out)
-    _assert_sharded(ranks)
-    _assert_same_updates(_updates(baseline), _updates(run), (1, 2))
+    ranks = rank_records(out)
+    assert_sharded(ranks)
+    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2))
 
 
 def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(world, tmp_path):
     run = tmp_path / "lost"
-    nodes = _nodes(_free_port(), tmp_path, "-m", "tandem_rlvr.cli", "train",
-                   *_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "20"))
+    nodes = start_nodes(free_port(), tmp_path, "-m", "tandem_rlvr.cli", "train",
+                        *train_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "20"))
     try:
-        deadline = time.time() + 1200
-        while not (run / "checkpoint-2" / "model.safetensors").exists():
-            assert time.time() < deadline and all(n.poll() is None for n in nodes), "stalled before checkpoint-2"
-            time.sleep(0.2)
-        _signal_all(nodes[1].pid, signal.SIGSTOP)  # node 1 stops answering; node 0 waits in a collective
+        wait_for(run / "checkpoint-2" / "model.safetensors", nodes)
+        signal_all(nodes[1].pid, signal.SIGSTOP)  # node 1 stops answering; node 0 waits in a collective
         assert nodes[0].wait(timeout=900) != 0  # the default timeout (1800 s) would outlast this wait
         assert not (run / "summary.json").exists()
     finally:
-        for n in nodes:
-            if n.poll() is None:
-                _signal_all(n.pid, signal.SIGKILL)
-            n.wait()
+        stop_nodes(nodes)
 
 
 def _assert_partitioned(ranks):
@@ -286,7 +193,7 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
     assert all(r["copy_equal"] for r in ranks)
     for r in ranks:
         assert set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"]
-    assert _updates(run)[2]["kl/beta_term"] > 0
+    assert update_rows(run)[2]["kl/beta_term"] > 0
     from transformers import AutoModelForCausalLM
 
     for name in ("best", "final"):  # loadable, in the compute dtype

@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 
-from .errors import TandemError
+from .errors import TandemError, collective_failure
 from .cli_flags import (COUNT, answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
                         plan_flags, protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings,
                         template_flag, vllm_settings)
@@ -331,6 +331,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     except Exception as e:
+        if (lost := collective_failure(e)) is not None:  # a lost training process: one line, like bad input
+            print(f"tandem: error: {lost}", file=sys.stderr)
+            return 2
         if not _write_failed(e):
             raise
         print(f"tandem: error: a file could not be written, is the disk full? ({str(e).splitlines()[0][:200]})"

@@ -4,6 +4,7 @@ Anything a user can get wrong (a path, a flag, a malformed row) raises ``TandemE
 with a one-line message that names the bad input. The CLI prints it without a traceback
 and exits with status 2; library callers can catch it like any ``ValueError``.
 ``check_number`` is the one rule for every numeric setting, ``number`` its argparse form for flags.
+``collective_failure`` words a failed collective between training processes as one line too.
 """
 
 from argparse import ArgumentTypeError
@@ -11,6 +12,21 @@ from argparse import ArgumentTypeError
 
 class TandemError(ValueError):
     """Bad input from the user; the message is one line and names the input."""
+
+
+GLOO_MARKS = ("/gloo/", "pair closure", "Connection closed by peer", "ProcessGroupGloo", "ProcessGroupNCCL")
+
+
+def collective_failure(e: BaseException) -> str | None:
+    """One line for a collective between training processes that failed (a process or machine
+    lost, a wait past ``dist_timeout_s``): torch.distributed's ``DistError``, or the plain
+    RuntimeError gloo raises ("[.../gloo/...] Timed out waiting ...", "... pair closure"); else None."""
+    dist_error = any(c.__name__ == "DistError" and c.__module__.startswith("torch") for c in type(e).__mro__)
+    if not dist_error and not (isinstance(e, RuntimeError) and any(m in str(e) for m in GLOO_MARKS)):
+        return None
+    first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+    return (f"a collective between the training processes failed (a lost process or machine, or one that stopped "
+            f"past --dist-timeout-s): {first}")
 
 
 def number_rule(lo=None, hi=None, *, lo_open: bool = False, integer: bool = False) -> str:

@@ -107,9 +107,12 @@ class EngineKind:
     can be handed over as ``EngineSetup.pair`` and decoded as it is).
     text_turns: text-level handoff turns (``--protocol text``, the default for paragraph schedules) run on it.
     rollout_device: training decodes a copy of the senior on ``rollout_device``.
-    data_parallel: trains under several processes (one engine each).
-    sharded_training: not refused under FSDP / DeepSpeed ZeRO-3 (the vLLM engines are: their
-    weight stream needs the whole senior in each process).
+    one_sender: one engine (a server) for all training processes: the main process alone pushes
+    the senior's weights, the others gather alongside or wait (``rl.weights.EngineSync``).
+
+    Every engine trains under several processes (one engine each, or one shared: ``one_sender``),
+    whole (DDP) or sharded (FSDP2: it takes the stream ``rl.sharding.push`` gathers bucket by
+    bucket; docs/sharding.md).
     """
 
     name: str
@@ -120,8 +123,7 @@ class EngineKind:
     transformers: bool = False
     text_turns: bool = False
     rollout_device: bool = False
-    data_parallel: bool = True
-    sharded_training: bool = False
+    one_sender: bool = False
 
     def check_schedule(self, schedule: str) -> None:
         """TandemError unless this engine can run ``schedule`` (checked before any loading)."""
@@ -138,11 +140,11 @@ class EngineKind:
 # the one table of engines: a new engine is its module (an opener returning a RolloutEngine) and one row here
 ENGINES: dict[str, EngineKind] = {k.name: k for k in (
     EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True,
-               rollout_device=True, sharded_training=True),
+               rollout_device=True),
     EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, vllm_settings=True,
                text_turns=True),
     EngineKind("vllm-server", "tandem_rlvr.engines.server_rollouts:open_server", replays=True, remote=True,
-               data_parallel=False),
+               one_sender=True),
 )}
 
 

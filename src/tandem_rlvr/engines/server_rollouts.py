@@ -11,13 +11,21 @@ server's weight transfer on first use (``nccl`` when the trainer is on CUDA, ``t
 CPU; the trainer is rank 0 of a group with the server's workers, reached at the local address
 that routes to the server), then pushes the stream as one update in rounds of at most
 ``bucket_bytes`` (``engines.weight_sync.push_stream``), then resets the server's prefix cache,
-since cached KV blocks hold the old weights' keys. Tensors go as the trainer holds them
-(``weight_dtype`` None): the served model's dtype is the server's own, unknown here.
+since cached KV blocks hold the old weights' keys. Tensors go in the served model's dtype
+(``weight_dtype``: the server's own, read from vLLM's ``/server_info``, which ``--weight-sync``
+opens), so a sharded senior is cast on its shards before they are gathered.
 
-Limits: one training process (data-parallel training would need one sender and the others
-waiting; not built); the server's junior must be the run's junior (the server does not say
-which junior it holds; the run records the server's checkpoint). The server serves other
-clients meanwhile, and their requests during a push see a mix of old and new weights.
+Several training processes (DDP or FSDP2, on one machine or several) share the server: each
+sends its own rollout requests; the main process alone pushes the weights (``EngineKind.
+one_sender``; ``rl.weights.EngineSync`` has the others gather each bucket alongside, then wait
+until the push is complete). Every wait is bounded: HTTP requests and the ``tandem_gloo``
+weight-transfer group by the client's timeout (``ServerSettings.timeout``, 600 s), the
+processes' collectives by ``dist_timeout_s``; a server that is gone or stops answering is a
+one-line error.
+
+Limits: the server's junior must be the run's junior (the server does not say which junior it
+holds; the run records the server's checkpoint). The server serves other clients meanwhile, and
+their requests during a push see a mix of old and new weights.
 """
 
 from __future__ import annotations
@@ -56,7 +64,6 @@ class ServerRollouts:
     """Rollouts on a ``tandem serve`` server; see the module docstring."""
 
     name = "vllm-server"
-    weight_dtype = None
 
     def __init__(self, settings, tokenizer, eos_ids, client, model: str, root: str, context: int | None,
                  bucket_bytes: int = BUCKET_BYTES):
@@ -65,6 +72,25 @@ class ServerRollouts:
         self.bucket_bytes = bucket_bytes
         self.transfer = None
         self.syncs = 0
+        self._dtype = ...  # the served dtype once asked (None: not reported)
+
+    @property
+    def weight_dtype(self) -> torch.dtype | None:
+        """The served model's dtype, from vLLM's ``/server_info`` (a development endpoint,
+        open on a ``--weight-sync`` server); None (tensors as the trainer holds them) without it."""
+        if self._dtype is ...:
+            import requests
+
+            self._dtype = None
+            try:
+                r = requests.get(f"{self.settings.base_url[: -len('/v1')]}/server_info",
+                                 params={"config_format": "json"}, timeout=self.settings.timeout)
+                name = str(r.json()["vllm_config"]["model_config"]["dtype"]) if r.ok else ""
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise TandemError(f"{self.settings.url}: no server answered ({type(e).__name__})") from None
+            dtype = getattr(torch, name.removeprefix("torch."), None) if name else None
+            self._dtype = dtype if isinstance(dtype, torch.dtype) else None
+        return self._dtype
 
     def decoder(self, spec: RolloutSpec):
         from .server_client import ServerDecoder
@@ -90,7 +116,7 @@ class ServerRollouts:
         from .vllm_engine import require_vllm
 
         require_vllm()  # registers tandem_gloo with the factories
-        from .weight_sync import ListSource
+        from .weight_sync import GLOO, ListSource
 
         base = self.settings.base_url[: -len("/v1")]
         try:
@@ -111,9 +137,10 @@ class ServerRollouts:
         log.info("weight sync with %s: %s, trainer %s:%d, %d processes", self.settings.url, Info.backend, address,
                  port, world)
         self.sync_client = HTTPVLLMWeightSyncClient(base, timeout=self.settings.timeout)
-        self.transfer = WeightTransferTrainerFactory.trainer_init(
-            Info(master_address=address, master_port=port, world_size=world, rank=0), client=self.sync_client,
-            source=ListSource([]))
+        bound = {"timeout_s": self.settings.timeout} if Info.backend == GLOO else {}  # a mute server is an error
+        info = Info(master_address=address, master_port=port, world_size=world, rank=0, **bound)
+        self.transfer = WeightTransferTrainerFactory.trainer_init(info, client=self.sync_client,
+                                                                  source=ListSource([]))
         self.reset_url = f"{base}/reset_prefix_cache"
 
     @torch.no_grad()
@@ -127,10 +154,14 @@ class ServerRollouts:
         first = next(it, None)
         if first is None:
             return
-        self._join(first[1].device)
-        push_stream(self.transfer, itertools.chain([first], it), self.bucket_bytes)
-        r = requests.post(self.reset_url, timeout=self.settings.timeout)
-        r.raise_for_status()
+        try:
+            self._join(first[1].device)
+            push_stream(self.transfer, itertools.chain([first], it), self.bucket_bytes)
+            r = requests.post(self.reset_url, timeout=self.settings.timeout)
+            r.raise_for_status()
+        except (OSError, RuntimeError) as e:  # requests' errors are OSErrors; gloo's RuntimeErrors
+            raise TandemError(f"{self.settings.url}: the weight push failed (is the server still up?): "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
         if not r.json().get("success", True):
             log.warning("%s kept its prefix cache (other requests hold blocks): their prompts may reuse KV of the "
                         "previous weights", self.settings.url)

@@ -57,18 +57,28 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
 
 @dataclass
 class GlooTrainerInitInfo(TrainerInitInfo):
-    """Trainer side: the rendezvous it opens (rank 0) and the group size (1 + server workers)."""
+    """Trainer side: the rendezvous it opens (rank 0), the group size (1 + server workers) and how
+    long the trainer waits for the server's workers at the rendezvous and each broadcast (None:
+    gloo's default, 30 minutes)."""
 
     backend: ClassVar[str] = GLOO
     master_address: str
     master_port: int
     world_size: int
+    timeout_s: float | None = None
 
 
-def _group(address: str, port: int, rank: int, world_size: int):
+def _group(address: str, port: int, rank: int, world_size: int, timeout_s: float | None = None, listen_socket=None):
+    """The trainer's gloo group with the server's workers. The trainer (rank 0) hands over the
+    socket its store listens on: with a rendezvous instead, a trainer under torchrun would join
+    the launcher's store (``TORCHELASTIC_USE_AGENT_STORE``) and wait for a store nobody serves."""
+    from datetime import timedelta
+
     from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
-    return stateless_init_torch_distributed_process_group(address, port, rank, world_size, backend="gloo")
+    return stateless_init_torch_distributed_process_group(
+        address, port, rank, world_size, backend="gloo", listen_socket=listen_socket,
+        timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
 
 
 def _broadcast(group, tensor: torch.Tensor) -> None:
@@ -131,11 +141,15 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
     def trainer_init(cls, init_info: GlooTrainerInitInfo, *, client, source=None):
         if source is None:
             raise ValueError("tandem_gloo weight transfer needs a WeightSource")
+        import socket
+
         engine = cls(client=client, source=source, is_sender=init_info.is_sender)
         worker = GlooInitInfo(init_info.master_address, init_info.master_port, 1, init_info.world_size)
+        listening = socket.create_server((init_info.master_address, init_info.master_port))  # before the workers call
         with ThreadPoolExecutor(max_workers=1) as exe:
             pending = exe.submit(client.init_weight_transfer_engine, asdict(worker))
-            engine.group = _group(init_info.master_address, init_info.master_port, 0, init_info.world_size)
+            engine.group = _group(init_info.master_address, init_info.master_port, 0, init_info.world_size,
+                                  init_info.timeout_s, listen_socket=listening)
             pending.result()
         return engine
 

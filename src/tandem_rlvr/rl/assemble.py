@@ -71,18 +71,13 @@ class Run:
 
 
 def _check_launch(cfg: TrainConfig) -> None:
-    """A sharded run needs a distributed launch and an engine that takes sharded weights."""
-    from ..engines.base import engine_kind
-
+    """A sharded run needs a distributed launch (and, for ZeRO-3, DeepSpeed)."""
     sharding = cfg.models.sharding
     if sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
         raise TandemError(f"--sharding {sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
                           "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
     if sharding == "zero3":
         zero3.require()  # one line naming what to install
-    if sharding != "none" and not engine_kind(cfg.rollout.engine).sharded_training:
-        raise TandemError(f"engine {cfg.rollout.engine} takes the senior's weights as a whole state dict; --sharding "
-                          f"{sharding} shards them: train with engine hf, or without sharding (DDP)")
 
 
 def build_run(cfg: TrainConfig, print_fn=print) -> Run:
@@ -161,8 +156,6 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
 
     m, r = cfg.models, cfg.rollout
     kind = engine_kind(r.engine)
-    if num_processes > 1 and not kind.data_parallel:
-        raise TandemError(f"engine {r.engine} trains in one process (one sender of the weights)")
     from ..engines.server_client import ServerSettings
     from ..engines.vllm_engine import VLLMSettings
 

