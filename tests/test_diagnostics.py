@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.eval.metrics import (author_switches, paired_bootstrap, solved_summary, switches_summary,
+from tandem_rlvr.eval.measure.metrics import (author_switches, paired_bootstrap, solved_summary, switches_summary,
                                       truncation_summary)
 
 

@@ -121,7 +121,7 @@ def test_study_settings_and_cli():
 def test_study_runs_and_resumes(tmp_path, monkeypatch):
     """The quick study end to end, then a rerun that trains and samples nothing again."""
     from tandem_rlvr.cli import build_parser
-    from tandem_rlvr.eval import sampler
+    from tandem_rlvr.eval.sample import sampler
     from tandem_rlvr.recipes import study
     from tandem_rlvr.rl import train as train_mod
 

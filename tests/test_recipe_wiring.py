@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 
 from tandem_rlvr.cli import build_parser
-from tandem_rlvr.eval import report
+from tandem_rlvr.eval.report import html as report
 from tandem_rlvr.recipes import demo, pipeline, study, study_stats
 
 

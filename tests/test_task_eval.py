@@ -68,7 +68,7 @@ def test_an_unknown_task_is_a_one_line_error_before_any_model_loads(tmp_path, ca
 
 def test_legibility_of_a_code_run_re_makes_the_code_prompts(tmp_path, models):  # noqa: F811
     """The legibility scorer reloads a run's problems through its task (humaneval is no math benchmark)."""
-    from tandem_rlvr.eval.runs import read_run, run_problems, run_task
+    from tandem_rlvr.eval.run_files import read_run, run_problems, run_task
     from tandem_rlvr.tasks import get_task
 
     run = tmp_path / "code"

@@ -4,7 +4,7 @@
 by ``tandem train --help``, where every field is also a flag). Presets live in
 ``presets/*.yaml``; ``load_train_config(preset, file, overrides)`` layers defaults <
 preset < file < flags, and rejects unknown keys naming the closest valid one.
-``EvalConfig`` holds one ``tandem eval solo|handoff`` run (``eval.sampler.evaluate``).
+``EvalConfig`` holds one ``tandem eval solo|handoff`` run (``eval.sample.sampler.evaluate``).
 
 Units: an *update* is one optimiser step (TRL's ``global_step``), i.e. one mini-batch of
 ``prompts_per_minibatch`` prompts x ``group_size`` rollouts. A *rollout step* is one rollout
@@ -527,7 +527,7 @@ class EvalConfig:
     engine: str = "hf"
     vllm_settings: Any = None
     server: Any = None  # engines.server_client.ServerSettings (engine vllm-server)
-    # handoff mode: "text" (turns re-tokenised per model, the paper's code; eval/text_handoff.py) or
+    # handoff mode: "text" (turns re-tokenised per model, the paper's code; eval/sample/text_handoff.py) or
     # "stream" (one token stream, one shared tokenizer); None = text for paragraph-* schedules, else stream
     protocol: str | None = None
 
@@ -568,7 +568,7 @@ class EvalConfig:
         if self.mode == "solo":
             return None
         # text, the paper's protocol, for paragraph schedules on every engine (a run made under another default
-        # resumes under the protocol it recorded: eval.sampler.as_recorded; docs/evaluation.md)
+        # resumes under the protocol it recorded: eval.sample.sampler.as_recorded; docs/evaluation.md)
         return self.protocol or ("text" if self.schedule.startswith("paragraph-") else "stream")
 
     @property

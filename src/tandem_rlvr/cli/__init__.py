@@ -12,11 +12,11 @@ import json
 import logging
 import sys
 
-from .errors import TandemError
-from .cli_flags import (COUNT, answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
+from ..errors import TandemError
+from .flags import (COUNT, answer_mode_flag, engine_flags, engine_of, model_flags, open_from_args, sampling_flags,
                         plan_flags, protocol_flag, sampling_from_args, schedule_flags, seed_type, server_settings,
                         template_flag, vllm_settings)
-from .runtime import configure_cpu_threads, env_threads
+from ..runtime import configure_cpu_threads, env_threads
 
 log = logging.getLogger("tandem_rlvr")
 _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
@@ -27,11 +27,11 @@ _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM
 def cmd_generate(a):
     from rich.text import Text
 
-    from .decoding.render import author_segments
-    from .progress import console
-    from .prompting import encode_prompt, format_prompt
+    from ..decoding.render import author_segments
+    from ..progress import console
+    from ..prompting import encode_prompt, format_prompt
 
-    from .io import lone_surrogate
+    from ..io import lone_surrogate
 
     sched = a.schedule
     if (bad := lone_surrogate(a.prompt)) is not None:  # a byte that is not UTF-8 on the command line
@@ -57,7 +57,7 @@ def cmd_generate(a):
 
 
 def cmd_models_fetch(a):
-    from .fetch import fetch
+    from ..fetch import fetch
 
     print(fetch(a.name))
 
@@ -65,7 +65,7 @@ def cmd_models_fetch(a):
 def cmd_world_build(a):
     from dataclasses import asdict, replace
 
-    from .world.build import build_world, named_world
+    from ..world.build import build_world, named_world
 
     cfg = named_world(a.world)
     cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}),
@@ -76,7 +76,7 @@ def cmd_world_build(a):
 
 
 def cmd_world_verify(a):
-    from .world.verify import VERIFIABLE, format_report, verify_world
+    from ..world.verify import VERIFIABLE, format_report, verify_world
 
     reports = [verify_world(name, force=a.force) for name in (VERIFIABLE if a.world == "all" else (a.world,))]
     print(json.dumps(reports, indent=2) if a.json else "\n".join(format_report(r) for r in reports))
@@ -85,8 +85,8 @@ def cmd_world_verify(a):
 
 
 def cmd_eval(a, mode: str):
-    from .config import EvalConfig
-    from .eval.sampler import evaluate
+    from ..config import EvalConfig
+    from ..eval.sample.sampler import evaluate
 
     cfg = EvalConfig(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
                      schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
@@ -103,7 +103,7 @@ def cmd_eval(a, mode: str):
 def _print_metrics(metrics: dict, out: str) -> None:
     from rich.table import Table
 
-    from .progress import console
+    from ..progress import console
 
     ks = [k for k in metrics["macro"] if k.startswith("pass@")]
     t = Table(title=f"results in {out}")
@@ -125,7 +125,7 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     """Every TrainConfig field as a flag (default None = keep the preset/file value)."""
     from dataclasses import MISSING
 
-    from .config import config_fields, preset_names
+    from ..config import config_fields, preset_names
 
     p.add_argument("--preset", default=None, help=f"preset name ({', '.join(preset_names())}); its values replace "
                    "the base defaults shown below")
@@ -170,14 +170,14 @@ def _parse_bool(x: str) -> bool:
 
 
 def cmd_train(a):
-    from .config import config_fields, load_train_config
-    from .rl.train import train
+    from ..config import config_fields, load_train_config
+    from ..rl.train import train
 
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
     cfg = load_train_config(a.preset, a.config, overrides)
     if a.dry_run:
-        from .rl.memory_layouts import dry_run_report
-        from .rl.memory_plan import disk_plan
+        from ..rl.memory_layouts import dry_run_report
+        from ..rl.memory_plan import disk_plan
 
         print(json.dumps(cfg.to_dict(), indent=2))
         gib = a.plan_gpu_gib
@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     P.add_argument("-v", "--verbose", action="store_true", help="log details (boundary-set sizes, resumes, ...)")
     sub = P.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    from .recipes.cli import register_bench, register_demo, register_study
+    from .recipes import register_bench, register_demo, register_study
 
     register_demo(sub)  # demo (recipes/demo.py)
 
@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_bench(sub, _Parser)  # bench decode|train|memory (recipes/bench.py)
 
-    from .engines.serve import register as register_serve
+    from ..engines.serve import register as register_serve
 
     register_serve(sub, _Parser)  # serve (engines/serve.py)
 
@@ -289,18 +289,18 @@ def build_parser() -> argparse.ArgumentParser:
             x.set_defaults(p=0.5, K=32)
         x.set_defaults(fn=lambda a, m=mode: cmd_eval(a, m))
 
-    from .eval.battery_cli import register
+    from .battery import register
 
     register(sub, esub)  # eval legibility, eval drift, compare, report
     register_study(sub)  # study drift (recipes/study.py, docs/drift_world.md)
 
-    from .tasks.grade import register as register_grade
+    from ..tasks.grade import register as register_grade
 
     register_grade(sub)  # grade (tasks/grade.py, docs/tasks.md)
 
-    from .eval.probe import register as register_probe
+    from ..eval.sample.probe import register as register_probe
 
-    register_probe(sub)  # probe forced-junior (eval/probe.py, docs/tasks.md)
+    register_probe(sub)  # probe forced-junior (eval/sample/probe.py, docs/tasks.md)
     return P
 
 

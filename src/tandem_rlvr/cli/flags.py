@@ -1,17 +1,17 @@
-"""Flags shared by ``tandem`` subcommands (``cli.py`` and ``recipes/cli.py``) and the objects
+"""Flags shared by ``tandem`` subcommands (``cli/__init__.py`` and ``cli/recipes.py``) and the objects
 built from them: models, sampling, schedule, engine, template, answer mode."""
 
 from __future__ import annotations
 
 import argparse
 
-from .errors import COUNT, FRACTION, number  # noqa: F401  (the flags' numeric types, re-exported)
+from ..errors import COUNT, FRACTION, number  # noqa: F401  (the flags' numeric types, re-exported)
 
 
 def seed_type(text: str) -> int:
     """argparse type of every --seed: an integer in [0, config.SEED_MAX]."""
-    from .config import check_seed
-    from .errors import TandemError
+    from ..config import check_seed
+    from ..errors import TandemError
 
     try:
         return check_seed(int(text))
@@ -40,7 +40,7 @@ def sampling_flags(p: argparse.ArgumentParser, temperature=1.0, top_p=1.0, top_k
 
 
 def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
-    from .decoding.schedule import SCHEDULES
+    from ..decoding.schedule import SCHEDULES
 
     g = p.add_argument_group("handoff schedule")
     g.add_argument("--schedule", default=default, choices=SCHEDULES, help=f"who writes each token (default {default})")
@@ -61,7 +61,7 @@ def protocol_flag(p: argparse.ArgumentParser) -> None:
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
     """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings); with
     ``server``, also the vllm-server engine and its --server flags."""
-    from .engines.base import DEFAULT_ENGINE, ENGINES, LOCAL_ENGINES
+    from ..engines.base import DEFAULT_ENGINE, ENGINES, LOCAL_ENGINES
 
     g = p.add_argument_group("engine")
     g.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES) if server else list(LOCAL_ENGINES),
@@ -98,8 +98,8 @@ def server_flags(p: argparse.ArgumentParser) -> None:
 
 def engine_of(a) -> str:
     """The engine the flags choose: --server means vllm-server."""
-    from .engines.base import DEFAULT_ENGINE, ENGINES, REMOTE_ENGINE
-    from .errors import TandemError
+    from ..engines.base import DEFAULT_ENGINE, ENGINES, REMOTE_ENGINE
+    from ..errors import TandemError
 
     engine, server = getattr(a, "engine", DEFAULT_ENGINE), getattr(a, "server", None)
     if server and engine not in (DEFAULT_ENGINE, REMOTE_ENGINE):
@@ -116,18 +116,18 @@ def engine_of(a) -> str:
 def server_settings(a):
     if not getattr(a, "server", None):
         return None
-    from .engines.server_client import ServerSettings
+    from ..engines.server_client import ServerSettings
 
     return ServerSettings(a.server, a.api_key, a.server_timeout, a.server_retries, a.server_concurrency,
                           a.server_tokenizer)
 
 
 def vllm_settings(a):
-    from .engines.base import DEFAULT_ENGINE, engine_kind
+    from ..engines.base import DEFAULT_ENGINE, engine_kind
 
     if not engine_kind(getattr(a, "engine", DEFAULT_ENGINE)).vllm_settings:
         return None
-    from .engines.vllm_engine import VLLMSettings
+    from ..engines.vllm_engine import VLLMSettings
 
     return VLLMSettings(gpu_memory_utilization=a.vllm_gpu_memory_utilization, kv_cache_gib=a.vllm_kv_cache_gib,
                         max_model_len=a.vllm_max_model_len, block_size=a.vllm_block_size,
@@ -136,7 +136,7 @@ def vllm_settings(a):
 
 def open_from_args(a, schedule: str):
     """(decoder, tokenizer, close) for the command's models, schedule and engine."""
-    from .engines import DecoderSetup, open_decoder
+    from ..engines import DecoderSetup, open_decoder
 
     return open_decoder(DecoderSetup(a.senior, a.junior, sampling_from_args(a), engine_of(a), a.p, a.K, a.device,
                                      getattr(a, "junior_device", None), a.dtype, getattr(a, "seed", 0),
@@ -144,7 +144,7 @@ def open_from_args(a, schedule: str):
 
 
 def template_flag(p):
-    from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
+    from ..prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 
     p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
     p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, choices=list(INSTRUCTIONS),
@@ -152,24 +152,24 @@ def template_flag(p):
 
 
 def answer_mode_flag(p):
-    from .rewards.math import ANSWER_MODES
+    from ..rewards.math import ANSWER_MODES
 
     p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
                    help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
                         "joined, for multi-answer problems answered one box per answer)")
-    from .rewards.math import grader_flag
+    from ..rewards.math import grader_flag
 
     grader_flag(p)
 
 
 def sampling_from_args(a):
-    from .decoding.sampling import SamplingParams
+    from ..decoding.sampling import SamplingParams
 
     return SamplingParams(a.temperature, a.top_p, a.top_k, a.max_tokens)
 
 
 def pair_from_args(a, need_junior: bool):
-    from .models import load_pair
+    from ..models import load_pair
 
     junior = (a.junior or a.senior) if need_junior else None
     return load_pair(a.senior, junior, a.device, getattr(a, "junior_device", None), a.dtype)
@@ -177,7 +177,7 @@ def pair_from_args(a, need_junior: bool):
 
 def plan_flags(p: argparse.ArgumentParser) -> None:
     """--plan-* flags of `tandem train --dry-run` (rl/memory_plan.py Layout; docs/scale.md)."""
-    from .rl.memory_plan import OFFLOADS, SHARDINGS
+    from ..rl.memory_plan import OFFLOADS, SHARDINGS
 
     g = p.add_argument_group("memory plan (--dry-run)")
     g.add_argument("--plan-gpu-gib", type=number(float, 0, lo_open=True), default=None,

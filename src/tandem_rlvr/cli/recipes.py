@@ -10,25 +10,25 @@ from __future__ import annotations
 
 import json
 
-from ..cli_flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
+from .flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
 from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES, engine_kind
 from ..errors import TandemError
 from ..runtime import configure_cpu_threads
 
 
 def cmd_demo(a) -> None:
-    from .demo import run_demo
+    from ..recipes.demo import run_demo
 
     run_demo(a.out, quick=a.quick, world=a.world)
 
 
 def cmd_study(a) -> None:
     if a.study == "elegance":
-        from .elegance import run_elegance
+        from ..recipes.elegance import run_elegance
 
         run_elegance(a.out, elegance_settings(a))
         return
-    from .study import run_study, settings_from_args
+    from ..recipes.study import run_study, settings_from_args
 
     run_study(a.out, settings_from_args(a))
 
@@ -39,7 +39,7 @@ ELEGANCE_QUICK = dict(max_steps=2, eval_every=1, save_every=1, val_size=1, promp
 
 
 def elegance_settings(a):
-    from .elegance import EleganceSettings
+    from ..recipes.elegance import EleganceSettings
 
     if not a.problems or not a.judge:
         raise TandemError("study elegance needs --problems FILE (or sample) and --judge MODEL_OR_URL")
@@ -101,7 +101,7 @@ def cmd_bench_decode(a):
     configure_cpu_threads()
     prompts = [plain_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
     if engine_kind(a.engine).vllm_settings:  # the vLLM engine's own benchmark
-        from .bench import bench_decode_vllm
+        from ..recipes.bench import bench_decode_vllm
         from ..models import load_tokenizer, resolve_model_path
 
         res = bench_decode_vllm(resolve_model_path(a.senior), resolve_model_path(a.junior or a.senior),
@@ -115,7 +115,7 @@ def cmd_bench_decode(a):
                   f"tandem {res['tandem_tok_s']:.0f} tok/s; tandem/solo {res['tandem_over_solo']:.3f} = "
                   f"{res['tandem_over_solo_vs_bound']:.3f} of the bound {res['bound']:.3f} (both output layers)")
         return
-    from .bench import bench_decode, format_decode
+    from ..recipes.bench import bench_decode, format_decode
 
     pair = pair_from_args(a, need_junior=True)
     res = bench_decode(pair.senior, pair.junior, pair.tokenizer, prompts, a.batch, a.new_tokens, a.p, a.repeats,
@@ -136,7 +136,7 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 
 def cmd_bench_train(a):
-    from .bench import bench_train_step
+    from ..recipes.bench import bench_train_step
 
     configure_cpu_threads()
     res = bench_train_step(a.preset, overrides={"engine": a.engine}, steps=a.steps,
@@ -146,7 +146,7 @@ def cmd_bench_train(a):
 
 
 def cmd_bench_memory(a):
-    from .bench import bench_memory
+    from ..recipes.bench import bench_memory
     from ..models import resolve_model_path
 
     try:

@@ -221,7 +221,7 @@ class TandemDecoder:
     threads each: the GIL serialises the two loops' Python work, docs/results.md). True on a
     CPU splits the intra-op threads between the bodies (N // 2 each: the same cores as solo).
     ``stop``: a boundary (``schedule.ParagraphBoundary``) whose hit ends a row, the token kept
-    (finished stays False, as at the cap): the turns of the text-level handoff (``eval.text_handoff``).
+    (finished stays False, as at the cap): the turns of the text-level handoff (``eval.sample.text_handoff``).
     """
 
     def __init__(self, senior, junior, schedule: Schedule, sampling: SamplingParams,

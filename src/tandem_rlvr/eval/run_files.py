@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json, read_jsonl, read_text, write_json
-from ..rundir import refuse_other_config
+from ..outdir import refuse_other_config
 
 log = logging.getLogger("tandem_rlvr")
 

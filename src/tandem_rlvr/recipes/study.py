@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
-from ..rundir import config_diff, output_dir
+from ..outdir import config_diff, output_dir
 from .pipeline import QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
 from .study_stats import aggregate, to_markdown
 
@@ -152,7 +152,7 @@ def _check_settings(out: Path, s: StudySettings) -> None:
 
 
 def settings_from_args(a) -> StudySettings:
-    """StudySettings from ``tandem study``'s parsed flags (``recipes.cli``)."""
+    """StudySettings from ``tandem study``'s parsed flags (``cli.recipes``)."""
     try:
         seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
     except ValueError:

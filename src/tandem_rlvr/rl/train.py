@@ -36,7 +36,7 @@ from ..prompting import encode_prompt, resolve_template
 from ..runtime import invocation
 from .precision import RolloutModel, precision, save_in_dtype
 from .sharding import configure as configure_sharding, from_launcher, fsdp_settings, save_streamed
-from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
+from ..outdir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
 
 log = logging.getLogger("tandem_rlvr")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

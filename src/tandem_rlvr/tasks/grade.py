@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..errors import TandemError
 from ..io import jsonl_objects, read_json, read_text, write_json
-from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
+from ..outdir import RunLock, output_dir, refuse_other_config, remove_failed_start
 from . import task_for_eval
 
 log = logging.getLogger("tandem_rlvr")

@@ -42,15 +42,15 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import TandemError
-from ..io import atomic_write, write_json
-from ..rundir import output_dir
+from ...errors import TandemError
+from ...io import atomic_write, write_json
+from ...outdir import output_dir
 from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
 from .comparable import (check_same_problems, legibility_differences, refuse_mixed_verdicts, refuse_or_warn,
                          settings_differences)
 from .regrade import apply_regrade
-from .runs import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
-from .tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
+from ..run_files import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
+from ..report.tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
 
 # Re-exported: these names lived here before runs.py and tables.py existed.
 __all__ = ["EvalRun", "Senior", "Table", "build_comparison", "check_same_benchmarks", "classify", "comparison_tables",
@@ -64,7 +64,7 @@ MACROS = ("ours", "paper")
 def paper_macro_counts(run: EvalRun) -> dict[str, tuple[list[int], list[int]]]:
     """{paper set: (n per problem, correct per problem)} over ``PAPER_MACRO_SETS``; problems of the
     pooled ``aime`` set count in their year (ids ``aime24/<id>``). A missing set is a TandemError."""
-    from ..data.benchmarks import PAPER_MACRO_SETS, POOLED
+    from ...data.benchmarks import PAPER_MACRO_SETS, POOLED
 
     out: dict[str, tuple[list[int], list[int]]] = {s: ([], []) for s in PAPER_MACRO_SETS}
     for (b, pid), (n, c) in run.counts().items():

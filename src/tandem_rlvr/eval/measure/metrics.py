@@ -1,7 +1,7 @@
 """Pure metric functions over numpy arrays: pass@k, bootstrap SEs, paired tests, drift.
 
 What: every number of the evaluation battery that is not a model forward (those live in
-``eval/legibility.py``) is computed here from plain arrays, so each can be checked against
+``eval/measure/legibility.py``) is computed here from plain arrays, so each can be checked against
 an independent reference (``tests/test_metrics.py``: brute-force k-subsets, the analytic SE
 of a mean, scipy on the same arrays).
 
@@ -33,7 +33,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from ..errors import TandemError
+from ...errors import TandemError
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

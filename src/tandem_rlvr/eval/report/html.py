@@ -39,15 +39,15 @@ from typing import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..errors import TandemError
-from ..io import atomic_write, read_json
-from ..rundir import output_dir
-from .compare import run_compare
+from ...errors import TandemError
+from ...io import atomic_write, read_json
+from ...outdir import output_dir
+from ..measure.compare import run_compare
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
-from .report_headline import headline_sentences, headline_table
-from .report_samples import samples_html
-from .runs import split_named
+from .headline import headline_sentences, headline_table
+from .samples import samples_html
+from ..run_files import split_named
 from .tables import Table, comparison_tables, recovery_sentence
 
 
@@ -125,7 +125,7 @@ def _line(name: str) -> dict[str, str]:
 
 def read_train_log(path: str | os.PathLike) -> list[dict]:
     """Rows of a training log (jsonl); rows without numbers are skipped, a malformed line is an error."""
-    from ..io import read_jsonl
+    from ...io import read_jsonl
 
     if not Path(path).is_file():
         raise TandemError(f"{path}: no such training log")
@@ -296,7 +296,7 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
 
 def captions(comp: dict, train_logs: dict[str, list[dict]] | None = None) -> dict[str, str]:
     """What each figure of ``build_report`` measures, by file name: one or two plain sentences."""
-    from ..models import model_name
+    from ...models import model_name
 
     def sampling(metrics: dict) -> str:
         cfg = next(iter(metrics.values())).get("config", {})

@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..decoding.rng import row_seed
-from ..decoding.sampling import SamplingParams
-from ..errors import TandemError
-from ..io import read_json, read_jsonl, write_json
-from ..prompting import encode_prompt
-from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
-from ..tasks import prompt_text, task_row
-from .runs import check_problems, read_run, run_problems, run_task
+from ...decoding.rng import row_seed
+from ...decoding.sampling import SamplingParams
+from ...errors import TandemError
+from ...io import read_json, read_jsonl, write_json
+from ...prompting import encode_prompt
+from ...outdir import RunLock, output_dir, refuse_other_config, remove_failed_start
+from ...tasks import prompt_text, task_row
+from ..run_files import check_problems, read_run, run_problems, run_task
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -74,7 +74,7 @@ class ProbeSettings:
 @torch.no_grad()
 def greedy_tokens(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> list[np.ndarray]:
     """Per row, (T_row,) the model's argmax token at each response position, teacher-forced."""
-    from .teacher_forcing import collate, hidden_states, pack_batches
+    from ...decoding.teacher_forcing import collate, hidden_states, pack_batches
 
     out = [np.zeros(0, dtype=np.int64) for _ in prompts]
     head, dev = model.get_output_embeddings(), next(model.parameters()).device
@@ -121,9 +121,9 @@ def summarize(rows: list[dict], correct_samples: int, n_boot: int, seed: int) ->
 
 def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     """Probe the correct samples of ``s.samples`` (module docstring); the summary."""
-    from ..engines import DecoderSetup, engine_kind, open_decoder
-    from ..fingerprint import model_fingerprint
-    from ..models import load_pair, resolve_model_path
+    from ...engines import DecoderSetup, engine_kind, open_decoder
+    from ...fingerprint import model_fingerprint
+    from ...models import load_pair, resolve_model_path
 
     output_dir(out, "--out", create=False)  # a bad --out fails before any model resolves (or world builds)
     run = read_run(s.samples)
@@ -265,9 +265,9 @@ def cmd_probe(a) -> None:
 
 def register(sub) -> None:
     """Add ``tandem probe forced-junior`` to the command parser's subparsers."""
-    from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES
-    from ..config import SEED_MAX
-    from ..errors import COUNT, number
+    from ...engines.base import DEFAULT_ENGINE, LOCAL_ENGINES
+    from ...config import SEED_MAX
+    from ...errors import COUNT, number
 
     p = sub.add_parser("probe", help="probes of a trained senior: forced-junior")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=type(p))

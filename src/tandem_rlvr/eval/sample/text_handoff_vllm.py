@@ -26,16 +26,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import TandemError
-from ..prompting import resolve_template
-from .text_turns import BREAK, TurnEngine, turn_result
+from ...errors import TandemError
+from ...prompting import resolve_template
+from .turns import BREAK, TurnEngine, turn_result
 
 
 class VLLMTurnModel(TurnEngine):
     """One model of the pair on its own vLLM engine (``path``: its checkpoint directory)."""
 
     def __init__(self, path: str, tokenizer, sampling, template: str, settings, seed: int = 0):
-        from ..engines.vllm_engine import VLLMEngine, model_eos_ids
+        from ...engines.vllm_engine import VLLMEngine, model_eos_ids
 
         self.tokenizer, self.template, self.sampling = tokenizer, resolve_template(tokenizer, template), sampling
         self.engine = VLLMEngine(path, None, tokenizer, model_eos_ids(tokenizer, path), tandem=False, seed=seed,
@@ -71,8 +71,8 @@ class VLLMTurnModel(TurnEngine):
 
 def open_vllm_turn_models(cfg) -> list[VLLMTurnModel]:
     """[senior, junior] turn models of an ``EvalConfig`` on ``--engine vllm``, one engine each."""
-    from ..engines.vllm_engine import VLLMSettings, _platform_is_cpu, require_vllm, with_dtype
-    from ..models import load_tokenizer, resolve_model_path
+    from ...engines.vllm_engine import VLLMSettings, _platform_is_cpu, require_vllm, with_dtype
+    from ...models import load_tokenizer, resolve_model_path
 
     if cfg.junior_device not in (None, "", cfg.device):
         raise TandemError("--junior-device is not supported by --engine vllm (both engines share the device)")
