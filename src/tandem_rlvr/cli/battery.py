@@ -13,8 +13,8 @@ Thin, like ``cli/__init__.py``: parse, call ``eval.measure.legibility/drift/comp
 
 from __future__ import annotations
 
-from ..errors import COUNT, number
 from ..errors import TandemError
+from .flags import COUNT, grader_flag, number
 
 RUN_HELP = ("[NAME=]DIR of one senior's results: an eval dir, or a dir whose subdirs are eval dirs (solo run = "
             "schedule 'senior'; other sampling runs = handoff, labelled by dir name; legibility.json; drift.json)")
@@ -151,7 +151,6 @@ def cmd_report(a) -> None:
 def register(sub, esub) -> None:
     """Add ``eval legibility``, ``eval drift`` and ``eval replay`` to ``esub`` (the subparsers of ``tandem eval``),
     ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
-    from ..rewards.math import grader_flag
 
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")

@@ -5,13 +5,39 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import COUNT, FRACTION, number  # noqa: F401  (the flags' numeric types, re-exported)
+from ..errors import TandemError, check_number, number_rule
+
+
+def number(kind=int, lo=None, hi=None, *, lo_open: bool = False, optional: bool = False):
+    """argparse type of a numeric flag: ``kind`` (int or float) parsed from the text, then
+    ``errors.check_number``'s rule (finite, in range), so NaN, inf, 0 and negative values fail as
+    a one-line usage error naming the flag, before any work. ``optional``: "none" means None."""
+    integer = kind is int
+
+    def parse(text: str):
+        if optional and text.strip().lower() in ("none", "null"):
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {number_rule(lo, hi, lo_open=lo_open, integer=integer)}, "
+                                             f"got {text!r}") from None
+        try:
+            return check_number(value, "value", lo, hi, lo_open=lo_open, integer=integer)
+        except TandemError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+COUNT = number(int, 1)  # a positive count: --n, --batch-size, --limit, ...
+FRACTION = number(float, 0, 1)  # a probability in [0, 1]
 
 
 def seed_type(text: str) -> int:
     """argparse type of every --seed: an integer in [0, config.SEED_MAX]."""
     from ..config import check_seed
-    from ..errors import TandemError
 
     try:
         return check_seed(int(text))
@@ -99,7 +125,6 @@ def server_flags(p: argparse.ArgumentParser) -> None:
 def engine_of(a) -> str:
     """The engine the flags choose: --server means vllm-server."""
     from ..engines.base import DEFAULT_ENGINE, ENGINES, REMOTE_ENGINE
-    from ..errors import TandemError
 
     engine, server = getattr(a, "engine", DEFAULT_ENGINE), getattr(a, "server", None)
     if server and engine not in (DEFAULT_ENGINE, REMOTE_ENGINE):
@@ -157,8 +182,6 @@ def answer_mode_flag(p):
     p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
                    help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
                         "joined, for multi-answer problems answered one box per answer)")
-    from ..rewards.math import grader_flag
-
     grader_flag(p)
 
 
@@ -194,3 +217,12 @@ def plan_flags(p: argparse.ArgumentParser) -> None:
                    "on every linear layer of the body instead of full fine-tuning (default 0: off)")
     g.add_argument("--plan-sync-bucket-mib", type=number(float, 0, lo_open=True), default=None,
                    help="weight-sync bucket under sharding or LoRA, MiB (default: the run's sync_bucket_mb)")
+
+
+def grader_flag(p, default: str | None = "ours", help_default: str = "ours") -> None:
+    """The ``--grader`` flag of every command that grades math (``rewards.math.GRADERS``)."""
+    from ..rewards.math import GRADERS
+
+    p.add_argument("--grader", default=default, choices=GRADERS,
+                   help=f"math grader: ours (math-verify with repairs, choice labels stripped) or paper (the paper's "
+                        f"cascade: mathd, sympy, math-verify; docs/paper_fidelity.md); default {help_default}")
