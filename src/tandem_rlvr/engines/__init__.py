@@ -12,13 +12,8 @@ in one registry table (``base.ENGINES``), so everything downstream of a rollout 
 
 from dataclasses import dataclass
 
-from .base import ENGINES, EngineSetup, RolloutEngine, RolloutSpec, engine_kind, open_engine  # noqa: F401
+from .base import ENGINES, EngineSetup, RolloutEngine, RolloutSpec, check_vllm_schedule, engine_kind, open_engine  # noqa: F401
 from .request_args import NOT_ON_VLLM  # noqa: F401  (re-exported: checked before any loading)
-
-
-def check_vllm_schedule(schedule: str) -> None:
-    """TandemError unless the vLLM engines can run ``schedule`` (checked before any loading)."""
-    ENGINES["vllm"].check_schedule(schedule)
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def healthy(url: str) -> bool:
 def run_server(a) -> None:
     """Start the server for ``a`` (the parsed ``tandem serve`` flags) and wait for it to stop."""
     from ..models import check_same_tokenizer, load_tokenizer, resolve_model_path
-    from .vllm_engine import VLLMSettings, _architectures, _platform_is_cpu, require_vllm, with_dtype
+    from .vllm_engine import VLLMSettings, senior_architectures, platform_is_cpu, require_vllm, with_dtype
 
     if not 0 < a.port < 65536:
         raise TandemError(f"--port must be in 1..65535, got {a.port}")
@@ -126,10 +126,10 @@ def run_server(a) -> None:
     junior = resolve_model_path(a.junior or a.senior)
     check_same_tokenizer(load_tokenizer(senior), load_tokenizer(junior))
     require_vllm()
-    on_cpu = _platform_is_cpu()
+    on_cpu = platform_is_cpu()
     dtype = with_dtype(VLLMSettings(), a.dtype, "cpu" if on_cpu else "cuda").dtype
     sync = a.weight_sync if a.weight_sync != "auto" else ("tandem_gloo" if on_cpu else "nccl")
-    argv = server_argv(senior, junior, _architectures(senior), host=a.host, port=a.port, api_key=a.api_key,
+    argv = server_argv(senior, junior, senior_architectures(senior), host=a.host, port=a.port, api_key=a.api_key,
                        dtype=dtype, on_cpu=on_cpu, kv_cache_gib=a.kv_cache_gib, extra=a.vllm_args,
                        weight_sync=sync)
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1") if sync else None

@@ -90,10 +90,11 @@ def load_paths(path: str) -> list[dict]:
 
 
 def _judge(s: EleganceSettings, out: Path):
-    from ..rewards.judge import Judge, JudgeSettings
+    from ..engines.judge_local import open_judge
+    from ..rewards.judge import JudgeSettings
 
-    return Judge(JudgeSettings(s.judge, s.judge_template, s.judge_parser, max_tokens=s.judge_max_tokens),
-                 cache=out / "judge_cache.sqlite")
+    return open_judge(JudgeSettings(s.judge, s.judge_template, s.judge_parser, max_tokens=s.judge_max_tokens),
+                      cache=out / "judge_cache.sqlite")
 
 
 def calibrate(judge, rows: list[dict]) -> dict:

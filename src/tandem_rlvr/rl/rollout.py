@@ -20,10 +20,10 @@ from collections import defaultdict
 import torch
 from accelerate.utils import gather_object
 
+from ..decoding.render import author_switches
 from ..decoding.rng import row_seed
 from ..engines.base import RolloutSpec
 from ..errors import TandemError
-from ..eval.measure.metrics import author_switches
 from ..prompting import encode_prompt
 from .trainer import record_metrics
 from .weights import EngineSync

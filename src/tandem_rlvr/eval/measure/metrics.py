@@ -16,7 +16,8 @@ of a mean, scipy on the same arrays).
 - Paired bootstrap intervals (``paired_bootstrap``): the 95% percentile interval of the mean
   per-problem difference candidate - baseline, per benchmark and for the macro (problems
   resampled within each benchmark, ``scipy.stats.bootstrap``), seeded.
-- Diagnostics of samples: author switches per sequence (``author_switches``), truncation
+- Diagnostics of samples: author switches per sequence (``switches_summary`` over
+  ``decoding.render.author_switches``), truncation
   (``truncation_summary``: the response hit its token budget without EOS), distinct problems
   solved (``solved_summary``: pass@n > 0). Each returns None or a reason where its set is empty.
 - Drift (paper section 5): token marginals with additive smoothing, signed log-ratios to
@@ -32,6 +33,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
+
+from ...decoding.render import author_switches
 
 from ...errors import TandemError
 
@@ -206,12 +209,6 @@ def _percentile_interval(groups: tuple, n_boot: int, seed: int, level: float) ->
 
 
 # --------------------------------------------------------------------------- sample diagnostics
-def author_switches(senior_mask: Sequence[int]) -> int:
-    """Author changes in one sequence: positions t >= 1 whose author differs from t - 1's."""
-    m = np.asarray(senior_mask, dtype=np.int64)
-    return int((m[1:] != m[:-1]).sum()) if m.size > 1 else 0
-
-
 def switches_summary(masks: Iterable[Sequence[int]]) -> dict | None:
     """{"mean", "sd", "sequences"} of author switches per sequence; None for no sequences."""
     x = np.array([author_switches(m) for m in masks], dtype=np.float64)

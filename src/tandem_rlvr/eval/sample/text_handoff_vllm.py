@@ -71,14 +71,14 @@ class VLLMTurnModel(TurnEngine):
 
 def open_vllm_turn_models(cfg) -> list[VLLMTurnModel]:
     """[senior, junior] turn models of an ``EvalConfig`` on ``--engine vllm``, one engine each."""
-    from ...engines.vllm_engine import VLLMSettings, _platform_is_cpu, require_vllm, with_dtype
+    from ...engines.vllm_engine import VLLMSettings, platform_is_cpu, require_vllm, with_dtype
     from ...models import load_tokenizer, resolve_model_path
 
     if cfg.junior_device not in (None, "", cfg.device):
         raise TandemError("--junior-device is not supported by --engine vllm (both engines share the device)")
     require_vllm()
     settings = with_dtype(cfg.vllm_settings or VLLMSettings(), cfg.dtype, cfg.device)
-    if not _platform_is_cpu():  # two engines on one GPU: each may take half of what one would
+    if not platform_is_cpu():  # two engines on one GPU: each may take half of what one would
         settings = replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization / 2)
     models: list[VLLMTurnModel] = []
     try:
