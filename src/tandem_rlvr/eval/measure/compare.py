@@ -5,7 +5,7 @@ writes DIR/compare.json and DIR/compare.md (and prints the tables): solo pass@k 
 per benchmark and macro (paper Table 1, Figure 2), handoff pass@k per handoff set-up
 (Table 2, Figure 3), junior legibility, drift (section 5) and paired one-sided t-tests on
 per-problem statistics pooled over benchmarks (Table 3). Runs are found and read through
-``runs`` (``discover``, ``read_run``); the tables are built and rendered by ``tables``.
+``run_files`` (``discover``, ``read_run``); the tables are built and rendered by ``tables``.
 
 How RUN is read: ``[NAME=]DIR`` (NAME defaults to DIR's base name). DIR is an eval
 directory itself or holds them as subdirectories: one with ``samples.jsonl`` and a

@@ -50,7 +50,7 @@ from ...errors import TandemError
 from ...io import write_json
 from ...outdir import abs_spec, output_dir
 from ...runtime import invocation
-from ..run_files import INPUTS, EvalRun, check_problems, read_legibility, read_run, run_problems, run_task  # noqa: F401 (read_legibility: re-exported)
+from ..run_files import INPUTS, EvalRun, check_problems, read_legibility, read_run, recorded_task, run_problems  # noqa: F401 (read_legibility: re-exported)
 from .metrics import mean_se_summary
 from .legibility_text import check_tokenizer, f as _f, run_paper_legibility, write_jsonl as _write_jsonl  # noqa: F401 (check_tokenizer: drift)
 from ...decoding.teacher_forcing import pack_batches, score_sequences, token_ce_alpha  # noqa: F401 (re-exported: the scoring lives there)
@@ -67,7 +67,7 @@ def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, spli
     from ...tasks import prompt_text
 
     template = run.config.get("template")
-    task = run_task(run.config)  # its prompt: the run's task and instruction
+    task = recorded_task(run.config)  # its prompt: the run's task and instruction
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
     specs, problems = run_problems(run.path, run.config, benchmarks, split)

@@ -35,7 +35,7 @@ from ...outdir import abs_spec
 from ...runtime import invocation
 from .metrics import mean_se_summary
 from ...tasks import prompt_text
-from ..run_files import INPUTS, EvalRun, check_problems, run_problems, run_task
+from ..run_files import INPUTS, EvalRun, check_problems, recorded_task, run_problems
 
 CUT = 4096 - 8  # the paper's MAX_MODEL_LEN - CONTEXT_RESERVE: chains this long or longer are dropped
 
@@ -46,7 +46,7 @@ def texts_for(run: EvalRun, tokenizer, benchmarks, split) -> tuple[list[str], li
     if INPUTS in run.config:
         check_problems(run.rows, problems, run.where)
     template = resolve_template(tokenizer, run.config.get("template") or "auto")
-    task = run_task(run.config)  # its prompt: the run's task and instruction
+    task = recorded_task(run.config)  # its prompt: the run's task and instruction
     prompts, responses = [], []
     for i, r in enumerate(run.rows):
         key = (r["benchmark"], str(r["problem_id"]))

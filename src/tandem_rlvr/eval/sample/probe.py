@@ -38,7 +38,7 @@ from ...io import read_json, read_jsonl, write_json
 from ...prompting import encode_prompt
 from ...outdir import RunLock, output_dir, refuse_other_config, remove_failed_start
 from ...tasks import prompt_text, task_row
-from ..run_files import check_problems, read_run, run_problems, run_task
+from ..run_files import check_problems, read_run, recorded_task, run_problems
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -133,7 +133,7 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     senior = s.senior or (cfg.get("models") or {}).get("senior")
     if not senior:
         raise TandemError(f"{s.samples}: config.json names no senior; give --senior")
-    task = run_task(cfg)
+    task = recorded_task(cfg)
     _, problems = run_problems(run.path, cfg)
     check_problems(run.rows, problems, run.where)
     chosen = [r for r in run.rows if r["correct"]][: s.limit]

@@ -9,7 +9,7 @@ turn is solo decoding). A turn is one ``LLM.generate`` call over every live chai
 author the model is, each request with its own ``max_tokens`` (the chain's cap), its own
 ``seed`` (the turn seed, ``row_seed(chain seed, turn)``, as on hf) and ``stop=["\\n\\n"]``
 with ``include_stop_str_in_output``. The turn's text and end are then derived from the
-generated ids by ``text_turns.turn_result``, exactly as on hf; vLLM's stop string only
+generated ids by ``turns.turn_result``, exactly as on hf; vLLM's stop string only
 decides where generation stops. Log-probs are vLLM's processed ones (after temperature,
 ``engines.vllm_engine``), the same quantity the hf decoder records.
 
