@@ -1,4 +1,4 @@
-"""Flags shared by ``tandem`` subcommands (``cli/__init__.py`` and ``cli/recipes.py``) and the objects
+"""Flags shared by ``tandem`` subcommands (the modules of ``cli/``) and the objects
 built from them: models, sampling, schedule, engine, template, answer mode."""
 
 from __future__ import annotations

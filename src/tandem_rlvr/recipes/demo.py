@@ -79,7 +79,7 @@ def _settings(quick: bool, world: str) -> dict:
 
 def plot_curves(runs: dict[str, Path], out: Path) -> Path:
     """Reward, response length, senior share, validation accuracy, KL to the junior and
-    wall-clock per step, one line per method in the report's colours (``report.training_figure``)."""
+    wall-clock per step, one line per method in the report's colours (``eval.report.html.training_figure``)."""
     from ..eval.report.html import training_figure
     from ..rl.callbacks import read_log
 

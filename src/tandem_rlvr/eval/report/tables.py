@@ -4,7 +4,7 @@
 share; ``comparison_tables`` builds the paper's tables from compare.json's content in the
 paper's order, ``drift_tables`` those of a drift result. Rendered as GitHub markdown
 (``to_markdown``: compare.md, drift.md), on the terminal (``print_tables``, rich) and as
-HTML (``report.py``).
+HTML (``html.py``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ word schedules with any junior) and the demo. Output, in ``out``:
 - ``config.json``: models, schedule, sampling, template, instruction, answer mode, task and its
   verifier (``tasks``: the prompt and the grader; ``math`` by default), n, dtype, benchmarks, and ``inputs``: fingerprints of the senior's and junior's files and of each
   benchmark's problem set (``fingerprint``). Written first; a resume with other inputs or
-  another config is refused with a line naming what changed (``runs.check_config``), and so
-  is a row whose problem text or answer no longer matches (``runs.check_problems``).
+  another config is refused with a line naming what changed (``run_files.check_config``), and so
+  is a row whose problem text or answer no longer matches (``run_files.check_problems``).
 - ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
   correct, senior_share, tokens (count), token_ids, senior_mask, seed, the gold answer,
   the grader's ``reason`` (passed, wrong answer, failed test 2, timeout, ...), the problem's
