@@ -301,6 +301,76 @@ def private_imports(src: Path = SRC) -> list[tuple[str, str, str]]:
     return sorted(set(found))
 
 
+def top_level_names(path: Path) -> set[str] | None:
+    """Names a module defines at its top level (defs, classes, assignments, imports, also inside
+    top-level ``if``/``try``); None if it star-imports (its names cannot be listed)."""
+    names: set[str] = set()
+    todo = list(ast.parse(path.read_text(encoding="utf-8"), str(path)).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return None
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try)):
+            todo += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                     *(s for h in getattr(node, "handlers", []) for s in h.body)]
+    return names
+
+
+def unresolved_imports(src: Path = SRC) -> list[tuple[str, int, str]]:
+    """(module, line, what) of every import of ours, lazy ones included, that names no module of
+    the package or a name its module does not define: a relative import of the wrong depth after a
+    move, or a name that moved elsewhere, fails here before the line ever runs."""
+    modules = module_names(src)
+    defined = {m: top_level_names(p) for m, p in modules.items()}
+    bad = []
+    for module, path in modules.items():
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                elif not base.startswith(PACKAGE):
+                    continue
+                if base not in modules:
+                    bad.append((module, node.lineno, base))
+                    continue
+                for a in node.names:
+                    known = defined[base]
+                    if a.name != "*" and f"{base}.{a.name}" not in modules and known is not None and a.name not in known:
+                        bad.append((module, node.lineno, f"{base}.{a.name}"))
+            elif isinstance(node, ast.Import):
+                bad += [(module, node.lineno, a.name) for a in node.names
+                        if a.name.startswith(PACKAGE) and a.name not in modules]
+    return bad
+
+
+def test_every_import_of_ours_names_something_that_exists():
+    bad = unresolved_imports()
+    assert not bad, "imports naming nothing:\n" + "\n".join(f"{m}:{line}: {what}" for m, line, what in bad)
+
+
+def test_the_resolver_sees_a_wrong_depth_and_a_moved_name(tmp_path):
+    pkg = tmp_path / PACKAGE
+    (pkg / "eval" / "sample").mkdir(parents=True)
+    for init in (pkg, pkg / "eval", pkg / "eval" / "sample"):
+        (init / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("class TandemError(ValueError):\n    pass\n")
+    (pkg / "eval" / "sample" / "sampler.py").write_text(
+        "from ...errors import TandemError\ndef f():\n    from ..errors import TandemError\n"
+        "    from ...errors import number\n")
+    assert unresolved_imports(pkg) == [(f"{PACKAGE}.eval.sample.sampler", 3, f"{PACKAGE}.eval.errors"),
+                                       (f"{PACKAGE}.eval.sample.sampler", 4, f"{PACKAGE}.errors.number")]
+
+
 def test_the_rule_finders_see_an_arrow_up_a_knot_and_private_names(tmp_path):
     pkg = tmp_path / PACKAGE
     for sub in ("rl", "eval", "rewards", "engines", "world"):
