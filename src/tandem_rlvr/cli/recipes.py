@@ -28,9 +28,29 @@ def cmd_study(a) -> None:
 
         run_elegance(a.out, elegance_settings(a))
         return
-    from ..recipes.study import run_study, settings_from_args
+    from ..recipes.study import run_study
 
-    run_study(a.out, settings_from_args(a))
+    run_study(a.out, study_settings(a))
+
+
+def study_settings(a):
+    """``recipes.study.StudySettings`` from ``tandem study drift``'s flags (--seeds and --juniors: comma lists)."""
+    from ..recipes.study import JUNIORS, QUICK_TRAIN, StudySettings
+
+    try:
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise TandemError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
+    juniors = [x.strip() for x in a.juniors.split(",") if x.strip()]
+    bad = [x for x in juniors if x not in JUNIORS]
+    if bad or not juniors or not seeds:
+        raise TandemError(f"--juniors must name some of {', '.join(JUNIORS)} and --seeds some seeds")
+    train = {"max_steps": a.steps} if a.steps else {}
+    if a.quick:
+        train = dict(QUICK_TRAIN)
+        return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=4, n=2, max_tokens=48, quick=True,
+                             checkpoint=a.checkpoint)
+    return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=a.limit, n=a.n, checkpoint=a.checkpoint)
 
 
 # --quick of the elegance study: seconds of training on the shipped four problems (mechanics only)
