@@ -35,7 +35,8 @@ def cmd_study(a) -> None:
 
 def study_settings(a):
     """``recipes.study.StudySettings`` from ``tandem study drift``'s flags (--seeds and --juniors: comma lists)."""
-    from ..recipes.study import JUNIORS, QUICK_TRAIN, StudySettings
+    from ..recipes.pipeline import QUICK_TRAIN
+    from ..recipes.study import JUNIORS, StudySettings
 
     try:
         seeds = [int(x) for x in a.seeds.split(",") if x.strip()]

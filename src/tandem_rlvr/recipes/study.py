@@ -44,7 +44,7 @@ from pathlib import Path
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
 from ..outdir import config_diff, output_dir
-from .pipeline import QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
+from .pipeline import battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
 from .study_stats import aggregate, to_markdown
 
 log = logging.getLogger("tandem_rlvr")

@@ -49,13 +49,8 @@ from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summ
 from .comparable import (check_same_problems, legibility_differences, refuse_mixed_verdicts, refuse_or_warn,
                          settings_differences)
 from .regrade import apply_regrade
-from ..run_files import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
-from ..report.tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
-
-# Re-exported: these names lived here before runs.py and tables.py existed.
-__all__ = ["EvalRun", "Senior", "Table", "build_comparison", "check_same_benchmarks", "classify", "comparison_tables",
-           "discover", "drift_tables", "macro_coverage", "read_run", "recovery_sentence", "run_compare", "run_pass_at_k",
-           "split_named", "to_markdown"]
+from ..run_files import EvalRun, Senior, check_same_benchmarks, discover, read_drift, read_legibility, read_run
+from ..report.tables import Table, comparison_tables, to_markdown
 
 
 MACROS = ("ours", "paper")
