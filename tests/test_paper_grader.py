@@ -167,13 +167,13 @@ def test_unknown_grader_and_paper_grader_with_final_boxes_are_refused():
 
 def test_grader_is_part_of_the_verifier_of_eval_and_training_runs():
     from tandem_rlvr.config import EvalConfig, TrainConfig
-    from tandem_rlvr.rl.train import recorded_task
+    from tandem_rlvr.rl.train import run_task
     from tandem_rlvr.tasks import task_for_eval
 
     assert task_for_eval("math", instruction="paper", answer_mode="last-box").verifier == "math@1:last-box"
     paper = task_for_eval("math", instruction="paper", answer_mode="last-box", grader="paper")
     assert paper.verifier == "math@1:last-box:grader=paper"
-    assert recorded_task(TrainConfig(grader="paper")).verifier == paper.verifier
+    assert run_task(TrainConfig(grader="paper")).verifier == paper.verifier
     with pytest.raises(TandemError, match="--grader paper applies to the math task only"):
         task_for_eval("gsm8k", instruction="paper", answer_mode="last-box", grader="paper")
     with pytest.raises(TandemError, match="last box only"):

@@ -124,14 +124,14 @@ def test_math_training_prompts_are_todays(tok, template, instruction):
 
     from tandem_rlvr.data.benchmarks import Problem
     from tandem_rlvr.prompting import format_prompt
-    from tandem_rlvr.rl.train import Prepared, recorded_task
+    from tandem_rlvr.rl.train import Prepared, run_task
 
     tok = deepcopy(tok)
     tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
     cfg = load_train_config(None, None, {"instruction": instruction})
     p = Problem("b", "1", "Mia has 7 shells. She finds 5 more.", "12",
                 meta={"benchmark": "b", "problem_id": "1", "question": "Mia has 7 shells. She finds 5 more.", "gold": "12"})
-    prep = Prepared(cfg, SimpleNamespace(tokenizer=tok), [p], [p], template, recorded_task(cfg))
+    prep = Prepared(cfg, SimpleNamespace(tokenizer=tok), [p], [p], template, run_task(cfg))
     assert prep.prompt_text(p) == format_prompt(tok, p.problem, template, instruction)
 
 
