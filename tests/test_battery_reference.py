@@ -1,4 +1,4 @@
-"""The evaluation battery against numbers computed here from raw counts, without ``eval.metrics``.
+"""The evaluation battery against numbers computed here from raw counts, without ``eval.measure.metrics``.
 
 - drift: smoothed marginals, KL, the share of frequent tokens with |log-ratio| > 1, survival
   curves, the over-emitted table and the top-n recovery (share moved back, Spearman by ranks),
@@ -19,10 +19,10 @@ import pytest
 
 from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.eval.compare import run_pass_at_k
-from tandem_rlvr.eval.runs import read_run
-from tandem_rlvr.eval.drift import drift_statistics
-from tandem_rlvr.eval.sampler import EvalSpec, summarize
+from tandem_rlvr.eval.measure.compare import run_pass_at_k
+from tandem_rlvr.eval.run_files import read_run
+from tandem_rlvr.eval.measure.drift import drift_statistics
+from tandem_rlvr.eval.sample.sampler import EvalSpec, summarize
 
 
 # --------------------------------------------------------------------------- drift

@@ -27,16 +27,17 @@ def test_train_help_says_the_shown_defaults_are_replaced_by_a_preset(capsys):
 
 
 def test_study_juniors_help_offers_only_accepted_values(capsys):
-    from tandem_rlvr.recipes.study import JUNIORS, settings_from_args
+    from tandem_rlvr.cli.recipes import study_settings
+    from tandem_rlvr.recipes.study import JUNIORS
 
     text = _help(["study", "drift", "--out", "x"], capsys)
     offered = text.split("--juniors JUNIORS ", 1)[1].split("--steps", 1)[0]  # the option, not the usage line
     assert "both" not in offered and all(j in offered for j in JUNIORS)
     a = build_parser().parse_args(["study", "drift", "--out", "x"])
-    assert settings_from_args(a).juniors == list(JUNIORS)  # the default the help names is accepted
+    assert study_settings(a).juniors == list(JUNIORS)  # the default the help names is accepted
     a.juniors = "both"
     with pytest.raises(TandemError, match="juniors"):
-        settings_from_args(a)
+        study_settings(a)
 
 
 def test_a_recipe_run_with_other_settings_names_the_out_flag(tmp_path, model_dir):

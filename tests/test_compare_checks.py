@@ -153,7 +153,7 @@ def _senior(root, good: bool, rng):
 
 
 def test_every_one_sided_test_is_small_in_the_right_direction_and_large_in_the_other(tmp_path):
-    from tandem_rlvr.eval.compare import run_compare
+    from tandem_rlvr.eval.measure.compare import run_compare
 
     rng = np.random.default_rng(0)
     _senior(tmp_path / "good", True, rng)

@@ -6,7 +6,7 @@ or in one problem replaced by another, are refused with one line naming the benc
 ``--allow-mixed`` pairs them anyway, saying so (a warning) and in compare.json (``mixed``), and
 its t-test pairs exactly the problems both runs share. One id naming two problems (a text or an
 answer edited in place) is refused even with ``--allow-mixed``: pairing those means nothing
-(``eval/comparable.py``).
+(``eval/measure/comparable.py``).
 """
 
 import json

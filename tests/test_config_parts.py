@@ -96,7 +96,7 @@ def _flag_value(text: str):
 
 def _captured(argv: list[str], monkeypatch, tmp_path) -> dict:
     """The config the CLI builds from ``argv`` (training or evaluation), caught where it is handed on."""
-    import tandem_rlvr.eval.sampler as sampler
+    import tandem_rlvr.eval.sample.sampler as sampler
     import tandem_rlvr.rl.train as rtrain
 
     seen = []
@@ -153,7 +153,7 @@ def test_a_training_run_directory_written_before_resumes(name, keys, tmp_path):
 def test_an_evaluation_run_directory_written_before_resumes(mode, tmp_path):
     from tandem_rlvr.config import EvalConfig
     from tandem_rlvr.decoding.sampling import SamplingParams
-    from tandem_rlvr.eval.sampler import evaluate
+    from tandem_rlvr.eval.sample.sampler import evaluate
 
     out = tmp_path / "ev"
     out.mkdir()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.eval.metrics import (author_switches, paired_bootstrap, solved_summary, switches_summary,
-                                      truncation_summary)
+from tandem_rlvr.decoding.render import author_switches
+from tandem_rlvr.eval.measure.metrics import paired_bootstrap, solved_summary, switches_summary, truncation_summary
 
 
 def _numpy_percentile_bootstrap(groups, n_boot, seed, level=0.95):

@@ -13,7 +13,7 @@ Counts are built by hand; log-ratios worked in the comments (add-one smoothing, 
 
 import numpy as np
 
-from tandem_rlvr.eval.drift import drift_statistics
+from tandem_rlvr.eval.measure.drift import drift_statistics
 
 V = 40
 

@@ -106,28 +106,30 @@ def test_drift_world_builds_and_records_a_style_summary_per_model(tmp_path):
 
 def test_study_settings_and_cli():
     from tandem_rlvr.cli import build_parser
-    from tandem_rlvr.recipes.study import _variants, settings_from_args
+    from tandem_rlvr.cli.recipes import study_settings
+    from tandem_rlvr.recipes.study import _variants
 
     a = build_parser().parse_args(["study", "drift", "--seeds", "0,2", "--out", "x", "--juniors", "weak"])
-    s = settings_from_args(a)
+    s = study_settings(a)
     assert s.seeds == [0, 2] and s.juniors == ["weak"] and s.world == "tiny-drift"
     assert _variants(s.juniors) == ["grpo", "tandem-weak", "klreg-weak"]
     a.juniors = "strong"
     with pytest.raises(TandemError, match="juniors"):
-        settings_from_args(a)
+        study_settings(a)
 
 
 @pytest.mark.slow
 def test_study_runs_and_resumes(tmp_path, monkeypatch):
     """The quick study end to end, then a rerun that trains and samples nothing again."""
     from tandem_rlvr.cli import build_parser
-    from tandem_rlvr.eval import sampler
+    from tandem_rlvr.cli.recipes import study_settings
+    from tandem_rlvr.eval.sample import sampler
     from tandem_rlvr.recipes import study
     from tandem_rlvr.rl import train as train_mod
 
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
     a = build_parser().parse_args(["study", "drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick"])
-    res = study.run_study(a.out, study.settings_from_args(a), print_fn=lambda *x: None)
+    res = study.run_study(a.out, study_settings(a), print_fn=lambda *x: None)
     assert res["seeds_done"] == [0] and {"grpo", "tandem-self", "klreg-weak", "base"} <= set(res["table"])
     assert (tmp_path / "s" / "study.md").is_file()
     assert any(k.startswith("tandem-self vs grpo") for k in res["tests"])
@@ -135,10 +137,10 @@ def test_study_runs_and_resumes(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(train_mod, "train", lambda *x, **k: calls.append("train"))
     monkeypatch.setattr(sampler, "evaluate", lambda *x, **k: calls.append("eval"))
-    res2 = study.run_study(a.out, study.settings_from_args(a), print_fn=lambda *x: None)
+    res2 = study.run_study(a.out, study_settings(a), print_fn=lambda *x: None)
     assert calls == [] and res2["table"] == res["table"]
     data = json.loads((tmp_path / "s" / "settings.json").read_text())
     assert data["seeds"] == [0]
     b = build_parser().parse_args(["study", "drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick", "--juniors", "self"])
     with pytest.raises(TandemError, match="other settings"):
-        study.run_study(b.out, study.settings_from_args(b), print_fn=lambda *x: None)
+        study.run_study(b.out, study_settings(b), print_fn=lambda *x: None)

@@ -1,21 +1,36 @@
-"""No import cycles in ``tandem_rlvr``, and nothing below the entry points imports them.
+"""The import graph of ``tandem_rlvr`` runs one way: no cycle, no arrow back up, no private names.
 
 A pure-stdlib walk over the package's source: every ``import``/``from ... import`` anywhere
 in a module (function-level, lazy imports included: a cycle through a lazy import is still a
 cycle, it only fails later), resolved to the module it names. Importing ``a.b.c`` also runs
 the ``__init__`` of ``a`` and ``a.b``, so the importer gets an edge to each such package that
-is not one of its own (``data.benchmarks`` importing ``world.tasks`` runs ``world/__init__``).
+is not one of its own (``data.benchmarks`` importing ``world.tasks`` runs ``world/__init__``);
+a module that names its own package's ``__init__`` (``from . import check_vllm_schedule``) gets
+that edge too, since it runs code of that ``__init__``.
+
+The rules (docs/architecture.md, "Floors"; DESIGN.md's layout):
+
+- no module-level cycle, and no package-level knot (a cycle between top-level packages, e.g.
+  ``rewards -> engines -> models -> world -> rewards``);
+- every package sits on a floor (``FLOORS``) and imports only its own floor or those below; on a
+  floor, ``APART`` pairs never import each other (``rl`` and ``eval``: training never needs the
+  evaluation battery);
+- nothing imports another module's ``_private`` names, nor a ``_private`` module of another package
+  (``PRIVATE_EXCEPTIONS`` lists the one kept, with its reason).
 
 Run: ``python -m pytest -q tests/test_import_graph.py`` (or ``python tests/test_import_graph.py``,
-which prints any cycle). The cycle finder is tested on a synthetic graph below, so a broken
-finder cannot pass silently.
+which prints every violation and the count of arrows back up). Each finder is tested on a
+synthetic package below, so a broken finder cannot pass silently.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = "tandem_rlvr"
 SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
@@ -62,7 +77,8 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
         if target is None:
             continue
         parts = target.split(".")
-        out.update(p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if p not in own)
+        out.update(p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p not in own)
+        out.add(target)  # named itself: an edge even to the importer's own package
     out.discard(module)
     return out
 
@@ -177,7 +193,246 @@ def test_nothing_below_the_entry_points_imports_them():
     assert not upward, f"modules importing the CLI or a recipe: {upward}"
 
 
+# --------------------------------------------------------------------------- floors
+# Higher floors import lower ones (and their own); never the other way. The ground floor holds
+# what everything may use (errors, io, paths, runtime, progress, outdir, fingerprint, prompting,
+# gguf, fetch): every top-level name not listed here.
+FLOORS = {
+    "cli": 6, "study": 6, "demo": 6, "__main__": 6,  # the entry points (study, demo: aliases)
+    "recipes": 5,
+    "rl": 4, "eval": 4, "client": 4,
+    "engines": 3, "config": 3,
+    "models": 2, "data": 2, "world": 2, "tasks": 2,
+    "decoding": 1, "rewards": 1, "sandbox": 1,
+}
+APART = {("rl", "eval"), ("eval", "rl")}  # same floor, never importing each other
+# Submodules that name their own package's __init__, kept: tasks/__init__ is the task registry and
+# never imports grade, which consumes it (``python -m pkg`` modules, ``__main__``, always may).
+OWN_INIT_USERS = {"tandem_rlvr.tasks.grade"}
+# (importer, imported module): a private name import kept, with its reason
+PRIVATE_EXCEPTIONS = {
+    # world/build.py and world/cross.py are hashed into the key of every built world (the shipped
+    # ones too): renaming build.py's helpers to public names would change every world's key.
+    ("tandem_rlvr.world.cross", "tandem_rlvr.world.build"),
+}
+
+
+def package_of(module: str) -> str:
+    """The top-level package (or ground-floor module) of a dotted name: ``tandem_rlvr.eval.x`` -> ``eval``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def floor(package: str) -> int:
+    return FLOORS.get(package, 0)
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{package: packages it imports}, between distinct top-level packages (the root itself left out)."""
+    out: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        for t in targets:
+            a, b = package_of(m), package_of(t)
+            if a and b and a != b:
+                out.setdefault(a, set()).add(b)
+    return out
+
+
+def arrows_back_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every (importer, imported) module pair whose package is on a higher floor, or an ``APART``
+    pair; and every submodule naming its own package's ``__init__``, which sits above its parts
+    (it imports them: ``engines/__init__`` <-> ``engines.server_client`` was such a knot)."""
+    bad = []
+    for m, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            a, b = package_of(m), package_of(t)
+            if a and b and a != b and (floor(b) > floor(a) or (a, b) in APART):
+                bad.append((m, t))
+            elif b and m.startswith(t + ".") and m.rpartition(".")[2] != "__main__" and m not in OWN_INIT_USERS:
+                bad.append((m, t))
+    return bad
+
+
+def private_imports(src: Path = SRC) -> list[tuple[str, str, str]]:
+    """(importer, module, name) of every import of another module's ``_private`` name (``from m
+    import _x``, or ``m._x`` on an imported module ``m``), and of a ``_private`` module from
+    outside its package. Dunder names (``__version__``) are public."""
+    modules = module_names(src)
+    private = lambda n: n.startswith("_") and not (n.startswith("__") and n.endswith("__"))  # noqa: E731
+    found = []
+    for module, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        here = module if is_pkg else module.rpartition(".")[0]
+        bound: dict[str, str] = {}  # local name -> our module it is bound to
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                if _resolve(base, modules) is None:
+                    continue
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    if full in modules:  # a submodule
+                        bound[a.asname or a.name] = full
+                    if private(a.name) and full not in modules and base != module:
+                        found.append((module, base, a.name))
+                    for mod in (full if full in modules else base,):
+                        parts = mod.split(".")
+                        for i, part in enumerate(parts):
+                            owner = ".".join(parts[:i])
+                            if private(part) and not module.startswith(owner + "."):
+                                found.append((module, mod, part))
+                                break
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in modules and a.asname:
+                        bound[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and private(node.attr) and bound[node.value.id] != module):
+                found.append((module, bound[node.value.id], node.attr))
+    return sorted(set(found))
+
+
+def top_level_names(path: Path) -> set[str] | None:
+    """Names a module defines at its top level (defs, classes, assignments, imports, also inside
+    top-level ``if``/``try``); None if it star-imports (its names cannot be listed)."""
+    names: set[str] = set()
+    todo = list(ast.parse(path.read_text(encoding="utf-8"), str(path)).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return None
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try)):
+            todo += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                     *(s for h in getattr(node, "handlers", []) for s in h.body)]
+    return names
+
+
+def unresolved_imports(src: Path = SRC) -> list[tuple[str, int, str]]:
+    """(module, line, what) of every import of ours, lazy ones included, that names no module of
+    the package or a name its module does not define: a relative import of the wrong depth after a
+    move, or a name that moved elsewhere, fails here before the line ever runs."""
+    modules = module_names(src)
+    defined = {m: top_level_names(p) for m, p in modules.items()}
+    bad = []
+    for module, path in modules.items():
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                elif not base.startswith(PACKAGE):
+                    continue
+                if base not in modules:
+                    bad.append((module, node.lineno, base))
+                    continue
+                for a in node.names:
+                    known = defined[base]
+                    if a.name != "*" and f"{base}.{a.name}" not in modules and known is not None and a.name not in known:
+                        bad.append((module, node.lineno, f"{base}.{a.name}"))
+            elif isinstance(node, ast.Import):
+                bad += [(module, node.lineno, a.name) for a in node.names
+                        if a.name.startswith(PACKAGE) and a.name not in modules]
+    return bad
+
+
+def test_every_import_of_ours_names_something_that_exists():
+    bad = unresolved_imports()
+    assert not bad, "imports naming nothing:\n" + "\n".join(f"{m}:{line}: {what}" for m, line, what in bad)
+
+
+def test_the_resolver_sees_a_wrong_depth_and_a_moved_name(tmp_path):
+    pkg = tmp_path / PACKAGE
+    (pkg / "eval" / "sample").mkdir(parents=True)
+    for init in (pkg, pkg / "eval", pkg / "eval" / "sample"):
+        (init / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("class TandemError(ValueError):\n    pass\n")
+    (pkg / "eval" / "sample" / "sampler.py").write_text(
+        "from ...errors import TandemError\ndef f():\n    from ..errors import TandemError\n"
+        "    from ...errors import number\n")
+    assert unresolved_imports(pkg) == [(f"{PACKAGE}.eval.sample.sampler", 3, f"{PACKAGE}.eval.errors"),
+                                       (f"{PACKAGE}.eval.sample.sampler", 4, f"{PACKAGE}.errors.number")]
+
+
+def test_the_rule_finders_see_an_arrow_up_a_knot_and_private_names(tmp_path):
+    pkg = tmp_path / PACKAGE
+    for sub in ("rl", "eval", "rewards", "engines", "world"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rl" / "rollout.py").write_text("def f():\n    from ..eval.metrics import switches\n")
+    (pkg / "eval" / "metrics.py").write_text("switches = 0\n")
+    (pkg / "rewards" / "judge.py").write_text("from ..engines.open import _opener\n")
+    (pkg / "engines" / "open.py").write_text("from ..world import build\n_opener = build._make\n")
+    (pkg / "world" / "build.py").write_text("from ..rewards import judge\n_make = 1\n")
+    (pkg / "world" / "cross.py").write_text("from . import build\nx = build._make\n")
+    graph = import_graph(pkg)
+    assert arrows_back_up(graph) == [(f"{PACKAGE}.rewards.judge", f"{PACKAGE}.engines"),
+                                     (f"{PACKAGE}.rewards.judge", f"{PACKAGE}.engines.open"),
+                                     (f"{PACKAGE}.rl.rollout", f"{PACKAGE}.eval"),
+                                     (f"{PACKAGE}.rl.rollout", f"{PACKAGE}.eval.metrics")]
+    assert find_cycles(package_graph(graph)) == [["engines", "world", "rewards", "engines"]]
+    assert private_imports(pkg) == [(f"{PACKAGE}.engines.open", f"{PACKAGE}.world.build", "_make"),
+                                    (f"{PACKAGE}.rewards.judge", f"{PACKAGE}.engines.open", "_opener"),
+                                    (f"{PACKAGE}.world.cross", f"{PACKAGE}.world.build", "_make")]
+
+
+def test_a_submodule_naming_its_own_package_closes_a_cycle(tmp_path):
+    pkg = tmp_path / PACKAGE
+    (pkg / "engines").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engines" / "__init__.py").write_text("from .base import ENGINES\ndef check():\n    pass\n")
+    (pkg / "engines" / "base.py").write_text("def open_():\n    from .client import C\n")
+    (pkg / "engines" / "client.py").write_text("def f():\n    from . import check\n")
+    cycles = find_cycles(import_graph(pkg))
+    assert cycles == [[f"{PACKAGE}.engines", f"{PACKAGE}.engines.base", f"{PACKAGE}.engines.client",
+                       f"{PACKAGE}.engines"]]
+
+
+def test_no_package_level_knot():
+    knots = find_cycles(package_graph(import_graph()))
+    assert not knots, "packages importing each other:\n" + "\n".join(" -> ".join(c) for c in knots)
+
+
+def test_no_arrow_back_up():
+    """config -> rl, rl -> eval, rewards -> engines, and every other import of a higher floor."""
+    up = arrows_back_up(import_graph())
+    assert not up, "imports of a higher floor:\n" + "\n".join(f"{m} -> {t}" for m, t in up)
+
+
+def test_no_import_of_another_modules_private_names():
+    found = [f for f in private_imports() if (f[0], f[1]) not in PRIVATE_EXCEPTIONS]
+    assert not found, "private names imported:\n" + "\n".join(f"{m} imports {t}: {n}" for m, t, n in found)
+
+
+def test_only_the_cli_parses_arguments():
+    """argparse is imported by ``cli/`` alone (and by the math worker's own process entry point,
+    ``rewards/_worker.py``, and world/build.py's build script, whose source keys every world)."""
+    users = sorted(m for m, p in module_names().items() if re.search(r"^\s*(import argparse|from argparse )",
+                                                                        p.read_text(encoding="utf-8"), re.M))
+    assert [m for m in users if not m.startswith("tandem_rlvr.cli")] == ["tandem_rlvr.rewards._worker",
+                                                                            "tandem_rlvr.world.build"]
+
+
 if __name__ == "__main__":
-    found = find_cycles(import_graph())
-    print("\n".join(" -> ".join(c) for c in found) or "no import cycle")
-    sys.exit(1 if found else 0)
+    g = import_graph()
+    problems = [*(" -> ".join(c) for c in find_cycles(g)), *(" -> ".join(c) for c in find_cycles(package_graph(g))),
+                *(f"up: {m} -> {t}" for m, t in arrows_back_up(g)),
+                *(f"private: {m} imports {t}.{n}" for m, t, n in private_imports())]
+    print("\n".join(problems) or "no violation")
+    print(f"arrows back up: {len(arrows_back_up(g))} module imports, "
+          f"{len({(package_of(m), package_of(t)) for m, t in arrows_back_up(g)})} package pairs")
+    sys.exit(1 if problems else 0)

@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from judge_helpers import FakeJudgeServer
+from tandem_rlvr.engines.judge_local import open_judge
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rewards.judge import Judge, JudgeSettings, parse_verdict, template_text
 
@@ -100,10 +101,16 @@ def test_endpoint_that_never_answers_times_out_to_none(tmp_path):
         s.close()
 
 
+def test_a_local_judge_without_a_backend_is_refused_before_any_loading(tmp_path):
+    """rewards never opens an engine: a local judge model comes through engines.judge_local.open_judge."""
+    with pytest.raises(TandemError, match="open_judge"):
+        Judge(JudgeSettings(str(tmp_path / "no-model-here")))
+
+
 def test_local_judge_replies_are_the_models_greedy_decode(model_dir, tmp_path):
     settings = JudgeSettings(str(model_dir), template="yes-no", parser="score:100", max_tokens=6, batch_size=2,
                              device="cpu", dtype="float32")
-    judge = Judge(settings, cache=tmp_path / "c.sqlite")
+    judge = open_judge(settings, cache=tmp_path / "c.sqlite")
     verdicts, stats = judge.verdicts(ITEMS)
     assert stats.queried == 2 and stats.asked == 3
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.eval.legibility import pack_batches, score_sequences, token_ce_alpha
+from tandem_rlvr.eval.measure.legibility import pack_batches, score_sequences, token_ce_alpha
 from tandem_rlvr.prompting import encode_prompt, format_prompt
 
 
@@ -180,7 +180,7 @@ def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, world):
                  f"grpo={runs['grpo']},tandem={runs['tandem']}", "--reference", "grpo", "--candidate", "tandem",
                  "--top-n", "20", "--min-count", "5", "--out", str(out)]) == 0
     res = json.loads((out / "drift.json").read_text())
-    # expected values from raw counts with numpy/scipy only (not eval.metrics)
+    # expected values from raw counts with numpy/scipy only (not eval.measure.metrics)
     counts = {n: np.bincount([t for x in (d / "samples.jsonl").read_text().splitlines() for t in json.loads(x)["token_ids"]],
                              minlength=len(tok)) for n, d in runs.items()}
     p = {n: (c + 1.0) / (c.sum() + len(tok)) for n, c in counts.items()}
@@ -227,8 +227,8 @@ def _counts(V=30, **emitted):
 
 
 def test_only_tokens_the_reference_emitted_can_be_over_emitted():
-    from tandem_rlvr.eval.tables import drift_tables, recovery_sentence
-    from tandem_rlvr.eval.drift import drift_statistics
+    from tandem_rlvr.eval.report.tables import drift_tables, recovery_sentence
+    from tandem_rlvr.eval.measure.drift import drift_statistics
 
     # junior: ids 0-9 x 20 (200 tokens); grpo: ids 0-9 x 10, id 10 x 8, id 11 x 2 (110); ids 12-29 nobody emits.
     # Smoothed, every unemitted id has log(p_grpo/p_jun) = log(230/140) > 0; ids 0-9 have 11*230/(140*21) < 1.
@@ -244,7 +244,7 @@ def test_only_tokens_the_reference_emitted_can_be_over_emitted():
 
 
 def test_recovery_share_over_qualifying_tokens_matches_hand_count():
-    from tandem_rlvr.eval.drift import drift_statistics
+    from tandem_rlvr.eval.measure.drift import drift_statistics
 
     # grpo and tandem both write 196 tokens, so log(p_tandem/p_grpo) < 0 exactly where tandem's count is lower:
     # ids 10-15 (4 < 8) move back, ids 16-21 (12 > 8) do not: 6 of 12 = 0.5.
@@ -256,8 +256,8 @@ def test_recovery_share_over_qualifying_tokens_matches_hand_count():
 
 
 def test_a_candidate_with_the_juniors_counts_is_flagged_as_trivial_recovery():
-    from tandem_rlvr.eval.tables import recovery_sentence
-    from tandem_rlvr.eval.drift import drift_statistics
+    from tandem_rlvr.eval.report.tables import recovery_sentence
+    from tandem_rlvr.eval.measure.drift import drift_statistics
 
     junior = _counts(a=(range(10), 20))
     counts = {"junior": junior, "grpo": _counts(a=(range(10), 10), b=(range(10, 22), 8)), "tandem": junior.copy()}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.eval import legibility_text
+from tandem_rlvr.eval.measure import legibility_text
 
 from conftest import make_model, make_tokenizer
 
@@ -103,7 +103,7 @@ def test_ids_protocol_refuses_another_vocabulary_naming_the_paper_protocol(setup
 
 
 def test_compare_tells_legibility_of_the_two_protocols_apart():
-    from tandem_rlvr.eval.comparable import legibility_differences
+    from tandem_rlvr.eval.measure.comparable import legibility_differences
 
     same = {"grpo": {"junior": "j", "ce_protocol": "paper"}, "tandem": {"junior": "j", "ce_protocol": "paper"}}
     assert legibility_differences(same) == []

@@ -136,7 +136,7 @@ def test_paper_preset_prompts_with_the_papers_exact_text():
 def test_default_evaluation_prompts_with_the_papers_exact_text(tmp_path, tok, monkeypatch):
     """``tandem eval solo`` with default flags: the prompt it encodes and the instruction it records."""
     from tandem_rlvr.cli import main
-    from tandem_rlvr.eval import sampler
+    from tandem_rlvr.eval.sample import sampler
 
     d = _save_dir(tmp_path / "m", make_tokenizer(), make_model(len(tok), 0), chat_template=CHAT_TEMPLATE)
     bench = tmp_path / "one.jsonl"

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.eval.probe import bootstrap_interval, choose_position, summarize
+from tandem_rlvr.eval.sample.probe import bootstrap_interval, choose_position, summarize
 
 from test_provenance import _bench, models  # noqa: F401  (models: the shared module fixture)
 

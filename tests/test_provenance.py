@@ -22,7 +22,7 @@ from tandem_rlvr.cli import main
 from tandem_rlvr.config import EvalConfig, TrainConfig, config_fields, eval_keys
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.eval.sampler import evaluate
+from tandem_rlvr.eval.sample.sampler import evaluate
 
 from conftest import make_model
 

@@ -31,8 +31,8 @@ def test_finished_evaluations_are_kept_after_their_inputs_are_checked(tmp_path, 
     first = evaluate_senior(str(senior), d, {"": str(junior)}, _settings(bench), progress=False)
     stored = {k: json.loads((d / k / "metrics.json").read_text()) for k in ("solo", "handoff")}
 
-    import tandem_rlvr.eval.sampler as sampler
-    import tandem_rlvr.eval.legibility as legibility
+    import tandem_rlvr.eval.sample.sampler as sampler
+    import tandem_rlvr.eval.measure.legibility as legibility
 
     def boom(*a, **k):
         raise AssertionError("a finished run was sampled or scored again")

@@ -16,7 +16,8 @@ from unittest import mock
 import pytest
 
 from tandem_rlvr.cli import build_parser
-from tandem_rlvr.eval import report
+from tandem_rlvr.cli.recipes import study_settings
+from tandem_rlvr.eval.report import html as report
 from tandem_rlvr.recipes import demo, pipeline, study, study_stats
 
 
@@ -45,7 +46,7 @@ def test_study_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypat
     saved = torch.get_num_threads()
     a = build_parser().parse_args(["study", "drift", "--seeds", "0,1", "--out", str(tmp_path / "s"), "--quick"])
     try:
-        study.run_study(a.out, study.settings_from_args(a), print_fn=lambda *x: None)
+        study.run_study(a.out, study_settings(a), print_fn=lambda *x: None)
         # the study's figures must not follow the load: the demo's fixed count (CUDA runs keep torch's own)
         assert torch.get_num_threads() == 1 or torch.cuda.is_available()
     finally:

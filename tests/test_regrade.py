@@ -16,7 +16,7 @@ import pytest
 
 from tandem_rlvr.cli import main
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.eval.regrade import RECORD, REGRADED, regrade
+from tandem_rlvr.eval.measure.regrade import RECORD, REGRADED, regrade
 
 # (benchmark, problem_id, response, gold, saved verdict, today's verdict)
 SAMPLES = [
@@ -112,7 +112,7 @@ def test_compare_reads_regraded_verdicts_and_says_so(tmp_path, capsys):
 
 
 def test_report_sample_marks_use_the_regraded_verdicts(tmp_path):
-    from tandem_rlvr.eval.report_samples import samples_html
+    from tandem_rlvr.eval.report.samples import samples_html
 
     a = _run(tmp_path / "a" / "solo", samples=SAMPLES[1:2])  # b=m vs m: saved wrong, right today
     before = samples_html({"runs": {"a": {"solo": str(a), "handoff": {}}}}, 1)
@@ -145,9 +145,9 @@ PAPER_SAMPLES = [
 
 
 def test_regrade_with_the_papers_grader_counts_changed_verdicts_and_refuses_mixing(tmp_path, capsys):
-    from tandem_rlvr.eval.comparable import refuse_mixed_verdicts
-    from tandem_rlvr.eval.regrade import apply_regrade
-    from tandem_rlvr.eval.runs import read_run
+    from tandem_rlvr.eval.measure.comparable import refuse_mixed_verdicts
+    from tandem_rlvr.eval.measure.regrade import apply_regrade
+    from tandem_rlvr.eval.run_files import read_run
 
     run = _run(tmp_path / "a" / "solo", samples=PAPER_SAMPLES)
     shutil.copytree(run, tmp_path / "b" / "solo")

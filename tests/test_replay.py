@@ -16,7 +16,7 @@ from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
-from tandem_rlvr.eval.sampler import EvalSpec, run_eval
+from tandem_rlvr.eval.sample.sampler import EvalSpec, run_eval
 
 PROBLEMS = {"alpha": [Problem("alpha", str(i), f"Mia has {i} shells.", str(i)) for i in range(3)],
             "beta": [Problem("beta", str(i), f"Leo has {i} cards.\n\nHe", str(i)) for i in range(2)]}

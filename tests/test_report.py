@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.eval.metrics import mean_se_summary
-from tandem_rlvr.eval.report import read_train_log, training_figure, training_summary
+from tandem_rlvr.eval.measure.metrics import mean_se_summary
+from tandem_rlvr.eval.report.html import read_train_log, training_figure, training_summary
 from tandem_rlvr.errors import TandemError
 
 BENCHES = ("alpha", "beta")
@@ -97,7 +97,7 @@ def test_compare_tables_and_ttests_match_scipy(runs, tmp_path, capsys):
 
 
 def test_macro_coverage_names_the_sets_and_the_papers_aime_pooling():
-    from tandem_rlvr.eval.tables import macro_coverage
+    from tandem_rlvr.eval.report.tables import macro_coverage
 
     assert macro_coverage(["aime", "amc23", "minerva"]) == "macro over 3 benchmarks: aime, amc23, minerva"
     text = macro_coverage(["aime24", "aime25", "aime26", "amc23"])
@@ -257,7 +257,7 @@ def test_every_method_has_one_colour_and_line_style_in_every_report_figure(repor
 def test_drift_and_training_figures_draw_each_method_in_its_colour():
     from matplotlib.colors import to_hex
 
-    from tandem_rlvr.eval.report import recovery_figure, survival_figure
+    from tandem_rlvr.eval.report.html import recovery_figure, survival_figure
 
     names = ["base", "grpo", "tandem", "klreg", "junior"]
     grid = np.linspace(0, 2, 5).tolist()
@@ -328,7 +328,7 @@ def test_training_summary_counts_optimiser_steps_not_the_step_zero_validation(tm
 def test_recovery_figure_title_fits_inside_the_figure():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from tandem_rlvr.eval.report import recovery_figure
+    from tandem_rlvr.eval.report.html import recovery_figure
 
     rec = {"reference": "grpo-long-name", "candidate": "tandem-long-name", "top_n": 500, "qualifying": 500,
            "share_moved_back": 0.985, "spearman": {"rho": -0.3212, "p": 8.9e-13}, "ref_drift": [1.0, 2.0], "cand_shift": [-1.0, 0.5]}
@@ -361,7 +361,7 @@ def _comp_with_base():
 
 
 def test_headline_compares_every_senior_with_the_base():
-    from tandem_rlvr.eval.report_headline import headline_sentences, headline_table
+    from tandem_rlvr.eval.report.headline import headline_sentences, headline_table
 
     t = headline_table(_comp_with_base())
     assert t.columns == ["senior", "solo pass@1", "vs base", "handoff pass@1 (with jr, paragraph-roundrobin)", "vs base",

@@ -17,8 +17,8 @@ from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
-from tandem_rlvr.eval.runs import read_samples
-from tandem_rlvr.eval.sampler import EvalSpec, run_eval
+from tandem_rlvr.eval.run_files import read_samples
+from tandem_rlvr.eval.sample.sampler import EvalSpec, run_eval
 from tandem_rlvr.rl import assemble as assembly
 from tandem_rlvr.rl.train import train
 

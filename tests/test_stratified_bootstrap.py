@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.eval.legibility_text import paper_summary
-from tandem_rlvr.eval.metrics import macro_bootstrap_se, mean_se_summary, pass_at_k_summary
+from tandem_rlvr.eval.measure.legibility_text import paper_summary
+from tandem_rlvr.eval.measure.metrics import macro_bootstrap_se, mean_se_summary, pass_at_k_summary
 
 from test_legibility_drift import rows_for, world, write_run  # noqa: F401  (world: a module fixture)
 

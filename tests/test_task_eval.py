@@ -68,14 +68,14 @@ def test_an_unknown_task_is_a_one_line_error_before_any_model_loads(tmp_path, ca
 
 def test_legibility_of_a_code_run_re_makes_the_code_prompts(tmp_path, models):  # noqa: F811
     """The legibility scorer reloads a run's problems through its task (humaneval is no math benchmark)."""
-    from tandem_rlvr.eval.runs import read_run, run_problems, run_task
+    from tandem_rlvr.eval.run_files import read_run, recorded_task, run_problems
     from tandem_rlvr.tasks import get_task
 
     run = tmp_path / "code"
     assert _eval(run, models["a"], "humaneval", "--task", "code", "--limit", "1") == 0
     cfg = read_run(run).config
     _, problems = run_problems(run, cfg)
-    assert run_task(cfg).name == "code" and problems[("humaneval", "HumanEval/0")].meta["gold"]["kind"] == "humaneval"
+    assert recorded_task(cfg).name == "code" and problems[("humaneval", "HumanEval/0")].meta["gold"]["kind"] == "humaneval"
     assert get_task("code").verifier == cfg["verifier"]
     assert main(["eval", "legibility", "--samples", str(run), "--junior", str(models["b"]),
                  "--out", str(tmp_path / "leg")]) == 0

@@ -12,8 +12,8 @@ from tandem_rlvr.config import EvalConfig
 from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.eval.metrics import handoff_diagnostics
-from tandem_rlvr.eval.text_handoff import TextHandoff, TurnModel
+from tandem_rlvr.eval.measure.metrics import handoff_diagnostics
+from tandem_rlvr.eval.sample.text_handoff import TextHandoff, TurnModel
 from tandem_rlvr.tasks import task_for_eval, task_row
 
 from conftest import TEXT, make_model, make_tokenizer
@@ -222,7 +222,7 @@ def test_the_server_engine_asks_for_protocol_stream_before_any_request(capsys, d
 
 
 def test_text_protocol_refuses_the_server_engine_in_one_line(dirs):
-    from tandem_rlvr.eval.text_handoff import open_text_handoff
+    from tandem_rlvr.eval.sample.text_handoff import open_text_handoff
 
     senior, _, data = dirs
     cfg = EvalConfig.from_keys(senior=senior, mode="handoff", benchmarks=[data], engine="vllm-server", protocol="text")

@@ -14,7 +14,7 @@ import itertools
 
 import pytest
 
-from tandem_rlvr.eval.text_turns import turn_result
+from tandem_rlvr.eval.sample.turns import turn_result
 from tandem_rlvr.tasks import task_row
 
 from test_text_handoff import PROBLEMS, TASK, _handoff, cross_pair  # noqa: F401  (cross_pair: module fixture)

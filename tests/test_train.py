@@ -356,7 +356,7 @@ def test_a_run_is_recognised_however_its_path_is_spelled_and_after_a_move(setup,
 
 
 def test_a_second_training_writer_is_refused_naming_the_holder(setup, tmp_path):
-    from tandem_rlvr.rundir import RunLock
+    from tandem_rlvr.outdir import RunLock
     import os
     import socket
     (tmp_path / "run").mkdir()

@@ -46,7 +46,7 @@ def test_handoff_eval_metrics_carry_switches_and_the_juniors_logprob_of_its_toke
     from tandem_rlvr.decoding.sampling import SamplingParams
     from tandem_rlvr.decoding.schedule import make_schedule
     from tandem_rlvr.decoding.tandem import TandemDecoder
-    from tandem_rlvr.eval.sampler import EvalSpec, run_eval
+    from tandem_rlvr.eval.sample.sampler import EvalSpec, run_eval
     from tandem_rlvr.prompting import encode_prompt, format_prompt
 
     senior, junior = (m.cpu() for m in pair)

@@ -152,8 +152,8 @@ def test_battery_runs_on_vllm_runs(tok, engine, pair_dirs, tmp_path):  # last: i
     drift, compare and report read exactly as they read runs of the transformers engine; a
     re-run resumes without sampling anything again."""
     from tandem_rlvr.config import EvalConfig
-    from tandem_rlvr.eval.runs import read_samples, write_sources
-    from tandem_rlvr.eval.sampler import EvalSpec, HANDOFF_KS, evaluate, run_eval
+    from tandem_rlvr.eval.run_files import read_samples, write_sources
+    from tandem_rlvr.eval.sample.sampler import EvalSpec, HANDOFF_KS, evaluate, run_eval
 
     bench = _bench_file(tmp_path)
     sp = SamplingParams(0.7, 0.8, 20, 24)

@@ -142,7 +142,7 @@ def test_generate_and_eval_against_the_server_resume_and_match_its_completions(t
     samples whose ids and masks are the server's completions for the row seeds, and a run cut
     short resumes to the same file; a finished run re-run is a no-op."""
     from tandem_rlvr.cli import main
-    from tandem_rlvr.eval.runs import read_samples
+    from tandem_rlvr.eval.run_files import read_samples
 
     assert main(["generate", "--server", server, "--prompt", "Mia has 7 shells.", "--template", "plain",
                  "--max-tokens", "12", "--seed", "3", "--no-color"]) == 0

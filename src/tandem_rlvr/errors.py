@@ -3,12 +3,9 @@
 Anything a user can get wrong (a path, a flag, a malformed row) raises ``TandemError``
 with a one-line message that names the bad input. The CLI prints it without a traceback
 and exits with status 2; library callers can catch it like any ``ValueError``.
-``check_number`` is the one rule for every numeric setting, ``number`` its argparse form for flags.
+``check_number`` is the one rule for every numeric setting (``cli.flags.number`` is its form for flags).
 ``collective_failure`` words a failed collective between training processes as one line too.
 """
-
-from argparse import ArgumentTypeError
-
 
 class TandemError(ValueError):
     """Bad input from the user; the message is one line and names the input."""
@@ -45,7 +42,7 @@ def check_number(value, name: str, lo=None, hi=None, *, lo_open: bool = False, i
     """``value`` if it is a finite number (an int with ``integer``) in [lo, hi] ((lo, hi] with ``lo_open``);
     else a TandemError naming ``name`` and the rule. NaN and inf always fail (NaN compares false with
     every bound, so a plain ``x < lo`` test would let it through); None passes with ``optional``.
-    The one check of every numeric setting: config fields, flags (``number``), $TANDEM_THREADS."""
+    The one check of every numeric setting: config fields, flags (``cli.flags.number``), $TANDEM_THREADS."""
     import math
 
     if value is None and optional:
@@ -59,30 +56,3 @@ def check_number(value, name: str, lo=None, hi=None, *, lo_open: bool = False, i
     if not ok:
         raise TandemError(f"{name} must be {number_rule(lo, hi, lo_open=lo_open, integer=integer)}, got {value!r}")
     return value
-
-
-def number(kind=int, lo=None, hi=None, *, lo_open: bool = False, optional: bool = False):
-    """argparse type of a numeric flag: ``kind`` (int or float) parsed from the text, then
-    ``errors.check_number``'s rule (finite, in range), so NaN, inf, 0 and negative values fail as
-    a one-line usage error naming the flag, before any work. ``optional``: "none" means None."""
-    integer = kind is int
-
-    def parse(text: str):
-        if optional and text.strip().lower() in ("none", "null"):
-            return None
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ArgumentTypeError(f"expected {number_rule(lo, hi, lo_open=lo_open, integer=integer)}, "
-                                             f"got {text!r}") from None
-        try:
-            return check_number(value, "value", lo, hi, lo_open=lo_open, integer=integer)
-        except TandemError as e:
-            raise ArgumentTypeError(str(e).removeprefix("value ")) from None
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-COUNT = number(int, 1)  # a positive count: --n, --batch-size, --limit, ...
-FRACTION = number(float, 0, 1)  # a probability in [0, 1]

@@ -5,10 +5,10 @@ The study lives in ``tandem_rlvr.recipes.study`` (its aggregate in ``recipes.stu
 
 import sys
 
-from .recipes.study import JUNIORS, VARIANTS, StudySettings, run_study, settings_from_args
+from .recipes.study import JUNIORS, VARIANTS, StudySettings, run_study
 from .recipes.study_stats import aggregate, to_markdown
 
-__all__ = ["JUNIORS", "VARIANTS", "StudySettings", "aggregate", "main", "run_study", "settings_from_args", "to_markdown"]
+__all__ = ["JUNIORS", "VARIANTS", "StudySettings", "aggregate", "main", "run_study", "to_markdown"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import TandemError
-from .schedule import _byte_decoder
+from .schedule import byte_decoder
 
 SENIOR, JUNIOR = 0, 1
 
@@ -42,7 +42,7 @@ class Vocab:
     def __init__(self, tokenizer, vocab_size: int | None = None, name: str = "model"):
         vocab = tokenizer.get_vocab()
         V = max(vocab_size or 0, max(vocab.values()) + 1)
-        bd = _byte_decoder()
+        bd = byte_decoder()
         special = set(tokenizer.all_special_ids) | {vocab[t] for t in getattr(tokenizer, "added_tokens_encoder", {})
                                                     if t in vocab}
         table = [b""] * V

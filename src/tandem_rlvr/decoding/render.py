@@ -1,6 +1,12 @@
-"""Turn (tokens, senior mask) into text segments by author, for terminals and HTML."""
+"""Authorship runs of one response: (tokens, senior mask) into text segments by author, for
+terminals and HTML, and the count of author switches (a rollout diagnostic of training and
+evaluation alike)."""
 
 from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
 
 
 def author_segments(tokenizer, tokens: list[int], senior_mask: list[int]) -> list[tuple[str, bool]]:
@@ -21,3 +27,9 @@ def author_segments(tokenizer, tokens: list[int], senior_mask: list[int]) -> lis
         else:
             segments.append((piece, bool(flag)))
     return segments
+
+
+def author_switches(senior_mask: Sequence[int]) -> int:
+    """Author changes in one sequence: positions t >= 1 whose author differs from t - 1's."""
+    m = np.asarray(senior_mask, dtype=np.int64)
+    return int((m[1:] != m[:-1]).sum()) if m.size > 1 else 0

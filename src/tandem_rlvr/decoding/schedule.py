@@ -62,7 +62,7 @@ BOUNDARY_KINDS = ("word", "sentence", "paragraph", "blank-line-end")
 
 
 # --------------------------------------------------------------------------- boundary sets
-def _byte_decoder() -> dict[str, int]:
+def byte_decoder() -> dict[str, int]:
     """Inverse of GPT-2's bytes_to_unicode: printable stand-in char -> byte."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -89,7 +89,7 @@ def token_surfaces(tokenizer) -> list[str]:
         i for i, t in enumerate(toks) if t in getattr(tokenizer, "added_tokens_encoder", {})
     }
     byte_level = any(t.startswith("Ġ") for t in toks)
-    bd = _byte_decoder() if byte_level else None
+    bd = byte_decoder() if byte_level else None
     out = []
     for i, t in enumerate(toks):
         if i in special or not t:

@@ -5,9 +5,11 @@ the emitted token is fed to both, so both caches advance in lockstep over the sa
 context x . y<t. Per row only the *active* model's output layer runs (the body of both
 must run: the inactive one still needs its cache), which is the physical lower bound on
 tandem cost: 2 x body + 1 x head per token. The junior may live on another device. The
-two bodies are independent work, so the junior's runs in a second thread (torch releases
-the GIL inside its kernels): on CUDA the two devices overlap, on a CPU with two free cores
-the two bodies do.
+two bodies are independent work: when a body is on a GPU the junior's runs in a second
+thread (torch releases the GIL inside its kernels), so two devices, or kernel launches,
+overlap; on a CPU they run one after the other, each with all of torch's intra-op threads
+(measured faster than two threads with half the threads each; ``parallel=True`` splits them,
+see ``TandemDecoder`` and ``threads``).
 
 Nothing in the loop does Python work per row: authors, boundary tests, coins and sampling
 are tensor ops over the batch. Randomness is counter-based (see ``rng``), so a row's
@@ -221,7 +223,7 @@ class TandemDecoder:
     threads each: the GIL serialises the two loops' Python work, docs/results.md). True on a
     CPU splits the intra-op threads between the bodies (N // 2 each: the same cores as solo).
     ``stop``: a boundary (``schedule.ParagraphBoundary``) whose hit ends a row, the token kept
-    (finished stays False, as at the cap): the turns of the text-level handoff (``eval.text_handoff``).
+    (finished stays False, as at the cap): the turns of the text-level handoff (``eval.sample.text_handoff``).
     """
 
     def __init__(self, senior, junior, schedule: Schedule, sampling: SamplingParams,

@@ -10,13 +10,8 @@ it and pushes weights through ``weight_sync``). Every engine is a ``base.Rollout
 in one registry table (``base.ENGINES``), so everything downstream of a rollout is engine-blind.
 """
 
-from .base import ENGINES, EngineSetup, RolloutEngine, RolloutSpec, engine_kind, open_engine  # noqa: F401
+from .base import ENGINES, EngineSetup, RolloutEngine, RolloutSpec, check_vllm_schedule, engine_kind, open_engine  # noqa: F401
 from .request_args import NOT_ON_VLLM  # noqa: F401  (re-exported: checked before any loading)
-
-
-def check_vllm_schedule(schedule: str) -> None:
-    """TandemError unless the vLLM engines can run ``schedule`` (checked before any loading)."""
-    ENGINES["vllm"].check_schedule(schedule)
 
 
 def open_decoder(engine: str, setup: EngineSetup, spec: RolloutSpec):

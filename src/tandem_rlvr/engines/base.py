@@ -176,6 +176,11 @@ def engine_kind(name: str) -> EngineKind:
     return ENGINES[name]
 
 
+def check_vllm_schedule(schedule: str) -> None:
+    """TandemError unless the vLLM engines can run ``schedule`` (checked before any loading)."""
+    ENGINES["vllm"].check_schedule(schedule)
+
+
 def open_engine(name: str, setup: EngineSetup) -> RolloutEngine:
     """Open engine ``name`` (a key of ``ENGINES``) from ``setup``."""
     return engine_kind(name).open(setup)

@@ -116,7 +116,7 @@ def healthy(url: str) -> bool:
 def run_server(a) -> None:
     """Start the server for ``a`` (the parsed ``tandem serve`` flags) and wait for it to stop."""
     from ..models import check_same_tokenizer, load_tokenizer, resolve_model_path
-    from .vllm_engine import VLLMSettings, _architectures, _platform_is_cpu, require_vllm, with_dtype
+    from .vllm_engine import VLLMSettings, senior_architectures, platform_is_cpu, require_vllm, with_dtype
 
     if not 0 < a.port < 65536:
         raise TandemError(f"--port must be in 1..65535, got {a.port}")
@@ -126,10 +126,10 @@ def run_server(a) -> None:
     junior = resolve_model_path(a.junior or a.senior)
     check_same_tokenizer(load_tokenizer(senior), load_tokenizer(junior))
     require_vllm()
-    on_cpu = _platform_is_cpu()
+    on_cpu = platform_is_cpu()
     dtype = with_dtype(VLLMSettings(), a.dtype, "cpu" if on_cpu else "cuda").dtype
     sync = a.weight_sync if a.weight_sync != "auto" else ("tandem_gloo" if on_cpu else "nccl")
-    argv = server_argv(senior, junior, _architectures(senior), host=a.host, port=a.port, api_key=a.api_key,
+    argv = server_argv(senior, junior, senior_architectures(senior), host=a.host, port=a.port, api_key=a.api_key,
                        dtype=dtype, on_cpu=on_cpu, kv_cache_gib=a.kv_cache_gib, extra=a.vllm_args,
                        weight_sync=sync)
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1") if sync else None
@@ -161,37 +161,3 @@ def run_server(a) -> None:
     if code not in (0, -signal.SIGTERM):
         raise TandemError(f"the vLLM server exited with status {code}{'' if ready else ' before it was ready'} "
                           "(its messages are above)")
-
-
-def register(sub, parser_class) -> None:
-    """Add ``tandem serve`` to the subcommands."""
-    from ..errors import number
-
-    class _PassThrough(parser_class):
-        """Flags this parser does not know are vLLM's: kept, in order, for the server."""
-
-        def parse_known_args(self, args=None, namespace=None):
-            ns, extra = super().parse_known_args(args, namespace)
-            ns.vllm_args = [x for x in extra if x != "--"]
-            return ns, []
-
-    s = sub.add_parser("serve", help="serve tandem generation: vLLM's OpenAI-compatible server with the plugin",
-                       description="Start vLLM's OpenAI-compatible server for a senior and junior. Flags not "
-                                   "listed here go to vLLM unchanged (e.g. --max-num-seqs 8).")
-    s.__class__ = _PassThrough
-    s.add_argument("senior", help="senior: directory, .gguf file, hub id or built-in name (tiny)")
-    s.add_argument("--junior", default=None, help="junior (same tokenizer); default: the senior's checkpoint")
-    s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; vLLM's own "
-                   "default, every interface, must be asked for: --host 0.0.0.0)")
-    s.add_argument("--port", type=number(int, 1, 65535), default=8000, help="port (default 8000)")
-    s.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"),
-                   help="key clients must send (Authorization: Bearer KEY); default $VLLM_API_KEY")
-    s.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
-    s.add_argument("--kv-cache-gib", type=number(float, 0, lo_open=True), default=None, help="KV-cache GiB (default: vLLM's share of GPU "
-                   "memory; 1 GiB on CPU)")
-    s.add_argument("--weight-sync", nargs="?", const="auto", default=None, choices=("auto", "nccl", "tandem_gloo"),
-                   help="accept weight pushes from a trainer (tandem train --engine vllm-server): vLLM's weight "
-                        "transfer, nccl on GPU, tandem_gloo on CPU (auto). Opens vLLM's development endpoints, "
-                        "which take no API key")
-    s.set_defaults(fn=run_server, vllm_args=[])
-

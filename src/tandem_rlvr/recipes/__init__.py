@@ -5,7 +5,7 @@
   tables with paired t-tests);
 - ``demo.py``: ``tandem demo``, the whole pipeline on a built-in tiny world;
 - ``study.py`` (with ``study_stats.py``): ``tandem study drift``, the multi-seed drift-world study;
-- ``cli.py``: their subcommands of the one ``tandem`` entry point.
+- ``cli/__init__.py``: their subcommands of the one ``tandem`` entry point.
 
 Nothing below this package imports it (``tests/test_import_graph.py``).
 """

@@ -12,7 +12,7 @@ Two worlds (``--world``):
   answered by Python functions graded by unit tests in the sandbox, the preset's reward
   ``correct + 0.2 x length``, every method paired with the world's junior (its half-way
   checkpoint). Step 3 adds the forced-junior probe of each senior's correct solo samples
-  (``eval.probe``, at most ``PROBE_LIMIT``), and the summary a table of each reward term's
+  (``eval.sample.probe``, at most ``PROBE_LIMIT``), and the summary a table of each reward term's
   per-step mean and the senior share over the first and last ``TERM_STEPS`` training steps.
 
 1. Load the world as the package ships it (``world/shipped.py``; never a build).
@@ -52,10 +52,10 @@ import time
 from pathlib import Path
 
 from ..errors import TandemError
-from ..eval.runs import read_run
+from ..eval.run_files import read_run
 from ..io import atomic_write, write_json
 from ..runtime import DEMO_THREADS, configure_cpu_threads
-from ..rundir import output_dir
+from ..outdir import output_dir
 from .demo_headline import headline
 from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
 
@@ -79,8 +79,8 @@ def _settings(quick: bool, world: str) -> dict:
 
 def plot_curves(runs: dict[str, Path], out: Path) -> Path:
     """Reward, response length, senior share, validation accuracy, KL to the junior and
-    wall-clock per step, one line per method in the report's colours (``report.training_figure``)."""
-    from ..eval.report import training_figure
+    wall-clock per step, one line per method in the report's colours (``eval.report.html.training_figure``)."""
+    from ..eval.report.html import training_figure
     from ..rl.callbacks import read_log
 
     fig = training_figure({method: read_log(run / "log.jsonl") for method, run in runs.items()})
@@ -118,7 +118,7 @@ def drift_note(world_config: dict, results: dict) -> str:
 def checkpoint_note(ckpt: str, trained: dict[str, dict], runs: dict[str, Path]) -> str:
     """Which checkpoint of each training run the demo evaluates and why, from the runs' summaries
     (``{method: rl.train's summary}``: steps, best validation step) and logs (how each validated)."""
-    from ..eval.report import measured_by
+    from ..eval.report.html import measured_by
     from ..rl.callbacks import read_log
 
     best = {m: t["best"]["step"] for m, t in trained.items() if t.get("best")}
@@ -200,9 +200,9 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
 
 
 def _probe(eval_dir: Path, junior: str, limit: int) -> dict | None:
-    """The forced-junior probe (``eval.probe``) of a senior's correct solo samples; None when it has none."""
-    from ..eval.probe import ProbeSettings, run_probe
-    from ..eval.runs import read_run
+    """The forced-junior probe (``eval.sample.probe``) of a senior's correct solo samples; None when it has none."""
+    from ..eval.sample.probe import ProbeSettings, run_probe
+    from ..eval.run_files import read_run
 
     if not any(r["correct"] for r in read_run(eval_dir / "solo").rows):
         return None
@@ -294,7 +294,7 @@ def _terms_markdown(terms: dict) -> str:
 
 def report_of(out: Path, runs: dict[str, Path], notes: list[str] = ()) -> Path:
     """The HTML report of the demo's comparison tables and training logs, opening with ``notes``."""
-    from ..eval.report import run_report
+    from ..eval.report.html import run_report
 
     return run_report(out / "report", compare_dir=str(out / "compare"),
                       train_logs=[f"{m}={r / 'log.jsonl'}" for m, r in runs.items()], notes=notes)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ..errors import TandemError
 from ..io import atomic_write, jsonl_objects, read_json, write_json
-from ..rundir import config_diff, output_dir, remove_failed_start
+from ..outdir import config_diff, output_dir, remove_failed_start
 
 LABELS = ("elegant", "bashy")
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "files" / "elegance" / "sample.jsonl"
@@ -90,10 +90,11 @@ def load_paths(path: str) -> list[dict]:
 
 
 def _judge(s: EleganceSettings, out: Path):
-    from ..rewards.judge import Judge, JudgeSettings
+    from ..engines.judge_local import open_judge
+    from ..rewards.judge import JudgeSettings
 
-    return Judge(JudgeSettings(s.judge, s.judge_template, s.judge_parser, max_tokens=s.judge_max_tokens),
-                 cache=out / "judge_cache.sqlite")
+    return open_judge(JudgeSettings(s.judge, s.judge_template, s.judge_parser, max_tokens=s.judge_max_tokens),
+                      cache=out / "judge_cache.sqlite")
 
 
 def calibrate(judge, rows: list[dict]) -> dict:
@@ -186,8 +187,8 @@ def run_elegance(out: str | Path, s: EleganceSettings, print_fn=print) -> dict:
 
 
 def _run(out: Path, s: EleganceSettings, rows: list[dict], print_fn) -> dict:
-    from ..eval.runs import read_samples
-    from ..eval.sampler import evaluate
+    from ..eval.run_files import read_samples
+    from ..eval.sample.sampler import evaluate
     from .pipeline import train_method
 
     order = list(range(len(rows)))

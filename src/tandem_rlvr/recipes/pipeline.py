@@ -51,7 +51,7 @@ def train_method(preset: str, method: str, senior: str, junior: str | None, run_
     from ..config import load_train_config
     from ..rl.run_identity import stored_config
     from ..rl.train import train
-    from ..rundir import refuse_other_config
+    from ..outdir import refuse_other_config
 
     cfg = load_train_config(preset, overrides=dict(method=method, senior=senior, junior=junior,
                                                    output_dir=str(run_dir), **overrides))
@@ -78,8 +78,8 @@ def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done:
     a changed input is refused, naming it; the caller guarantees the sampling settings are the same), and
     a finished legibility dir is kept when its solo run was. Returns metrics per run name.
     """
-    from ..eval.legibility import run_legibility
-    from ..eval.sampler import evaluate, finished_metrics
+    from ..eval.measure.legibility import run_legibility
+    from ..eval.sample.sampler import evaluate, finished_metrics
 
     def sample(name: str, junior: str | None) -> dict:
         cfg = ev.with_keys(senior=model, junior=junior, mode="handoff" if junior else "solo",
@@ -101,7 +101,7 @@ def _legibility_current(leg: Path, junior: str) -> bool:
     """Whether ``leg`` holds a finished legibility run of ``junior``'s files as they are now (its solo samples
     were checked by ``finished_metrics`` just before); a changed junior is refused, naming it."""
     from ..errors import TandemError
-    from ..eval.runs import INPUTS
+    from ..eval.run_files import INPUTS
     from ..fingerprint import model_fingerprint
     from ..io import read_json
     from ..models import resolve_model_path
@@ -126,8 +126,8 @@ def battery(seniors: dict[str, Path], handoffs: Sequence[str], legibility: str, 
     them. Comparison: each senior's solo run, its ``handoffs`` runs and its ``legibility`` dir,
     with paired t-tests against ``baseline``. ``skip_done`` keeps results already written.
     """
-    from ..eval.compare import run_compare
-    from ..eval.drift import run_drift
+    from ..eval.measure.compare import run_compare
+    from ..eval.measure.drift import run_drift
 
     if not (skip_done and (drift_dir / "drift.json").is_file()):
         run_drift(junior_samples, {n: seniors[n] / "solo" for n in drifted}, drift_dir,

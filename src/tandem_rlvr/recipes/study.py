@@ -43,8 +43,8 @@ from pathlib import Path
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
-from ..rundir import config_diff, output_dir
-from .pipeline import QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
+from ..outdir import config_diff, output_dir
+from .pipeline import battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
 from .study_stats import aggregate, to_markdown
 
 log = logging.getLogger("tandem_rlvr")
@@ -149,21 +149,3 @@ def _check_settings(out: Path, s: StudySettings) -> None:
     else:
         mine["seeds"] = list(s.seeds)
     write_json(path, mine)
-
-
-def settings_from_args(a) -> StudySettings:
-    """StudySettings from ``tandem study``'s parsed flags (``recipes.cli``)."""
-    try:
-        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
-    except ValueError:
-        raise TandemError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
-    juniors = [x.strip() for x in a.juniors.split(",") if x.strip()]
-    bad = [x for x in juniors if x not in JUNIORS]
-    if bad or not juniors or not seeds:
-        raise TandemError(f"--juniors must name some of {', '.join(JUNIORS)} and --seeds some seeds")
-    train = {"max_steps": a.steps} if a.steps else {}
-    if a.quick:
-        train = dict(QUICK_TRAIN)
-        return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=4, n=2, max_tokens=48, quick=True,
-                             checkpoint=a.checkpoint)
-    return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=a.limit, n=a.n, checkpoint=a.checkpoint)

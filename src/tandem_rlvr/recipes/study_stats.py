@@ -1,6 +1,6 @@
 """The drift-world study's aggregate: collect, reduce, test; and its markdown table.
 
-Over the evaluation directories ``recipes.study`` wrote (read through ``eval.runs``):
+Over the evaluation directories ``recipes.study`` wrote (read through ``eval.run_files``):
 
 1. ``collect``: per evaluated senior and seed, scalar statistics (solo and handoff pass@k,
    the style of the solo responses, KL to each junior, recovery, junior CE and alpha, the
@@ -26,8 +26,8 @@ import json
 import math
 from pathlib import Path
 
-from ..eval.metrics import paired_bootstrap, sample_diagnostics, switches_summary
-from ..eval.runs import read_drift, read_legibility, read_metrics, read_run
+from ..eval.measure.metrics import paired_bootstrap, sample_diagnostics, switches_summary
+from ..eval.run_files import read_drift, read_legibility, read_metrics, read_run
 from ..io import read_json
 
 
@@ -132,7 +132,7 @@ def _seed_average(vecs: list[dict]) -> dict:
 
 def paired_tests(per_problem: dict[str, list[dict]]) -> dict[str, dict]:
     """Each variant vs GRPO on every per-problem statistic both have (seed-averaged, paired by problem)."""
-    from ..eval.metrics import paired_ttest
+    from ..eval.measure.metrics import paired_ttest
 
     tests = {}
     if "grpo" not in per_problem:

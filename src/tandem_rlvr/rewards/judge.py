@@ -13,8 +13,9 @@ Backends (``JudgeSettings.model``):
   as in ``engines.server_client``. The API key comes from ``$TANDEM_JUDGE_API_KEY`` (never from a
   config file, so it is never recorded in a run directory).
 - anything else: a local model (directory, hub id, ``tiny``) on our hf engine, decoded greedily
-  in batches of ``batch_size``. This is the one place ``rewards`` reaches up to ``engines`` (a lazy
-  import), so the judge can be any model the project loads.
+  in batches of ``batch_size``. Opening a model is the engines' floor, above this one, so that
+  backend lives there (``engines.judge_local``) and ``engines.judge_local.open_judge`` builds a
+  ``Judge`` of either kind; ``Judge`` alone takes a URL or a backend it is given.
 
 Both decode greedily (temperature 0), so a verdict is a function of (judge, prompt, response):
 the cache (SQLite, safe across processes) stores the judge's reply under
@@ -235,48 +236,6 @@ class EndpointBackend:
         self.client.close()
 
 
-class LocalBackend:
-    """A local judge on our hf engine: the template as one chat user turn, greedy, in batches."""
-
-    def __init__(self, s: JudgeSettings):
-        from ..decoding.sampling import SamplingParams
-        from ..engines import EngineSetup, RolloutSpec, open_decoder
-
-        self.settings = s
-        greedy = SamplingParams(0.0, 1.0, 0, s.max_tokens)
-        self.decoder, self.tok, self._close = open_decoder(
-            "hf", EngineSetup(s.model, device=s.device, dtype=s.dtype), RolloutSpec("senior", greedy))
-
-    def complete(self, prompts: list[str]) -> list[str | None]:
-        out: list[str | None] = []
-        n = self.settings.batch_size
-        for i in range(0, len(prompts), n):
-            part = prompts[i:i + n]
-            try:
-                out += self._generate(part)
-            except Exception as e:  # noqa: BLE001 (a judge failure is a logged zero, never a crash mid-run)
-                log.warning("judge %s: a batch of %d failed (%s: %s); judging its rows one by one",
-                            self.settings.model, len(part), type(e).__name__, str(e)[:200])
-                out += [self._one(p) for p in part]  # one bad row (e.g. over the context) fails alone
-        return out
-
-    def _generate(self, prompts: list[str]) -> list[str]:
-        from ..prompting import encode_prompt, format_prompt
-
-        ids = [encode_prompt(self.tok, format_prompt(self.tok, p, "auto", "none")) for p in prompts]
-        roll = self.decoder.generate(ids, [0] * len(ids))
-        return [self.tok.decode(roll.row_tokens(b), skip_special_tokens=True) for b in range(len(ids))]
-
-    def _one(self, prompt: str) -> str | None:
-        try:
-            return self._generate([prompt])[0]
-        except Exception:  # noqa: BLE001 (already logged for its batch)
-            return None
-
-    def close(self) -> None:
-        self._close()
-
-
 @dataclass
 class JudgeStats:
     """One call's counts: asked (items), cached (answered from the cache), queried (sent to the
@@ -296,7 +255,10 @@ class Judge:
         self.template = template_text(settings.template)
         self.id = settings.identifier
         self.cache = VerdictCache(cache) if cache is not None else None
-        self.backend = backend or (EndpointBackend(settings) if settings.endpoint else LocalBackend(settings))
+        if backend is None and not settings.endpoint:
+            raise TandemError(f"judge {settings.model}: a local judge model runs on an engine; open it with "
+                              "engines.judge_local.open_judge")
+        self.backend = backend or EndpointBackend(settings)
 
     def render(self, question: str, response: str, answer: str) -> str:
         return self.template.format(question=question, response=response, answer=answer)

@@ -75,14 +75,6 @@ ANSWER_MODES = ("last-box", "final-boxes")
 GRADERS = ("ours", "paper")
 
 
-def grader_flag(p, default: str | None = "ours", help_default: str = "ours") -> None:
-    """The ``--grader`` flag of every command that grades math (argparse parser ``p``); here, beside
-    ``GRADERS``, so the library's own command registrations need not import the CLI's flags."""
-    p.add_argument("--grader", default=default, choices=GRADERS,
-                   help=f"math grader: ours (math-verify with repairs, choice labels stripped) or paper (the paper's "
-                        f"cascade: mathd, sympy, math-verify; docs/paper_fidelity.md); default {help_default}")
-
-
 def extract_boxed(text: str) -> str | None:
     """Contents of the last ``\\boxed{}``/``\\fbox{}`` in ``text``; None if absent, empty or unclosed."""
     if not isinstance(text, str):

@@ -40,9 +40,9 @@ def reward_functions(cfg: TrainConfig, task, run_dir: Path) -> tuple[list, list[
 
         user = load_reward(r.reward)
     if r.judge:
-        from ..rewards.judge import Judge
+        from ..engines.judge_local import open_judge
 
-        judge = Judge(cfg.judge_settings(), cache=run_dir / "judge_cache.sqlite")
+        judge = open_judge(cfg.judge_settings(), cache=run_dir / "judge_cache.sqlite")
     funcs, weights = build_terms(parse_terms(r.reward_terms), task, ceiling=cfg.length_ceiling_tokens, judge=judge,
                                  judge_mode=r.judge_mode, user=user)
     return funcs, weights, judge

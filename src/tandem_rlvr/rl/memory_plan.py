@@ -52,7 +52,7 @@ from .memory_shapes import dtype_bytes as _bytes
 
 GiB = 1 << 30
 TILE_TOKENS, TILE_VOCAB = 4096, 32768  # TRL's chunked log-prob tile (trl.kernels.chunked_logprob)
-KL_BATCH_TOKENS, KL_CHUNK = 16384, 4096  # eval.teacher_forcing.response_logprobs defaults
+KL_BATCH_TOKENS, KL_CHUNK = 16384, 4096  # decoding.teacher_forcing.response_logprobs defaults
 VALIDATION_ROWS = 256  # rl.callbacks.Validation.batch_rows when rollout_batch_rows is 0
 GPU_MARGIN_GIB = 3.0  # CUDA context + allocator slack kept free on a GPU
 # Without Triton (CPU), TRL's chunked head folds each recomputed tile with torch ops

@@ -20,10 +20,10 @@ from collections import defaultdict
 import torch
 from accelerate.utils import gather_object
 
+from ..decoding.render import author_switches
 from ..decoding.rng import row_seed
 from ..engines.base import RolloutSpec
 from ..errors import TandemError
-from ..eval.metrics import author_switches
 from ..prompting import encode_prompt
 from .trainer import record_metrics
 from .weights import EngineSync
@@ -126,7 +126,7 @@ class TandemRollout:
         """Sum and count of the k3 estimate of KL(senior || junior) on senior-written tokens
         (temperature-scaled distributions), then sum and count of the junior's log-prob of every
         emitted token, from one teacher-forced junior forward. Monitoring only."""
-        from ..eval.teacher_forcing import response_logprobs
+        from ..decoding.teacher_forcing import response_logprobs
 
         lj = response_logprobs(self.junior, ids, completion_ids, self.tok.pad_token_id, self.sampling.temperature)
         tot, n = 0.0, 0

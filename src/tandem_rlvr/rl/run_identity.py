@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config import RewardsPart, TrainConfig
 from ..io import read_json
-from ..rundir import abs_spec, output_dir, refuse_other_config
+from ..outdir import abs_spec, output_dir, refuse_other_config
 
 # config.json keys that are not the run's identity: where it lives, where its server is, transport sizes
 NOT_IDENTITY = ("output_dir", "server", "sync_bucket_mb", "dist_timeout_s")

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..rundir import RunLock, output_dir, remove_failed_start
+from ..outdir import RunLock, output_dir, remove_failed_start
 
 # what a run writes before its first checkpoint (final/ is moved into place only after training)
 START_FILES = ("config.json", "log.jsonl", "README.md", "judge_cache.sqlite")

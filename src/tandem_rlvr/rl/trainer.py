@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer with the three things Tandem RLVR adds (and our model card), nothing else.
+"""TRL's GRPOTrainer with the four things Tandem RLVR adds (and our model card), nothing else.
 
 1. Fail-closed senior mask: with ``require_senior_mask`` every loss batch must carry the
    mask (TRL's ``tool_mask``, filled from our rollout's ``env_mask``) of the completion's

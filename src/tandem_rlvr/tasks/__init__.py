@@ -22,7 +22,7 @@ paper's last-``\\boxed{}`` verifier of ``rewards.math`` unchanged), ``gsm8k`` (`
 the last number), ``answer-tag`` (exact match inside the last ``<answer>...</answer>``, normalised)
 and ``code`` (``tasks.code.CodeTask``: programs run against unit tests in ``tandem_rlvr.sandbox``).
 
-Where runs use it: ``tandem eval solo|handoff --task T`` (``eval.sampler``) and ``tandem grade``
+Where runs use it: ``tandem eval solo|handoff --task T`` (``eval.sample.sampler``) and ``tandem grade``
 (``tasks.grade``). ``load_problems`` turns a task's rows into the ``data.benchmarks.Problem``
 records the evaluation layer fingerprints and samples from.
 """

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..errors import TandemError
 from ..io import jsonl_objects, read_json, read_text, write_json
-from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
+from ..outdir import RunLock, output_dir, refuse_other_config, remove_failed_start
 from . import task_for_eval
 
 log = logging.getLogger("tandem_rlvr")
@@ -147,28 +147,3 @@ def grade_file(task_name: str, benchmark: str, responses: str | os.PathLike, out
                 remove_failed_start(out, [CONFIG, GRADED], dir_was_new)
             raise
     return summary
-
-
-def cmd_grade(a) -> None:
-    summary = grade_file(a.task, a.benchmark, a.responses, a.out, a.split, a.workers, a.grader)
-    reasons = ", ".join(f"{k} {v}" for k, v in summary["reasons"].items())
-    print(f"{summary['responses']} responses graded by {summary['verifier']} on {summary['benchmark']}: "
-          f"mean score {summary['mean_score']:.3f} ({reasons}); rows in {Path(a.out) / GRADED}")
-
-
-def register(sub) -> None:
-    """Add ``tandem grade`` to the command parser's subparsers."""
-    from ..errors import number
-    from ..rewards.math import grader_flag
-
-    g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
-    g.add_argument("--task", default="math", help="math (default), gsm8k, answer-tag or code (docs/tasks.md)")
-    g.add_argument("--benchmark", required=True, help="the problems the responses answer: a name (humaneval, mbpp, "
-                   "mbpp-full, apps-sample, gsm8k, ...), a local file, or a hub id")
-    g.add_argument("--responses", required=True, help="JSONL file: one object a line with problem_id and response; "
-                   "other columns are kept")
-    g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")
-    g.add_argument("--split", default=None, help="split for registered or hub benchmarks")
-    g.add_argument("--workers", type=number(int, 1, optional=True), default=None, help="programs run at once (code; default: CPUs, at most 8)")
-    grader_flag(g)
-    g.set_defaults(fn=cmd_grade)

@@ -32,7 +32,7 @@ def _cell(v: float | None, base: float | None, fmt: str = ".3f") -> list[str]:
 
 def _columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]]:
     """(column title, number format, {senior: value}) of each headline quantity the comparison has."""
-    from ..models import model_name
+    from ...models import model_name
 
     cols = []
     if comp["solo"]:

@@ -7,14 +7,14 @@
 - ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
 - ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] [--note TEXT] --out DIR``
 
-Thin, like ``cli.py``: parse, call ``eval.legibility/drift/compare/report``, print
+Thin, like ``cli/__init__.py``: parse, call ``eval.measure.legibility/drift/compare/report``, print
 (``tables.print_tables``).
 """
 
 from __future__ import annotations
 
-from ..errors import COUNT, number
 from ..errors import TandemError
+from .flags import COUNT, grader_flag, number
 
 RUN_HELP = ("[NAME=]DIR of one senior's results: an eval dir, or a dir whose subdirs are eval dirs (solo run = "
             "schedule 'senior'; other sampling runs = handoff, labelled by dir name; legibility.json; drift.json)")
@@ -33,8 +33,8 @@ def _ks(text: str | None) -> list[int] | None:
 
 
 def cmd_legibility(a) -> None:
-    from .legibility import run_legibility
-    from .tables import Table, print_tables
+    from ..eval.measure.legibility import run_legibility
+    from ..eval.report.tables import Table, print_tables
 
     benchmarks = [b for b in (a.benchmarks or "").split(",") if b] or None
     res = run_legibility(a.samples, a.junior, a.out, a.senior, benchmarks, a.split, a.device, a.dtype, a.batch_tokens,
@@ -55,8 +55,8 @@ def cmd_legibility(a) -> None:
 
 
 def cmd_regrade(a) -> None:
-    from .regrade import RECORD, REGRADED, regrade
-    from .tables import Table, print_tables
+    from ..eval.measure.regrade import RECORD, REGRADED, regrade
+    from ..eval.report.tables import Table, print_tables
 
     rec = regrade(a.run, replace=a.replace, progress=True, grader=a.grader)
     g = rec["grader"]
@@ -75,8 +75,8 @@ def cmd_regrade(a) -> None:
 
 
 def cmd_drift(a) -> None:
-    from .drift import run_drift
-    from .tables import drift_tables, print_tables, recovery_sentence
+    from ..eval.measure.drift import run_drift
+    from ..eval.report.tables import drift_tables, print_tables, recovery_sentence
 
     res = run_drift(a.junior_samples, a.seniors, a.out, a.reference, a.candidate, a.smoothing, a.min_count, a.top_n,
                     min_ref_count=a.min_ref_count)
@@ -87,8 +87,8 @@ def cmd_drift(a) -> None:
 
 
 def cmd_replay(a) -> None:
-    from .replay import run_replay
-    from .tables import Table, print_tables
+    from ..eval.measure.replay import run_replay
+    from ..eval.report.tables import Table, print_tables
 
     res = run_replay(a.run_dir, a.tokenizer, a.out)
     sched = ", ".join(f"{k}={v}" for k, v in res["schedule"].items())
@@ -133,8 +133,8 @@ def _compare_kw(a) -> dict:
 
 
 def cmd_compare(a) -> None:
-    from .compare import run_compare
-    from .tables import print_tables
+    from ..eval.measure.compare import run_compare
+    from ..eval.report.tables import print_tables
 
     _, tables = run_compare(a.runs, a.out, **_compare_kw(a))
     print_tables(tables)
@@ -142,7 +142,7 @@ def cmd_compare(a) -> None:
 
 
 def cmd_report(a) -> None:
-    from .report import run_report
+    from ..eval.report.html import run_report
 
     path = run_report(a.out, a.compare, a.runs, a.train_log, a.samples_per_run, a.note, **_compare_kw(a))
     print(f"report: {path}")
@@ -151,7 +151,6 @@ def cmd_report(a) -> None:
 def register(sub, esub) -> None:
     """Add ``eval legibility``, ``eval drift`` and ``eval replay`` to ``esub`` (the subparsers of ``tandem eval``),
     ``compare`` and ``report`` to ``sub`` (``tandem``'s)."""
-    from ..rewards.math import grader_flag
 
     lg = esub.add_parser("legibility", help="junior cross-entropy and overlap alpha on a senior's solo samples")
     lg.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")

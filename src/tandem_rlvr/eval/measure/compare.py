@@ -5,7 +5,7 @@ writes DIR/compare.json and DIR/compare.md (and prints the tables): solo pass@k 
 per benchmark and macro (paper Table 1, Figure 2), handoff pass@k per handoff set-up
 (Table 2, Figure 3), junior legibility, drift (section 5) and paired one-sided t-tests on
 per-problem statistics pooled over benchmarks (Table 3). Runs are found and read through
-``runs`` (``discover``, ``read_run``); the tables are built and rendered by ``tables``.
+``run_files`` (``discover``, ``read_run``); the tables are built and rendered by ``tables``.
 
 How RUN is read: ``[NAME=]DIR`` (NAME defaults to DIR's base name). DIR is an eval
 directory itself or holds them as subdirectories: one with ``samples.jsonl`` and a
@@ -42,20 +42,15 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import TandemError
-from ..io import atomic_write, write_json
-from ..rundir import output_dir
+from ...errors import TandemError
+from ...io import atomic_write, write_json
+from ...outdir import output_dir
 from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
 from .comparable import (check_same_problems, legibility_differences, refuse_mixed_verdicts, refuse_or_warn,
                          settings_differences)
 from .regrade import apply_regrade
-from .runs import EvalRun, Senior, check_same_benchmarks, classify, discover, read_drift, read_legibility, read_run, split_named
-from .tables import Table, comparison_tables, drift_tables, macro_coverage, recovery_sentence, to_markdown
-
-# Re-exported: these names lived here before runs.py and tables.py existed.
-__all__ = ["EvalRun", "Senior", "Table", "build_comparison", "check_same_benchmarks", "classify", "comparison_tables",
-           "discover", "drift_tables", "macro_coverage", "read_run", "recovery_sentence", "run_compare", "run_pass_at_k",
-           "split_named", "to_markdown"]
+from ..run_files import EvalRun, Senior, check_same_benchmarks, discover, read_drift, read_legibility, read_run
+from ..report.tables import Table, comparison_tables, to_markdown
 
 
 MACROS = ("ours", "paper")
@@ -64,7 +59,7 @@ MACROS = ("ours", "paper")
 def paper_macro_counts(run: EvalRun) -> dict[str, tuple[list[int], list[int]]]:
     """{paper set: (n per problem, correct per problem)} over ``PAPER_MACRO_SETS``; problems of the
     pooled ``aime`` set count in their year (ids ``aime24/<id>``). A missing set is a TandemError."""
-    from ..data.benchmarks import PAPER_MACRO_SETS, POOLED
+    from ...data.benchmarks import PAPER_MACRO_SETS, POOLED
 
     out: dict[str, tuple[list[int], list[int]]] = {s: ([], []) for s in PAPER_MACRO_SETS}
     for (b, pid), (n, c) in run.counts().items():

@@ -34,8 +34,8 @@ from __future__ import annotations
 import json
 import logging
 
-from ..errors import TandemError
-from .runs import INPUTS, EvalRun, legacy_defaults, problem_of, set_change
+from ...errors import TandemError
+from ..run_files import INPUTS, EvalRun, legacy_defaults, problem_of, set_change
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -51,7 +51,7 @@ def _text(x) -> str:
 
 def model_identity(config: dict, role: str) -> str:
     """A run's ``role`` model in words: its short name and, where recorded, its files' fingerprint."""
-    from ..models import model_name
+    from ...models import model_name
 
     fp = ((config.get(INPUTS) or {}).get("models") or {}).get(role)
     name = model_name((config.get("models") or {}).get(role))

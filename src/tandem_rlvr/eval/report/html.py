@@ -5,7 +5,7 @@ like ``tandem compare``) writes OUT/report.html, one file with every figure embe
 base64 PNG (the same PNGs also go to OUT/figures/, with ``styles.json``: every figure's line
 colours and styles read back from the drawn artists), containing:
 
-- a headline first (``report_headline``): one table of every senior's solo and handoff pass@1,
+- a headline first (``report.headline``): one table of every senior's solo and handoff pass@1,
   junior CE and KL to the junior beside its difference from the base model, the sentences
   that say it, and the caller's notes (the demo's: what its world builds in, which checkpoint);
 - pass@k curves per benchmark and macro: solo (paper Figure 2) and per handoff set-up (Figure 3);
@@ -16,7 +16,7 @@ colours and styles read back from the drawn artists), containing:
   keys a log has;
 - every table of ``tandem compare`` (models by short name, ``models.model_name``);
 - sample solutions: the same problems for every senior side by side, solo and handoff, words
-  coloured by author and answers marked (``report_samples``);
+  coloured by author and answers marked (``report.samples``);
 - provenance: full model paths, sampling settings and command lines (``provenance``).
 
 Every method has one colour and line style in every figure (``palette``), and every figure has
@@ -39,15 +39,15 @@ from typing import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..errors import TandemError
-from ..io import atomic_write, read_json
-from ..rundir import output_dir
-from .compare import run_compare
+from ...errors import TandemError
+from ...io import atomic_write, read_json
+from ...outdir import output_dir
+from ..measure.compare import run_compare
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
-from .report_headline import headline_sentences, headline_table
-from .report_samples import samples_html
-from .runs import split_named
+from .headline import headline_sentences, headline_table
+from .samples import samples_html
+from ..run_files import split_named
 from .tables import Table, comparison_tables, recovery_sentence
 
 
@@ -125,7 +125,7 @@ def _line(name: str) -> dict[str, str]:
 
 def read_train_log(path: str | os.PathLike) -> list[dict]:
     """Rows of a training log (jsonl); rows without numbers are skipped, a malformed line is an error."""
-    from ..io import read_jsonl
+    from ...io import read_jsonl
 
     if not Path(path).is_file():
         raise TandemError(f"{path}: no such training log")
@@ -251,7 +251,7 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
 
     The figures are PNGs plus ``styles.json``: the colour and line style of every labelled line
     of every figure, read back from the drawn artists. The page opens with the headline
-    (``report_headline``) and ``notes``, paragraphs of the caller's (the demo says what its world
+    (``report.headline``) and ``notes``, paragraphs of the caller's (the demo says what its world
     builds in and which checkpoints it evaluated); ``train_dirs`` are the training runs'
     directories, for provenance."""
     figs: dict[str, Figure] = {}
@@ -296,7 +296,7 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
 
 def captions(comp: dict, train_logs: dict[str, list[dict]] | None = None) -> dict[str, str]:
     """What each figure of ``build_report`` measures, by file name: one or two plain sentences."""
-    from ..models import model_name
+    from ...models import model_name
 
     def sampling(metrics: dict) -> str:
         cfg = next(iter(metrics.values())).get("config", {})

@@ -5,7 +5,7 @@ An evaluation run (``tandem eval solo|handoff``, the demo, the study) is a direc
 - ``config.json``: what was sampled (``sampler.EvalSpec``) and the fingerprints of what it
   was sampled from (``inputs``: model files, benchmark problem sets; ``fingerprint``); a
   resume with other inputs or another config is refused (``check_config``: a changed input
-  by name first, then any other key by ``rundir.config_diff``);
+  by name first, then any other key by ``outdir.config_diff``);
 - ``samples.jsonl``: one row per sample (``SAMPLE_TYPES``, plus the gold ``answer`` and the
   ``problem_fp`` of the problem it answers; written by ``append_rows``, whole problems at a
   time; ``check_problems`` matches the rows against the problems loaded now);
@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import TandemError
 from ..io import atomic_write, read_json, read_jsonl, read_text, write_json
-from ..rundir import refuse_other_config
+from ..outdir import refuse_other_config
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -330,11 +330,11 @@ def run_problems(path: Path, config: dict, benchmarks: Sequence[str] | None = No
     specs = list(benchmarks or recorded.get("benchmarks") or config.get("benchmarks") or [])
     if split is None:
         split = recorded.get("split")
-    loaded = load_problems(run_task(config), specs, split=split)
+    loaded = load_problems(recorded_task(config), specs, split=split)
     return specs, {(p.benchmark, str(p.problem_id)): p for ps in loaded.values() for p in ps}
 
 
-def run_task(config: dict):
+def recorded_task(config: dict):
     """The task (``tasks``) a run was sampled with, as its config.json records it (math before tasks were
     recorded; ``reason-step`` the instruction of runs from before instructions were recorded)."""
     from ..tasks import task_for_eval

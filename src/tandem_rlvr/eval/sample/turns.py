@@ -8,8 +8,8 @@ so the chain bookkeeping in ``text_handoff`` does not know which engine wrote a 
 
 from __future__ import annotations
 
-from ..prompting import encode_prompt
-from ..tasks import prompt_text
+from ...prompting import encode_prompt
+from ...tasks import prompt_text
 
 BREAK = "\n\n"
 

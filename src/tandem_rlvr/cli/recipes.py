@@ -10,27 +10,48 @@ from __future__ import annotations
 
 import json
 
-from ..cli_flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
+from .flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
 from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES, engine_kind
 from ..errors import TandemError
 from ..runtime import configure_cpu_threads
 
 
 def cmd_demo(a) -> None:
-    from .demo import run_demo
+    from ..recipes.demo import run_demo
 
     run_demo(a.out, quick=a.quick, world=a.world)
 
 
 def cmd_study(a) -> None:
     if a.study == "elegance":
-        from .elegance import run_elegance
+        from ..recipes.elegance import run_elegance
 
         run_elegance(a.out, elegance_settings(a))
         return
-    from .study import run_study, settings_from_args
+    from ..recipes.study import run_study
 
-    run_study(a.out, settings_from_args(a))
+    run_study(a.out, study_settings(a))
+
+
+def study_settings(a):
+    """``recipes.study.StudySettings`` from ``tandem study drift``'s flags (--seeds and --juniors: comma lists)."""
+    from ..recipes.pipeline import QUICK_TRAIN
+    from ..recipes.study import JUNIORS, StudySettings
+
+    try:
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise TandemError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
+    juniors = [x.strip() for x in a.juniors.split(",") if x.strip()]
+    bad = [x for x in juniors if x not in JUNIORS]
+    if bad or not juniors or not seeds:
+        raise TandemError(f"--juniors must name some of {', '.join(JUNIORS)} and --seeds some seeds")
+    train = {"max_steps": a.steps} if a.steps else {}
+    if a.quick:
+        train = dict(QUICK_TRAIN)
+        return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=4, n=2, max_tokens=48, quick=True,
+                             checkpoint=a.checkpoint)
+    return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=a.limit, n=a.n, checkpoint=a.checkpoint)
 
 
 # --quick of the elegance study: seconds of training on the shipped four problems (mechanics only)
@@ -39,7 +60,7 @@ ELEGANCE_QUICK = dict(max_steps=2, eval_every=1, save_every=1, val_size=1, promp
 
 
 def elegance_settings(a):
-    from .elegance import EleganceSettings
+    from ..recipes.elegance import EleganceSettings
 
     if not a.problems or not a.judge:
         raise TandemError("study elegance needs --problems FILE (or sample) and --judge MODEL_OR_URL")
@@ -101,7 +122,7 @@ def cmd_bench_decode(a):
     configure_cpu_threads()
     prompts = [plain_prompt(p.problem) for p in make_problems(64, seed=0, split="test")]
     if engine_kind(a.engine).vllm_settings:  # the vLLM engine's own benchmark
-        from .bench import bench_decode_vllm
+        from ..recipes.bench import bench_decode_vllm
         from ..models import load_tokenizer, resolve_model_path
 
         res = bench_decode_vllm(resolve_model_path(a.senior), resolve_model_path(a.junior or a.senior),
@@ -115,7 +136,7 @@ def cmd_bench_decode(a):
                   f"tandem {res['tandem_tok_s']:.0f} tok/s; tandem/solo {res['tandem_over_solo']:.3f} = "
                   f"{res['tandem_over_solo_vs_bound']:.3f} of the bound {res['bound']:.3f} (both output layers)")
         return
-    from .bench import bench_decode, format_decode
+    from ..recipes.bench import bench_decode, format_decode
 
     if _cross_bench(a, prompts):  # a junior of another tokenizer: its own benchmark (bench_cross.py)
         return
@@ -135,7 +156,7 @@ def _cross_bench(a, prompts) -> bool:
     tok = load_tokenizer(a.senior)
     if not a.junior or load_tokenizer(a.junior).get_vocab() == tok.get_vocab():
         return False
-    from .bench_cross import bench_cross_decode, format_cross
+    from ..recipes.bench_cross import bench_cross_decode, format_cross
 
     if a.vs_junior:
         check_same_tokenizer(tok, load_tokenizer(a.vs_junior), "senior", "--vs-junior")
@@ -159,7 +180,7 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 
 def cmd_bench_train(a):
-    from .bench import bench_train_step
+    from ..recipes.bench import bench_train_step
 
     configure_cpu_threads()
     res = bench_train_step(a.preset, overrides={"engine": a.engine}, steps=a.steps,
@@ -169,7 +190,7 @@ def cmd_bench_train(a):
 
 
 def cmd_bench_memory(a):
-    from .bench import bench_memory
+    from ..recipes.bench import bench_memory
     from ..models import resolve_model_path
 
     try:

@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decoding import rng
-from ..decoding.rng import row_seed
-from ..errors import TandemError
-from ..fingerprint import problem_fingerprint
-from ..prompting import resolve_template
-from ..tasks import task_row
-from .text_turns import TurnEngine, turn_result
+from ...decoding import rng
+from ...decoding.rng import row_seed
+from ...errors import TandemError
+from ...fingerprint import problem_fingerprint
+from ...prompting import resolve_template
+from ...tasks import task_row
+from .turns import TurnEngine, turn_result
 
 MAX_ROUNDS = 150  # the paper's code (MAX_ROUNDS in eval/handoff.py)
 CONTEXT_RESERVE = 8  # tokens kept free below the context, as the paper's code does
@@ -61,9 +61,9 @@ class TurnModel(TurnEngine):
     decoder that stops at the first paragraph break of each turn."""
 
     def __init__(self, model, tokenizer, sampling, template: str):
-        from ..decoding.schedule import ParagraphBoundary, make_schedule
-        from ..decoding.tandem import TandemDecoder, context_limit
-        from ..models import eos_ids
+        from ...decoding.schedule import ParagraphBoundary, make_schedule
+        from ...decoding.tandem import TandemDecoder, context_limit
+        from ...models import eos_ids
 
         V = model.config.vocab_size
         self.tokenizer, self.template = tokenizer, resolve_template(tokenizer, template)
@@ -208,7 +208,7 @@ class TextHandoff:
                 c.author = self._author(c)
 
     def sample_chunk(self, chunk, spec, sample_seed) -> list[dict]:
-        """Sample rows (``eval.sampler`` format plus ``turns``) of ``spec.n`` chains per problem of ``chunk``;
+        """Sample rows (``eval.sample.sampler`` format plus ``turns``) of ``spec.n`` chains per problem of ``chunk``;
         ``sample_seed(seed, problem, sample)`` is the sampler's row seed (the chain seed)."""
         task = spec.grader()  # the run's task: its prompt and its verifier
         chains = [self.new_chain(p, s, sample_seed(spec.seed, p, s), task) for p in chunk for s in range(spec.n)]
@@ -246,8 +246,8 @@ def open_text_handoff(cfg, schedule: str):
     """(TextHandoff, senior tokenizer, close) for an ``EvalConfig`` on an engine that runs text turns
     (``engines.base.EngineKind.text_turns``): our transformers models, or one vLLM engine per model
     (``text_handoff_vllm``)."""
-    from ..engines.base import ENGINES, engine_kind
-    from ..models import load_model, load_tokenizer, resolve_device
+    from ...engines.base import ENGINES, engine_kind
+    from ...models import load_model, load_tokenizer, resolve_device
 
     kind = engine_kind(cfg.decoding.engine)
     if not kind.text_turns:

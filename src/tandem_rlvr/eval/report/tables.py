@@ -4,7 +4,7 @@
 share; ``comparison_tables`` builds the paper's tables from compare.json's content in the
 paper's order, ``drift_tables`` those of a drift result. Rendered as GitHub markdown
 (``to_markdown``: compare.md, drift.md), on the terminal (``print_tables``, rich) and as
-HTML (``report.py``).
+HTML (``html.py``).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
 def comparison_tables(comp: dict) -> list[Table]:
     """All tables of a comparison, in the paper's order. Models appear by ``models.model_name``
     (never a full path; the report's provenance section has those)."""
-    from ..models import model_name
+    from ...models import model_name
 
     tables = [Table("Compared with --allow-mixed: these runs differ in settings", ["difference"],
                     [[d] for d in comp["mixed"]])] if comp.get("mixed") else []
@@ -249,7 +249,7 @@ def print_tables(tables: Sequence[Table]) -> None:
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    from ..progress import console
+    from ...progress import console
 
     con = console()
     for t in tables:  # cells are text, never rich markup ("[5cd361de]" would vanish)

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import TandemError
-from ..io import write_json
-from .runs import EvalRun, read_run
+from ...errors import TandemError
+from ...io import write_json
+from ..run_files import EvalRun, read_run
 
 SHOWN = 5  # invalid traces listed by file:line
 
@@ -44,10 +44,10 @@ def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
     token), recorded and expected author there, and ``kind``: "switch not allowed" (the trace
     changes author where the schedule keeps it), "missing switch" (the schedule changes it, the
     trace does not) or "first author differs"."""
-    from ..decoding.schedule import make_schedule, replay
+    from ...decoding.schedule import make_schedule, replay
 
     cfg = run.config
-    if (cfg.get("schedule") or {}).get("protocol") == "text":  # eval.text_handoff records it there
+    if (cfg.get("schedule") or {}).get("protocol") == "text":  # eval.sample.text_handoff records it there
         return check_text_traces(run, tokenizer)
     sched_cfg = cfg.get("schedule") or {"name": "senior"}
     name = sched_cfg.get("name", "senior")
@@ -97,7 +97,7 @@ def _record_invalid(out: dict, run: EvalRun, i: int, r: dict, turn: int, kind: s
 
 def check_text_traces(run: EvalRun, tokenizer) -> dict:
     """``check_traces`` for text-level handoff rows (module docstring); ``position`` is a turn index."""
-    from ..decoding import rng
+    from ...decoding import rng
 
     sched = run.config["schedule"]
     name, p = sched.get("name"), float(sched.get("p", 0.5))
@@ -140,8 +140,8 @@ def check_text_traces(run: EvalRun, tokenizer) -> dict:
 def run_replay(run_dir: str | os.PathLike, tokenizer_spec: str | None = None, out: str | os.PathLike | None = None) -> dict:
     """Validate a run's traces (``check_traces``); write ``out``/replay.json if given. The caller
     decides what an invalid trace means (the CLI exits non-zero)."""
-    from ..models import load_tokenizer
-    from ..rundir import output_dir
+    from ...models import load_tokenizer
+    from ...outdir import output_dir
 
     if out is not None:
         output_dir(out, create=False)  # a bad --out fails before the work, leaving nothing behind

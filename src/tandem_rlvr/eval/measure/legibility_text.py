@@ -1,6 +1,6 @@
 """Junior legibility the paper's way: ``tandem eval legibility --ce-protocol paper`` (the default).
 
-What (the paper's ``eval/legibility.py``): the junior reads the senior's solo chain of thought
+What (the paper's ``eval/measure/legibility.py``): the junior reads the senior's solo chain of thought
 as text. For each sample, the junior's own prompt for the problem (its tokenizer, the run's
 template resolved for it) followed by the response text is tokenised with the junior's
 tokenizer; the tokens after the prompt's are scored teacher-forced, and their mean
@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TandemError
-from ..io import atomic_write
-from ..prompting import encode_prompt, resolve_template
-from ..rundir import abs_spec
-from ..runtime import invocation
+from ...errors import TandemError
+from ...io import atomic_write
+from ...prompting import encode_prompt, resolve_template
+from ...outdir import abs_spec
+from ...runtime import invocation
 from .metrics import mean_se_summary
-from ..tasks import prompt_text
-from .runs import INPUTS, EvalRun, check_problems, run_problems, run_task
+from ...tasks import prompt_text
+from ..run_files import INPUTS, EvalRun, check_problems, recorded_task, run_problems
 
 CUT = 4096 - 8  # the paper's MAX_MODEL_LEN - CONTEXT_RESERVE: chains this long or longer are dropped
 
@@ -46,7 +46,7 @@ def texts_for(run: EvalRun, tokenizer, benchmarks, split) -> tuple[list[str], li
     if INPUTS in run.config:
         check_problems(run.rows, problems, run.where)
     template = resolve_template(tokenizer, run.config.get("template") or "auto")
-    task = run_task(run.config)  # its prompt: the run's task and instruction
+    task = recorded_task(run.config)  # its prompt: the run's task and instruction
     prompts, responses = [], []
     for i, r in enumerate(run.rows):
         key = (r["benchmark"], str(r["problem_id"]))
@@ -67,7 +67,7 @@ def paper_scores(junior, tokenizer, prompts, responses, senior=None, batch_token
     same vocabulary) and ``dropped`` ("" | "4088" | "context"). Arrays of length S."""
     import torch
 
-    from .teacher_forcing import response_logprobs, score_sequences
+    from ...decoding.teacher_forcing import response_logprobs, score_sequences
 
     S = len(prompts)
     context = getattr(junior.config, "max_position_embeddings", None)
@@ -125,8 +125,8 @@ def paper_summary(per_sample: list[dict], per_problem: list[dict], stats: list[s
 def run_paper_legibility(run: EvalRun, senior: str, junior: str, out, fingerprints: dict, benchmarks, split,
                          device: str, dtype: str, batch_tokens: int, progress: bool) -> dict:
     """``run_legibility`` under ``--ce-protocol paper``: write ``out``, return legibility.json's content."""
-    from ..io import write_json
-    from ..models import NAMED_MODELS, load_model, load_tokenizer, resolve_device
+    from ...io import write_json
+    from ...models import NAMED_MODELS, load_model, load_tokenizer, resolve_device
     jtok, stok = load_tokenizer(junior), load_tokenizer(senior)
     check_tokenizer(run, stok, senior, len(stok))  # the text scored is the text the senior's ids spell
     same_vocab = jtok.get_vocab() == stok.get_vocab()

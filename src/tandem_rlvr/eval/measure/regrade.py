@@ -18,7 +18,7 @@ the same samples is a no-op; a run regraded by another grader (or whose samples 
 is refused unless ``--replace``. ``tandem compare`` and ``tandem report`` use the regraded
 verdicts whenever a run holds a current ``regrade.json`` (``apply_regrade``) and say so; the run
 then counts as graded by the regrade's verifier, so a run regraded with ``--grader paper`` is
-compared only with runs graded by the paper's grader (``eval.comparable``).
+compared only with runs graded by the paper's grader (``eval.measure.comparable``).
 
 Why: the replication of the paper found its Minerva verdicts swung by a grader defect
 (docs/verifier_and_data.md); a fixed grader must be applicable to runs already sampled,
@@ -36,9 +36,9 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import TandemError
-from ..io import atomic_write, read_json, read_text, write_json
-from .runs import CONFIG, SAMPLES, EvalRun, problem_of, read_run, run_problems
+from ...errors import TandemError
+from ...io import atomic_write, read_json, read_text, write_json
+from ..run_files import CONFIG, SAMPLES, EvalRun, problem_of, read_run, run_problems
 
 REGRADED, RECORD = "samples.regraded.jsonl", "regrade.json"
 
@@ -88,9 +88,9 @@ def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool
     """Regrade one run (see the module docstring); returns regrade.json's content, with
     ``"unchanged": True`` when an identical regrade was already there. ``progress``: a rich bar
     (math-verify takes a few ms per sample). ``grader``: ``rewards.math.GRADERS``; None: the run's own."""
-    from ..progress import progress_bar
-    from ..rewards.math import check_answer_mode, check_grader, get_verifier, grader_identity
-    from ..tasks.answers import MathTask
+    from ...progress import progress_bar
+    from ...rewards.math import check_answer_mode, check_grader, get_verifier, grader_identity
+    from ...tasks.answers import MathTask
 
     path = Path(run_dir)
     run = read_run(path)

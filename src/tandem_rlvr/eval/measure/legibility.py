@@ -46,14 +46,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import TandemError
-from ..io import write_json
-from ..rundir import abs_spec, output_dir
-from ..runtime import invocation
-from .runs import INPUTS, EvalRun, check_problems, read_legibility, read_run, run_problems, run_task  # noqa: F401 (read_legibility: re-exported)
+from ...errors import TandemError
+from ...io import write_json
+from ...outdir import abs_spec, output_dir
+from ...runtime import invocation
+from ..run_files import INPUTS, EvalRun, check_problems, read_legibility, read_run, recorded_task, run_problems  # noqa: F401 (read_legibility: re-exported)
 from .metrics import mean_se_summary
 from .legibility_text import check_tokenizer, f as _f, run_paper_legibility, write_jsonl as _write_jsonl  # noqa: F401 (check_tokenizer: drift)
-from .teacher_forcing import pack_batches, score_sequences, token_ce_alpha  # noqa: F401 (re-exported: the scoring lives there)
+from ...decoding.teacher_forcing import pack_batches, score_sequences, token_ce_alpha  # noqa: F401 (re-exported: the scoring lives there)
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -63,11 +63,11 @@ CE_PROTOCOLS = ("paper", "ids")  # --ce-protocol; the first is the default
 # --------------------------------------------------------------------------- run-level
 def _prompts_for(run: EvalRun, tokenizer, benchmarks: Sequence[str] | None, split: str | None) -> list[list[int]]:
     """Prompt ids of every row, re-made from config.json's template and the benchmark problems."""
-    from ..prompting import encode_prompt
-    from ..tasks import prompt_text
+    from ...prompting import encode_prompt
+    from ...tasks import prompt_text
 
     template = run.config.get("template")
-    task = run_task(run.config)  # its prompt: the run's task and instruction
+    task = recorded_task(run.config)  # its prompt: the run's task and instruction
     if not template:
         raise TandemError(f"{run.path / 'config.json'}: no 'template' recorded; cannot re-make the prompts")
     specs, problems = run_problems(run.path, run.config, benchmarks, split)
@@ -100,7 +100,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     if ce_protocol not in CE_PROTOCOLS:
         raise TandemError(f"unknown --ce-protocol {ce_protocol!r}; valid: {', '.join(CE_PROTOCOLS)}")
     output_dir(out, create=False)
-    from ..models import NAMED_MODELS, load_pair
+    from ...models import NAMED_MODELS, load_pair
 
     run = read_run(samples)
     if (run.config.get("schedule") or {}).get("name", "senior") != "senior":
@@ -114,7 +114,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     if ce_protocol == "paper":
         return run_paper_legibility(run, senior, junior, out, fingerprints, benchmarks, split, device, dtype,
                                     batch_tokens, progress)
-    from ..models import load_tokenizer
+    from ...models import load_tokenizer
 
     if load_tokenizer(senior).get_vocab() != load_tokenizer(junior).get_vocab():
         raise TandemError(f"--ce-protocol ids teacher-forces the senior's ids, and junior {junior} has another "
@@ -155,8 +155,8 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
 
 def _check_senior(run: EvalRun, senior: str, junior: str) -> dict:
     """{"senior", "junior"} fingerprints; TandemError if the senior's files are not those that sampled ``run``."""
-    from ..fingerprint import model_fingerprint
-    from ..models import resolve_model_path
+    from ...fingerprint import model_fingerprint
+    from ...models import resolve_model_path
 
     fps = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in (("senior", senior), ("junior", junior))}
     recorded = ((run.config.get(INPUTS) or {}).get("models") or {}).get("senior")

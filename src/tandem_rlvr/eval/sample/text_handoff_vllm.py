@@ -9,7 +9,7 @@ turn is solo decoding). A turn is one ``LLM.generate`` call over every live chai
 author the model is, each request with its own ``max_tokens`` (the chain's cap), its own
 ``seed`` (the turn seed, ``row_seed(chain seed, turn)``, as on hf) and ``stop=["\\n\\n"]``
 with ``include_stop_str_in_output``. The turn's text and end are then derived from the
-generated ids by ``text_turns.turn_result``, exactly as on hf; vLLM's stop string only
+generated ids by ``turns.turn_result``, exactly as on hf; vLLM's stop string only
 decides where generation stops. Log-probs are vLLM's processed ones (after temperature,
 ``engines.vllm_engine``), the same quantity the hf decoder records.
 
@@ -26,16 +26,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import TandemError
-from ..prompting import resolve_template
-from .text_turns import BREAK, TurnEngine, turn_result
+from ...errors import TandemError
+from ...prompting import resolve_template
+from .turns import BREAK, TurnEngine, turn_result
 
 
 class VLLMTurnModel(TurnEngine):
     """One model of the pair on its own vLLM engine (``path``: its checkpoint directory)."""
 
     def __init__(self, path: str, tokenizer, sampling, template: str, settings, seed: int = 0):
-        from ..engines.vllm_engine import VLLMEngine, model_eos_ids
+        from ...engines.vllm_engine import VLLMEngine, model_eos_ids
 
         self.tokenizer, self.template, self.sampling = tokenizer, resolve_template(tokenizer, template), sampling
         self.engine = VLLMEngine(path, None, tokenizer, model_eos_ids(tokenizer, path), tandem=False, seed=seed,
@@ -71,14 +71,14 @@ class VLLMTurnModel(TurnEngine):
 
 def open_vllm_turn_models(cfg) -> list[VLLMTurnModel]:
     """[senior, junior] turn models of an ``EvalConfig`` on ``--engine vllm``, one engine each."""
-    from ..engines.vllm_engine import VLLMSettings, _platform_is_cpu, require_vllm, with_dtype
-    from ..models import load_tokenizer, resolve_model_path
+    from ...engines.vllm_engine import VLLMSettings, platform_is_cpu, require_vllm, with_dtype
+    from ...models import load_tokenizer, resolve_model_path
 
     if cfg.models.junior_device not in (None, "", cfg.models.device):
         raise TandemError("--junior-device is not supported by --engine vllm (both engines share the device)")
     require_vllm()
     settings = with_dtype(cfg.decoding.vllm_settings or VLLMSettings(), cfg.models.dtype, cfg.models.device)
-    if not _platform_is_cpu():  # two engines on one GPU: each may take half of what one would
+    if not platform_is_cpu():  # two engines on one GPU: each may take half of what one would
         settings = replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization / 2)
     models: list[VLLMTurnModel] = []
     try:

@@ -1,6 +1,6 @@
 """Sample n responses per problem under a handoff schedule; resumable; writes the run dir.
 
-The run directory's files are read and written through ``eval.runs`` (the one run layer);
+The run directory's files are read and written through ``eval.run_files`` (the one run layer);
 this module samples and scores.
 
 Used by ``tandem eval solo`` (schedule ``senior``), ``tandem eval handoff`` (paragraph or
@@ -9,8 +9,8 @@ word schedules with any junior) and the demo. Output, in ``out``:
 - ``config.json``: models, schedule, sampling, template, instruction, answer mode, task and its
   verifier (``tasks``: the prompt and the grader; ``math`` by default), n, dtype, benchmarks, and ``inputs``: fingerprints of the senior's and junior's files and of each
   benchmark's problem set (``fingerprint``). Written first; a resume with other inputs or
-  another config is refused with a line naming what changed (``runs.check_config``), and so
-  is a row whose problem text or answer no longer matches (``runs.check_problems``).
+  another config is refused with a line naming what changed (``run_files.check_config``), and so
+  is a row whose problem text or answer no longer matches (``run_files.check_problems``).
 - ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
   correct, senior_share, tokens (count), token_ids, senior_mask, seed, the gold answer,
   the grader's ``reason`` (passed, wrong answer, failed test 2, timeout, ...), the problem's
@@ -37,19 +37,19 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import EvalConfig
-from ..data.benchmarks import Problem
-from ..decoding.rng import row_seed
-from ..decoding.sampling import SamplingParams
-from ..decoding.tandem import TandemDecoder
-from ..errors import TandemError
-from ..fingerprint import problem_fingerprint, problem_set_fingerprint
-from ..progress import progress_bar
-from ..prompting import DEFAULT_INSTRUCTION, encode_prompt
-from ..rundir import RunLock, abs_spec, output_dir, remove_failed_start
-from ..tasks import prompt_text, task_row
-from .metrics import handoff_diagnostics, pass_at_k_summary
-from .runs import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
+from ...config import EvalConfig
+from ...data.benchmarks import Problem
+from ...decoding.rng import row_seed
+from ...decoding.sampling import SamplingParams
+from ...decoding.tandem import TandemDecoder
+from ...errors import TandemError
+from ...fingerprint import problem_fingerprint, problem_set_fingerprint
+from ...progress import progress_bar
+from ...prompting import DEFAULT_INSTRUCTION, encode_prompt
+from ...outdir import RunLock, abs_spec, output_dir, remove_failed_start
+from ...tasks import prompt_text, task_row
+from ..measure.metrics import handoff_diagnostics, pass_at_k_summary
+from ..run_files import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
                    read_samples, run_problems, validate_sample_row, write_metrics, write_sources)
 
 log = logging.getLogger("tandem_rlvr")
@@ -87,7 +87,7 @@ class EvalSpec:
 
     def grader(self):
         """The task that prompts and grades this run (``tasks.task_for_eval``)."""
-        from ..tasks import task_for_eval
+        from ...tasks import task_for_eval
 
         return task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode,
                              grader=self.math_grader)
@@ -164,9 +164,9 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
     finished run. A changed input is a ``TandemError`` naming it, as ``evaluate`` would refuse it: the
     recipes' re-runs (``tandem study``, ``tandem demo``) keep finished evaluations only through this check.
     """
-    from ..fingerprint import model_fingerprint
-    from ..models import resolve_model_path
-    from .runs import check_inputs, read_config, read_metrics
+    from ...fingerprint import model_fingerprint
+    from ...models import resolve_model_path
+    from ..run_files import check_inputs, read_config, read_metrics
 
     out = Path(out)
     metrics = read_metrics(out)
@@ -189,11 +189,11 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
 
     ``cfg`` says what to sample (see ``config.EvalConfig``; defaults are the paper's evaluation).
     """
-    from ..engines import open_decoder
-    from ..engines.base import engine_kind
-    from ..fingerprint import model_fingerprint
-    from ..models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
-    from ..prompting import resolve_template
+    from ...engines import open_decoder
+    from ...engines.base import engine_kind
+    from ...fingerprint import model_fingerprint
+    from ...models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
+    from ...prompting import resolve_template
 
     output_dir(out, "--out", create=False)  # a bad --out fails before any model loads or world builds
     cfg = as_recorded(cfg, out)
@@ -234,7 +234,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
 
 def _problems(cfg: EvalConfig) -> dict[str, list[Problem]]:
     """The evaluation's problems by benchmark, through its task's loader."""
-    from ..tasks import load_problems
+    from ...tasks import load_problems
 
     pr = cfg.problems
     return load_problems(pr.run_task, list(pr.benchmarks), split=pr.split, limit=pr.limit)
@@ -247,7 +247,7 @@ def as_recorded(cfg: EvalConfig, out: str | os.PathLike) -> EvalConfig:
     path = Path(out) / CONFIG
     if cfg.mode != "handoff" or cfg.protocol is not None or not path.is_file():
         return cfg
-    from .runs import read_config
+    from ..run_files import read_config
 
     recorded = (read_config(path).get("schedule") or {}).get("protocol", "stream")
     if recorded != cfg.handoff_protocol:
@@ -258,8 +258,8 @@ def as_recorded(cfg: EvalConfig, out: str | os.PathLike) -> EvalConfig:
 def _check_stream_vocab(cfg: EvalConfig) -> None:
     """The in-stream handoff needs one vocabulary: a junior of another tokenizer is refused
     before any model loads, with the protocol that takes it."""
-    from ..engines.base import engine_kind
-    from ..models import load_tokenizer
+    from ...engines.base import engine_kind
+    from ...models import load_tokenizer
 
     if engine_kind(cfg.decoding.engine).remote or not cfg.models.junior or cfg.models.junior == cfg.models.senior:  # a server holds its junior
         return

@@ -39,13 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TandemError
-from ..io import atomic_write, write_json
-from ..runtime import invocation
-from ..rundir import output_dir
+from ...errors import TandemError
+from ...io import atomic_write, write_json
+from ...runtime import invocation
+from ...outdir import output_dir
 from .comparable import check_same_problems
-from .runs import INPUTS, EvalRun, check_same_benchmarks, read_run, split_named
-from .tables import drift_tables, recovery_sentence, to_markdown
+from ..run_files import INPUTS, EvalRun, check_same_benchmarks, read_run, split_named
+from ..report.tables import drift_tables, recovery_sentence, to_markdown
 from .legibility import check_tokenizer
 from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
 
@@ -120,7 +120,7 @@ def _parse_seniors(spec: str) -> dict[str, Path]:
 
 def _tokenizer(run: EvalRun):
     """The tokenizer of the run's model, or None (with a warning) if it cannot be loaded."""
-    from ..models import load_tokenizer
+    from ...models import load_tokenizer
 
     spec = (run.config.get("models") or {}).get("senior")
     if not spec:

@@ -66,7 +66,7 @@ def test_a_problem_missing_a_sample_is_regenerated_not_reported_over_fewer(model
 
 
 def test_a_second_writer_is_refused_naming_the_holder_and_a_stale_lock_is_not(model_dir, data, tmp_path, capsys):
-    from tandem_rlvr.rundir import RunLock
+    from tandem_rlvr.outdir import RunLock
 
     out = tmp_path / "ev"
     out.mkdir()
@@ -183,7 +183,7 @@ def test_bad_out_paths_are_one_line_errors_naming_path_and_reason(model_dir, dat
 
 
 def test_a_full_disk_during_eval_is_one_line_and_the_rerun_completes(model_dir, data, tmp_path, capsys, monkeypatch):
-    from tandem_rlvr.eval import sampler
+    from tandem_rlvr.eval.sample import sampler
 
     out = tmp_path / "ev"
     assert main(_solo(model_dir, data, tmp_path / "ref")) == 0
@@ -208,7 +208,7 @@ def test_a_full_disk_during_eval_is_one_line_and_the_rerun_completes(model_dir, 
 
 
 def test_one_config_check_names_the_differing_keys_and_fills_old_defaults(tmp_path):
-    from tandem_rlvr.rundir import config_diff, refuse_other_config
+    from tandem_rlvr.outdir import config_diff, refuse_other_config
 
     assert config_diff({"a": 1, "b": 2, "out": "x"}, {"a": 1, "b": 3, "c": 0, "out": "y"}, ignore=("out",)) == ["b", "c"]
     path = tmp_path / "config.json"

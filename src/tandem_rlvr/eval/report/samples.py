@@ -22,8 +22,8 @@ import logging
 
 import numpy as np
 
-from .regrade import apply_regrade
-from .runs import EvalRun, read_run, run_problems
+from ..measure.regrade import apply_regrade
+from ..run_files import EvalRun, read_run, run_problems
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -92,7 +92,7 @@ def samples_html(comp: dict, n_problems: int) -> str:
 
 
 def _cell(run: EvalRun, key: tuple[str, str], kind: str, senior: str, tokenizers: dict) -> str:
-    from ..decoding.render import author_segments
+    from ...decoding.render import author_segments
 
     rows = [r for r in run.rows if (r["benchmark"], str(r["problem_id"])) == key]
     r = min(rows, key=lambda r: r["sample_idx"])
@@ -110,7 +110,7 @@ def _cell(run: EvalRun, key: tuple[str, str], kind: str, senior: str, tokenizers
 
 def _tokenizer(run: EvalRun, cache: dict):
     """The run's tokenizer (cached by model spec); None, with a warning, if it cannot be loaded."""
-    from ..models import load_tokenizer
+    from ...models import load_tokenizer
 
     spec = str((run.config.get("models") or {}).get("senior"))
     if spec not in cache:
@@ -125,7 +125,7 @@ def _tokenizer(run: EvalRun, cache: dict):
 
 def _problem_texts(run: EvalRun) -> dict:
     """{(benchmark, problem_id): Problem} of a run's benchmarks; empty (problem text left out) if they cannot be loaded."""
-    from ..errors import TandemError
+    from ...errors import TandemError
 
     try:
         return run_problems(run.path, run.config)[1]

@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..decoding.rng import row_seed
-from ..decoding.sampling import SamplingParams
-from ..errors import TandemError
-from ..io import read_json, read_jsonl, write_json
-from ..prompting import encode_prompt
-from ..rundir import RunLock, output_dir, refuse_other_config, remove_failed_start
-from ..tasks import prompt_text, task_row
-from .runs import check_problems, read_run, run_problems, run_task
+from ...decoding.rng import row_seed
+from ...decoding.sampling import SamplingParams
+from ...errors import TandemError
+from ...io import read_json, read_jsonl, write_json
+from ...prompting import encode_prompt
+from ...outdir import RunLock, output_dir, refuse_other_config, remove_failed_start
+from ...tasks import prompt_text, task_row
+from ..run_files import check_problems, read_run, recorded_task, run_problems
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -74,7 +74,7 @@ class ProbeSettings:
 @torch.no_grad()
 def greedy_tokens(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> list[np.ndarray]:
     """Per row, (T_row,) the model's argmax token at each response position, teacher-forced."""
-    from .teacher_forcing import collate, hidden_states, pack_batches
+    from ...decoding.teacher_forcing import collate, hidden_states, pack_batches
 
     out = [np.zeros(0, dtype=np.int64) for _ in prompts]
     head, dev = model.get_output_embeddings(), next(model.parameters()).device
@@ -121,9 +121,9 @@ def summarize(rows: list[dict], correct_samples: int, n_boot: int, seed: int) ->
 
 def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     """Probe the correct samples of ``s.samples`` (module docstring); the summary."""
-    from ..engines import EngineSetup, RolloutSpec, engine_kind, open_decoder
-    from ..fingerprint import model_fingerprint
-    from ..models import load_pair, resolve_model_path
+    from ...engines import EngineSetup, RolloutSpec, engine_kind, open_decoder
+    from ...fingerprint import model_fingerprint
+    from ...models import load_pair, resolve_model_path
 
     output_dir(out, "--out", create=False)  # a bad --out fails before any model resolves (or world builds)
     run = read_run(s.samples)
@@ -133,7 +133,7 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     senior = s.senior or (cfg.get("models") or {}).get("senior")
     if not senior:
         raise TandemError(f"{s.samples}: config.json names no senior; give --senior")
-    task = run_task(cfg)
+    task = recorded_task(cfg)
     _, problems = run_problems(run.path, cfg)
     check_problems(run.rows, problems, run.where)
     chosen = [r for r in run.rows if r["correct"]][: s.limit]
@@ -246,45 +246,3 @@ def _continue(dec, tok, task, problems, forced: list[dict], sampling: SamplingPa
                     "junior_token": tok.decode([x["junior_token"]]), "correct": g.score == 1.0, "reason": g.reason,
                     "response": text})
     return out
-
-
-def cmd_probe(a) -> None:
-    s = ProbeSettings(samples=a.samples, junior=a.junior, senior=a.senior, position=a.position, seed=a.seed,
-                      limit=a.limit, engine=a.engine, device=a.device, junior_device=a.junior_device, dtype=a.dtype,
-                      batch_size=a.batch_size, n_boot=a.n_boot)
-    res = run_probe(s, a.out)
-    o = res["overall"]
-    ci = "" if o["ci95"] is None else f" (95% CI {o['ci95'][0]:.3f}-{o['ci95'][1]:.3f})"
-    rate = "n/a" if o["success_rate"] is None else f"{o['success_rate']:.3f}"
-    print(f"forced-junior probe: {o['probed']} of {res['correct_solo_samples']} correct samples probed "
-          f"({res['no_divergence']} without a divergence); still correct {rate}{ci}")
-    for q, b in res["by_relative_position"].items():
-        rate = "n/a" if b["success_rate"] is None else f"{b['success_rate']:.3f}"
-        print(f"  position {q} of the response: {b['probed']} probed, still correct {rate}")
-
-
-def register(sub) -> None:
-    """Add ``tandem probe forced-junior`` to the command parser's subparsers."""
-    from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES
-    from ..config import SEED_MAX
-    from ..errors import COUNT, number
-
-    p = sub.add_parser("probe", help="probes of a trained senior: forced-junior")
-    psub = p.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=type(p))
-    f = psub.add_parser("forced-junior", help="force the junior's greedy token into correct solo samples; does the "
-                        "senior still finish correctly?")
-    f.add_argument("--samples", required=True, help="a solo eval run directory (tandem eval solo --out)")
-    f.add_argument("--junior", required=True, help="the junior model")
-    f.add_argument("--senior", default=None, help="the senior model (default: the run's)")
-    f.add_argument("--position", default="first", choices=POSITIONS, help="which differing position per sample")
-    f.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="seed of the random positions and of the continuations")
-    f.add_argument("--limit", type=COUNT, default=None, help="first N correct samples")
-    f.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
-                   help="engine of the senior's continuations")
-    f.add_argument("--device", default="auto")
-    f.add_argument("--junior-device", default=None)
-    f.add_argument("--dtype", default="auto")
-    f.add_argument("--batch-size", type=COUNT, default=16, help="samples forced and continued together")
-    f.add_argument("--n-boot", type=number(int, 1, 10**7), default=10_000, help="bootstrap resamples of the interval")
-    f.add_argument("--out", required=True, help="output directory (resumes if it exists)")
-    f.set_defaults(fn=cmd_probe)

@@ -1,17 +1,43 @@
-"""Flags shared by ``tandem`` subcommands (``cli.py`` and ``recipes/cli.py``) and the objects
+"""Flags shared by ``tandem`` subcommands (the modules of ``cli/``) and the objects
 built from them: models, sampling, schedule, engine, template, answer mode."""
 
 from __future__ import annotations
 
 import argparse
 
-from .errors import COUNT, FRACTION, number  # noqa: F401  (the flags' numeric types, re-exported)
+from ..errors import TandemError, check_number, number_rule
+
+
+def number(kind=int, lo=None, hi=None, *, lo_open: bool = False, optional: bool = False):
+    """argparse type of a numeric flag: ``kind`` (int or float) parsed from the text, then
+    ``errors.check_number``'s rule (finite, in range), so NaN, inf, 0 and negative values fail as
+    a one-line usage error naming the flag, before any work. ``optional``: "none" means None."""
+    integer = kind is int
+
+    def parse(text: str):
+        if optional and text.strip().lower() in ("none", "null"):
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {number_rule(lo, hi, lo_open=lo_open, integer=integer)}, "
+                                             f"got {text!r}") from None
+        try:
+            return check_number(value, "value", lo, hi, lo_open=lo_open, integer=integer)
+        except TandemError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+COUNT = number(int, 1)  # a positive count: --n, --batch-size, --limit, ...
+FRACTION = number(float, 0, 1)  # a probability in [0, 1]
 
 
 def seed_type(text: str) -> int:
     """argparse type of every --seed: an integer in [0, config.SEED_MAX]."""
-    from .config import check_seed
-    from .errors import TandemError
+    from ..config import check_seed
 
     try:
         return check_seed(int(text))
@@ -40,7 +66,7 @@ def sampling_flags(p: argparse.ArgumentParser, temperature=1.0, top_p=1.0, top_k
 
 
 def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
-    from .decoding.schedule import SCHEDULES
+    from ..decoding.schedule import SCHEDULES
 
     g = p.add_argument_group("handoff schedule")
     g.add_argument("--schedule", default=default, choices=SCHEDULES, help=f"who writes each token (default {default})")
@@ -61,7 +87,7 @@ def protocol_flag(p: argparse.ArgumentParser) -> None:
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
     """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings); with
     ``server``, also the vllm-server engine and its --server flags."""
-    from .engines.base import DEFAULT_ENGINE, ENGINES, LOCAL_ENGINES
+    from ..engines.base import DEFAULT_ENGINE, ENGINES, LOCAL_ENGINES
 
     g = p.add_argument_group("engine")
     g.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES) if server else list(LOCAL_ENGINES),
@@ -98,8 +124,7 @@ def server_flags(p: argparse.ArgumentParser) -> None:
 
 def engine_of(a) -> str:
     """The engine the flags choose: --server means vllm-server."""
-    from .engines.base import DEFAULT_ENGINE, ENGINES, REMOTE_ENGINE
-    from .errors import TandemError
+    from ..engines.base import DEFAULT_ENGINE, ENGINES, REMOTE_ENGINE
 
     engine, server = getattr(a, "engine", DEFAULT_ENGINE), getattr(a, "server", None)
     if server and engine not in (DEFAULT_ENGINE, REMOTE_ENGINE):
@@ -116,18 +141,18 @@ def engine_of(a) -> str:
 def server_settings(a):
     if not getattr(a, "server", None):
         return None
-    from .engines.server_client import ServerSettings
+    from ..engines.server_client import ServerSettings
 
     return ServerSettings(a.server, a.api_key, a.server_timeout, a.server_retries, a.server_concurrency,
                           a.server_tokenizer)
 
 
 def vllm_settings(a):
-    from .engines.base import DEFAULT_ENGINE, engine_kind
+    from ..engines.base import DEFAULT_ENGINE, engine_kind
 
     if not engine_kind(getattr(a, "engine", DEFAULT_ENGINE)).vllm_settings:
         return None
-    from .engines.vllm_engine import VLLMSettings
+    from ..engines.vllm_engine import VLLMSettings
 
     return VLLMSettings(gpu_memory_utilization=a.vllm_gpu_memory_utilization, kv_cache_gib=a.vllm_kv_cache_gib,
                         max_model_len=a.vllm_max_model_len, block_size=a.vllm_block_size,
@@ -136,7 +161,7 @@ def vllm_settings(a):
 
 def open_from_args(a, schedule: str):
     """(decoder, tokenizer, close) for the command's models, schedule and engine."""
-    from .engines import EngineSetup, RolloutSpec, open_decoder
+    from ..engines import EngineSetup, RolloutSpec, open_decoder
 
     setup = EngineSetup(a.senior, a.junior, a.device, getattr(a, "junior_device", None), a.dtype, getattr(a, "seed", 0),
                         vllm_settings(a), server_settings(a))
@@ -144,7 +169,7 @@ def open_from_args(a, schedule: str):
 
 
 def template_flag(p):
-    from .prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
+    from ..prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 
     p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
     p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, choices=list(INSTRUCTIONS),
@@ -152,24 +177,22 @@ def template_flag(p):
 
 
 def answer_mode_flag(p):
-    from .rewards.math import ANSWER_MODES
+    from ..rewards.math import ANSWER_MODES
 
     p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
                    help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
                         "joined, for multi-answer problems answered one box per answer)")
-    from .rewards.math import grader_flag
-
     grader_flag(p)
 
 
 def sampling_from_args(a):
-    from .decoding.sampling import SamplingParams
+    from ..decoding.sampling import SamplingParams
 
     return SamplingParams(a.temperature, a.top_p, a.top_k, a.max_tokens)
 
 
 def pair_from_args(a, need_junior: bool):
-    from .models import load_pair
+    from ..models import load_pair
 
     junior = (a.junior or a.senior) if need_junior else None
     return load_pair(a.senior, junior, a.device, getattr(a, "junior_device", None), a.dtype)
@@ -177,7 +200,7 @@ def pair_from_args(a, need_junior: bool):
 
 def plan_flags(p: argparse.ArgumentParser) -> None:
     """--plan-* flags of `tandem train --dry-run` (rl/memory_plan.py Layout; docs/scale.md)."""
-    from .rl.memory_plan import OFFLOADS, SHARDINGS
+    from ..rl.memory_plan import OFFLOADS, SHARDINGS
 
     g = p.add_argument_group("memory plan (--dry-run)")
     g.add_argument("--plan-gpu-gib", type=number(float, 0, lo_open=True), default=None,
@@ -194,3 +217,12 @@ def plan_flags(p: argparse.ArgumentParser) -> None:
                    "on every linear layer of the body instead of full fine-tuning (default 0: off)")
     g.add_argument("--plan-sync-bucket-mib", type=number(float, 0, lo_open=True), default=None,
                    help="weight-sync bucket under sharding or LoRA, MiB (default: the run's sync_bucket_mb)")
+
+
+def grader_flag(p, default: str | None = "ours", help_default: str = "ours") -> None:
+    """The ``--grader`` flag of every command that grades math (``rewards.math.GRADERS``)."""
+    from ..rewards.math import GRADERS
+
+    p.add_argument("--grader", default=default, choices=GRADERS,
+                   help=f"math grader: ours (math-verify with repairs, choice labels stripped) or paper (the paper's "
+                        f"cascade: mathd, sympy, math-verify; docs/paper_fidelity.md); default {help_default}")

@@ -1,0 +1,109 @@
+"""The ``tandem`` command: parse, call the library, print. No logic lives here.
+
+The only argparse of the package: a module per command group (``generate``, ``world`` (and
+``models``), ``train``, ``eval`` (solo|handoff), ``battery`` (eval legibility|drift|regrade|replay,
+compare, report), ``probe``, ``grade``, ``serve``, ``recipes`` (demo, study, bench)), the flags
+they share in ``flags``; this module builds the parser from them and runs ``main``.
+
+Bad input raises ``TandemError`` somewhere below; ``main`` prints it as one line
+(``tandem: error: ...``) and exits with status 2, without a traceback.
+Run: ``tandem --help`` or ``python -m tandem_rlvr.cli --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import sys
+
+from ..errors import TandemError, collective_failure
+from ..runtime import env_threads
+
+log = logging.getLogger("tandem_rlvr")
+_FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
+              errno.EEXIST, errno.ELOOP, errno.ENAMETOOLONG}
+
+
+# --------------------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``tandem`` parser: each command group registers its subcommands from its own module."""
+    from . import battery, eval as eval_cmd, generate, grade, probe, recipes, serve, train, world
+
+    P = _Parser(prog="tandem", description="Tandem RLVR: train and evaluate a senior that a frozen "
+                                "junior can follow (arXiv 2606.28166).")
+    P.add_argument("-v", "--verbose", action="store_true", help="log details (boundary-set sizes, resumes, ...)")
+    sub = P.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    recipes.register_demo(sub)  # demo (recipes/demo.py)
+    generate.register(sub)  # generate
+    recipes.register_bench(sub, _Parser)  # bench decode|train|memory (recipes/bench.py)
+    serve.register(sub, _Parser)  # serve (engines/serve.py)
+    world.register_world(sub, _Parser)  # world build|verify
+    train.register(sub)  # train (rl/train.py)
+    world.register_models(sub, _Parser)  # models fetch
+    esub = eval_cmd.register(sub, _Parser)  # eval solo|handoff (eval/sample/sampler.py)
+    battery.register(sub, esub)  # eval legibility|drift|regrade|replay, compare, report
+    recipes.register_study(sub)  # study drift|elegance (recipes/study.py, docs/drift_world.md)
+    grade.register(sub)  # grade (tasks/grade.py, docs/tasks.md)
+    probe.register(sub)  # probe forced-junior (eval/sample/probe.py, docs/tasks.md)
+    return P
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        a = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, already printed as one line)
+        return int(e.code or 0)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor load/save bars; ours show the real work
+    try:
+        env_threads()  # a bad $TANDEM_THREADS fails here, before any work
+        a.fn(a)
+    except TandemError as e:
+        print(f"tandem: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tandem: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:  # the file system refused (full disk, read-only, permissions): one line, no traceback
+        if e.errno not in _FS_ERRNOS:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"tandem: error: {where}{e.strerror or e}{_RERUN if e.errno in (errno.ENOSPC, errno.EDQUOT) else ''}",
+              file=sys.stderr)
+        return 2
+    except Exception as e:
+        if (lost := collective_failure(e)) is not None:  # a lost training process: one line, like bad input
+            print(f"tandem: error: {lost}", file=sys.stderr)
+            return 2
+        if not _write_failed(e):
+            raise
+        print(f"tandem: error: a file could not be written, is the disk full? ({str(e).splitlines()[0][:200]})"
+              f"{_RERUN}", file=sys.stderr)
+        return 2
+    return 0
+
+
+_RERUN = "; free space and re-run the same command (it resumes from the last complete checkpoint or sample)"
+
+
+def _write_failed(e: Exception) -> bool:
+    """A failed write reported by a library as its own error rather than an OSError: safetensors
+    ("I/O error: No space left on device (os error 28)") or torch.save's zip writer ("[enforce fail
+    at inline_container.cc] ... unexpected pos", "PytorchStreamWriter failed writing file")."""
+    text = str(e)
+    if type(e).__name__ == "SafetensorError":
+        return "I/O error" in text or "os error" in text
+    return isinstance(e, RuntimeError) and ("PytorchStreamWriter" in text
+                                            or ("inline_container.cc" in text and "unexpected pos" in text))
+

@@ -1,0 +1,88 @@
+"""``tandem train``: every ``TrainConfig`` field as a flag, and ``--dry-run``'s memory plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..runtime import configure_cpu_threads
+from .flags import plan_flags
+
+
+def _train_flags(p: argparse.ArgumentParser) -> None:
+    """Every TrainConfig field as a flag (default None = keep the preset/file value)."""
+    from dataclasses import MISSING
+
+    from ..config import config_fields, preset_names
+
+    p.add_argument("--preset", default=None, help=f"preset name ({', '.join(preset_names())}); its values replace "
+                   "the base defaults shown below")
+    p.add_argument("--config", default=None, help="YAML file of config keys (over the preset)")
+    g = p.add_argument_group("config keys (override preset and file)",
+                             "Each flag overrides the --config file, which overrides the --preset, which overrides the "
+                             "base default shown. `tandem train --preset NAME --dry-run` prints the resolved values.")
+    for f in config_fields():
+        default = f.default if f.default is not MISSING else None
+        kind = _parse_bool if "bool" in f.type else int if "int" in f.type else float if "float" in f.type else str
+        if "None" in f.type and kind is not str:
+            kind = _optional(kind)
+        extra = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
+                       metavar="BOOL" if kind is _parse_bool else None,
+                       help=f"{f.metadata['help']} (base default {default})", **extra)
+
+
+def _optional(kind):
+    def parse(x: str):
+        return None if x.lower() in ("none", "null") else kind(x)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def torch_cuda_gib() -> float | None:
+    """Memory of the first visible GPU in GiB, or None without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / (1 << 30)
+
+
+def _parse_bool(x: str) -> bool:
+    if x.lower() in ("1", "true", "yes", "on"):
+        return True
+    if x.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {x!r}")
+
+
+def cmd_train(a):
+    from ..config import config_fields, load_train_config
+    from ..rl.train import train
+
+    overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
+    cfg = load_train_config(a.preset, a.config, overrides)
+    if a.dry_run:
+        from ..rl.memory_layouts import dry_run_report
+        from ..rl.memory_plan import disk_plan
+
+        print(json.dumps(cfg.to_dict(), indent=2))
+        gib = a.plan_gpu_gib
+        if gib is None and torch_cuda_gib() is not None:
+            gib = torch_cuda_gib()
+        print(dry_run_report(cfg, a, gib))
+        print(disk_plan(cfg, gpu=gib is not None))
+        return
+    configure_cpu_threads()
+    summary = train(cfg)
+    print(json.dumps(summary, indent=2))
+
+
+def register(sub) -> None:
+    t = sub.add_parser("train", help="train a senior: --method tandem | grpo | klreg (TRL GRPOTrainer)")
+    t.add_argument("--dry-run", action="store_true", help="print the resolved config and its memory plan (peak "
+                   "memory per device), then exit")
+    plan_flags(t)
+    _train_flags(t)
+    t.set_defaults(fn=cmd_train)

