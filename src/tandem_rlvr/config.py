@@ -61,6 +61,7 @@ RANGES = {
     "beta": (0, None, False), "junior_imitation": (0, None, False), "judge_max_tokens": (1, None, False),
     "judge_timeout": (0, None, True), "judge_retries": (0, None, False), "judge_concurrency": (1, None, False),
     "vllm_kv_cache_gib": (0, None, True), "length_ceiling": (1, None, False),
+    "lora_r": (0, None, False), "lora_alpha": (0, None, True), "lora_dropout": (0, 1, False),
 }
 
 
@@ -216,6 +217,16 @@ class TrainConfig:
                              "a hang (transformers' ddp_timeout)")
     sync_bucket_mb: int = _f(512, "MiB of full tensors gathered at a time when the senior's weights go to the "
                              "rollout copy, an engine or a save (bounds the gather's memory on every rank)")
+    # LoRA (rl/lora.py): r = 0 is full fine-tuning
+    lora_r: int = _f(0, "LoRA rank: > 0 trains PEFT LoRA adapters of this rank on lora_targets (base frozen; rollouts "
+                     "decode the merged weights); 0 = full fine-tuning")
+    lora_alpha: float = _f(32.0, "LoRA alpha: the adapter's update is (alpha / r) B A (TRL's default 32)")
+    lora_dropout: float = _f(0.0, "LoRA dropout on the adapter's input during the training forward, in [0, 1)")
+    lora_targets: list[str] = field(default_factory=lambda: ["all-linear"], metadata={"help": (
+        "LoRA target modules (comma-separated names as PEFT matches them: q_proj,v_proj,...); all-linear (PEFT's "
+        "keyword, default) = every linear layer of the body, the output layer excepted")})
+    save_merged: bool = _f(False, "LoRA: also write merged HF weights (compute dtype) to merged/ inside "
+                           "checkpoint-N, best/ and final/, beside the adapter")
 
     def __post_init__(self):
         _check_numbers(self)
@@ -294,6 +305,9 @@ class TrainConfig:
         if self.junior_imitation > 0 and self.method != "tandem":
             raise TandemError("junior_imitation > 0 needs --method tandem (there are no junior tokens otherwise)")
         self._check_rewards()
+        from .rl.lora import check_settings
+
+        check_settings(self)
 
     def _check_rewards(self) -> None:
         """Task, reward terms, the user's reward and the judge settings; specs made canonical (NAME:COEF)."""

@@ -146,10 +146,11 @@ def _full(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 @torch.no_grad()
-def buckets(model, dtype: torch.dtype, bucket_bytes: int):
-    """Lists of (name, full tensor in ``dtype``) of at most ``bucket_bytes`` each (module docstring)."""
+def buckets(model, dtype: torch.dtype, bucket_bytes: int, named=named_tensors):
+    """Lists of (name, full tensor in ``dtype``) of at most ``bucket_bytes`` each (module docstring);
+    ``named`` walks the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged)."""
     bucket, size = [], 0
-    for name, t in named_tensors(model):
+    for name, t in named(model):
         nbytes = t.numel() * dtype.itemsize
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
@@ -197,20 +198,20 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> None:
+def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int, named=named_tensors) -> None:
     """``model`` as loadable HF weights in ``dtype`` under ``out`` (collective: call on every rank).
 
     Rank 0 writes each bucket as one safetensors shard (``model.safetensors`` when there is one),
     the index and ``config.json``; no rank holds more than one bucket of full tensors."""
     from safetensors.torch import save_file
 
-    plan = _shard_plan(model, dtype, bucket_bytes)
+    plan = _shard_plan(model, dtype, bucket_bytes, named)
     main = _rank() == 0
     out = Path(out)
     if main:
         out.mkdir(parents=True, exist_ok=True)
     weight_map = {}
-    for i, bucket in enumerate(buckets(model, dtype, bucket_bytes)):
+    for i, bucket in enumerate(buckets(model, dtype, bucket_bytes, named)):
         if not main:
             continue
         file = "model.safetensors" if plan == 1 else f"model-{i + 1:05d}-of-{plan:05d}.safetensors"
@@ -219,7 +220,7 @@ def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> No
     if not main:
         return
     if plan > 1:
-        total = sum(t.numel() for _, t in named_tensors(model)) * dtype.itemsize
+        total = sum(t.numel() for _, t in named(model)) * dtype.itemsize
         (out / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n", encoding="utf-8")
     model.config.save_pretrained(out)
@@ -231,10 +232,10 @@ def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> No
     (out / "config.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def _shard_plan(model, dtype: torch.dtype, bucket_bytes: int) -> int:
+def _shard_plan(model, dtype: torch.dtype, bucket_bytes: int, named=named_tensors) -> int:
     """How many buckets ``buckets`` will yield (from shapes alone, no gathering)."""
     count, size = 0, 0
-    for _, t in named_tensors(model):
+    for _, t in named(model):
         nbytes = t.numel() * dtype.itemsize
         if count == 0 or size + nbytes > bucket_bytes:
             count, size = count + 1, 0

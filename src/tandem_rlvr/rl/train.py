@@ -34,6 +34,8 @@ from ..io import atomic_write, read_json, write_json
 from ..models import Pair, load_pair
 from ..prompting import encode_prompt, resolve_template
 from ..runtime import invocation
+from .lora import check_targets as check_lora_targets, is_lora, peft_config as lora_config
+from .lora import prepare_trainer as prepare_lora, save_lora
 from .precision import RolloutModel, precision, save_in_dtype
 from .sharding import configure as configure_sharding, from_launcher, fsdp_settings, save_streamed
 from ..rundir import RunLock, abs_spec, output_dir, refuse_other_config, remove_failed_start
@@ -151,8 +153,9 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
 def prepare(cfg: TrainConfig) -> Prepared:
     train, val = split_problems(cfg)
     _, compute, master = precision(cfg)
+    base = compute if cfg.lora_r else master  # LoRA: the frozen base in the compute dtype (rl/lora.py)
     pair = load_pair(cfg.senior, cfg.junior or cfg.senior, cfg.senior_device, cfg.junior_device, compute,
-                     trainable=True, senior_dtype=master)
+                     trainable=True, senior_dtype=base)
     template = resolve_template(pair.tokenizer, cfg.template)
     prep = Prepared(cfg, pair, train, val, template, run_task(cfg))
     drop_overlong_prompts(prep)
@@ -208,6 +211,8 @@ def _reward_defaults() -> dict:
             out[f.name] = f.default_factory() if f.default is MISSING else f.default
     out["reward_terms"] = ["correct:1"]
     out.update(sharding="none", shard_offload=False)
+    out.update({f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(TrainConfig)
+                if f.name.startswith("lora_") or f.name == "save_merged"})  # runs from before LoRA
     return out
 
 
@@ -275,6 +280,10 @@ def _reward_note(cfg: TrainConfig) -> str:
 
 def _weights_note(cfg: TrainConfig) -> str:
     compute, master = (str(d).removeprefix("torch.") for d in precision(cfg)[1:])
+    if cfg.lora_r:
+        return (f"LoRA adapters (r = {cfg.lora_r}, alpha = {cfg.lora_alpha:g}, on {', '.join(cfg.lora_targets)}) in "
+                f"{master} over a frozen {compute} base; every save holds the adapter (PEFT format)"
+                + (f", and merged/ the merged weights in {compute}" if cfg.save_merged else ""))
     if master == compute:
         return f"trained and saved in {compute}"
     return (f"trained with {master} master weights and {compute} compute; checkpoint-* hold the {master} masters, "
@@ -355,7 +364,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
 
     from ..engines.base import engine_kind
     from ..tasks import task_row
-    from .callbacks import CheckpointWeights, RunLog, Validation
+    from .callbacks import CheckpointWeights, MergedCheckpoint, RunLog, Validation
     from .guard import FiniteGuard
     from .rollout import TandemRollout
     from .trainer import TandemGRPOTrainer
@@ -368,6 +377,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     if cfg.sharding != "none" and not engine_kind(cfg.engine).sharded_training:
         raise TandemError(f"engine {cfg.engine} takes the senior's weights as a whole state dict; --sharding "
                           f"{cfg.sharding} shards them: train with engine hf, or without sharding (DDP)")
+    check_lora_targets(cfg)  # from the senior's config alone, before its weights load
     prep = prepare(cfg)
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
@@ -409,7 +419,11 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
                 require_senior_mask=cfg.method == "tandem", junior_imitation=cfg.junior_imitation,
                 ref_is_junior=cfg.method == "klreg", kl_clamp=cfg.kl_clamp,
                 junior_token_weight=cfg.junior_token_weight, loss_normalizer=cfg.loss_normalizer,
-                model_card=lambda steps: model_card(cfg, steps))
+                model_card=lambda steps: model_card(cfg, steps), peft_config=lora_config(cfg))
+        if cfg.lora_r:
+            prepare_lora(trainer, cfg, print_fn)
+            if cfg.save_merged:
+                trainer.add_callback(MergedCheckpoint(out, compute, tok, cfg.sync_bucket_mb << 20))
         for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
             trainer.remove_callback(cb)
         validation.trainer = weights.trainer = trainer
@@ -449,7 +463,7 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
         cfg.senior, (cfg.junior or cfg.senior) if tandem else None, next(pair.senior.parameters()).device,
         dtype=cfg.dtype, seed=cfg.seed, vllm_settings=vllm, server=server, pair=pair,
         rollout_copy=RolloutModel(cfg.senior, compute, cfg.rollout_device if kind.rollout_device else None,
-                                  sharded=cfg.sharding != "none"),
+                                  sharded=cfg.sharding != "none", merged=bool(cfg.lora_r)),
         batch_rows=cfg.rollout_batch_rows, sleep=cfg.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
 
 
@@ -488,7 +502,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
                    "rollout_steps": -(-trainer.state.global_step // cfg.updates_per_batch), "best": run.validation.best,
                    "processes": trainer.accelerator.num_processes, "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
         _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, trainer.state.global_step),
-                    precision(cfg)[1], cfg.sync_bucket_mb << 20)  # every process: sharded weights are gathered
+                    precision(cfg)[1], cfg.sync_bucket_mb << 20, cfg.save_merged)  # every process: sharded weights are gathered
         if trainer.accelerator.is_main_process:
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     except BaseException:
@@ -513,7 +527,8 @@ def _said_complete(cfg: TrainConfig, print_fn) -> dict | None:
     return done
 
 
-def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bucket_bytes: int) -> None:
+def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bucket_bytes: int,
+                merged: bool = False) -> None:
     """final/ (weights in the compute dtype, tokenizer, model card) written beside and moved into place
     whole. Called on every process: FSDP and ZeRO-3 weights are gathered collectively; the main one writes."""
     tmp, old = out / ".final.tmp", out / ".final.old"
@@ -523,6 +538,9 @@ def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bu
     trainer.accelerator.wait_for_everyone()  # no process writes into the old .final.tmp
     if trainer.is_fsdp_enabled:
         save_streamed(trainer.accelerator.unwrap_model(trainer.model), tmp, dtype, bucket_bytes)
+    elif is_lora(senior := trainer.accelerator.unwrap_model(trainer.model)):
+        if main:  # the adapter, and merged/ weights with save_merged (rl/lora.py)
+            save_lora(senior, tmp, dtype, tokenizer, merged, bucket_bytes)
     elif trainer.is_deepspeed_enabled:
         trainer.save_model(str(tmp))  # gathers ZeRO-3 weights; saved in the masters' dtype
     elif main:
