@@ -77,6 +77,10 @@ def check_targets(cfg) -> None:
     module's name or its last dotted parts), read from its config alone, before any weights load."""
     if not cfg.lora_r:
         return
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise TandemError("LoRA (lora_r > 0) needs PEFT: pip install -e '.[lora]' (or pip install peft)") from None
     from .memory_shapes import model_config
 
     names = linear_names(model_config(cfg.senior))
