@@ -200,4 +200,5 @@ def test_bad_lora_settings_are_one_line_errors_before_any_model_loads(setup, tmp
                "--output-dir", str(tmp_path / "run"), *flags])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("tandem: error:") and named in err, err
+    assert "unrecognized" not in err, err
     assert not (tmp_path / "run").exists()

@@ -96,6 +96,25 @@ def check_targets(cfg) -> None:
                               f"{', '.join(leaves)} (or {ALL_LINEAR})")
 
 
+_PER_RANK: dict = {}
+
+
+def adapter_weights_per_rank(config, targets) -> int:
+    """LoRA weights per unit of rank: the sum of (in + out) over the body's linear layers that
+    ``targets`` selects (the memory plan's count; PEFT's rank-r adapter of an (out, in) layer has
+    r x (in + out) weights)."""
+    from transformers import AutoModelForCausalLM
+
+    key = (config.to_json_string(), tuple(targets))
+    if key not in _PER_RANK:
+        with torch.device("meta"):
+            layers = AutoModelForCausalLM.from_config(config).get_decoder().layers
+        _PER_RANK[key] = sum(m.in_features + m.out_features for n, m in layers.named_modules()
+                             if isinstance(m, torch.nn.Linear) and (ALL_LINEAR in targets or any(
+                                 n == t or n.endswith("." + t) for t in targets)))
+    return _PER_RANK[key]
+
+
 def peft_config(cfg):
     """TRL's ``peft_config`` for the run: a ``peft.LoraConfig``, or None for full fine-tuning."""
     if not cfg.lora_r:
