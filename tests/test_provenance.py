@@ -275,7 +275,8 @@ def test_training_resume_check_covers_every_setting_seed_included(tmp_path):
     bases = [TrainConfig(output_dir=str(tmp_path / "run")), TrainConfig(method="klreg", output_dir=str(tmp_path / "run")),
              # the judge's own keys change alone only where a judge term uses them
              TrainConfig(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8", output_dir=str(tmp_path / "run")),
-             TrainConfig(sharding="fsdp2", output_dir=str(tmp_path / "run"))]  # shard_offload needs a sharded run
+             TrainConfig(sharding="fsdp2", output_dir=str(tmp_path / "run")),  # shard_offload needs a sharded run
+             TrainConfig(lora_r=4, output_dir=str(tmp_path / "run"))]  # save_merged needs a LoRA run
     untested = [f.name for f in dataclasses.fields(TrainConfig)
                 if f.name not in TRAIN_EXEMPT and not any(refused(b, f) for b in bases)]
     assert untested == []
