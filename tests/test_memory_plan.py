@@ -156,3 +156,14 @@ def test_dry_run_prints_the_sharded_plan_and_the_layouts_table(monkeypatch, caps
     assert "one training process of FSDP2 x 2" in out and "senior weight shards" in out
     table = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [line.split(" | ")[0] for line in table] == ["| 2", "| 2", "| 4", "| 4", "| 8", "| 8"]
+
+
+def test_lora_saves_on_disk_are_the_adapter_and_its_moments(paper):
+    """Rank 16 on all seven projections of 36 layers: 16 x 36 x 57,344 = 33,030,144 fp32 adapter
+    weights = 126.0 MiB; a checkpoint adds AdamW's two moments (378.0 MiB); merged/ is the bf16 senior."""
+    from dataclasses import replace
+
+    from tandem_rlvr.rl.memory_plan import disk_plan
+
+    line = disk_plan(replace(paper, lora_r=16, save_merged=True))
+    assert "checkpoint-* 378.0 MiB + merged/ 7.49 GiB" in line and "best/ and final/ 126.0 MiB" in line

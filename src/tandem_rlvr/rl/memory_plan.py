@@ -291,7 +291,10 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if cfg.eval_every:
         phases.append(("validation", min(cfg.rollout_batch_rows or VALIDATION_ROWS, cfg.val_size * cfg.eval_n),
                        cfg.validation_schedule))
-    if lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
+    if lora_base:  # the merged stream: one W + (alpha / r) B A at a time (fp32 W, fp32 delta, the cast result)
+        p.add(d0, "sync", "weight sync: one merged matrix at a time (fp32 base and update, cast copy)",
+              S.intermediate * S.hidden * (4 + 4 + bc))
+    elif lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
         p.add(d0, "sync", f"weight sync: one gathered bucket ({lay.sync_bucket_mib:g} MiB at most, "
               f"{str(compute)[6:]})", min(lay.sync_bucket_mib * (1 << 20), S.params * bc))
     if cfg.engine == "vllm-server":
@@ -385,8 +388,16 @@ def disk_plan(cfg, gpu: bool = True) -> str:
     compute = torch.bfloat16 if cfg.dtype == "auto" and gpu else (
         torch.float32 if cfg.dtype == "auto" else DTYPES.get(cfg.dtype, torch.float32))
     master = torch.float32 if cfg.master_dtype == "float32" else compute
-    ckpt = S.params * 3 * _bytes(master)
     kept = "every" if cfg.save_total_limit is None else f"the last {cfg.save_total_limit}"
+    if cfg.lora_r:  # the adapter and its moments in fp32 (rl/lora.py); merged/ weights with save_merged
+        adapter = cfg.lora_r * adapter_weights_per_rank(model_config(cfg.senior), cfg.lora_targets) * 4
+        merged = S.params * _bytes(compute) if cfg.save_merged else 0
+        extra = f" + merged/ {_size(merged).strip()}" if merged else ""
+        return (f"disk: each checkpoint-* {_size(3 * adapter).strip()}{extra} (LoRA adapter and its AdamW moments in "
+                f"float32), {kept} kept, every {cfg.save_every} {cfg.step_unit} steps; best/ and final/ "
+                f"{_size(adapter).strip()}{extra}" + (f"; keep_weights: as much more per save in weights/, never pruned"
+                                                      if cfg.keep_weights else ""))
+    ckpt = S.params * 3 * _bytes(master)
     line = (f"disk: each checkpoint-* {_size(ckpt).strip()} (weights and AdamW moments in {str(master)[6:]}), {kept} "
             f"kept, every {cfg.save_every} {cfg.step_unit} steps; best/ and final/ {_size(S.params * _bytes(compute)).strip()}")
     if cfg.keep_weights:
