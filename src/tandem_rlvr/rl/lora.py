@@ -42,7 +42,6 @@ from ..errors import TandemError
 log = logging.getLogger("tandem_rlvr")
 
 ALL_LINEAR = "all-linear"  # PEFT's keyword: every nn.Linear but the output layer
-DEFAULT_TARGETS = (ALL_LINEAR,)
 OUTPUT_LAYERS = ("lm_head",)  # TRL refuses an adapter there (its chunked head reads lm_head.weight directly)
 
 
