@@ -16,8 +16,10 @@ loop of our own rather than `tandem train` (the trainer's FSDP2 path is another 
 compares each rank's peak with the plan's `Layout(N, "fsdp2")`; it also times one weight sync.
 `--arch` names the model (default: tiny and smol on CPU); `scripts/gpu_check.sh` runs it on GPUs.
 `--zero3` does the same under DeepSpeed ZeRO-3 against `Layout(N, "zero3")`.
+`--lora R` trains LoRA adapters of rank R (`lora_r`, rl/lora.py) in the `tandem train` configurations
+and checks the plan's LoRA layout (its default: the plan of the run's own `lora_r`).
 
-Run: python scripts/memory_check.py [--quick] [--fsdp2 | --zero3 [--nproc N] [--arch MODEL]] [--out FILE.json]
+Run: python scripts/memory_check.py [--quick] [--lora R] [--fsdp2 | --zero3 [--nproc N] [--arch MODEL]] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=2, help="--fsdp2: processes (GPUs when present; default 2)")
     ap.add_argument("--arch", default=None, help="--fsdp2: this model (a config shipped in presets/models, a "
                     "directory, a built-in name) at 256 prompt + 1,024 response tokens, instead of tiny and smol")
+    ap.add_argument("--lora", type=int, default=0, help="train LoRA adapters of this rank (tandem train configurations)")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     a = ap.parse_args()
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_ARENA_MAX": "2",
@@ -176,16 +179,16 @@ def main() -> None:
                              template="plain", instruction="none", lr=1e-5, group_size=8, prompts_per_step=2,
                              prompts_per_minibatch=2, max_prompt_tokens=prompt_len, max_new_tokens=new,
                              micro_batch_rows=micro, gradient_checkpointing=ckpt, max_steps=2, eval_every=0,
-                             save_every=100, kl_every=0, dtype="float32", output_dir=str(run))
+                             save_every=100, kl_every=0, dtype="float32", output_dir=str(run), lora_r=a.lora)
             out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(overrides)], env=env, capture_output=True,
                                  text=True)
             if out.returncode:
                 sys.exit(f"memory_check: configuration {arch} failed:\n{out.stderr[-2000:]}")
             r = json.loads(out.stdout.strip().splitlines()[-1])
-            r.update(arch=arch, prompt=prompt_len, response=new, micro=micro or 16, checkpointing=ckpt,
+            r.update(arch=arch, prompt=prompt_len, response=new, micro=micro or 16, checkpointing=ckpt, lora_r=a.lora,
                      ratio=r["predicted"] / r["measured"])
             results.append(r)
-            print(f"{arch:5s} prompt {prompt_len:4d} response {new:4d} micro {r['micro']:3d} ckpt {str(ckpt):5s} | "
+            print(f"{arch:5s} {f'LoRA r={a.lora} ' if a.lora else ''}prompt {prompt_len:4d} response {new:4d} micro {r['micro']:3d} ckpt {str(ckpt):5s} | "
                   f"predicted {r['predicted'] / 2**20:8.1f} MiB ({r['phase']}) | measured {r['measured'] / 2**20:8.1f} "
                   f"MiB | predicted/measured {r['ratio']:.2f}", flush=True)
     if a.out:

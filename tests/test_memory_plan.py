@@ -72,14 +72,26 @@ def test_offload_moves_the_shards_to_host_memory(paper, sharding, offload, host_
 def test_lora_trains_only_adapters(paper):
     """Rank r on every linear layer of the body: r x (in + out) weights per matrix; per layer
     q (2,560 + 4,096), k and v (2,560 + 1,024) each, o (4,096 + 2,560), gate and up (2,560 +
-    9,728) each, down (9,728 + 2,560) = 57,344."""
+    9,728) each, down (9,728 + 2,560) = 57,344. The frozen base is held in bf16 (2 B), the
+    adapters in fp32 (4 B), and nothing of the base is autocast-copied."""
     from tandem_rlvr.rl.memory_plan import Layout, plan
 
     adapters = 8 * 36 * 57_344
     items = _items(plan(paper, gpu_gib=80, layout=Layout(1, lora_r=8)), "cuda:0")
     assert items["AdamW moments"].nbytes == 2 * adapters * 4
     assert items["gradients"].nbytes == adapters * 4
-    assert items["senior weights"].nbytes == (P + adapters) * 4
+    assert items["senior weights"].nbytes == P * 2 + adapters * 4
+    assert "autocast copies of the matrices" not in items
+
+
+def test_lora_on_named_targets_counts_only_those_layers(paper):
+    """q_proj and v_proj only: per layer (2,560 + 4,096) + (2,560 + 1,024) = 10,240 per unit of rank."""
+    from dataclasses import replace
+
+    from tandem_rlvr.rl.memory_plan import plan
+
+    cfg = replace(paper, lora_r=8, lora_targets=["q_proj", "v_proj"])
+    assert _items(plan(cfg, gpu_gib=80), "cuda:0")["gradients"].nbytes == 8 * 36 * 10_240 * 4
 
 
 @pytest.mark.parametrize("bad", [dict(processes=0), dict(processes=-2), dict(sharding="fsdp"),
@@ -144,3 +156,14 @@ def test_dry_run_prints_the_sharded_plan_and_the_layouts_table(monkeypatch, caps
     assert "one training process of FSDP2 x 2" in out and "senior weight shards" in out
     table = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [line.split(" | ")[0] for line in table] == ["| 2", "| 2", "| 4", "| 4", "| 8", "| 8"]
+
+
+def test_lora_saves_on_disk_are_the_adapter_and_its_moments(paper):
+    """Rank 16 on all seven projections of 36 layers: 16 x 36 x 57,344 = 33,030,144 fp32 adapter
+    weights = 126.0 MiB; a checkpoint adds AdamW's two moments (378.0 MiB); merged/ is the bf16 senior."""
+    from dataclasses import replace
+
+    from tandem_rlvr.rl.memory_plan import disk_plan
+
+    line = disk_plan(replace(paper, lora_r=16, save_merged=True))
+    assert "checkpoint-* 378.0 MiB + merged/ 7.49 GiB" in line and "best/ and final/ 126.0 MiB" in line

@@ -276,7 +276,8 @@ def test_training_resume_check_covers_every_setting_seed_included(tmp_path):
              # the judge's own keys change alone only where a judge term uses them
              TrainConfig.from_keys(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8",
                                    output_dir=str(tmp_path / "run")),
-             TrainConfig.from_keys(sharding="fsdp2", output_dir=str(tmp_path / "run"))]  # shard_offload needs a sharded run
+             TrainConfig.from_keys(sharding="fsdp2", output_dir=str(tmp_path / "run")),  # shard_offload needs a sharded run
+             TrainConfig.from_keys(lora_r=4, output_dir=str(tmp_path / "run"))]  # save_merged needs a LoRA run
     untested = [f.name for f in config_fields()
                 if f.name not in TRAIN_EXEMPT and not any(refused(b, f) for b in bases)]
     assert untested == []

@@ -1,6 +1,7 @@
 """Load the senior and the junior: hub id, local directory or GGUF file.
 
-- ``load_model(spec, device, dtype)``: a directory with ``config.json``, a ``.gguf`` file
+- ``load_model(spec, device, dtype)``: a directory with ``config.json`` (or a LoRA save of
+  ``tandem train``: ``adapters.py``), a ``.gguf`` file
   (converted once to safetensors in the cache by ``gguf.gguf_to_dir``, because loading a
   GGUF dequantises it every time), or a Hugging Face hub id (needs the hub; offline it fails with a clear
   error naming the id).
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from .adapters import base_spec, is_adapter_dir, merge_on_load, merged_dir
 from .errors import TandemError
 from .gguf import gguf_to_dir
 
@@ -88,6 +90,8 @@ def resolve_model_path(spec: str) -> str:
         if not p.is_file():
             raise TandemError(f"model file not found: {spec}")
         return str(gguf_to_dir(p))
+    if is_adapter_dir(p):  # a LoRA save: its merged/ weights, else the folder itself (merged on load)
+        return str(merged_dir(p) or p)
     if p.exists():
         check_model_dir(p, spec)
         return str(p)
@@ -108,7 +112,7 @@ def check_model_dir(p: Path, spec: str) -> None:
         raise TandemError(f"model {spec} is a file, not a model directory or a .gguf file")
     if (p / "config.json").is_file() and any((p / f).is_file() for f in WEIGHT_FILES):
         return
-    inner = sorted((d.name for d in p.iterdir() if d.is_dir() and (d / "config.json").is_file()
+    inner = sorted((d.name for d in p.iterdir() if is_adapter_dir(d) or d.is_dir() and (d / "config.json").is_file()
                     and any((d / f).is_file() for f in WEIGHT_FILES)), key=lambda n: (n not in ("best", "final"), n))
     if inner:
         use = " or ".join(f"{spec.rstrip('/')}/{n}" for n in [n for n in inner if n in ("best", "final")] or inner[:1])
@@ -198,7 +202,11 @@ def load_model(spec: str, device: str | torch.device | None = None, dtype=None, 
     from transformers import AutoModelForCausalLM
 
     dev = device if isinstance(device, torch.device) else resolve_device(device)
-    model = _from_pretrained(AutoModelForCausalLM, spec, dtype=resolve_dtype(dtype, dev)).to(dev)
+    if is_adapter_dir(Path(resolve_model_path(spec))):  # a LoRA save without merged/: merged on load in fp32
+        base = load_model(base_spec(Path(spec).expanduser()), dev, torch.float32, trainable=True)
+        model = merge_on_load(Path(spec).expanduser(), base).to(resolve_dtype(dtype, dev))
+    else:
+        model = _from_pretrained(AutoModelForCausalLM, spec, dtype=resolve_dtype(dtype, dev)).to(dev)
     if not trainable:
         model.eval()
         model.requires_grad_(False)

@@ -62,12 +62,43 @@ class ModelsPart:
                                   "not a hang (transformers' ddp_timeout)")
     sync_bucket_mb: int = setting(512, "MiB of full tensors gathered at a time when the senior's weights go to the "
                                   "rollout copy, an engine or a save (bounds the gather's memory on every rank)")
+    # LoRA (rl/lora.py): r = 0 is full fine-tuning
+    lora_r: int = setting(0, "LoRA rank: > 0 trains PEFT LoRA adapters of this rank on lora_targets (base frozen; "
+                          "rollouts decode the merged weights); 0 = full fine-tuning", range=(0, None, False))
+    lora_alpha: float = setting(32.0, "LoRA alpha: the adapter's update is (alpha / r) B A (TRL's default 32)",
+                                range=(0, None, True))
+    lora_dropout: float = setting(0.0, "LoRA dropout on the adapter's input during the training forward, in [0, 1)",
+                                  range=(0, 1, False))
+    lora_targets: list[str] = setting(["all-linear"], "LoRA target modules (comma-separated names as PEFT matches "
+                                      "them: q_proj,v_proj,...); all-linear (PEFT's keyword, default) = every linear "
+                                      "layer of the body, the output layer excepted")
+    save_merged: bool = setting(False, "LoRA: also write merged HF weights (compute dtype) to merged/ inside "
+                                "checkpoint-N, best/ and final/, beside the adapter")
 
     def __post_init__(self):
         check_part(self)
         if self.shard_offload and self.sharding == "none":
             raise TandemError("shard_offload needs --sharding fsdp2 or zero3 (it offloads the shards)")
         at_least(self, 1, "dist_timeout_s", "sync_bucket_mb")
+        self._check_lora()
+
+    def _check_lora(self) -> None:
+        """r >= 0 (0 = full fine-tuning), alpha > 0 and dropout in [0, 1) (their ranges), targets a
+        non-empty list of names (comma-separated on the command line), no sharding, merged/ only for LoRA."""
+        targets = self.lora_targets
+        if isinstance(targets, str):
+            targets = [t.strip() for t in targets.split(",") if t.strip()]
+            object.__setattr__(self, "lora_targets", targets)
+        if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t for t in targets):
+            raise TandemError(f"lora_targets must be module names (comma-separated), got {targets!r}")
+        if self.lora_dropout >= 1.0:
+            raise TandemError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_r and self.sharding != "none":
+            raise TandemError(f"LoRA (lora_r={self.lora_r}) does not train under --sharding {self.sharding}: its "
+                              "trained state is the small adapter, so train it whole on each process (DDP; "
+                              "docs/scale.md)")
+        if self.save_merged and not self.lora_r:
+            raise TandemError("save_merged needs lora_r > 0 (a full fine-tuning run saves whole weights already)")
 
     @property
     def junior_spec(self) -> str:

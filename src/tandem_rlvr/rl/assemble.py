@@ -23,6 +23,8 @@ from .prepare import Prepared, prepare
 from .run_identity import check_run_dir, model_card, stored_config
 from .run_start import RunStart
 from . import zero3
+from .lora import check_targets as check_lora_targets, peft_config as lora_config
+from .lora import prepare_trainer as prepare_lora
 from .sharding import configure as configure_sharding, from_launcher
 from .trl_args import grpo_args
 
@@ -90,6 +92,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     cfg = from_launcher(cfg)
     check_run_dir(cfg)  # refuse a different config before loading anything
     _check_launch(cfg)
+    check_lora_targets(cfg)  # from the senior's config alone, before its weights load
     prep = prepare(cfg)
     on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
@@ -119,7 +122,7 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
     """The callbacks, the reward functions and the trainer over a held run directory."""
     from transformers import PrinterCallback, ProgressCallback
 
-    from .callbacks import CheckpointWeights, RunLog, Validation
+    from .callbacks import CheckpointWeights, MergedCheckpoint, RunLog, Validation
     from .guard import FiniteGuard
     from .trainer import TandemGRPOTrainer
 
@@ -141,7 +144,12 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
             require_senior_mask=cfg.method == "tandem", junior_imitation=loss.junior_imitation,
             ref_is_junior=cfg.method == "klreg", kl_clamp=loss.kl_clamp,
             junior_token_weight=loss.junior_token_weight, loss_normalizer=loss.loss_normalizer,
-            model_card=lambda steps: model_card(cfg, steps))
+            model_card=lambda steps: model_card(cfg, steps), peft_config=lora_config(cfg))
+    if cfg.models.lora_r:
+        prepare_lora(trainer, cfg, print_fn)
+        if cfg.models.save_merged:
+            trainer.add_callback(MergedCheckpoint(out, cfg.models.precision.compute, prep.pair.tokenizer,
+                                                  cfg.models.sync_bucket_mb << 20))
     for cb in (PrinterCallback, ProgressCallback):  # our RunLog prints one line per step instead
         trainer.remove_callback(cb)
     validation.trainer = weights.trainer = trainer
@@ -167,6 +175,6 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
         m.senior, m.junior_spec if tandem else None, next(pair.senior.parameters()).device,
         dtype=m.dtype, seed=cfg.loop.seed, vllm_settings=vllm, server=server, pair=pair,
         rollout_copy=RolloutModel(m.senior, m.precision.compute, m.rollout_device if kind.rollout_device else None,
-                                  sharded=m.sharding != "none"),
+                                  sharded=m.sharding != "none", merged=bool(m.lora_r)),
         batch_rows=r.rollout_batch_rows, sleep=r.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
 

@@ -37,6 +37,7 @@ from ..decoding.rng import row_seed
 from ..engines.base import RolloutSpec, engine_kind
 from ..io import read_text, write_json
 from ..prompting import encode_prompt
+from .lora import is_lora, save_lora
 from .precision import save_in_dtype
 from .sharding import is_sharded, save_streamed
 
@@ -244,7 +245,9 @@ class Validation(TrainerCallback):
             save_streamed(model, tmp, self.dtype, self.cfg.models.sync_bucket_mb << 20)
         if not main:
             return
-        if not sharded:
+        if is_lora(model):  # the adapter, and merged/ weights with save_merged
+            save_lora(model, tmp, self.dtype, self.tok, self.cfg.models.save_merged, self.cfg.models.sync_bucket_mb << 20)
+        elif not sharded:
             save_in_dtype(model, tmp, self.dtype)  # the compute dtype, as final/
         self.tok.save_pretrained(tmp)
         for name, data in extra.items():
@@ -300,3 +303,26 @@ class CheckpointWeights(TrainerCallback):
             for f in tmp.iterdir():
                 os.replace(f, ckpt / f.name)
             tmp.rmdir()
+
+
+class MergedCheckpoint(TrainerCallback):
+    """``save_merged`` (LoRA): merged HF weights in ``checkpoint-N/merged`` beside the adapter the Trainer
+    saved there (``rl.lora``), written beside and moved in by the main process."""
+
+    def __init__(self, run_dir: Path, dtype, tokenizer, bucket_bytes: int):
+        self.run_dir, self.dtype, self.tokenizer, self.bucket_bytes = run_dir, dtype, tokenizer, bucket_bytes
+
+    def on_save(self, args, state, control, model=None, **kw):
+        from accelerate.utils import extract_model_from_parallel
+
+        from .lora import merged_tensors
+
+        if not state.is_world_process_zero or model is None:
+            return
+        ckpt = self.run_dir / f"checkpoint-{state.global_step}"
+        tmp = ckpt / ".merged.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        base = extract_model_from_parallel(model).get_base_model()
+        save_streamed(base, tmp, self.dtype, self.bucket_bytes, named=merged_tensors)
+        self.tokenizer.save_pretrained(tmp)
+        os.replace(tmp, ckpt / "merged")

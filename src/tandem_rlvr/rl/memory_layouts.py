@@ -95,7 +95,7 @@ def recommend(cfg, gpus: int, placement: str, gib: float) -> tuple[Option | None
     the cheaper ones that do not fit)."""
     processes = gpus if placement == "colocated" else gpus // 2
     rejected = []
-    for sharding, offload in CANDIDATES:
+    for sharding, offload in _candidates(cfg):
         try:
             o = option(cfg, gpus, placement, Layout(processes, sharding, offload, _lora(cfg)), gib)
         except TandemError:  # the batch does not split over this many processes
@@ -111,7 +111,7 @@ def cheapest_fit(cfg, requested: Layout, gib: float) -> Layout | None:
     first on as many processes, then on twice as many (up to 64)."""
     n = requested.processes
     while n <= 64:
-        for sharding, offload in CANDIDATES:
+        for sharding, offload in _candidates(cfg, requested.lora_r):
             try:
                 lay = Layout(n, sharding, offload, requested.lora_r, requested.sync_bucket_mib)
                 if _fits(plan(cfg, gpu_gib=gib, layout=lay), gib):
@@ -122,8 +122,14 @@ def cheapest_fit(cfg, requested: Layout, gib: float) -> Layout | None:
     return None
 
 
+def _candidates(cfg, lora_r: int | None = None):
+    """``CANDIDATES`` the run can train with: LoRA trains unsharded only (DDP; config/models.py)."""
+    lora = _lora(cfg) if lora_r is None else lora_r
+    return [c for c in CANDIDATES if not (lora and c[0] != "ddp")]
+
+
 def _lora(cfg) -> int:
-    return int(getattr(cfg, "lora_r", 0) or 0)
+    return cfg.models.lora_r
 
 
 def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import TandemError
+from .lora import adapter_weights_per_rank
 from .memory_shapes import Shape, activation_profile, model_config
 from .memory_shapes import dtype_bytes as _bytes
 
@@ -139,6 +140,8 @@ class Layout:
         if self.sharding == "fsdp2" and self.offload == "optimizer":
             raise TandemError("plan offload: FSDP2 offloads parameters, gradients and optimiser states together "
                               "(CPUOffloadPolicy): use offload all")
+        if self.lora_r and self.sharding != "ddp":
+            raise TandemError(f"plan: LoRA does not train under {self.sharding} (tandem train refuses it; docs/scale.md)")
         if self.lora_r < 0 or self.sync_bucket_mib <= 0:
             raise TandemError(f"plan lora_r must be >= 0 and the sync bucket > 0 MiB, got {self.lora_r}, "
                               f"{self.sync_bucket_mib}")
@@ -149,12 +152,21 @@ class Layout:
         return text + (f", LoRA r={self.lora_r}" if self.lora_r else "")
 
 
-def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compute: torch.dtype) -> None:
-    """The trained senior's weights, gradients and AdamW moments on one rank (see ``Layout``)."""
+def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compute: torch.dtype,
+            lora_per_rank: int = 0) -> None:
+    """The trained senior's weights, gradients and AdamW moments on one rank (see ``Layout``). LoRA
+    (rl/lora.py): the frozen base in the compute dtype, adapters of ``lora_per_rank`` x r weights in the
+    masters' dtype, and only they have gradients and moments."""
     n, bm, bc = lay.processes, _bytes(master), _bytes(compute)
-    trained = lay.lora_r * S.lora_per_rank if lay.lora_r else S.params
+    trained = lay.lora_r * (lora_per_rank or S.lora_per_rank) if lay.lora_r else S.params
     what = f"LoRA r={lay.lora_r}: {_count(trained)} adapter weights" if lay.lora_r else f"{_count(S.params)} weights"
     weights = S.params + (trained if lay.lora_r else 0)
+    if lay.sharding == "ddp" and lay.lora_r:
+        p.add(dev, "resident", f"senior weights ({_count(S.params)} x {bc} B frozen base, {str(compute)[6:]}, + "
+                               f"{_count(trained)} x {bm} B adapters)", S.params * bc + trained * bm)
+        p.add(dev, "resident", f"AdamW moments (2 x {bm} B per trained weight; {what})", 2 * trained * bm)
+        p.add(dev, "update", f"gradients ({bm} B per trained weight)", trained * bm)
+        return
     if lay.sharding == "ddp":
         p.add(dev, "resident", f"senior weights ({_count(weights)} x {bm} B, {str(master)[6:]})", weights * bm)
         p.add(dev, "resident", f"AdamW moments (2 x {bm} B per trained weight; {what})", 2 * trained * bm)
@@ -208,24 +220,26 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     j_cfg = model_config(cfg.models.junior) if cfg.models.junior else s_cfg
     S, J = Shape.of(s_cfg), Shape.of(j_cfg)
     bm, bc = _bytes(master), _bytes(compute)
-    lay = layout or Layout(num_processes)
+    lay = layout or Layout(num_processes, lora_r=cfg.models.lora_r)
     num_processes = lay.processes
     micro, accumulate = micro_batching(cfg, num_processes)
     seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
     p = Plan()
 
     # the trained senior: its weights and optimiser states, then the update's transients
-    _senior(p, d0, lay, S, master, compute)
+    per_rank = adapter_weights_per_rank(s_cfg, cfg.models.lora_targets) if lay.lora_r else 0
+    _senior(p, d0, lay, S, master, compute, per_rank)
+    lora_base = lay.lora_r and lay.sharding == "ddp"  # LoRA: the frozen base is held in the compute dtype
     grad_dtype = compute if lay.sharding == "fsdp2" and mixed else master  # FSDP2 computes gradients in param_dtype
-    if mixed and lay.sharding == "ddp":  # FSDP2's MixedPrecisionPolicy and ZeRO-3 gather bf16: no autocast copies
+    if mixed and lay.sharding == "ddp" and not lora_base:  # FSDP2's policy and ZeRO-3 gather bf16: no autocast copies
         p.add(d0, "update", f"autocast copies of the matrices ({bc} B per weight)", S.matrix_params * bc)
-    prof = activation_profile(s_cfg, master, compute)
+    prof = activation_profile(s_cfg, compute if lora_base else master, compute)
     tokens = micro * seq
     # The backward pass holds the update's shared items throughout, and at any moment either the
     # head's backward (first) or one layer's (then, layer by layer): two sub-phases, not a sum.
     if cfg.models.gradient_checkpointing:
         p.add(d0, "update", f"activations, checkpointed: layer inputs ({micro} rows x {seq} tokens)",
-              tokens * (S.layers * S.hidden * (bm if mixed else bc) + prof.model_level))
+              tokens * (S.layers * S.hidden * (bm if mixed and not lora_base else bc) + prof.model_level))
         p.add(d0, "update/layers", "one layer recomputed + its backward's working set", tokens * 2 * prof.max_layer)
     else:  # all layers saved, plus the backward pass's working set: about two layers' worth (measured on CPU)
         p.add(d0, "update", f"activations ({micro} rows x {seq} tokens, {prof.per_layer / 1024:.1f} KiB per token "
@@ -238,7 +252,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     p.add(d0, "update", "log-prob head: hidden states it keeps", head_tokens * S.hidden * bc + 8 * head_tokens * 4)
     p.add(d0, "update/head", "log-prob head: TRL's tile and the hidden states' fp32 gradient",
           tile * bc + head_tokens * S.hidden * 4)
-    if mixed and lay.sharding == "ddp":
+    if mixed and lay.sharding == "ddp" and not lora_base:
         p.add(d0, "update/head", "log-prob head: compute-dtype copy of one vocabulary slice of the head",
               min(S.vocab, TILE_VOCAB) * S.hidden * bc)
     if not lay.lora_r:
@@ -275,7 +289,10 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if cfg.loop.eval_every:
         phases.append(("validation", min(cfg.rollout.rollout_batch_rows or VALIDATION_ROWS, cfg.data.val_size * cfg.loop.eval_n),
                        cfg.validation_schedule))
-    if lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
+    if lora_base:  # the merged stream: one W + (alpha / r) B A at a time (fp32 W, fp32 delta, the cast result)
+        p.add(d0, "sync", "weight sync: one merged matrix at a time (fp32 base and update, cast copy)",
+              S.intermediate * S.hidden * (4 + 4 + bc))
+    elif lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
         p.add(d0, "sync", f"weight sync: one gathered bucket ({lay.sync_bucket_mib:g} MiB at most, "
               f"{str(compute)[6:]})", min(lay.sync_bucket_mib * (1 << 20), S.params * bc))
     if _kind(cfg).remote:
@@ -372,8 +389,16 @@ def disk_plan(cfg, gpu: bool = True) -> str:
     with ``keep_weights`` each save's exported weights in the compute dtype, kept for good."""
     S = Shape.of(model_config(cfg.models.senior))
     _, compute, master = cfg.models.dtypes_on("cuda" if gpu else "cpu")
-    ckpt = S.params * 3 * _bytes(master)
     kept = "every" if cfg.loop.save_total_limit is None else f"the last {cfg.loop.save_total_limit}"
+    if cfg.models.lora_r:  # the adapter and its moments in fp32 (rl/lora.py); merged/ weights with save_merged
+        adapter = cfg.models.lora_r * adapter_weights_per_rank(model_config(cfg.models.senior), cfg.models.lora_targets) * 4
+        merged = S.params * _bytes(compute) if cfg.models.save_merged else 0
+        extra = f" + merged/ {_size(merged).strip()}" if merged else ""
+        return (f"disk: each checkpoint-* {_size(3 * adapter).strip()}{extra} (LoRA adapter and its AdamW moments in "
+                f"float32), {kept} kept, every {cfg.loop.save_every} {cfg.loop.step_unit} steps; best/ and final/ "
+                f"{_size(adapter).strip()}{extra}" + (f"; keep_weights: as much more per save in weights/, never pruned"
+                                                      if cfg.loop.keep_weights else ""))
+    ckpt = S.params * 3 * _bytes(master)
     line = (f"disk: each checkpoint-* {_size(ckpt).strip()} (weights and AdamW moments in {str(master)[6:]}), {kept} "
             f"kept, every {cfg.loop.save_every} {cfg.loop.step_unit} steps; best/ and final/ {_size(S.params * _bytes(compute)).strip()}")
     if cfg.loop.keep_weights:

@@ -34,16 +34,19 @@ class RolloutModel:
     The hf engine's consumer of the weight stream (``rl.weights.EngineSync``). A sharded senior
     (``sharded``: the run trains under FSDP2, which shards the model only once the trainer prepares
     it) cannot be decoded as it is, its parameters being shards, so a sharded run always decodes the
-    copy, which every rank refreshes from the senior gathered bucket by bucket (``rl.sharding.push``)."""
+    copy, which every rank refreshes from the senior gathered bucket by bucket (``rl.sharding.push``).
+    A LoRA senior (``merged``: PEFT's layers) always decodes the copy too, refreshed from the merged
+    weights W + (alpha / r) B A (``rl.lora.merged_weights``)."""
 
-    def __init__(self, spec: str, compute_dtype: torch.dtype, device: str | None = None, sharded: bool = False):
-        self.spec, self.dtype, self.sharded = spec, compute_dtype, sharded
+    def __init__(self, spec: str, compute_dtype: torch.dtype, device: str | None = None, sharded: bool = False,
+                 merged: bool = False):
+        self.spec, self.dtype, self.sharded, self.merged = spec, compute_dtype, sharded, merged
         self.device = resolve_device(device) if device else None
         self.copy = None
 
     def needs_copy(self, senior) -> bool:
         p = next(senior.parameters())
-        return self.sharded or p.dtype != self.dtype or (self.device is not None and p.device != self.device)
+        return self.sharded or self.merged or p.dtype != self.dtype or (self.device is not None and p.device != self.device)
 
     @torch.no_grad()
     def load_weights(self, weights) -> None:

@@ -116,8 +116,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
     other = other_tokenizer(cfg)  # refuses what cannot train with a junior of another tokenizer, before the data
     train, val = split_problems(cfg)
     m = cfg.models
+    base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
     pair = load_pair(m.senior, m.junior_spec, m.senior_device, m.junior_device, m.precision.compute,
-                     trainable=True, senior_dtype=m.precision.master, other_tokenizer=other)
+                     trainable=True, senior_dtype=base, other_tokenizer=other)
     prep = Prepared(cfg, pair, train, val, resolve_template(pair.tokenizer, cfg.data.template))
     attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)

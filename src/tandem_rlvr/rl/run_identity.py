@@ -48,7 +48,9 @@ def legacy_defaults() -> dict:
     (every rewards key, task and grader at their defaults)."""
     base = TrainConfig().to_dict()
     keys = [f.name for f in fields(RewardsPart)] + ["task", "grader"]
-    return {**{k: base[k] for k in keys}, "verifier": "math@1:last-box", "sharding": "none", "shard_offload": False}
+    lora = {k: base[k] for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "save_merged")}  # before LoRA
+    return {**{k: base[k] for k in keys}, "verifier": "math@1:last-box", "sharding": "none", "shard_offload": False,
+            **lora}
 
 
 def check_run_dir(cfg: TrainConfig) -> int:
@@ -106,6 +108,11 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
 
 def _weights_note(cfg: TrainConfig) -> str:
     compute, master = (str(d).removeprefix("torch.") for d in cfg.models.precision[1:])
+    m = cfg.models
+    if m.lora_r:
+        return (f"LoRA adapters (r = {m.lora_r}, alpha = {m.lora_alpha:g}, on {', '.join(m.lora_targets)}) in "
+                f"{master} over a frozen {compute} base; every save holds the adapter (PEFT format)"
+                + (f", and merged/ the merged weights in {compute}" if m.save_merged else ""))
     if master == compute:
         return f"trained and saved in {compute}"
     return (f"trained with {master} master weights and {compute} compute; checkpoint-* hold the {master} masters, "

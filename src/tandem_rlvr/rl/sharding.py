@@ -173,16 +173,17 @@ def tied_aliases(model) -> dict[str, list[str]]:
 
 
 @torch.no_grad()
-def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False):
+def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False, named=named_tensors):
     """Lists of (name, full tensor in ``dtype``) of at most ``bucket_bytes`` each (module docstring).
     FSDP2 gathers tensor by tensor; ZeRO-3 gathers a bucket's parameters together (``rl.zero3``).
     aliases: a tied tensor also comes under its other names, right after its first (the same
-    gathered tensor, no second gather): an engine's reload needs its tied head by name."""
+    gathered tensor, no second gather): an engine's reload needs its tied head by name. ``named`` walks
+    the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged)."""
     from . import zero3
 
     alias = tied_aliases(model) if aliases else {}
     partitioned = zero3.is_partitioned(model)
-    for part in _bucket_plan(model, dtype, bucket_bytes):
+    for part in _bucket_plan(model, dtype, bucket_bytes, named):
         if partitioned:
             with zero3.gathered_bucket(part, dtype) as full:
                 yield _with_aliases(full, alias)
@@ -195,12 +196,12 @@ def _with_aliases(full: list, alias: dict[str, list[str]]) -> list:
     return [pair for name, t in full for pair in [(name, t), *((other, t) for other in alias.get(name, ()))]]
 
 
-def _bucket_plan(model, dtype: torch.dtype, bucket_bytes: int):
+def _bucket_plan(model, dtype: torch.dtype, bucket_bytes: int, named=named_tensors):
     """The (name, tensor) lists ``buckets`` gathers, from shapes alone (no gathering)."""
     from .zero3 import numel
 
     bucket, size = [], 0
-    for name, t in named_tensors(model):
+    for name, t in named(model):
         nbytes = numel(t) * dtype.itemsize
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
@@ -251,7 +252,7 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> None:
+def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int, named=named_tensors) -> None:
     """``model`` as loadable HF weights in ``dtype`` under ``out`` (collective: call on every rank).
 
     Rank 0 writes each bucket as one safetensors shard (``model.safetensors`` when there is one),
@@ -260,13 +261,13 @@ def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> No
 
     from .zero3 import numel
 
-    plan = sum(1 for _ in _bucket_plan(model, dtype, bucket_bytes))
+    plan = sum(1 for _ in _bucket_plan(model, dtype, bucket_bytes, named))
     main = _rank() == 0
     out = Path(out)
     if main:
         out.mkdir(parents=True, exist_ok=True)
     weight_map = {}
-    for i, bucket in enumerate(buckets(model, dtype, bucket_bytes)):
+    for i, bucket in enumerate(buckets(model, dtype, bucket_bytes, named=named)):
         if not main:
             continue
         file = "model.safetensors" if plan == 1 else f"model-{i + 1:05d}-of-{plan:05d}.safetensors"
@@ -275,7 +276,7 @@ def save_streamed(model, out: Path, dtype: torch.dtype, bucket_bytes: int) -> No
     if not main:
         return
     if plan > 1:
-        total = sum(numel(t) for _, t in named_tensors(model)) * dtype.itemsize
+        total = sum(numel(t) for _, t in named(model)) * dtype.itemsize
         (out / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n", encoding="utf-8")
     model.config.save_pretrained(out)

@@ -28,6 +28,7 @@ from ..runtime import invocation
 from .assemble import build_run
 from .precision import save_in_dtype
 from .run_identity import model_card, said_complete
+from .lora import is_lora, save_lora
 from .sharding import from_launcher, is_sharded, save_streamed
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -67,7 +68,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
                    "best": run.validation.best, "processes": trainer.accelerator.num_processes,
                    "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
         _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, steps), cfg.models.precision.compute,
-                    cfg.models.sync_bucket_mb << 20)  # every process: sharded weights are gathered
+                    cfg.models.sync_bucket_mb << 20, cfg.models.save_merged)  # every process: sharded weights are gathered
         if trainer.accelerator.is_main_process:
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     except BaseException:
@@ -77,7 +78,8 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     return summary
 
 
-def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bucket_bytes: int) -> None:
+def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bucket_bytes: int,
+                merged: bool = False) -> None:
     """final/ (weights in the compute dtype, tokenizer, model card) written beside and moved into place
     whole. Called on every process: FSDP and ZeRO-3 weights are gathered collectively; the main one writes."""
     tmp, old = out / ".final.tmp", out / ".final.old"
@@ -88,6 +90,9 @@ def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bu
     senior = trainer.accelerator.unwrap_model(trainer.model)
     if trainer.is_fsdp_enabled or is_sharded(senior):  # FSDP2 shards, ZeRO-3 partitions: gathered bucket by bucket
         save_streamed(senior, tmp, dtype, bucket_bytes)
+    elif is_lora(senior):
+        if main:  # the adapter, and merged/ weights with save_merged (rl/lora.py)
+            save_lora(senior, tmp, dtype, tokenizer, merged, bucket_bytes)
     elif trainer.is_deepspeed_enabled:
         trainer.save_model(str(tmp))  # ZeRO 1/2: whole weights, in the masters' dtype
     elif main:

@@ -20,7 +20,13 @@ def senior_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> 
     """``model``'s named parameters in order, each detached and cast to ``dtype`` (None: as held)
     only when the consumer reaches it. A tied parameter comes under each of its names (a tied
     head as ``lm_head.weight`` too, as in a checkpoint): vLLM's layer-wise reload leaves a head
-    that receives nothing stale, even when it is tied to the embedding it did receive."""
+    that receives nothing stale, even when it is tied to the embedding it did receive. A LoRA
+    senior (PEFT) streams its merged weights under the base model's names (``rl.lora``)."""
+    from .lora import is_lora, merged_weights
+
+    if is_lora(model):
+        yield from merged_weights(model, dtype)
+        return
     for name, p in model.named_parameters(remove_duplicate=False):
         p = p.detach()
         yield name, p if dtype is None else p.to(dtype)

@@ -1,0 +1,199 @@
+"""LoRA training of the senior through PEFT, as TRL's GRPOTrainer takes it (``peft_config``).
+
+``--lora-r R`` (> 0) trains rank-R adapters on the senior's linear layers (``--lora-targets``,
+default PEFT's ``all-linear``: every ``nn.Linear`` of the body, the output layer excepted; on a
+Llama/Qwen body the seven projections q, k, v, o, gate, up, down) with scaling alpha / r
+(``--lora-alpha``, default 32 as TRL's ``ModelConfig``) and ``--lora-dropout`` on the adapter's
+input. r = 0 (the default) is full fine-tuning, untouched: no PEFT import, no wrapper.
+
+What changes under LoRA, and why:
+
+- Only the adapters train: TRL wraps the senior with ``get_peft_model``, which freezes the base, so
+  the Trainer's AdamW holds only A and B (``trainable_counts`` logs how many weights that is). The
+  frozen base is loaded in the compute dtype (bf16 on GPU; it never changes, so fp32 masters of it
+  would only double its memory); PEFT keeps the adapters in fp32, the masters that do train.
+- Rollouts decode the merged senior W + (alpha / r) B A. ``merged_weights`` is the weight stream
+  every engine takes (``rl.weights.senior_weights`` dispatches to it): the base model's names
+  (``model.layers.0.self_attn.q_proj.weight``, never PEFT's ``base_layer``/``lora_A`` names), each
+  merged tensor computed out of place in fp32 (the base weights stay bit-identical; PEFT's own
+  ``merge_adapter``/``unmerge_adapter`` round trip would not) and cast to the engine's dtype. So the
+  hf engine's plain rollout copy, the vLLM engine and a ``tandem serve`` take it unchanged.
+- KL-Reg's reference stays the junior (``rl.trainer`` installs it after TRL's set-up, which under
+  PEFT would otherwise use the adapter-disabled base).
+- Saves (``save_lora``): ``checkpoint-N``, ``best/``, ``final/`` hold the adapter in PEFT's format
+  (``adapter_config.json``, ``adapter_model.safetensors``; loadable with
+  ``PeftModel.from_pretrained(base, DIR)``), and with ``--save-merged`` a ``merged/`` folder of
+  plain HF weights in the compute dtype with the tokenizer. ``tandem eval`` loads a LoRA folder's
+  ``merged/`` when it has one, else merges on load (``adapters.py``).
+- Not with ``--sharding fsdp2`` (refused before any loading; docs/scale.md "LoRA").
+
+TRL disables dropout in the trained model (``disable_dropout``, as the paper's runs have none), which
+would silently zero the adapter's dropout too; ``prepare_trainer`` puts ``--lora-dropout`` back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..errors import TandemError
+
+log = logging.getLogger("tandem_rlvr")
+
+ALL_LINEAR = "all-linear"  # PEFT's keyword: every nn.Linear but the output layer
+OUTPUT_LAYERS = ("lm_head",)  # TRL refuses an adapter there (its chunked head reads lm_head.weight directly)
+
+
+def linear_names(config) -> list[str]:
+    """Names of the ``nn.Linear`` modules of a transformers config's model (built on the meta device)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+
+
+def check_targets(cfg) -> None:
+    """Every ``lora_targets`` name matches a linear layer of the senior's body (as PEFT matches: the
+    module's name or its last dotted parts), read from its config alone, before any weights load."""
+    if not cfg.models.lora_r:
+        return
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise TandemError("LoRA (lora_r > 0) needs PEFT: pip install -e '.[lora]' (or pip install peft)") from None
+    from .memory_shapes import model_config
+
+    names = linear_names(model_config(cfg.models.senior))
+    for target in cfg.models.lora_targets:
+        if target == ALL_LINEAR:
+            continue
+        if target in OUTPUT_LAYERS:
+            raise TandemError(f"lora target {target!r} is the output layer: TRL's log-prob head reads its weight "
+                              "directly and would never train an adapter there")
+        if not any(n == target or n.endswith("." + target) for n in names):
+            leaves = sorted({n.rsplit(".", 1)[-1] for n in names} - set(OUTPUT_LAYERS))
+            raise TandemError(f"lora target {target!r} names no linear layer of {cfg.models.senior}; its linear layers: "
+                              f"{', '.join(leaves)} (or {ALL_LINEAR})")
+
+
+_PER_RANK: dict = {}
+
+
+def adapter_weights_per_rank(config, targets) -> int:
+    """LoRA weights per unit of rank: the sum of (in + out) over the body's linear layers that
+    ``targets`` selects (the memory plan's count; PEFT's rank-r adapter of an (out, in) layer has
+    r x (in + out) weights)."""
+    from transformers import AutoModelForCausalLM
+
+    key = (config.to_json_string(), tuple(targets))
+    if key not in _PER_RANK:
+        with torch.device("meta"):
+            layers = AutoModelForCausalLM.from_config(config).get_decoder().layers
+        _PER_RANK[key] = sum(m.in_features + m.out_features for n, m in layers.named_modules()
+                             if isinstance(m, torch.nn.Linear) and (ALL_LINEAR in targets or any(
+                                 n == t or n.endswith("." + t) for t in targets)))
+    return _PER_RANK[key]
+
+
+def peft_config(cfg):
+    """TRL's ``peft_config`` for the run: a ``peft.LoraConfig``, or None for full fine-tuning."""
+    if not cfg.models.lora_r:
+        return None
+    from peft import LoraConfig
+
+    targets = ALL_LINEAR if cfg.models.lora_targets == [ALL_LINEAR] else list(cfg.models.lora_targets)
+    return LoraConfig(r=cfg.models.lora_r, lora_alpha=cfg.models.lora_alpha, lora_dropout=cfg.models.lora_dropout, target_modules=targets,
+                      bias="none", task_type="CAUSAL_LM")
+
+
+def is_lora(model) -> bool:
+    """Whether ``model`` is a PEFT model (imports nothing when PEFT was never loaded)."""
+    import sys
+
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def trainable_counts(model) -> tuple[int, int]:
+    """(weights that train, all weights) of ``model``, tied ones once."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+
+
+def prepare_trainer(trainer, cfg, print_fn=print) -> None:
+    """After TRL wrapped the senior: the adapter's dropout restored, and the trained share reported."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout) and ".lora_dropout." in f"{name}.":
+            module.p = cfg.models.lora_dropout
+    trained, total = trainable_counts(model)
+    if trainer.accelerator.is_main_process:
+        print_fn(f"LoRA r={cfg.models.lora_r} alpha={cfg.models.lora_alpha:g} on {', '.join(cfg.models.lora_targets)}: {trained:,} of "
+                 f"{total:,} weights train ({100 * trained / total:.2f}%)")
+
+
+def _adapter_param(name: str) -> bool:
+    from peft.tuners.lora import LoraLayer
+
+    return any(f".{k}." in f".{name}" for k in LoraLayer.adapter_layer_names)
+
+
+def _delta(layer) -> torch.Tensor | None:
+    """(alpha / r) B A of a PEFT LoRA layer's active adapters, in fp32 (None when merged or inactive)."""
+    if getattr(layer, "merged", False) or getattr(layer, "disable_adapters", False):
+        return None
+    parts = [layer.get_delta_weight(a).float() for a in layer.active_adapters if a in layer.lora_A]
+    return sum(parts) if parts else None
+
+
+@torch.no_grad()
+def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
+    """(name, merged tensor) over ``base``'s parameters (the transformers model PEFT injected into):
+    adapter tensors skipped, ``x.base_layer.weight`` yielded as ``x.weight`` = W + (alpha / r) B A."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
+    for name, p in base.named_parameters(remove_duplicate=remove_duplicate):
+        if _adapter_param(name):
+            continue
+        t = p.detach()
+        owner, sep, leaf = name.rpartition(".base_layer.")
+        if sep:
+            name = f"{owner}.{leaf}"
+            delta = _delta(layers[owner]) if leaf == "weight" and owner in layers else None
+            if delta is not None:
+                t = t.float() + delta
+        yield name, t if dtype is None else t.to(dtype)
+
+
+def merged_weights(model, dtype: torch.dtype | None = None):
+    """The merged senior as a weight stream (``rl.weights.senior_weights``'s form: every parameter
+    name, tied ones under each of their names, one merged tensor alive at a time)."""
+    yield from _merged(model.get_base_model(), dtype, remove_duplicate=False)
+
+
+def merged_tensors(base):
+    """The merged senior's tensors for a save (tied ones once, persistent buffers too), as
+    ``rl.sharding.save_streamed`` walks them; ``base`` is the PEFT-injected transformers model."""
+    yield from _merged(base, None, remove_duplicate=True)
+    for mod_name, mod in base.named_modules():
+        for b_name, b in mod._buffers.items():
+            if b is not None and b_name not in mod._non_persistent_buffers_set:
+                yield f"{mod_name}.{b_name}".replace(".base_layer.", "."), b
+
+
+def save_lora(model, out, dtype: torch.dtype, tokenizer=None, merged: bool = False, bucket_bytes: int = 512 << 20):
+    """The adapter in PEFT's format under ``out`` (as held: fp32 masters) and, with ``merged``, plain
+    HF weights of the merged senior in ``dtype`` with the tokenizer under ``out/merged``."""
+    from pathlib import Path
+
+    from .sharding import save_streamed
+
+    model.save_pretrained(str(out))
+    if merged:
+        save_streamed(model.get_base_model(), Path(out) / "merged", dtype, bucket_bytes, named=merged_tensors)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(Path(out) / "merged")
+
