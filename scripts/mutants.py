@@ -41,6 +41,11 @@ class Mutant:
     tests: tuple[str, ...]
 
 
+_STDIO_TESTS = tuple(f"tests/test_code_task.py::{t}" for t in (
+    "test_a_stdin_program_that_times_out_on_one_input_is_stopped_there",
+    "test_a_stdin_grade_takes_one_wall_clock_limit_whatever_the_inputs",
+    "test_a_stdin_program_that_meets_a_limit_on_one_input_is_stopped_there_and_a_crash_is_not"))
+
 MUTANTS = [
     Mutant("mask-shift", "rl/rollout.py",
            "senior_mask = [roll.row_mask(b) for b in range(len(ids))]",
@@ -220,6 +225,35 @@ MUTANTS = [
            'summary = {stat: {**mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()}), "macro": '
            'mean_se_summary({"all": [p[stat] for p in per_problem]})["all"]} for stat in ("ce", "alpha")}',
            ("tests/test_stratified_bootstrap.py",)),
+    # issue 35 behaviour 4: a stdin/stdout program is graded under one wall-clock limit and stops at a limit
+    Mutant("stdio-timeout-runs-on", "rewards/code.py",
+           '_FATAL = ("timeout", "memory", "process limit", "output limit")',
+           '_FATAL = ("memory", "process limit", "output limit")',
+           _STDIO_TESTS),
+    Mutant("stdio-each-input-a-full-wall-limit", "rewards/code.py",
+           "replace(limits, wall_s=left), slot) if left > 0 else None",
+           "limits, slot) if left > 0 else None",
+           _STDIO_TESTS),
+    Mutant("stdio-deadline-restarts-per-input", "rewards/code.py",
+           "        left = deadline - time.monotonic()\n",
+           "        left = limits.wall_s\n",
+           _STDIO_TESTS),
+    Mutant("stdio-limit-reported-as-failed-test", "rewards/code.py",
+           'return Grade(0.0, status, {**details, "error": f"{status} on input {len(results)}"})',
+           'return Grade(0.0, f"failed test {len(results)}", {**details, "error": f"{status} on input {len(results)}"})',
+           _STDIO_TESTS),
+    Mutant("stdio-memory-runs-on", "rewards/code.py",
+           '_FATAL = ("timeout", "memory", "process limit", "output limit")',
+           '_FATAL = ("timeout", "process limit", "output limit")',
+           _STDIO_TESTS),
+    Mutant("stdio-output-limit-runs-on", "rewards/code.py",
+           '_FATAL = ("timeout", "memory", "process limit", "output limit")',
+           '_FATAL = ("timeout", "memory", "process limit")',
+           _STDIO_TESTS),
+    Mutant("stdio-crash-stops-the-grade", "rewards/code.py",
+           '_FATAL = ("timeout", "memory", "process limit", "output limit")',
+           '_FATAL = ("timeout", "memory", "process limit", "output limit", "crashed")',
+           _STDIO_TESTS),
 ]
 
 
@@ -280,7 +314,7 @@ def main(argv=None) -> int:
     print(f"\n{n_caught} of {len(rows)} mutants caught\n")
     print("| mutant | file | tests run | caught |\n|---|---|---|---|")
     for m, caught, secs, rc, _ in rows:
-        print(f"| {m.name} | {m.path} | {', '.join(t.split('/')[-1] for t in m.tests)} | "
+        print(f"| {m.name} | {m.path} | {', '.join(dict.fromkeys(t.split('/')[-1].split('::')[0] for t in m.tests))} | "
               f"{'yes' if caught else 'NO'} ({secs:.0f} s) |")
     return 0 if ok and n_caught == len(rows) else 1
 

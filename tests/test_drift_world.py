@@ -1,13 +1,12 @@
 """The drift world (issue 6): style axis, shorthand solutions, style classifier, cache keys, study.
 
-Quick (a few seconds) except the study run, marked slow. The drift world's numbers are in
+Quick (a few seconds); the quick study itself runs (and reruns) in tests/test_readme_commands.py. The drift world's numbers are in
 docs/results.md ("Drift world (issue 6)"); here only mechanics are checked.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 
 import pytest
@@ -116,31 +115,3 @@ def test_study_settings_and_cli():
     a.juniors = "strong"
     with pytest.raises(TandemError, match="juniors"):
         study_settings(a)
-
-
-@pytest.mark.slow
-def test_study_runs_and_resumes(tmp_path, monkeypatch):
-    """The quick study end to end, then a rerun that trains and samples nothing again."""
-    from tandem_rlvr.cli import build_parser
-    from tandem_rlvr.cli.recipes import study_settings
-    from tandem_rlvr.eval.sample import sampler
-    from tandem_rlvr.recipes import study
-    from tandem_rlvr.rl import train as train_mod
-
-    monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
-    a = build_parser().parse_args(["study", "drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick"])
-    res = study.run_study(a.out, study_settings(a), print_fn=lambda *x: None)
-    assert res["seeds_done"] == [0] and {"grpo", "tandem-self", "klreg-weak", "base"} <= set(res["table"])
-    assert (tmp_path / "s" / "study.md").is_file()
-    assert any(k.startswith("tandem-self vs grpo") for k in res["tests"])
-
-    calls = []
-    monkeypatch.setattr(train_mod, "train", lambda *x, **k: calls.append("train"))
-    monkeypatch.setattr(sampler, "evaluate", lambda *x, **k: calls.append("eval"))
-    res2 = study.run_study(a.out, study_settings(a), print_fn=lambda *x: None)
-    assert calls == [] and res2["table"] == res["table"]
-    data = json.loads((tmp_path / "s" / "settings.json").read_text())
-    assert data["seeds"] == [0]
-    b = build_parser().parse_args(["study", "drift", "--seeds", "0", "--out", str(tmp_path / "s"), "--quick", "--juniors", "self"])
-    with pytest.raises(TandemError, match="other settings"):
-        study.run_study(b.out, study_settings(b), print_fn=lambda *x: None)

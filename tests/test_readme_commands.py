@@ -89,8 +89,33 @@ def _check_eval(out: Path, n: int, problems: int) -> None:
     assert all({"mean", "se"} <= set(metrics["macro"][f"pass@{k}"]) for k in (1, 2) if k <= n)
 
 
+def _check_study_reruns_as_a_no_op(argv: list[str], out: Path, monkeypatch) -> None:
+    """The README's study again (in process, same settings): it trains and samples nothing and gives the
+    same table; other settings on that directory are refused. (The slow tests' one study run is the README's.)"""
+    from tandem_rlvr.cli import build_parser
+    from tandem_rlvr.errors import TandemError
+    from tandem_rlvr.cli.recipes import study_settings
+    from tandem_rlvr.eval.sample import sampler
+    from tandem_rlvr.recipes import study
+    from tandem_rlvr.rl import train as train_mod
+
+    first = json.loads((out / "study.json").read_text())
+    assert {"grpo", "tandem-self", "klreg-weak", "base"} <= set(first["table"])
+    assert any(k.startswith("tandem-self vs grpo") for k in first["tests"])
+    calls = []
+    monkeypatch.setattr(train_mod, "train", lambda *x, **k: calls.append("train"))
+    monkeypatch.setattr(sampler, "evaluate", lambda *x, **k: calls.append("eval"))
+    again = build_parser().parse_args([*argv, *QUICK[("study", "drift")], "--out", str(out)])
+    res = study.run_study(again.out, study_settings(again), print_fn=lambda *x: None)
+    assert calls == [] and res["table"] == first["table"]
+    assert json.loads((out / "settings.json").read_text())["seeds"] == [0]
+    other = build_parser().parse_args([*argv, *QUICK[("study", "drift")], "--out", str(out), "--juniors", "self"])
+    with pytest.raises(TandemError, match="other settings"):
+        study.run_study(other.out, study_settings(other), print_fn=lambda *x: None)
+
+
 @pytest.mark.parametrize("argv", COMMANDS, ids=_id)
-def test_readme_command_runs_as_written(argv, workdir):
+def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
     res = _run(argv, workdir)
     flag = dict(zip(argv, argv[1:]))
     if argv[0] == "generate":
@@ -123,5 +148,6 @@ def test_readme_command_runs_as_written(argv, workdir):
     elif argv[:2] == ["study", "drift"]:
         out = workdir / flag["--out"]
         assert (out / "study.md").is_file() and json.loads((out / "study.json").read_text())["seeds_done"] == [0]
+        _check_study_reruns_as_a_no_op(argv, out, monkeypatch)
     else:
         pytest.fail(f"no check for README command {argv}")
