@@ -39,7 +39,7 @@ def plugins(monkeypatch):
     tasks.register_task(plug.DigitTask())
     monkeypatch.setitem(TERMS, TERM, TermKind(0.5, lambda ctx: plug.even_length, lambda cfg: "even-length bonus"))
     monkeypatch.setitem(ENGINES, ENGINE, EngineKind(ENGINE, "contrib_plugin:open_counting", transformers=True,
-                                                    text_turns=True, rollout_device=True, sharded_training=True))
+                                                    text_turns=True, rollout_device=True))
     benchmarks.register_benchmark(BENCH, plug.tiny_slice)
 
 

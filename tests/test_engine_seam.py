@@ -145,6 +145,7 @@ def test_a_senior_that_decodes_itself_reads_no_stream(pair, dirs):
 class _Pair:
     def __init__(self, senior, junior):
         self.senior, self.junior, self.tokenizer, self.eos_ids = senior, junior, make_tokenizer(), [0]
+        self.xjunior = None  # a junior of the senior's own tokenizer
 
 
 class FakeEngine:

@@ -14,7 +14,7 @@ pytest.importorskip("peft")
 
 from tandem_rlvr.cli import main  # noqa: E402
 from tandem_rlvr.models import load_model  # noqa: E402
-from tandem_rlvr.rl import train as train_module  # noqa: E402
+from tandem_rlvr.rl import assemble, prepare  # noqa: E402
 from tandem_rlvr.rl.train import build_run, train  # noqa: E402
 
 from test_train import _cfg, setup  # noqa: F401,E402  (setup is the shared module fixture)
@@ -32,7 +32,7 @@ parity_reward.__name__ = "accuracy_reward"
 
 @pytest.fixture
 def varied_reward(monkeypatch):
-    monkeypatch.setattr(train_module, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
+    monkeypatch.setattr(assemble, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
 
 
 def _lora(setup, tmp_path, **kw):  # noqa: F811
@@ -92,7 +92,7 @@ def test_after_two_steps_only_adapter_tensors_changed_and_rollout_copy_is_base_p
 def lora_run(setup, tmp_path_factory):  # noqa: F811
     """One finished LoRA run (2 updates, a checkpoint each, --save-merged), trained with a varied reward."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(train_module, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
+    mp.setattr(assemble, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
     tmp = tmp_path_factory.mktemp("lora")
     cfg = _lora(setup, tmp, save_every=1, save_merged=True, eval_every=1)
     try:
@@ -145,9 +145,7 @@ def test_resumed_lora_run_equals_the_uninterrupted_one(setup, lora_run, tmp_path
     for name in ("checkpoint-2", "final", "best"):  # killed after update 2, before its checkpoint
         shutil.rmtree(again / name)
     (again / "summary.json").unlink()
-    from dataclasses import replace
-
-    train(replace(cfg, output_dir=str(again)), print_fn=lambda *_: None)  # resumes from checkpoint-1
+    train(cfg.with_keys(output_dir=str(again)), print_fn=lambda *_: None)  # resumes from checkpoint-1
     resumed = load_file(str(again / "final" / "adapter_model.safetensors"))
     first = load_file(str(out / "checkpoint-1" / "adapter_model.safetensors"))
     assert whole.keys() == resumed.keys()
@@ -195,7 +193,7 @@ def test_bad_lora_settings_are_one_line_errors_before_any_model_loads(setup, tmp
     def no_loading(*a, **k):
         raise AssertionError("a model was loaded before the LoRA settings were checked")
 
-    monkeypatch.setattr(train_module, "load_pair", no_loading)
+    monkeypatch.setattr(prepare, "load_pair", no_loading)
     rc = main(["train", "--senior", str(senior), "--dataset", str(data), "--dataset-split", "none", "--val-size", "4",
                "--output-dir", str(tmp_path / "run"), *flags])
     err = capsys.readouterr().err.strip()

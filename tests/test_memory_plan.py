@@ -90,7 +90,7 @@ def test_lora_on_named_targets_counts_only_those_layers(paper):
 
     from tandem_rlvr.rl.memory_plan import plan
 
-    cfg = replace(paper, lora_r=8, lora_targets=["q_proj", "v_proj"])
+    cfg = paper.with_keys(lora_r=8, lora_targets=["q_proj", "v_proj"])
     assert _items(plan(cfg, gpu_gib=80), "cuda:0")["gradients"].nbytes == 8 * 36 * 10_240 * 4
 
 
@@ -165,5 +165,5 @@ def test_lora_saves_on_disk_are_the_adapter_and_its_moments(paper):
 
     from tandem_rlvr.rl.memory_plan import disk_plan
 
-    line = disk_plan(replace(paper, lora_r=16, save_merged=True))
+    line = disk_plan(paper.with_keys(lora_r=16, save_merged=True))
     assert "checkpoint-* 378.0 MiB + merged/ 7.49 GiB" in line and "best/ and final/ 126.0 MiB" in line

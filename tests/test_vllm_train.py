@@ -105,7 +105,7 @@ def test_resumed_vllm_run_replays_the_same_steps(setup, tmp_path, monkeypatch):
     kill leaves it) then re-run: same rewards, losses and validation at every step, and best/."""
     import shutil
 
-    import tandem_rlvr.rl.train as train_mod
+    import tandem_rlvr.rl.assemble as train_mod
 
     monkeypatch.setattr(train_mod, "reward_functions", lambda *a: ([_parity_reward], [1.0], None))
     kw = dict(max_steps=2, save_every=1, eval_every=1)
