@@ -126,7 +126,12 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
     elif argv[0] == "train":
         out = workdir / flag["--output-dir"]
         assert json.loads((out / "summary.json").read_text())["steps"] == 2
-        assert (out / "final" / "model.safetensors").is_file() and (out / "best" / "config.json").is_file()
+        if "--lora-r" in argv:  # a LoRA run saves the adapter (PEFT's format) and, asked, merged weights beside it
+            for save in ("final", "best"):
+                assert (out / save / "adapter_model.safetensors").is_file() and (out / save / "adapter_config.json").is_file()
+                assert (out / save / "merged" / "model.safetensors").is_file() == (flag.get("--save-merged") == "true")
+        else:
+            assert (out / "final" / "model.safetensors").is_file() and (out / "best" / "config.json").is_file()
     elif argv[:2] == ["eval", "regrade"]:
         record = json.loads((workdir / argv[2] / "regrade.json").read_text())
         assert record["grader"] and set(record["benchmarks"]) == {"tiny"}
