@@ -117,10 +117,13 @@ def _kill_resume_and_compare(world, baseline, run: Path, sharding: str) -> None:
     """A 2-process run of ``sharding`` killed once ``checkpoint-2`` is complete, re-run: it resumes
     there and ends with the uninterrupted 1-process run's updates and final weights."""
     cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", sharding))
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
+    log = run.with_name(run.name + ".err")
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
     deadline = time.time() + 1800
     while not (run / "checkpoint-2" / "model.safetensors").exists():
-        assert time.time() < deadline and proc.poll() is None, "run ended or stalled before checkpoint-2"
+        assert time.time() < deadline and proc.poll() is None, \
+            f"run ended or stalled before checkpoint-2:\n{log.read_text()[-3000:]}"
         time.sleep(0.1)
     signal_all(proc.pid, signal.SIGKILL)
     proc.wait()
