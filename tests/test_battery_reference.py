@@ -17,12 +17,13 @@ import math
 import numpy as np
 import pytest
 
+from tandem_rlvr.config import EvalConfig
 from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.eval.measure.compare import run_pass_at_k
 from tandem_rlvr.eval.run_files import read_run
 from tandem_rlvr.eval.measure.drift import drift_statistics
-from tandem_rlvr.eval.sample.sampler import EvalSpec, summarize
+from tandem_rlvr.eval.sample.sampler import summarize
 
 
 # --------------------------------------------------------------------------- drift
@@ -138,6 +139,6 @@ def test_compare_pass_at_k_for_every_k_and_run_level_se(tmp_path):
 
 def test_sampler_metrics_pass_at_k_for_every_k_and_run_level_se():
     problems = {b: [Problem(b, pid, "x", "1") for pid in ps] for b, ps in OUTCOMES.items()}
-    spec = EvalSpec(n=8, sampling=SamplingParams(), schedule={"name": "senior"}, template="plain", seed=0,
-                    models={"senior": "s", "junior": None}, ks=KS)
-    _check_pass_at_k(summarize(_rows(), problems, spec))
+    cfg = EvalConfig.from_keys(mode="solo", n=8, sampling=SamplingParams(), template="plain", seed=0, senior="s",
+                               benchmarks=list(OUTCOMES))
+    _check_pass_at_k(summarize(_rows(), problems, cfg))

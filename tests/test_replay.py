@@ -16,7 +16,8 @@ from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
-from tandem_rlvr.eval.sample.sampler import EvalSpec, run_eval
+from tandem_rlvr.config import EvalConfig
+from tandem_rlvr.eval.sample.sampler import run_eval
 
 PROBLEMS = {"alpha": [Problem("alpha", str(i), f"Mia has {i} shells.", str(i)) for i in range(3)],
             "beta": [Problem("beta", str(i), f"Leo has {i} cards.\n\nHe", str(i)) for i in range(2)]}
@@ -27,10 +28,11 @@ def _run(tmp_path, tok, pair, model_dir, name, K=3):
     sp = SamplingParams(temperature=1.0, max_new_tokens=16)
     sched = make_schedule(name, tok, p=0.5, K=K, vocab_size=len(tok))
     dec = TandemDecoder(senior, junior, sched, sp, [tok.eos_token_id], tok.pad_token_id)
-    spec = EvalSpec(n=2, sampling=sp, schedule=sched.describe(), template="plain", seed=1,
-                    models={"senior": str(model_dir), "junior": "j"}, ks=(1, 2))
+    cfg = EvalConfig.from_keys(mode="handoff", schedule=name, protocol="stream", p=0.5, K=K, n=2, sampling=sp,
+                               template="plain", seed=1, senior=str(model_dir), junior="j", benchmarks=list(PROBLEMS),
+                               batch_size=20)
     out = tmp_path / name
-    run_eval(dec, tok, PROBLEMS, spec, out, batch_size=20, progress=False)
+    run_eval(cfg, dec, tok, PROBLEMS, out, progress=False)
     return out
 
 

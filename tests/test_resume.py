@@ -18,7 +18,8 @@ from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
 from tandem_rlvr.eval.run_files import read_samples
-from tandem_rlvr.eval.sample.sampler import EvalSpec, run_eval
+from tandem_rlvr.config import EvalConfig
+from tandem_rlvr.eval.sample.sampler import run_eval
 from tandem_rlvr.rl import assemble as assembly
 from tandem_rlvr.rl.train import train
 
@@ -38,9 +39,10 @@ def _decoder(tok, pair, generated):
     return dec
 
 
-def _spec():
-    return EvalSpec(n=2, sampling=SamplingParams(temperature=1.0, max_new_tokens=8), schedule={"name": "word", "K": 4},
-                    template="plain", seed=3, models={"senior": "s", "junior": "j"}, ks=(1, 2))
+def _cfg_eval():
+    return EvalConfig.from_keys(mode="handoff", schedule="word", K=4, n=2, template="plain", seed=3, senior="s",
+                                junior="j", sampling=SamplingParams(temperature=1.0, max_new_tokens=8),
+                                benchmarks=["bench"], batch_size=4)
 
 
 PROBLEMS = {"bench": [Problem("bench", str(i), f"Mia has {i} shells.", str(i)) for i in range(4)]}
@@ -53,12 +55,12 @@ def _keys(rows):
 def test_eval_rerun_generates_nothing_twice_and_duplicates_no_row(tmp_path, tok, pair):
     generated = []
     full = tmp_path / "full"
-    run_eval(_decoder(tok, pair, generated), tok, PROBLEMS, _spec(), full, batch_size=4, progress=False)
+    run_eval(_cfg_eval(), _decoder(tok, pair, generated), tok, PROBLEMS, full, progress=False)
     first = read_samples(full / "samples.jsonl")
     assert len(generated) == len(first) == 8 and len(set(_keys(first))) == 8
 
     generated.clear()  # same config again: nothing to do
-    run_eval(_decoder(tok, pair, generated), tok, PROBLEMS, _spec(), full, batch_size=4, progress=False)
+    run_eval(_cfg_eval(), _decoder(tok, pair, generated), tok, PROBLEMS, full, progress=False)
     assert generated == [] and read_samples(full / "samples.jsonl") == first
 
     part = tmp_path / "part"  # an interrupted run: only problem 0's samples were written
@@ -66,7 +68,7 @@ def test_eval_rerun_generates_nothing_twice_and_duplicates_no_row(tmp_path, tok,
     shutil.copy(full / "config.json", part / "config.json")
     (part / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first if r["problem_id"] == "0"))
     generated.clear()
-    metrics = run_eval(_decoder(tok, pair, generated), tok, PROBLEMS, _spec(), part, batch_size=4, progress=False)
+    metrics = run_eval(_cfg_eval(), _decoder(tok, pair, generated), tok, PROBLEMS, part, progress=False)
     resumed = read_samples(part / "samples.jsonl")
     assert len(generated) == 6  # problems 1-3, two samples each; problem 0 not again
     assert len(resumed) == 8 and sorted(_keys(resumed)) == sorted(_keys(first))

@@ -46,17 +46,18 @@ def test_handoff_eval_metrics_carry_switches_and_the_juniors_logprob_of_its_toke
     from tandem_rlvr.decoding.sampling import SamplingParams
     from tandem_rlvr.decoding.schedule import make_schedule
     from tandem_rlvr.decoding.tandem import TandemDecoder
-    from tandem_rlvr.eval.sample.sampler import EvalSpec, run_eval
+    from tandem_rlvr.config import EvalConfig
+    from tandem_rlvr.eval.sample.sampler import run_eval
     from tandem_rlvr.prompting import encode_prompt, format_prompt
 
     senior, junior = (m.cpu() for m in pair)
     sp = SamplingParams(temperature=0.7, max_new_tokens=10)
     dec = TandemDecoder(senior, junior, make_schedule("chunk", tok, K=3, vocab_size=len(tok)), sp,
                         [tok.eos_token_id], tok.pad_token_id)
-    spec = EvalSpec(n=2, sampling=sp, schedule={"name": "chunk", "K": 3}, template="plain", seed=3,
-                    models={"senior": "s", "junior": "j"}, ks=(1, 2))
+    cfg = EvalConfig.from_keys(mode="handoff", schedule="chunk", K=3, n=2, sampling=sp, template="plain", seed=3,
+                               senior="s", junior="j", benchmarks=["bench"], batch_size=6)
     problems = {"bench": [Problem("bench", str(i), f"Mia has {i} shells.", str(i)) for i in range(3)]}
-    metrics = run_eval(dec, tok, problems, spec, tmp_path / "h", batch_size=6, progress=False)
+    metrics = run_eval(cfg, dec, tok, problems, tmp_path / "h", progress=False)
     rows = [json.loads(x) for x in (tmp_path / "h" / "samples.jsonl").read_text().splitlines()]
     counts = [sum(a != b for a, b in zip(r["senior_mask"], r["senior_mask"][1:])) for r in rows]
     assert metrics["switches_per_seq"]["mean"] == sum(counts) / len(rows) and sum(counts) > 0

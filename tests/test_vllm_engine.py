@@ -153,7 +153,7 @@ def test_battery_runs_on_vllm_runs(tok, engine, pair_dirs, tmp_path):  # last: i
     re-run resumes without sampling anything again."""
     from tandem_rlvr.config import EvalConfig
     from tandem_rlvr.eval.run_files import read_samples, write_sources
-    from tandem_rlvr.eval.sample.sampler import EvalSpec, HANDOFF_KS, evaluate, run_eval
+    from tandem_rlvr.eval.sample.sampler import evaluate, run_eval
 
     bench = _bench_file(tmp_path)
     sp = SamplingParams(0.7, 0.8, 20, 24)
@@ -162,13 +162,14 @@ def test_battery_runs_on_vllm_runs(tok, engine, pair_dirs, tmp_path):  # last: i
 
     # handoff through the module's tandem engine (the decoder evaluate builds for engine "vllm")
     dec = engine.decoder("paragraph-roundrobin", sp)
-    spec = EvalSpec(n=2, sampling=sp, schedule=dec.schedule.describe(), template="plain", seed=0,
-                    models={"senior": senior, "junior": junior}, ks=HANDOFF_KS, engine="vllm")
+    handoff_cfg = EvalConfig.from_keys(mode="handoff", schedule="paragraph-roundrobin", protocol="stream", n=2,
+                                       sampling=sp, template="plain", seed=0, senior=senior, junior=junior,
+                                       engine="vllm", benchmarks=[bench])
     handoff = tmp_path / "sen" / "handoff-rr"
-    run_eval(dec, tok, load_benchmarks([bench]), spec, handoff, progress=False)
+    run_eval(handoff_cfg, dec, tok, load_benchmarks([bench]), handoff, progress=False)
     write_sources(handoff, [bench], None)
     before = (handoff / "samples.jsonl").read_bytes()
-    run_eval(dec, tok, load_benchmarks([bench]), spec, handoff, progress=False)  # resume: nothing to do
+    run_eval(handoff_cfg, dec, tok, load_benchmarks([bench]), handoff, progress=False)  # resume: nothing to do
     assert (handoff / "samples.jsonl").read_bytes() == before
     engine.close()  # one in-process engine at a time; the solo run below opens its own
 

@@ -2,7 +2,7 @@
 
 An evaluation run (``tandem eval solo|handoff``, the demo, the study) is a directory of
 
-- ``config.json``: what was sampled (``sampler.EvalSpec``) and the fingerprints of what it
+- ``config.json``: what was sampled (``sampler.run_config`` of the ``EvalConfig``) and the fingerprints of what it
   was sampled from (``inputs``: model files, benchmark problem sets; ``fingerprint``); a
   resume with other inputs or another config is refused (``check_config``: a changed input
   by name first, then any other key by ``outdir.config_diff``);

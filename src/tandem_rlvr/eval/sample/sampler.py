@@ -31,21 +31,17 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from ...config import EvalConfig
 from ...data.benchmarks import Problem
 from ...decoding.rng import row_seed
-from ...decoding.sampling import SamplingParams
-from ...decoding.tandem import TandemDecoder
 from ...errors import TandemError
 from ...fingerprint import problem_fingerprint, problem_set_fingerprint
 from ...progress import progress_bar
-from ...prompting import DEFAULT_INSTRUCTION, encode_prompt
+from ...prompting import encode_prompt
 from ...outdir import RunLock, abs_spec, output_dir, remove_failed_start
 from ...tasks import prompt_text, task_row
 from ..measure.metrics import handoff_diagnostics, pass_at_k_summary
@@ -54,49 +50,35 @@ from ..run_files import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, che
 
 log = logging.getLogger("tandem_rlvr")
 
-SOLO_KS = (1, 2, 4, 8, 16, 32)
-HANDOFF_KS = (1, 2, 4, 8)
+SOLO_KS = (1, 2, 4, 8, 16, 32)  # the pass@k a solo run reports (the battery's solo reasoning)
+HANDOFF_KS = (1, 2, 4, 8)  # the pass@k a handoff run reports
 
 
-@dataclass
-class EvalSpec:
-    """What an evaluation run samples; recorded in config.json."""
+def report_ks(cfg: EvalConfig) -> tuple[int, ...]:
+    """The k of the pass@k a run of ``cfg`` reports (those <= n are computed)."""
+    return SOLO_KS if cfg.mode == "solo" else HANDOFF_KS
 
-    n: int
-    sampling: SamplingParams
-    schedule: dict
-    template: str
-    seed: int
-    models: dict
-    ks: Sequence[int]
-    instruction: str = DEFAULT_INSTRUCTION  # prompting.INSTRUCTIONS name (chat prompts)
-    answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
-    math_grader: str = "ours"  # rewards.math.GRADERS, recorded as "grader"
-    task: str = "math"  # tasks.TASKS: the prompt and the verifier
-    engine: str = "hf"  # engines.ENGINES
-    dtype: str | None = None  # the models' compute dtype ("float32", "bfloat16"); None: not known (models in memory)
-    # {"senior": ..., "junior": ...} fingerprints of the model files (``fingerprint.model_fingerprint``);
-    # empty for models given in memory
-    fingerprints: dict = field(default_factory=dict)
 
-    def to_dict(self, benchmarks: Sequence[str]) -> dict:
-        return {"n": self.n, "sampling": self.sampling.to_dict(), "schedule": self.schedule, "template": self.template,
-                "instruction": self.instruction, "answer_mode": self.answer_mode, "seed": self.seed,
-                "models": self.models, "ks": list(self.ks), "benchmarks": list(benchmarks), "engine": self.engine,
-                "dtype": self.dtype, "task": self.task, "grader": self.math_grader, "verifier": self.grader().verifier}
+def run_config(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Problem]], fingerprints: dict | None = None,
+               dtype: str | None = None) -> dict:
+    """config.json's content for ``cfg`` sampled by ``decoder``: the evaluation's settings, what the decoder
+    and tokenizer resolved (the schedule's description, the template; a server's models) and, under
+    ``INPUTS``, the fingerprints of the models' files (``fingerprints``, per role) and of each benchmark's
+    problem set. ``fingerprints`` and ``dtype`` are unknown (empty, None) for models built in memory."""
+    from ...models import NAMED_MODELS
+    from ...prompting import resolve_template
 
-    def grader(self):
-        """The task that prompts and grades this run (``tasks.task_for_eval``)."""
-        from ...tasks import task_for_eval
-
-        return task_for_eval(self.task, instruction=self.instruction, answer_mode=self.answer_mode,
-                             grader=self.math_grader)
-
-    def run_config(self, problems: dict[str, list[Problem]]) -> dict:
-        """config.json's content: ``to_dict`` plus the fingerprints of every input (``INPUTS``)."""
-        return {**self.to_dict(list(problems)),
-                INPUTS: {"models": dict(self.fingerprints),
-                         "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}}
+    m, d, pr = cfg.models, cfg.decoding, cfg.problems
+    models = getattr(decoder, "models", None) or {  # a server decoder names the checkpoints it loaded
+        "senior": abs_spec(m.senior, NAMED_MODELS),
+        "junior": abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None}
+    return {"n": cfg.n, "sampling": d.sampling.to_dict(), "schedule": decoder.schedule.describe(),
+            "template": resolve_template(tokenizer, pr.template), "instruction": pr.instruction,
+            "answer_mode": pr.answer_mode, "seed": d.seed, "models": models, "ks": list(report_ks(cfg)),
+            "benchmarks": list(problems), "engine": d.engine, "dtype": dtype, "task": pr.task, "grader": pr.grader,
+            "verifier": pr.run_task.verifier,
+            INPUTS: {"models": dict(fingerprints or {}),
+                     "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}}
 
 
 def problem_key(p: Problem) -> int:
@@ -108,25 +90,28 @@ def sample_seed(seed: int, p: Problem, s: int) -> int:
     return row_seed(seed, problem_key(p), s)
 
 
-def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem]], spec: EvalSpec, out: str | os.PathLike,
-             batch_size: int = 64, progress: bool = True) -> dict:
-    """Sample ``spec.n`` responses per problem, score them, write the run dir; return metrics.
+def run_eval(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Problem]], out: str | os.PathLike,
+             progress: bool = True, *, fingerprints: dict | None = None, dtype: str | None = None) -> dict:
+    """Sample ``cfg.n`` responses per problem with ``decoder`` (opened for ``cfg``, or built in memory), score
+    them, write the run dir; return metrics. ``fingerprints`` and ``dtype``: what config.json records of the
+    models' files (``run_config``); ``evaluate`` passes them, models built in memory have none.
 
     The directory is locked for the whole run (a second writer gets an error naming this
     one); a run that fails before its first sample leaves nothing behind.
     """
     if not problems or not any(problems.values()):
         raise TandemError("no problems to evaluate (empty benchmark set)")
-    if batch_size < 1:
-        raise TandemError(f"batch size must be >= 1, got {batch_size}")
+    if decoder.schedule.name != cfg.schedule_name:
+        raise TandemError(f"the decoder runs schedule {decoder.schedule.name!r}, the evaluation {cfg.schedule_name!r}")
     dir_was_new = not Path(out).expanduser().exists()
     out = output_dir(out)
     with RunLock(out):
         fresh, wrote = not (out / "config.json").exists(), False
         try:
-            check_config(out, spec.run_config(problems))
+            config = run_config(cfg, decoder, tokenizer, problems, fingerprints, dtype)
+            check_config(out, config)
             samples_path = out / SAMPLES
-            rows = read_samples(samples_path, spec.n)
+            rows = read_samples(samples_path, cfg.n)
             by_key = {(p.benchmark, str(p.problem_id)): p for ps in problems.values() for p in ps}
             check_problems(rows, by_key, lambda i: f"{samples_path}: sample row {i + 1}")
             done = {(r["benchmark"], str(r["problem_id"])) for r in rows}
@@ -134,13 +119,14 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
             if done:
                 log.info("resuming %s: %d problems done, %d to go", out, len(done), len(todo))
 
-            per_batch = max(1, batch_size // spec.n)
+            per_batch = max(1, cfg.decoding.batch_size // cfg.n)
+            template = config["template"]
             with progress_bar(progress) as bar, open(samples_path, "a", encoding="utf-8") as f:
-                task = bar.add_task(f"sampling ({decoder.schedule.name}, n={spec.n})", total=len(todo))
+                task = bar.add_task(f"sampling ({decoder.schedule.name}, n={cfg.n})", total=len(todo))
                 for start in range(0, len(todo), per_batch):
                     chunk = todo[start:start + per_batch]
                     own = getattr(decoder, "sample_chunk", None)  # the text-level handoff samples its own rows
-                    new = own(chunk, spec, sample_seed) if own else _sample_chunk(decoder, tokenizer, chunk, spec)
+                    new = own(chunk, cfg, sample_seed) if own else _sample_chunk(decoder, tokenizer, chunk, cfg, template)
                     wrote = True
                     try:
                         append_rows(f, new)
@@ -149,7 +135,8 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
                                           "kept, re-run the same command to resume") from None
                     rows.extend(new)
                     bar.advance(task, len(chunk))
-            metrics = summarize(rows, problems, spec)
+            metrics = summarize(rows, problems, cfg)
+            metrics["config"] = {k: v for k, v in config.items() if k != INPUTS}
             write_metrics(out, metrics)
         except BaseException:
             if fresh and not wrote:
@@ -174,8 +161,7 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
         return None
     old = read_config(out / CONFIG)
     problems = _problems(cfg)
-    roles = {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
-    new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()},
+    new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in model_roles(cfg).items()},
            "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}
     if INPUTS not in old:
         raise TandemError(f"{out / CONFIG}: made before runs recorded input fingerprints, so its samples cannot be "
@@ -192,8 +178,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     from ...engines import open_decoder
     from ...engines.base import engine_kind
     from ...fingerprint import model_fingerprint
-    from ...models import NAMED_MODELS, resolve_device, resolve_dtype, resolve_model_path
-    from ...prompting import resolve_template
+    from ...models import resolve_device, resolve_dtype, resolve_model_path
 
     output_dir(out, "--out", create=False)  # a bad --out fails before any model loads or world builds
     cfg = as_recorded(cfg, out)
@@ -213,23 +198,21 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     try:
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
         if served is None:
-            roles = {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
+            roles = model_roles(cfg)
         else:  # a client cannot see the server's junior; its senior is fingerprinted where its files are here
             roles = {"senior": served["senior"]} if Path(served["senior"]).is_dir() else {}
         fingerprints = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()}
-        m, d, pr = cfg.models, cfg.decoding, cfg.problems
-        spec = EvalSpec(n=cfg.n, sampling=d.sampling, schedule=dec.schedule.describe(),
-                        template=resolve_template(tok, pr.template), seed=d.seed,
-                        ks=SOLO_KS if cfg.mode == "solo" else HANDOFF_KS, instruction=pr.instruction,
-                        answer_mode=pr.answer_mode, math_grader=pr.grader, task=pr.task, engine=d.engine,
-                        fingerprints=fingerprints, dtype=str(resolve_dtype(m.dtype, resolve_device(m.device))).removeprefix("torch."),
-                        models=served or {"senior": abs_spec(m.senior, NAMED_MODELS),
-                                          "junior": abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None})
-        metrics = run_eval(dec, tok, problems, spec, out, d.batch_size, progress)
+        dtype = str(resolve_dtype(cfg.models.dtype, resolve_device(cfg.models.device))).removeprefix("torch.")
+        metrics = run_eval(cfg, dec, tok, problems, out, progress, fingerprints=fingerprints, dtype=dtype)
     finally:
         close()
     write_sources(out, cfg.problems.benchmarks, cfg.problems.split)
     return metrics
+
+
+def model_roles(cfg: EvalConfig) -> dict[str, str]:
+    """The checkpoints the evaluation loads, by role: the senior, and the junior of a handoff run."""
+    return {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
 
 
 def _problems(cfg: EvalConfig) -> dict[str, list[Problem]]:
@@ -270,14 +253,15 @@ def _check_stream_vocab(cfg: EvalConfig) -> None:
                           "use --protocol text")
 
 
-def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> list[dict]:
-    task = spec.grader()
+def _sample_chunk(decoder, tokenizer, chunk: list[Problem], cfg: EvalConfig, template: str) -> list[dict]:
+    """Rows of ``cfg.n`` samples per problem of ``chunk``, prompted in the resolved ``template``."""
+    task = cfg.problems.run_task
     prompts, seeds, meta = [], [], []
     for p in chunk:
-        ids = encode_prompt(tokenizer, prompt_text(tokenizer, task, p, spec.template))
-        for s in range(spec.n):
+        ids = encode_prompt(tokenizer, prompt_text(tokenizer, task, p, template))
+        for s in range(cfg.n):
             prompts.append(ids)
-            seeds.append(sample_seed(spec.seed, p, s))
+            seeds.append(sample_seed(cfg.decoding.seed, p, s))
             meta.append((p, s))
     roll = decoder.generate(prompts, seeds)
     share = roll.senior_share.tolist()
@@ -295,20 +279,21 @@ def _sample_chunk(decoder, tokenizer, chunk: list[Problem], spec: EvalSpec) -> l
     return rows
 
 
-def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSpec) -> dict:
-    """metrics.json content from sample rows (only the benchmarks and problems asked for)."""
+def summarize(rows: list[dict], problems: dict[str, list[Problem]], cfg: EvalConfig) -> dict:
+    """metrics.json's measures from sample rows (only the benchmarks and problems asked for); ``run_eval``
+    adds the run's ``config``."""
     counts = problem_counts(rows)
     per_bench = {}
     for b, ps in problems.items():
         nc = [counts.get((b, str(p.problem_id)), (0, 0)) for p in ps]
         per_bench[b] = ([x[0] for x in nc], [x[1] for x in nc])
     short = [(b, pid, n) for b, (ns, _) in per_bench.items() for pid, n in zip((p.problem_id for p in problems[b]), ns)
-             if n != spec.n]
+             if n != cfg.n]
     if short:
         b, pid, n = short[0]
-        raise TandemError(f"{len(short)} problem(s) have other than n={spec.n} samples (first: {b}/{pid} has {n}); "
+        raise TandemError(f"{len(short)} problem(s) have other than n={cfg.n} samples (first: {b}/{pid} has {n}); "
                           "no metric is reported over fewer samples than asked")
-    metrics = pass_at_k_summary(per_bench, spec.ks)
+    metrics = pass_at_k_summary(per_bench, report_ks(cfg))
     shares = np.array([r["senior_share"] for r in rows]) if rows else np.zeros(1)
     lengths = np.array([r["tokens"] for r in rows]) if rows else np.zeros(1)
     metrics["senior_share"] = {"mean": float(shares.mean()), "sd": float(shares.std())}
@@ -317,7 +302,6 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSp
             x = np.array([r[key] for r in rows])
             metrics[key] = {"mean": float(x.mean()), "sd": float(x.std())}
     metrics["response_tokens"] = {"mean": float(lengths.mean())}
-    if spec.schedule.get("name") != "senior":
+    if cfg.schedule_name != "senior":
         metrics.update(handoff_diagnostics(rows))
-    metrics["config"] = spec.to_dict(list(problems))
     return metrics

@@ -207,11 +207,13 @@ class TextHandoff:
             else:
                 c.author = self._author(c)
 
-    def sample_chunk(self, chunk, spec, sample_seed) -> list[dict]:
-        """Sample rows (``eval.sample.sampler`` format plus ``turns``) of ``spec.n`` chains per problem of ``chunk``;
-        ``sample_seed(seed, problem, sample)`` is the sampler's row seed (the chain seed)."""
-        task = spec.grader()  # the run's task: its prompt and its verifier
-        chains = [self.new_chain(p, s, sample_seed(spec.seed, p, s), task) for p in chunk for s in range(spec.n)]
+    def sample_chunk(self, chunk, cfg, sample_seed) -> list[dict]:
+        """Sample rows (``eval.sample.sampler`` format plus ``turns``) of ``cfg.n`` chains per problem of ``chunk``
+        for the ``config.EvalConfig`` ``cfg``; ``sample_seed(seed, problem, sample)`` is the sampler's row seed
+        (the chain seed)."""
+        task = cfg.problems.run_task  # the run's task: its prompt and its verifier
+        chains = [self.new_chain(p, s, sample_seed(cfg.decoding.seed, p, s), task)
+                  for p in chunk for s in range(cfg.n)]
         self.run(chains)
         grades = task.grade([c.text for c in chains], [task_row(c.problem) for c in chains])
         return [self.row(c, g) for c, g in zip(chains, grades, strict=True)]
