@@ -160,8 +160,8 @@ def test_every_one_sided_test_is_small_in_the_right_direction_and_large_in_the_o
     _senior(tmp_path / "bad", False, rng)
     runs = [f"good={tmp_path / 'good'}", f"bad={tmp_path / 'bad'}"]
     stats_ = ("solo pass@1", "handoff pass@1 (handoff)", "junior CE", "junior alpha")
-    right, _ = run_compare(runs, tmp_path / "c1", baseline="bad", n_boot=100)
-    wrong, _ = run_compare(runs, tmp_path / "c2", baseline="good", n_boot=100)
+    right = run_compare(runs, tmp_path / "c1", baseline="bad", n_boot=100)
+    wrong = run_compare(runs, tmp_path / "c2", baseline="good", n_boot=100)
     right = {t["statistic"]: t for t in right["ttests"]}
     wrong = {t["statistic"]: t for t in wrong["ttests"]}
     assert set(right) == set(wrong) == set(stats_)

@@ -14,7 +14,9 @@ The rules (docs/architecture.md, "Floors"; DESIGN.md's layout):
   ``rewards -> engines -> models -> world -> rewards``);
 - every package sits on a floor (``FLOORS``) and imports only its own floor or those below; on a
   floor, ``APART`` pairs never import each other (``rl`` and ``eval``: training never needs the
-  evaluation battery);
+  evaluation battery); inside a package with floors of its own (``INNER_FLOORS``: ``eval``'s
+  report > sample > measure > run files) the same holds between its parts, so measuring never
+  imports presenting;
 - nothing imports another module's ``_private`` names, nor a ``_private`` module of another package
   (``PRIVATE_EXCEPTIONS`` lists the one kept, with its reason).
 
@@ -206,6 +208,10 @@ FLOORS = {
     "decoding": 1, "rewards": 1, "sandbox": 1,
 }
 APART = {("rl", "eval"), ("eval", "rl")}  # same floor, never importing each other
+# Floors inside a package, by its submodule or subpackage: presenting (report) reads what measuring
+# computes; the sampler scores with measuring's pure functions; everything reads and writes run
+# directories through run_files; ``eval.metrics`` is the contract's path of measure.metrics.
+INNER_FLOORS = {"eval": {"report": 3, "sample": 2, "measure": 1, "metrics": 1, "run_files": 0}}
 # Submodules that name their own package's __init__, kept: tasks/__init__ is the task registry and
 # never imports grade, which consumes it (``python -m pkg`` modules, ``__main__``, always may).
 OWN_INIT_USERS = {"tandem_rlvr.tasks.grade"}
@@ -238,15 +244,36 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
+def part_of(module: str) -> str | None:
+    """The part of its package a module is in (``tandem_rlvr.eval.measure.drift`` -> ``measure``); None
+    for the package itself."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else None
+
+
+def inner_floor(package: str, part: str) -> int:
+    """The floor of ``part`` inside ``package`` (``INNER_FLOORS``); a part without one is an error, so a
+    new part of such a package must be placed."""
+    floors = INNER_FLOORS[package]
+    if part not in floors:
+        raise AssertionError(f"{package}/{part} has no floor in INNER_FLOORS {floors}")
+    return floors[part]
+
+
 def arrows_back_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     """Every (importer, imported) module pair whose package is on a higher floor, or an ``APART``
-    pair; and every submodule naming its own package's ``__init__``, which sits above its parts
-    (it imports them: ``engines/__init__`` <-> ``engines.server_client`` was such a knot)."""
+    pair, or, inside a package of ``INNER_FLOORS``, whose part is on a higher inner floor; and every
+    submodule naming its own package's ``__init__``, which sits above its parts (it imports them:
+    ``engines/__init__`` <-> ``engines.server_client`` was such a knot)."""
     bad = []
     for m, targets in sorted(graph.items()):
         for t in sorted(targets):
             a, b = package_of(m), package_of(t)
+            pa, pb = part_of(m), part_of(t)
             if a and b and a != b and (floor(b) > floor(a) or (a, b) in APART):
+                bad.append((m, t))
+            elif (a == b and a in INNER_FLOORS and pa and pb and pa != pb
+                  and inner_floor(a, pb) > inner_floor(a, pa)):
                 bad.append((m, t))
             elif b and m.startswith(t + ".") and m.rpartition(".")[2] != "__main__" and m not in OWN_INIT_USERS:
                 bad.append((m, t))
@@ -390,6 +417,26 @@ def test_the_rule_finders_see_an_arrow_up_a_knot_and_private_names(tmp_path):
                                     (f"{PACKAGE}.world.cross", f"{PACKAGE}.world.build", "_make")]
 
 
+def test_the_inner_floors_see_measuring_import_presenting(tmp_path):
+    pkg = tmp_path / PACKAGE
+    for sub in ("eval", "eval/measure", "eval/report", "eval/sample"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "eval" / "run_files.py").write_text("")
+    (pkg / "eval" / "measure" / "compare.py").write_text("from ..run_files import x\nfrom ..report.tables import t\n")
+    (pkg / "eval" / "report" / "tables.py").write_text("from ..measure import compare\n")
+    (pkg / "eval" / "sample" / "sampler.py").write_text("def f():\n    from ..report import tables\n")
+    assert arrows_back_up(import_graph(pkg)) == [
+        (f"{PACKAGE}.eval.measure.compare", f"{PACKAGE}.eval.report"),
+        (f"{PACKAGE}.eval.measure.compare", f"{PACKAGE}.eval.report.tables"),
+        (f"{PACKAGE}.eval.sample.sampler", f"{PACKAGE}.eval.report"),
+        (f"{PACKAGE}.eval.sample.sampler", f"{PACKAGE}.eval.report.tables")]
+    (pkg / "eval" / "present.py").write_text("from .measure import compare\n")
+    with pytest.raises(AssertionError, match="eval/present has no floor"):
+        arrows_back_up(import_graph(pkg))
+
+
 def test_a_submodule_naming_its_own_package_closes_a_cycle(tmp_path):
     pkg = tmp_path / PACKAGE
     (pkg / "engines").mkdir(parents=True)
@@ -408,7 +455,8 @@ def test_no_package_level_knot():
 
 
 def test_no_arrow_back_up():
-    """config -> rl, rl -> eval, rewards -> engines, and every other import of a higher floor."""
+    """config -> rl, rl -> eval, rewards -> engines, eval/measure -> eval/report, and every other import of a
+    higher floor."""
     up = arrows_back_up(import_graph())
     assert not up, "imports of a higher floor:\n" + "\n".join(f"{m} -> {t}" for m, t in up)
 

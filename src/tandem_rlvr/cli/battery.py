@@ -76,10 +76,11 @@ def cmd_regrade(a) -> None:
 
 def cmd_drift(a) -> None:
     from ..eval.measure.drift import run_drift
-    from ..eval.report.tables import drift_tables, print_tables, recovery_sentence
+    from ..eval.report.tables import drift_tables, print_tables, recovery_sentence, write_drift_md
 
     res = run_drift(a.junior_samples, a.seniors, a.out, a.reference, a.candidate, a.smoothing, a.min_count, a.top_n,
                     min_ref_count=a.min_ref_count)
+    write_drift_md(a.out, res)
     print_tables(drift_tables(res))
     if res.get("recovery"):
         print(recovery_sentence(res["recovery"]))
@@ -134,10 +135,9 @@ def _compare_kw(a) -> dict:
 
 def cmd_compare(a) -> None:
     from ..eval.measure.compare import run_compare
-    from ..eval.report.tables import print_tables
+    from ..eval.report.tables import print_tables, write_compare_md
 
-    _, tables = run_compare(a.runs, a.out, **_compare_kw(a))
-    print_tables(tables)
+    print_tables(write_compare_md(a.out, run_compare(a.runs, a.out, **_compare_kw(a))))
     print(f"compare.json and compare.md in {a.out}")
 
 

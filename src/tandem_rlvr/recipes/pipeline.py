@@ -128,12 +128,14 @@ def battery(seniors: dict[str, Path], handoffs: Sequence[str], legibility: str, 
     """
     from ..eval.measure.compare import run_compare
     from ..eval.measure.drift import run_drift
+    from ..eval.report.tables import write_compare_md, write_drift_md
 
     if not (skip_done and (drift_dir / "drift.json").is_file()):
-        run_drift(junior_samples, {n: seniors[n] / "solo" for n in drifted}, drift_dir,
-                  reference="grpo" if "grpo" in drifted else None, candidate="tandem" if "tandem" in drifted else None)
+        write_drift_md(drift_dir, run_drift(junior_samples, {n: seniors[n] / "solo" for n in drifted}, drift_dir,
+                                            reference="grpo" if "grpo" in drifted else None,
+                                            candidate="tandem" if "tandem" in drifted else None))
     if not (skip_done and (compare_dir / "compare.json").is_file()):
-        run_compare([], compare_dir, solo=[f"{n}={d / 'solo'}" for n, d in seniors.items()],
-                    handoff=[f"{n}:{h}={d / h}" for n, d in seniors.items() for h in handoffs],
-                    legibility=[f"{n}={d / legibility}" for n, d in seniors.items()],
-                    drift=str(drift_dir), baseline=baseline)
+        write_compare_md(compare_dir, run_compare(
+            [], compare_dir, solo=[f"{n}={d / 'solo'}" for n, d in seniors.items()],
+            handoff=[f"{n}:{h}={d / h}" for n, d in seniors.items() for h in handoffs],
+            legibility=[f"{n}={d / legibility}" for n, d in seniors.items()], drift=str(drift_dir), baseline=baseline))

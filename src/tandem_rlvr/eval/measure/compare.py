@@ -1,11 +1,12 @@
 """Compare evaluated seniors: run directories in, the paper's tables out.
 
 What: ``tandem compare RUN... --out DIR`` reads each senior's evaluation directories and
-writes DIR/compare.json and DIR/compare.md (and prints the tables): solo pass@k with SE
-per benchmark and macro (paper Table 1, Figure 2), handoff pass@k per handoff set-up
-(Table 2, Figure 3), junior legibility, drift (section 5) and paired one-sided t-tests on
-per-problem statistics pooled over benchmarks (Table 3). Runs are found and read through
-``run_files`` (``discover``, ``read_run``); the tables are built and rendered by ``tables``.
+writes DIR/compare.json (``run_compare``): solo pass@k with SE per benchmark and macro (paper
+Table 1, Figure 2), handoff pass@k per handoff set-up (Table 2, Figure 3), junior legibility,
+drift (section 5) and paired one-sided t-tests on per-problem statistics pooled over
+benchmarks (Table 3). Runs are found and read through ``run_files`` (``discover``,
+``read_run``). This module measures; presenting is the report layer's: the command then writes
+DIR/compare.md and prints the tables (``report.tables.write_compare_md``).
 
 How RUN is read: ``[NAME=]DIR`` (NAME defaults to DIR's base name). DIR is an eval
 directory itself or holds them as subdirectories: one with ``samples.jsonl`` and a
@@ -43,14 +44,13 @@ from typing import Sequence
 import numpy as np
 
 from ...errors import TandemError
-from ...io import atomic_write, write_json
+from ...io import write_json
 from ...outdir import output_dir
 from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
 from .comparable import (check_same_problems, legibility_differences, refuse_mixed_verdicts, refuse_or_warn,
                          settings_differences)
 from .regrade import apply_regrade
 from ..run_files import EvalRun, Senior, check_same_benchmarks, discover, read_drift, read_legibility, read_run
-from ..report.tables import Table, comparison_tables, to_markdown
 
 
 MACROS = ("ours", "paper")
@@ -182,8 +182,8 @@ def _abs(path: Path | None) -> str | None:
 
 def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=(), legibility=(), drift: str | None = None,
                 baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000,
-                allow_mixed: bool = False, macro: str = "ours") -> tuple[dict, list[Table]]:
-    """Discover, compute, and write out/compare.json and out/compare.md; return them."""
+                allow_mixed: bool = False, macro: str = "ours") -> dict:
+    """Discover, compute, write out/compare.json and return its content."""
     if n_boot < 2:  # a bootstrap SE is the sd of >= 2 resampled means; 0 or 1 would print "± nan"
         raise TandemError(f"--n-boot must be >= 2 bootstrap resamples, got {n_boot}")
     output_dir(out, create=False)
@@ -191,9 +191,5 @@ def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=()
     if macro not in MACROS:
         raise TandemError(f"unknown --macro {macro!r}; valid: {', '.join(MACROS)}")
     comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot, allow_mixed, macro)
-    tables = comparison_tables(comp)
-    out = Path(out)
-    write_json(out / "compare.json", comp)
-    with atomic_write(out / "compare.md") as f:
-        f.write("# Comparison\n\n" + to_markdown(tables))
-    return comp, tables
+    write_json(Path(out) / "compare.json", comp)
+    return comp

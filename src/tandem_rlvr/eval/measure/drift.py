@@ -26,7 +26,8 @@ if it cannot be loaded, only ids are stored and the vocabulary size is the large
 
 Run:  tandem eval drift --junior-samples J_DIR --seniors grpo=G_DIR,tandem=T_DIR \\
           --reference grpo --candidate tandem --out DIR
-Writes DIR/drift.json, DIR/drift.md, DIR/over_emitted.csv and DIR/counts.npz (names, (M, V) counts).
+Writes DIR/over_emitted.csv, DIR/counts.npz (names, (M, V) counts) and, last, DIR/drift.json. This
+module measures; the command then writes DIR/drift.md (``report.tables.write_drift_md``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from ...runtime import invocation
 from ...outdir import output_dir
 from .comparable import check_same_problems
 from ..run_files import INPUTS, EvalRun, check_same_benchmarks, read_run, split_named
-from ..report.tables import drift_tables, recovery_sentence, to_markdown
 from .legibility import check_tokenizer
 from .metrics import drift_recovery, kl_divergence, log_ratio, smoothed_distribution, survival_curve, token_counts
 
@@ -135,7 +135,8 @@ def _tokenizer(run: EvalRun):
 def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str | os.PathLike, reference: str | None = None,
               candidate: str | None = None, smoothing: float = 1.0, min_count: int = 10, top_n: int = 500,
               table_rows: int = 50, min_ref_count: int = MIN_REF_COUNT) -> dict:
-    """Read the runs, compute ``drift_statistics``, write ``out``; return drift.json's content."""
+    """Read the runs, compute ``drift_statistics``, write its files to ``out`` (module docstring); return
+    drift.json's content."""
     output_dir(out, create=False)
     dirs = _parse_seniors(seniors) if isinstance(seniors, str) else {k: Path(v) for k, v in seniors.items()}
     for flag, name in (("--reference", reference), ("--candidate", candidate)):
@@ -189,9 +190,5 @@ def _write(out: Path, result: dict, counts: dict[str, np.ndarray]) -> None:
         f.write(buf.getvalue())
     with atomic_write(out / "counts.npz", "wb") as f:
         np.savez_compressed(f, names=np.array(names), counts=np.stack([counts[n] for n in names]))
-    with atomic_write(out / "drift.md") as f:
-        rec = result.get("recovery")
-        f.write("# Drift to the junior\n\n" + (f"{recovery_sentence(rec)}.\n\n" if rec else "")
-                + to_markdown(drift_tables(result, top=len(rows))))
     write_json(out / "drift.json", result)
 

@@ -48,7 +48,7 @@ from .provenance import provenance_html
 from .headline import headline_sentences, headline_table
 from .samples import samples_html
 from ..run_files import split_named
-from .tables import Table, comparison_tables, recovery_sentence
+from .tables import Table, comparison_tables, recovery_sentence, write_compare_md
 
 
 # Lenient training-log keys: the first present of each list is plotted.
@@ -351,7 +351,8 @@ def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Seq
         comp = read_json(Path(compare_dir) / "compare.json",
                          f"{compare_dir}: not a compare directory (no compare.json); run `tandem compare` first")
     elif runs or any(compare_kw.get(k) for k in ("solo", "handoff", "legibility")):
-        comp, _ = run_compare(runs, out, **compare_kw)
+        comp = run_compare(runs, out, **compare_kw)
+        write_compare_md(out, comp)
     else:
         raise TandemError("nothing to report: give --compare DIR or RUN directories")
     logs, dirs = {}, {}

@@ -3,14 +3,19 @@
 ``Table`` (title, columns, rows of strings) is what ``compare``, ``drift`` and the report
 share; ``comparison_tables`` builds the paper's tables from compare.json's content in the
 paper's order, ``drift_tables`` those of a drift result. Rendered as GitHub markdown
-(``to_markdown``: compare.md, drift.md), on the terminal (``print_tables``, rich) and as
+(``to_markdown``; the files compare.md and drift.md beside the measured results:
+``write_compare_md``, ``write_drift_md``), on the terminal (``print_tables``, rich) and as
 HTML (``html.py``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
+
+from ...io import atomic_write
 
 
 @dataclass
@@ -242,6 +247,23 @@ def to_markdown(tables: Sequence[Table]) -> str:
         parts += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.columns)) + " |",
                   "|" + "|".join("---" for _ in t.columns) + "|", *["| " + " | ".join(map(esc, r)) + " |" for r in t.rows], ""]
     return "\n".join(parts)
+
+
+def write_compare_md(out: str | os.PathLike, comp: dict) -> list[Table]:
+    """Write out/compare.md, the tables of a comparison (compare.json's content), and return them."""
+    tables = comparison_tables(comp)
+    with atomic_write(Path(out) / "compare.md") as f:
+        f.write("# Comparison\n\n" + to_markdown(tables))
+    return tables
+
+
+def write_drift_md(out: str | os.PathLike, drift: dict) -> None:
+    """Write out/drift.md: the recovery sentence and every table of a drift result (drift.json's content),
+    the over-emitted table at all its rows."""
+    rec = drift.get("recovery")
+    with atomic_write(Path(out) / "drift.md") as f:
+        f.write("# Drift to the junior\n\n" + (f"{recovery_sentence(rec)}.\n\n" if rec else "")
+                + to_markdown(drift_tables(drift, top=len(drift["over_emitted"]["rows"]))))
 
 
 def print_tables(tables: Sequence[Table]) -> None:
