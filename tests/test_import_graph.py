@@ -18,7 +18,10 @@ The rules (docs/architecture.md, "Floors"; DESIGN.md's layout):
   report > sample > measure > run files) the same holds between its parts, so measuring never
   imports presenting;
 - nothing imports another module's ``_private`` names, nor a ``_private`` module of another package
-  (``PRIVATE_EXCEPTIONS`` lists the one kept, with its reason).
+  (``PRIVATE_EXCEPTIONS`` lists the one kept, with its reason);
+- only ``cli/`` parses arguments, and the library below it never sees the parsed flags: a command's
+  ``fn`` is a function of ``cli/``, and no call from ``cli/`` into the library passes the namespace
+  (``namespace_leaks``; ``cli/`` turns flags into settings objects first).
 
 Run: ``python -m pytest -q tests/test_import_graph.py`` (or ``python tests/test_import_graph.py``,
 which prints every violation and the count of arrows back up). Each finder is tested on a
@@ -473,6 +476,91 @@ def test_only_the_cli_parses_arguments():
                                                                         p.read_text(encoding="utf-8"), re.M))
     assert [m for m in users if not m.startswith("tandem_rlvr.cli")] == ["tandem_rlvr.rewards._worker",
                                                                             "tandem_rlvr.world.build"]
+
+
+
+def namespace_leaks(src: Path = SRC) -> list[tuple[str, int, str]]:
+    """(cli module, line, what) of every place the parsed flags reach the library: a ``set_defaults(fn=X)``
+    whose X is not a function of ``cli/``, or a call of a library function with the namespace as an
+    argument (whole, ``*a``, ``**vars(a)``). The namespace is the first parameter of each command function
+    (a ``fn``), and of any ``cli/`` function a namespace is passed to (followed to a fixed point)."""
+    modules = {m: p for m, p in module_names(src).items() if m.startswith(f"{PACKAGE}.cli")}
+    trees = {m: ast.parse(p.read_text(encoding="utf-8"), str(p)) for m, p in modules.items()}
+    defs = {m: {n.name: n for n in t.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            for m, t in trees.items()}
+    library = {m: set() for m in modules}  # names bound to something outside cli/
+    cli_funcs = {m: dict(defs[m]) for m in modules}  # name -> FunctionDef of cli/
+    for m, t in trees.items():
+        here = m if modules[m].name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(t):
+            if isinstance(node, ast.ImportFrom):
+                anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)] if node.level else []
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+                for a in node.names:
+                    if base.startswith(f"{PACKAGE}.cli"):
+                        target = defs.get(base, {}).get(a.name)
+                        if target is not None:
+                            cli_funcs[m][a.asname or a.name] = target
+                    elif base.startswith(PACKAGE):
+                        library[m].add(a.asname or a.name)
+    holders: set[tuple[int, int]] = set()  # (id of a FunctionDef, index of the parameter holding the namespace)
+    leaks = []
+    for m, t in trees.items():
+        for node in ast.walk(t):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "set_defaults":
+                for kw in (k for k in node.keywords if k.arg == "fn"):
+                    if isinstance(kw.value, ast.Name) and kw.value.id in cli_funcs[m]:
+                        holders.add((id(cli_funcs[m][kw.value.id]), 0))
+                    elif isinstance(kw.value, ast.Lambda):
+                        holders.add((id(kw.value), 0))
+                    else:
+                        leaks.append((m, node.lineno, f"fn={ast.unparse(kw.value)} is not a function of cli/"))
+    funcs = {id(f): (m, f) for m, t in trees.items() for f in ast.walk(t) if isinstance(f, (ast.FunctionDef, ast.Lambda))}
+    done: set[tuple[int, int]] = set()
+    while holders - done:
+        fid, i = next(iter(holders - done))
+        done.add((fid, i))
+        m, f = funcs[fid]
+        params = [a.arg for a in f.args.args]
+        if i >= len(params):
+            continue
+        ns = params[i]
+        is_ns = lambda x: (isinstance(x, ast.Name) and x.id == ns) or (  # noqa: E731
+            isinstance(x, ast.Starred) and is_ns(x.value)) or (
+            isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id == "vars" and any(map(is_ns, x.args)))
+        for call in (n for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+            passed = [j for j, x in enumerate(call.args) if is_ns(x)]
+            passed_kw = [k for k in call.keywords if is_ns(k.value)]
+            if call.func.id in cli_funcs[m]:
+                holders.update((id(cli_funcs[m][call.func.id]), j) for j in passed)
+            elif (passed or passed_kw) and call.func.id in library[m]:
+                leaks.append((m, call.lineno, f"{call.func.id}({ns}) gets the parsed flags"))
+    return sorted(set(leaks))
+
+
+def test_the_namespace_finder_sees_a_library_fn_and_a_passed_namespace(tmp_path):
+    pkg = tmp_path / PACKAGE
+    for sub in ("cli", "engines"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engines" / "serve.py").write_text("def run_server(a):\n    pass\ndef settings(**kw):\n    pass\n")
+    (pkg / "cli" / "flags.py").write_text("from ..engines.serve import run_server, settings\n"
+                                          "def helper(x, a):\n    run_server(a)\n    settings(**vars(a))\n")
+    (pkg / "cli" / "serve.py").write_text(
+        "from ..engines.serve import run_server, settings\nfrom .flags import helper\n"
+        "def cmd(a):\n    helper(1, a)\n    settings(port=a.port)\n"
+        "def register(s):\n    s.set_defaults(fn=run_server)\n    s.set_defaults(fn=cmd)\n"
+        "    s.set_defaults(fn=lambda a: run_server(a))\n")
+    assert namespace_leaks(pkg) == [(f"{PACKAGE}.cli.flags", 3, "run_server(a) gets the parsed flags"),
+                                    (f"{PACKAGE}.cli.flags", 4, "settings(a) gets the parsed flags"),
+                                    (f"{PACKAGE}.cli.serve", 7, "fn=run_server is not a function of cli/"),
+                                    (f"{PACKAGE}.cli.serve", 9, "run_server(a) gets the parsed flags")]
+
+
+def test_the_library_never_sees_the_parsed_flags():
+    leaks = namespace_leaks()
+    assert not leaks, "parsed flags passed below cli/:\n" + "\n".join(f"{m}:{n}: {w}" for m, n, w in leaks)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,25 @@ def test_serve_listens_on_loopback_unless_told_and_passes_unknown_flags_to_vllm(
     assert (a.senior, a.junior, a.host, a.api_key, a.vllm_args) == ("S", "J", "127.0.0.1", "k", ["--max-num-seqs", "8"])
 
 
+def test_serve_flags_reach_the_server_as_typed_settings_and_bad_settings_are_refused(monkeypatch):
+    """The server gets a ``ServeSettings`` built from the flags (never the parsed namespace); the settings
+    refuse a bad port, KV cache or weight sync when built by a library user too."""
+    from tandem_rlvr.cli import main, serve as cli_serve
+    from tandem_rlvr.engines.serve import ServeSettings
+    from tandem_rlvr.errors import TandemError
+
+    seen = []
+    monkeypatch.setattr(cli_serve, "run_server", seen.append)
+    assert main(["serve", "S", "--junior", "J", "--port", "9000", "--api-key", "k", "--kv-cache-gib", "2",
+                 "--weight-sync", "--max-num-seqs", "8"]) == 0
+    assert seen == [ServeSettings(senior="S", junior="J", host="127.0.0.1", port=9000, api_key="k", dtype="auto",
+                                  kv_cache_gib=2.0, weight_sync="auto", vllm_args=("--max-num-seqs", "8"))]
+    for bad, flag in (({"port": 0}, "--port"), ({"port": 70000}, "--port"), ({"kv_cache_gib": float("nan")},
+                      "--kv-cache-gib"), ({"kv_cache_gib": 0.0}, "--kv-cache-gib"), ({"weight_sync": "tcp"}, "--weight-sync")):
+        with pytest.raises(TandemError, match=flag):
+            ServeSettings("S", **bad)
+
+
 def test_binding_beyond_loopback_warns_without_a_key_and_always_with_weight_sync():
     from tandem_rlvr.engines.serve import safety_warnings
 

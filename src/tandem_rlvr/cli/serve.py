@@ -1,11 +1,19 @@
-"""``tandem serve``: its flags (vLLM's own pass through unchanged); the server: ``engines/serve.py``."""
+"""``tandem serve``: its flags (vLLM's own pass through unchanged), read into ``engines.serve.ServeSettings``;
+the server: ``engines/serve.py``."""
 
 from __future__ import annotations
 
 import os
 
-from ..engines.serve import run_server
+from ..engines.serve import WEIGHT_SYNCS, ServeSettings, run_server
 from .flags import number
+
+
+def cmd_serve(a) -> None:
+    """``tandem serve``: the flags as ``ServeSettings``, then the server."""
+    run_server(ServeSettings(senior=a.senior, junior=a.junior, host=a.host, port=a.port, api_key=a.api_key,
+                             dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, weight_sync=a.weight_sync,
+                             vllm_args=tuple(a.vllm_args)))
 
 
 def register(sub, parser_class) -> None:
@@ -32,8 +40,8 @@ def register(sub, parser_class) -> None:
     s.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
     s.add_argument("--kv-cache-gib", type=number(float, 0, lo_open=True), default=None, help="KV-cache GiB (default: vLLM's share of GPU "
                    "memory; 1 GiB on CPU)")
-    s.add_argument("--weight-sync", nargs="?", const="auto", default=None, choices=("auto", "nccl", "tandem_gloo"),
+    s.add_argument("--weight-sync", nargs="?", const="auto", default=None, choices=WEIGHT_SYNCS,
                    help="accept weight pushes from a trainer (tandem train --engine vllm-server): vLLM's weight "
                         "transfer, nccl on GPU, tandem_gloo on CPU (auto). Opens vLLM's development endpoints, "
                         "which take no API key")
-    s.set_defaults(fn=run_server, vllm_args=[])
+    s.set_defaults(fn=cmd_serve, vllm_args=[])

@@ -64,14 +64,16 @@ def cmd_train(a):
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
     cfg = load_train_config(a.preset, a.config, overrides)
     if a.dry_run:
-        from ..rl.memory_layouts import dry_run_report
+        from ..rl.memory_layouts import dry_run_report, requested_layout
         from ..rl.memory_plan import disk_plan
 
         print(json.dumps(cfg.to_dict(), indent=2))
         gib = a.plan_gpu_gib
         if gib is None and torch_cuda_gib() is not None:
             gib = torch_cuda_gib()
-        print(dry_run_report(cfg, a, gib))
+        lay = requested_layout(cfg, a.plan_processes, a.plan_sharding, a.plan_offload, a.plan_lora_r,
+                               a.plan_sync_bucket_mib)
+        print(dry_run_report(cfg, lay, gib))
         print(disk_plan(cfg, gpu=gib is not None))
         return
     configure_cpu_threads()

@@ -18,7 +18,8 @@ is every interface, with no authentication); ``--api-key`` is passed through, an
 elsewhere without one prints a warning. ``--weight-sync`` lets a trainer push the senior's
 weights after each optimiser step (``weight_sync``). Any other flag goes to vLLM unchanged. Once the
 server answers ``/health`` the URL and an example request are printed; Ctrl-C or SIGTERM
-stops the server.
+stops the server. ``run_server`` takes its settings as a ``ServeSettings`` (``cli/serve.py`` builds
+it from the flags).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 
 from ..errors import TandemError
 
@@ -37,6 +39,32 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # flags whose value the tandem engine depends on: set here, never passed through
 OWNED = ("--model", "--tokenizer", "--hf-overrides", "--logprobs-mode", "--host", "--api-key", "--dtype",
          "--generation-config", "--weight-transfer-config")
+WEIGHT_SYNCS = ("auto", "nccl", "tandem_gloo")  # auto: nccl on GPU, tandem_gloo on CPU
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``tandem serve`` starts: the pair, where it listens, its key, dtype, KV cache, weight sync, and the
+    flags that go to vLLM unchanged."""
+
+    senior: str  # directory, .gguf file, hub id or built-in name
+    junior: str | None = None  # same tokenizer; None: the senior's checkpoint (self-pairing)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None  # clients send it as Authorization: Bearer KEY
+    dtype: str = "auto"  # float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)
+    kv_cache_gib: float | None = None  # None: vLLM's share of GPU memory; 1 GiB on CPU
+    weight_sync: str | None = None  # WEIGHT_SYNCS: accept a trainer's weight pushes; None: off
+    vllm_args: tuple[str, ...] = ()  # passed to vLLM's server as they are
+
+    def __post_init__(self):
+        if not 0 < self.port < 65536:
+            raise TandemError(f"--port must be in 1..65535, got {self.port}")
+        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
+            raise TandemError(f"--kv-cache-gib must be > 0, got {self.kv_cache_gib}")
+        if self.weight_sync is not None and self.weight_sync not in WEIGHT_SYNCS:
+            raise TandemError(f"unknown --weight-sync {self.weight_sync!r}; valid: {', '.join(WEIGHT_SYNCS)}")
+        object.__setattr__(self, "vllm_args", tuple(self.vllm_args))
 
 
 def server_argv(senior_path: str, junior_path: str, senior_archs: list[str], *, host: str, port: int,
@@ -113,29 +141,25 @@ def healthy(url: str) -> bool:
         return False
 
 
-def run_server(a) -> None:
-    """Start the server for ``a`` (the parsed ``tandem serve`` flags) and wait for it to stop."""
+def run_server(cfg: ServeSettings) -> None:
+    """Start the server ``cfg`` describes and wait for it to stop."""
     from ..models import check_same_tokenizer, load_tokenizer, resolve_model_path
     from .vllm_engine import VLLMSettings, senior_architectures, platform_is_cpu, require_vllm, with_dtype
 
-    if not 0 < a.port < 65536:
-        raise TandemError(f"--port must be in 1..65535, got {a.port}")
-    if a.kv_cache_gib is not None and a.kv_cache_gib <= 0:
-        raise TandemError(f"--kv-cache-gib must be > 0, got {a.kv_cache_gib}")
-    senior = resolve_model_path(a.senior)
-    junior = resolve_model_path(a.junior or a.senior)
+    senior = resolve_model_path(cfg.senior)
+    junior = resolve_model_path(cfg.junior or cfg.senior)
     check_same_tokenizer(load_tokenizer(senior), load_tokenizer(junior))
     require_vllm()
     on_cpu = platform_is_cpu()
-    dtype = with_dtype(VLLMSettings(), a.dtype, "cpu" if on_cpu else "cuda").dtype
-    sync = a.weight_sync if a.weight_sync != "auto" else ("tandem_gloo" if on_cpu else "nccl")
-    argv = server_argv(senior, junior, senior_architectures(senior), host=a.host, port=a.port, api_key=a.api_key,
-                       dtype=dtype, on_cpu=on_cpu, kv_cache_gib=a.kv_cache_gib, extra=a.vllm_args,
+    dtype = with_dtype(VLLMSettings(), cfg.dtype, "cpu" if on_cpu else "cuda").dtype
+    sync = cfg.weight_sync if cfg.weight_sync != "auto" else ("tandem_gloo" if on_cpu else "nccl")
+    argv = server_argv(senior, junior, senior_architectures(senior), host=cfg.host, port=cfg.port, api_key=cfg.api_key,
+                       dtype=dtype, on_cpu=on_cpu, kv_cache_gib=cfg.kv_cache_gib, extra=list(cfg.vllm_args),
                        weight_sync=sync)
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1") if sync else None
-    shown = "[::1]" if a.host == "::1" else ("127.0.0.1" if a.host in ("0.0.0.0", "::", "") else a.host)
-    url = f"http://{shown}:{a.port}"
-    for line in safety_warnings(a.host, a.api_key, sync):
+    shown = "[::1]" if cfg.host == "::1" else ("127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host)
+    url = f"http://{shown}:{cfg.port}"
+    for line in safety_warnings(cfg.host, cfg.api_key, sync):
         print(f"tandem serve: warning: {line}", file=sys.stderr)
     print(f"tandem serve: starting vLLM's OpenAI server: senior {senior}, junior {junior}", flush=True)
     child = subprocess.Popen(argv, env=env)
@@ -146,9 +170,9 @@ def run_server(a) -> None:
             ready = healthy(url)
             time.sleep(0 if ready else 1.0)
         if ready:
-            name = _flag_value(a.vllm_args, "--served-model-name") or senior
+            name = _flag_value(list(cfg.vllm_args), "--served-model-name") or senior
             print(f"\ntandem serve: ready at {url}/v1 (OpenAI-compatible; model {name})\nexample request:\n"
-                  f"{example_request(url, name, a.api_key)}\n", flush=True)
+                  f"{example_request(url, name, cfg.api_key)}\n", flush=True)
         code = child.wait()
     finally:
         signal.signal(signal.SIGTERM, old)

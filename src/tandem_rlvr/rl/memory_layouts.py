@@ -149,16 +149,21 @@ def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:
     return "\n".join(lines)
 
 
-def dry_run_report(cfg, a, gib: float | None) -> str:
+def requested_layout(cfg, processes: int = 1, sharding: str | None = None, offload: str | None = None,
+                     lora_r: int = 0, sync_bucket_mib: float | None = None) -> Layout:
+    """The layout ``tandem train --dry-run`` plans (its ``--plan-*`` flags): what is not asked for (None, a
+    LoRA rank of 0) is the run's own."""
+    sharding = sharding or {"none": "ddp"}.get(cfg.models.sharding, cfg.models.sharding)
+    offload = offload or ("all" if cfg.models.shard_offload else "none")
+    return Layout(processes, sharding, offload, lora_r or _lora(cfg), sync_bucket_mib or float(cfg.models.sync_bucket_mb))
+
+
+def dry_run_report(cfg, lay: Layout, gib: float | None) -> str:
     """What ``tandem train --dry-run`` prints after the config: the plan of the requested layout
-    (``--plan-*`` flags in ``a``), the cheapest layout that fits when it does not, and the table
+    (``requested_layout``), the cheapest layout that fits when it does not, and the table
     of recommended layouts on 2, 4 and 8 GPUs (of ``gib``, else 80 GiB)."""
     from .memory_plan import render
 
-    sharding = a.plan_sharding or {"none": "ddp"}.get(cfg.models.sharding, cfg.models.sharding)  # the run's own, unless asked
-    offload = a.plan_offload or ("all" if cfg.models.shard_offload else "none")
-    lay = Layout(a.plan_processes, sharding, offload, a.plan_lora_r or _lora(cfg),
-                 a.plan_sync_bucket_mib or float(cfg.models.sync_bucket_mb))
     p = plan(cfg, gpu_gib=gib, layout=lay)
     out = [f"\nmemory plan (one training process of {lay.describe()}; peak per device):", render(cfg, p, gib)]
     if gib is not None and not _fits(p, gib):

@@ -59,8 +59,8 @@ def report_ks(cfg: EvalConfig) -> tuple[int, ...]:
     return SOLO_KS if cfg.mode == "solo" else HANDOFF_KS
 
 
-def run_config(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Problem]], fingerprints: dict | None = None,
-               dtype: str | None = None) -> dict:
+def run_config(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Problem]],
+               fingerprints: dict | None = None, dtype: str | None = None) -> dict:
     """config.json's content for ``cfg`` sampled by ``decoder``: the evaluation's settings, what the decoder
     and tokenizer resolved (the schedule's description, the template; a server's models) and, under
     ``INPUTS``, the fingerprints of the models' files (``fingerprints``, per role) and of each benchmark's
@@ -126,7 +126,8 @@ def run_eval(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Probl
                 for start in range(0, len(todo), per_batch):
                     chunk = todo[start:start + per_batch]
                     own = getattr(decoder, "sample_chunk", None)  # the text-level handoff samples its own rows
-                    new = own(chunk, cfg, sample_seed) if own else _sample_chunk(decoder, tokenizer, chunk, cfg, template)
+                    new = (own(chunk, cfg, sample_seed) if own
+                           else _sample_chunk(decoder, tokenizer, chunk, cfg, template))
                     wrote = True
                     try:
                         append_rows(f, new)
