@@ -567,7 +567,8 @@ if __name__ == "__main__":
     g = import_graph()
     problems = [*(" -> ".join(c) for c in find_cycles(g)), *(" -> ".join(c) for c in find_cycles(package_graph(g))),
                 *(f"up: {m} -> {t}" for m, t in arrows_back_up(g)),
-                *(f"private: {m} imports {t}.{n}" for m, t, n in private_imports())]
+                *(f"private: {m} imports {t}.{n}" for m, t, n in private_imports() if (m, t) not in PRIVATE_EXCEPTIONS),
+                *(f"flags: {m}:{n}: {w}" for m, n, w in namespace_leaks())]
     print("\n".join(problems) or "no violation")
     print(f"arrows back up: {len(arrows_back_up(g))} module imports, "
           f"{len({(package_of(m), package_of(t)) for m, t in arrows_back_up(g)})} package pairs")
