@@ -59,3 +59,17 @@ def test_what_needs_one_vocabulary_is_refused_before_any_model_loads(tmp_path, m
     with pytest.raises(TandemError, match=match):
         build_run(_cfg(tmp_path, **kw), print_fn=lambda *_: None)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_run_loads_each_tokenizer_once(tmp_path, monkeypatch):
+    """The cross-tokenizer checks and the pair read the same tokenizer objects: one load per model."""
+    from collections import Counter
+
+    import tandem_rlvr.models as models
+    from tandem_rlvr.rl.prepare import prepare
+
+    loads, real = Counter(), models.load_tokenizer
+    monkeypatch.setattr(models, "load_tokenizer", lambda spec: loads.update([spec]) or real(spec))
+    prep = prepare(_cfg(tmp_path))
+    assert prep.pair.xjunior is not None
+    assert loads == Counter({"tiny": 1, "tiny-xjunior": 1})

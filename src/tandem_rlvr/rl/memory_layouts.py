@@ -97,7 +97,7 @@ def recommend(cfg, gpus: int, placement: str, gib: float) -> tuple[Option | None
     rejected = []
     for sharding, offload in _candidates(cfg):
         try:
-            o = option(cfg, gpus, placement, Layout(processes, sharding, offload, _lora(cfg)), gib)
+            o = option(cfg, gpus, placement, Layout(processes, sharding, offload, cfg.models.lora_r), gib)
         except TandemError:  # the batch does not split over this many processes
             break
         if o.fits:
@@ -124,12 +124,8 @@ def cheapest_fit(cfg, requested: Layout, gib: float) -> Layout | None:
 
 def _candidates(cfg, lora_r: int | None = None):
     """``CANDIDATES`` the run can train with: LoRA trains unsharded only (DDP; config/models.py)."""
-    lora = _lora(cfg) if lora_r is None else lora_r
+    lora = cfg.models.lora_r if lora_r is None else lora_r
     return [c for c in CANDIDATES if not (lora and c[0] != "ddp")]
-
-
-def _lora(cfg) -> int:
-    return cfg.models.lora_r
 
 
 def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:
@@ -157,7 +153,7 @@ def dry_run_report(cfg, a, gib: float | None) -> str:
 
     sharding = a.plan_sharding or {"none": "ddp"}.get(cfg.models.sharding, cfg.models.sharding)  # the run's own, unless asked
     offload = a.plan_offload or ("all" if cfg.models.shard_offload else "none")
-    lay = Layout(a.plan_processes, sharding, offload, a.plan_lora_r or _lora(cfg),
+    lay = Layout(a.plan_processes, sharding, offload, a.plan_lora_r or cfg.models.lora_r,
                  a.plan_sync_bucket_mib or float(cfg.models.sync_bucket_mb))
     p = plan(cfg, gpu_gib=gib, layout=lay)
     out = [f"\nmemory plan (one training process of {lay.describe()}; peak per device):", render(cfg, p, gib)]
