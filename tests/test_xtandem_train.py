@@ -73,3 +73,16 @@ def test_the_run_loads_each_tokenizer_once(tmp_path, monkeypatch):
     prep = prepare(_cfg(tmp_path))
     assert prep.pair.xjunior is not None
     assert loads == Counter({"tiny": 1, "tiny-xjunior": 1})
+
+
+def test_the_cli_refuses_cross_tokenizer_training_on_vllm_in_one_line(tmp_path, monkeypatch, capsys):
+    import tandem_rlvr.models as models
+    from tandem_rlvr.cli import main
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--junior", "tiny-xjunior", "--engine", "vllm", "--max-steps", "1",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tandem: error: junior tiny-xjunior has another tokenizer")
+    assert "--engine hf only for now, not vllm" in err[0] and not out.exists()
