@@ -23,7 +23,8 @@ def register(sub) -> None:
     g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
     g.add_argument("--task", default="math", help=f"{task_names()} (default math; docs/tasks.md)")
     g.add_argument("--benchmark", required=True, help=f"the problems the responses answer: a name (code task: "
-                   f"{', '.join(CODE_BENCHMARKS)}; the others: {', '.join(benchmark_names())}), a local file, or a hub id")
+                   f"{', '.join(CODE_BENCHMARKS)}; the others: {', '.join(benchmark_names())}), a local file, or a "
+                   "hub id")
     g.add_argument("--responses", required=True, help="JSONL file: one object a line with problem_id and response; "
                    "other columns are kept")
     g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")

@@ -110,7 +110,8 @@ class CrossTandemDecoder:
         if chunk is not None and chunk < 1:
             raise TandemError(f"chunk (ids fed per model and step) must be >= 1 or None, got {chunk}")
         if compact is not None and not 0.0 <= compact <= 1.0:
-            raise TandemError(f"compact (fraction of finished rows that triggers compaction) must be in [0, 1], got {compact}")
+            raise TandemError(f"compact (fraction of finished rows that triggers compaction) must be in [0, 1], "
+                              f"got {compact}")
         self.sampling, self.chunk, self.compact = sampling, chunk, compact
         self.contexts = tuple(context_limit(r.model) for r in self.runners)
         self.device = self.runners[0].device

@@ -144,7 +144,8 @@ ENGINES: dict[str, EngineKind] = {k.name: k for k in (
     EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True,
                rollout_device=True, about="our transformers decoder (the reference)"),
     EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, vllm_settings=True,
-               text_turns=True, about="stock vLLM with the tandem plugin, in this process (pip install -e \".[vllm]\")"),
+               text_turns=True,
+               about="stock vLLM with the tandem plugin, in this process (pip install -e \".[vllm]\")"),
     EngineKind("vllm-server", "tandem_rlvr.engines.server_rollouts:open_server", replays=True, remote=True,
                one_sender=True, about="a running `tandem serve` (--server URL)"),
 )}

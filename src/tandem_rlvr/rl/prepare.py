@@ -115,7 +115,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
 
     m = cfg.models
     tokenizers = load_tokenizers(m.senior, m.junior_spec)  # once: read by the checks below and by load_pair
-    other = other_tokenizer(cfg, tokenizers)  # refuses what cannot train with a junior of another tokenizer, before the data
+    other = other_tokenizer(cfg, tokenizers)  # refuses what a junior of another tokenizer cannot train, before the data
     train, val = split_problems(cfg)
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
     pair = load_pair(m.senior, m.junior_spec, m.senior_device, m.junior_device, m.precision.compute,
