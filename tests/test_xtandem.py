@@ -263,10 +263,41 @@ def test_cross_decoder_matches_the_plain_reference(world, K, chunk):
     assert mixed >= 3  # the rows really are co-written
 
 
+def test_finished_rows_leave_the_batch_and_no_row_changes(world):
+    """compact=0: a row leaves both models' batches at the step it finishes (counted at each model's
+    input embedding); every row's tokens, mask, text and log-probs are those of the batch that keeps
+    every row (compact=None, the decoder before compaction)."""
+    s, j, st, jt, prompts, jprompts = _setup(world)
+    sp = SamplingParams(1.0, max_new_tokens=40)
+    caps, seeds = [40, 12, 40, 25, 40, 5], list(range(200, 206))
+    rows_fed = {"s": [], "j": []}
+    handles = [m.get_decoder().embed_tokens.register_forward_pre_hook(
+        lambda mod, args, n=n: rows_fed[n].append(args[0].shape[0])) for n, m in (("s", s), ("j", j))]
+    try:
+        kept = CrossTandemDecoder(s, j, st, jt, "word", sp, eos_ids(st), eos_ids(jt), compact=None).generate(
+            prompts, seeds, max_new_tokens=caps, junior_prompts=jprompts)
+        assert set(rows_fed["s"]) == set(rows_fed["j"]) == {6}
+        rows_fed["s"].clear(), rows_fed["j"].clear()
+        dropped = CrossTandemDecoder(s, j, st, jt, "word", sp, eos_ids(st), eos_ids(jt), compact=0.0).generate(
+            prompts, seeds, max_new_tokens=caps, junior_prompts=jprompts)
+    finally:
+        for h in handles:
+            h.remove()
+    for name in ("s", "j"):
+        fed = rows_fed[name]
+        assert fed[0] == 6 and fed == sorted(fed, reverse=True) and fed[-1] < 6  # the batch only shrinks
+    assert min(rows_fed["s"] + rows_fed["j"]) == 1  # the longest row ends alone
+    for b in range(6):
+        assert dropped.row_tokens(b) == kept.row_tokens(b) and dropped.row_mask(b) == kept.row_mask(b)
+        assert dropped.texts[b] == kept.texts[b] and dropped.segments[b] == kept.segments[b]
+    assert torch.equal(dropped.lengths, kept.lengths) and torch.equal(dropped.finished, kept.finished)
+    torch.testing.assert_close(dropped.logprobs, kept.logprobs, atol=1e-5, rtol=0)
+
+
 def test_each_model_is_fed_each_id_of_its_view_once(world):
     s, j, st, jt, prompts, jprompts = _setup(world)
     sp = SamplingParams(1.0, max_new_tokens=40)
-    dec = CrossTandemDecoder(s, j, st, jt, "word", sp, eos_ids(st), eos_ids(jt))
+    dec = CrossTandemDecoder(s, j, st, jt, "word", sp, eos_ids(st), eos_ids(jt), compact=None)  # (B,) counts per call
     seeds = list(range(len(prompts)))
     fed = {}
 

@@ -59,3 +59,30 @@ def test_what_needs_one_vocabulary_is_refused_before_any_model_loads(tmp_path, m
     with pytest.raises(TandemError, match=match):
         build_run(_cfg(tmp_path, **kw), print_fn=lambda *_: None)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_run_loads_each_tokenizer_once(tmp_path, monkeypatch):
+    """The cross-tokenizer checks and the pair read the same tokenizer objects: one load per model."""
+    from collections import Counter
+
+    import tandem_rlvr.models as models
+    from tandem_rlvr.rl.prepare import prepare
+
+    loads, real = Counter(), models.load_tokenizer
+    monkeypatch.setattr(models, "load_tokenizer", lambda spec: loads.update([spec]) or real(spec))
+    prep = prepare(_cfg(tmp_path))
+    assert prep.pair.xjunior is not None
+    assert loads == Counter({"tiny": 1, "tiny-xjunior": 1})
+
+
+def test_the_cli_refuses_cross_tokenizer_training_on_vllm_in_one_line(tmp_path, monkeypatch, capsys):
+    import tandem_rlvr.models as models
+    from tandem_rlvr.cli import main
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--junior", "tiny-xjunior", "--engine", "vllm", "--max-steps", "1",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tandem: error: junior tiny-xjunior has another tokenizer")
+    assert "--engine hf only for now, not vllm" in err[0] and not out.exists()

@@ -257,17 +257,24 @@ class Pair:
                              **options)
 
 
+def load_tokenizers(senior: str, junior: str | None) -> tuple:
+    """(the senior's tokenizer, the junior's or None): what ``load_pair`` reads, loaded once by a caller
+    that checks them first (``rl.xjunior.other_tokenizer``)."""
+    return load_tokenizer(senior), load_tokenizer(junior) if junior is not None else None
+
+
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,
-              trainable: bool = False, senior_dtype=None, other_tokenizer: bool = False) -> Pair:
+              trainable: bool = False, senior_dtype=None, other_tokenizer: bool = False,
+              tokenizers: tuple | None = None) -> Pair:
     """Load the senior, the junior (frozen; None = solo) and their shared tokenizer.
 
     ``senior_dtype`` (default: ``dtype``) lets a trainable senior hold fp32 master weights
     while the frozen junior stays in the compute dtype. ``other_tokenizer``: a junior of another
-    tokenizer is accepted (text-level handoff, ``decoding.xtandem``) and given as ``Pair.xjunior``."""
-    tok = load_tokenizer(senior)
+    tokenizer is accepted (text-level handoff, ``decoding.xtandem``) and given as ``Pair.xjunior``.
+    ``tokenizers``: ``load_tokenizers(senior, junior)`` already loaded (default: loaded here)."""
+    tok, j_tok = tokenizers if tokenizers is not None else load_tokenizers(senior, junior)
     xjunior = None
     if junior is not None:
-        j_tok = load_tokenizer(junior)
         if other_tokenizer and j_tok.get_vocab() != tok.get_vocab():
             from .decoding.xtandem import XJunior
 

@@ -5,6 +5,8 @@ The only argparse of the package: a module per command group (``generate``, ``wo
 compare, report), ``probe``, ``grade``, ``serve``, ``recipes`` (demo, study, bench)), the flags
 they share in ``flags``; this module builds the parser from them and runs ``main``.
 
+Plug-ins (``tandem_rlvr.plugins``: entry points, ``$TANDEM_PLUGINS``, ``--plugins``) are imported
+before the parser is built, in every process that runs a command (torchrun workers included).
 Bad input raises ``TandemError`` somewhere below; ``main`` prints it as one line
 (``tandem: error: ...``) and exits with status 2, without a traceback.
 Run: ``tandem --help`` or ``python -m tandem_rlvr.cli --help``.
@@ -18,6 +20,7 @@ import logging
 import sys
 
 from ..errors import TandemError, collective_failure
+from ..plugins import load_plugins, module_list
 from ..runtime import env_threads
 
 log = logging.getLogger("tandem_rlvr")
@@ -26,6 +29,14 @@ _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM
 
 
 # --------------------------------------------------------------------------- parser
+def _named_plugins(argv: list[str]) -> list[str]:
+    """The modules of a ``--plugins`` flag (``tandem train``'s ``plugins`` setting), read before the
+    parser is built; the rest of the command line is parsed later."""
+    named = [v for flag, v in zip(argv, argv[1:]) if flag == "--plugins"]
+    named += [x.split("=", 1)[1] for x in argv if x.startswith("--plugins=")]
+    return [m for v in named for m in module_list(v)]
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) and exit status 2."""
 
@@ -57,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # plug-ins first: the parser's choices and help read the registries they add to
+        load_plugins(_named_plugins(argv))
+    except TandemError as e:
+        print(f"tandem: error: {e}", file=sys.stderr)
+        return 2
     parser = build_parser()
     try:
         a = parser.parse_args(argv)

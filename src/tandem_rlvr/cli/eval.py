@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..config.data import task_names
 from ..runtime import configure_cpu_threads
 from .flags import (COUNT, answer_mode_flag, engine_flags, engine_of, model_flags, protocol_flag, sampling_flags,
                     sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
@@ -63,8 +64,8 @@ def register(sub, parser_class):
         sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
         template_flag(x)
         answer_mode_flag(x)
-        x.add_argument("--task", default="math", help="what is asked and how it is graded: math (default), gsm8k, "
-                       "answer-tag, code (docs/tasks.md); recorded as the run's verifier")
+        x.add_argument("--task", default="math", help=f"what is asked and how it is graded: {task_names()} (default "
+                       "math; docs/tasks.md); recorded as the run's verifier")
         engine_flags(x, server=True)
         if mode == "handoff":
             schedule_flags(x, "paragraph-roundrobin")

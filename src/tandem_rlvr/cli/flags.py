@@ -87,13 +87,12 @@ def protocol_flag(p: argparse.ArgumentParser) -> None:
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
     """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings); with
     ``server``, also the vllm-server engine and its --server flags."""
-    from ..engines.base import DEFAULT_ENGINE, ENGINES, LOCAL_ENGINES
+    from ..engines.base import DEFAULT_ENGINE, ENGINES, LOCAL_ENGINES, engine_help
 
     g = p.add_argument_group("engine")
-    g.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES) if server else list(LOCAL_ENGINES),
-                   help="hf: our transformers decoder (default, the reference); vllm: stock vLLM with the tandem "
-                        "plugin (pip install -e \".[vllm]\")" + ("; vllm-server: a running `tandem serve` (--server)"
-                                                                  if server else ""))
+    names = list(ENGINES) if server else list(LOCAL_ENGINES)
+    g.add_argument("--engine", default=DEFAULT_ENGINE, choices=names,
+                   help=f"{engine_help(names)} (default {DEFAULT_ENGINE})")
     g.add_argument("--vllm-gpu-memory-utilization", type=number(float, 0, 1, lo_open=True), default=0.85,
                    help="vllm: share of GPU memory for weights + KV cache (default 0.85)")
     g.add_argument("--vllm-kv-cache-gib", type=number(float, 0, lo_open=True), default=None,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config.data import task_names
+from ..data.benchmarks import benchmark_names
+from ..tasks.code_data import CODE_BENCHMARKS
 from ..tasks.grade import GRADED, grade_file
 from .flags import grader_flag, number
 
@@ -18,9 +21,10 @@ def cmd_grade(a) -> None:
 def register(sub) -> None:
     """Add ``tandem grade`` to the command parser's subparsers."""
     g = sub.add_parser("grade", help="grade responses from a JSONL file with a task's verifier (code in the sandbox)")
-    g.add_argument("--task", default="math", help="math (default), gsm8k, answer-tag or code (docs/tasks.md)")
-    g.add_argument("--benchmark", required=True, help="the problems the responses answer: a name (humaneval, mbpp, "
-                   "mbpp-full, apps-sample, gsm8k, ...), a local file, or a hub id")
+    g.add_argument("--task", default="math", help=f"{task_names()} (default math; docs/tasks.md)")
+    g.add_argument("--benchmark", required=True, help=f"the problems the responses answer: a name (code task: "
+                   f"{', '.join(CODE_BENCHMARKS)}; the others: {', '.join(benchmark_names())}), a local file, or a "
+                   "hub id")
     g.add_argument("--responses", required=True, help="JSONL file: one object a line with problem_id and response; "
                    "other columns are kept")
     g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from .flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
-from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES, engine_kind
+from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES, engine_help, engine_kind
 from ..errors import TandemError
 from ..runtime import configure_cpu_threads
 
@@ -232,7 +232,8 @@ def register_bench(sub, parser_class) -> None:
     bt.add_argument("--steps", type=number(int, 2), default=6, help="steps per method (the first is dropped as warm-up)")
     bt.add_argument("--json", action="store_true", help="print one JSON object")
     bt.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
-                    help="rollout engine of both methods: hf (default) or vllm (in-process, weights synced per step)")
+                    help=f"rollout engine of both methods, weights synced per step: {engine_help(LOCAL_ENGINES)} "
+                         f"(default {DEFAULT_ENGINE})")
     bt.set_defaults(fn=cmd_bench_train)
 
     bm = bsub.add_parser("memory", help="peak memory of a tandem rollout batch vs KV-cache arithmetic")

@@ -27,9 +27,10 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
         if "None" in f.type and kind is not str:
             kind = _optional(kind)
         extra = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
+        names = f"; registered: {f.metadata['names']()}" if "names" in f.metadata else ""
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
                        metavar="BOOL" if kind is _parse_bool else None,
-                       help=f"{f.metadata['help']} (base default {default})", **extra)
+                       help=f"{f.metadata['help']}{names} (base default {default})", **extra)
 
 
 def _optional(kind):

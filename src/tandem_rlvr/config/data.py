@@ -19,6 +19,13 @@ VALIDATIONS = ("method", "solo", "paper-test-sets")
 PAPER_TEST_SETS = ("amc23_25", "aime", "minerva")
 
 
+def task_names() -> str:
+    """The registered tasks' names (``tasks.TASKS``), for help texts."""
+    from ..tasks import TASKS
+
+    return ", ".join(TASKS)
+
+
 @dataclass(frozen=True)
 class DataPart:
     """Training and validation problems, their prompts, their task and grader."""
@@ -43,8 +50,8 @@ class DataPart:
     instruction: str = setting(DEFAULT_INSTRUCTION, "instruction after the problem in chat prompts: paper (the "
                                "paper's exact text, default), reason-step (this project's earlier wording) or none",
                                choices=tuple(INSTRUCTIONS))
-    task: str = setting("math", "what is asked and how it is graded (tasks.TASKS: math, gsm8k, answer-tag, ...); "
-                        "its verifier is recorded in config.json")
+    task: str = setting("math", "what is asked and how it is graded (a task of tasks.TASKS); its verifier is "
+                        "recorded in config.json", names=lambda: task_names())
     grader: str = setting("ours", "math grader of the reward: ours (math-verify with repairs) or paper (the paper's "
                           "cascade, docs/paper_fidelity.md); part of the run's verifier", choices=("ours", "paper"))
     max_prompt_tokens: int = setting(1024, "longest prompt; longer prompts are an error")

@@ -16,8 +16,9 @@ SEED_MAX = 2**32 - 1  # numpy's legacy seeding (transformers.set_seed) takes 0 .
 
 
 def setting(default, help: str, **meta):
-    """A part's field: ``help`` (shown by ``tandem train --help``), optional ``choices`` and ``range``.
-    A list default is copied per instance."""
+    """A part's field: ``help`` (shown by ``tandem train --help``), optional ``choices``, ``range`` and
+    ``names`` (a function giving, as text, the names of the registry the field takes; read when the help
+    is built, after plug-ins registered theirs). A list default is copied per instance."""
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help, **meta})
     return field(default=default, metadata={"help": help, **meta})

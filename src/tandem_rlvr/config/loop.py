@@ -1,4 +1,5 @@
-"""The loop part: how long to train, in which unit, how batches split, when to validate, save and log.
+"""The loop part: how long to train, in which unit, how batches split, when to validate, save and log,
+and the plug-in modules the run imports (``plugins``).
 
 Units: an *update* is one optimiser step (TRL's ``global_step``), i.e. one mini-batch of
 ``prompts_per_minibatch`` prompts x ``group_size`` rollouts. A *rollout step* is one rollout batch of
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import TandemError
+from ..plugins import module_list
 from .fields import at_least, check_part, check_seed, setting
 
 
@@ -45,9 +47,14 @@ class LoopPart:
     seed: int = setting(0, "seed of data order, initial rollouts and authorship coins")
     output_dir: str = setting("runs/tandem", "run directory: checkpoints, log.jsonl, best/")
     report_to: str = setting("none", "TRL/transformers report_to: none, tensorboard, wandb")
+    plugins: list[str] = setting([], "modules that register your schedules, tasks, reward terms, engines or benchmarks "
+                                 "(comma-separated on the command line), imported before the settings are checked, in "
+                                 "every process of the run (docs/contributing.md); installed plug-ins (entry points "
+                                 "tandem_rlvr.plugins) need no naming")
 
     def __post_init__(self):
         check_part(self)
+        object.__setattr__(self, "plugins", module_list(self.plugins))
         at_least(self, 1, "prompts_per_step", "prompts_per_minibatch")
         if self.prompts_per_step % self.prompts_per_minibatch:
             raise TandemError(f"prompts_per_step ({self.prompts_per_step}) must be a multiple of "

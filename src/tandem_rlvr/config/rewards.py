@@ -13,16 +13,19 @@ from ..errors import TandemError
 from .fields import check_part, setting
 
 
+def _terms_help() -> str:
+    from ..rewards.terms import terms_help
+
+    return terms_help()
+
+
 @dataclass(frozen=True)
 class RewardsPart:
     """reward = sum of coef x term; the judge term's model, prompt, parser and transport."""
 
     reward_terms: list[str] = setting(["correct"], "reward = sum of coef x term over NAME[:COEF] specs "
-                                      "(comma-separated on the command line): correct (the task's correctness, coef "
-                                      "1), length (-tokens/ceiling, EOS counted, coef 0.2), format (answer in the "
-                                      "task's form, coef 0.1), judge (judge verdict on correct responses, coef 0.5), "
-                                      "user (--reward's function, coef 1); each logged per step as rewards/NAME/mean. "
-                                      "Default: correct")
+                                      "(comma-separated on the command line), each logged per step as "
+                                      "rewards/NAME/mean. Default: correct", names=lambda: _terms_help())
     reward: str | None = setting(None, "your own TRL reward function, module:function or path/to/file.py:function "
                                  "(prompts, completions, dataset columns as kwargs -> list of floats); the reward "
                                  "term user (added with coef 1 unless reward_terms names it)")

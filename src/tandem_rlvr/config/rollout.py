@@ -10,7 +10,7 @@ from functools import cached_property
 
 from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import SCHEDULES, check_p_K
-from ..engines.base import ENGINES, engine_kind
+from ..engines.base import ENGINES, engine_help, engine_kind
 from ..errors import TandemError
 from .fields import at_least, check_part, setting
 
@@ -29,10 +29,9 @@ class RolloutPart:
     top_p: float = setting(1.0, "rollout top-p", range=(0, 1, True))
     top_k: int = setting(0, "rollout top-k (0 = off)", range=(0, None, False))
     rollout_batch_rows: int = setting(0, "rows decoded together (0: the whole per-process rollout batch)")
-    engine: str = setting("hf", "rollout and validation engine: hf (our transformers decoder) or vllm (an in-process "
-                          "vLLM engine colocated with training; the senior's weights are synced after every "
-                          "optimiser step; vllm-server: a running `tandem serve --weight-sync` at --server, "
-                          "weights pushed after every optimiser step)", choices=ENGINES.keys())
+    engine: str = setting("hf", "rollout and validation engine; the senior's weights reach it after every optimiser "
+                          "step (vllm: colocated with training; vllm-server: started with `tandem serve "
+                          "--weight-sync`)", choices=ENGINES.keys(), names=lambda: engine_help())
     server: str | None = setting(None, "engine vllm-server: the server's URL, e.g. http://127.0.0.1:8000")
     vllm_gpu_memory_utilization: float = setting(0.3, "vllm engine: share of GPU memory for its weights + KV cache "
                                                  "(training shares the device)")

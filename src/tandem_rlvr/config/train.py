@@ -77,11 +77,16 @@ class TrainConfig:
 
     @classmethod
     def from_keys(cls, **keys) -> "TrainConfig":
-        """The config of these keys (the rest at their defaults); an unknown key is a TandemError."""
+        """The config of these keys (the rest at their defaults); an unknown key is a TandemError. The
+        ``plugins`` it names are imported first (``tandem_rlvr.plugins``), so their names are valid."""
         where = part_of_key()
         unknown = [k for k in keys if k != "method" and k not in where]
         if unknown:
             raise TandemError(f"unknown config key {unknown[0]!r}")
+        if keys.get("plugins"):  # their names must be registered before the parts check theirs
+            from ..plugins import load_plugins, module_list
+
+            load_plugins(module_list(keys["plugins"]))
         by_part: dict[str, dict] = {name: {} for name in PARTS}
         for k, v in keys.items():
             if k != "method":

@@ -23,8 +23,9 @@ segments, re-tokenisation at a handoff): a cost the same-tokenizer decoder does 
 Where it departs from the in-stream decoder: a handoff that would fall inside a multi-byte
 character is not applied (the author keeps writing, K counting on), see ``cowrite``; a row's
 budget counts tokens emitted by either model and caps the senior's sequence at the same number
-(a last junior segment that re-tokenises longer is cut back to a whole character); finished rows
-stay in the batch (no compaction). Schedules: ``CROSS_SCHEDULES``.
+(a last junior segment that re-tokenises longer is cut back to a whole character). Finished rows
+leave the batch as in the in-stream decoder (``compact``: both caches, both models' inputs and every
+per-row state shrink). Schedules: ``CROSS_SCHEDULES``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from . import rng
 from .cowrite import JUNIOR, SENIOR, CoWritten, Segment, Vocab, take_pending
 from .sampling import SamplingParams, sample, scaled_logprobs
 from .schedule import boundary_mask, check_p_K
-from .tandem import ModelRunner, Rollout, context_limit, left_pad, rollout_from_rows
+from .tandem import COMPACT, ModelRunner, Rollout, context_limit, left_pad, rollout_from_rows
 
 # name -> (boundary kind of each model's own tokenizer or None = every token, uses the K backstop)
 CROSS_SCHEDULES = {"word": ("word", True), "sentence": ("sentence", False), "token": (None, False)}
@@ -82,12 +83,14 @@ class CrossTandemDecoder:
     """Batched co-generation by a senior and a junior of another tokenizer; see the module docstring.
 
     senior_eos / junior_eos: ids that end a row in each vocabulary (the senior's view ends with
-    ``senior_eos[0]`` when the junior ends it)."""
+    ``senior_eos[0]`` when the junior ends it). ``compact``: finished rows leave the batch once at
+    least this fraction of the rows still in it has finished (0 = as soon as one has, None = never),
+    as in ``TandemDecoder``; a row's tokens, authors and log-probs do not depend on it."""
 
     def __init__(self, senior, junior, senior_tokenizer, junior_tokenizer, schedule: str,
                  sampling: SamplingParams, senior_eos: Sequence[int], junior_eos: Sequence[int],
                  p: float = 0.5, K: int | None = 32, preallocate: bool = True, xjunior: XJunior | None = None,
-                 chunk: int | None = 1):
+                 chunk: int | None = 1, compact: float | None = COMPACT):
         if schedule not in CROSS_SCHEDULES:
             raise TandemError(f"schedule {schedule!r} cannot hand off to a junior of another tokenizer; "
                               f"valid: {', '.join(CROSS_SCHEDULES)}")
@@ -106,7 +109,10 @@ class CrossTandemDecoder:
                           for v, e in zip(self.vocabs, self.eos_ids))
         if chunk is not None and chunk < 1:
             raise TandemError(f"chunk (ids fed per model and step) must be >= 1 or None, got {chunk}")
-        self.sampling, self.chunk = sampling, chunk
+        if compact is not None and not 0.0 <= compact <= 1.0:
+            raise TandemError(f"compact (fraction of finished rows that triggers compaction) must be in [0, 1], "
+                              f"got {compact}")
+        self.sampling, self.chunk, self.compact = sampling, chunk, compact
         self.contexts = tuple(context_limit(r.model) for r in self.runners)
         self.device = self.runners[0].device
 
@@ -162,16 +168,21 @@ class CrossTandemDecoder:
             pos.append(p[:, -1] + 1)  # (B,) the position of each row's next token
         author = rng.uniform(seeds, 0, rng.COIN) < self.p  # (B,) True = senior
         since = torch.zeros(B, dtype=torch.long)
-        rows = [CoWritten(self.vocabs, Segment(SENIOR if bool(a) else JUNIOR)) for a in author.tolist()]
-        done = [False] * B
+        out = [CoWritten(self.vocabs, Segment(SENIOR if bool(a) else JUNIOR)) for a in author.tolist()]
         finished = [False] * B
+        # The batch shrinks as rows finish (``compact``): ``rows`` are its rows, ``live`` their places in
+        # ``out``; every per-row list and tensor below is indexed by the batch's rows.
+        rows, live = list(out), list(range(B))
+        plens = [[len(p) for p in ps] for ps in (prompts, junior_prompts)]  # each model's prompt length per row
+        done = [False] * B
         emitted = torch.zeros(B, dtype=torch.long)  # (B,) each row's own step: the index of its coins and uniforms
         u_sample = rng.uniform_table(seeds, max_new, rng.SAMPLE)  # (B, T)
+        can_drop = self.compact is not None and all(r.can_drop_rows() for r in self.runners)
         while not all(done):
             for m in (SENIOR, JUNIOR):
                 self._feed(m, rows, attn, pos)
             ready = torch.tensor([not d and not r.pending[SENIOR if a else JUNIOR]
-                                  for d, r, a in zip(done, rows, author.tolist())])  # (B,) rows that sample now
+                                  for d, r, a in zip(done, rows, author.tolist())])  # (R,) rows that sample now
             if not bool(ready.any()):
                 continue
             t = emitted.clamp(max=max_new - 1)
@@ -182,22 +193,22 @@ class CrossTandemDecoder:
             tok_l, lp_l, ready_l = tok.tolist(), lp.tolist(), ready.tolist()
             emitted += ready.long()
             em = emitted.tolist()
-            for b in range(B):
+            for b in range(len(rows)):
                 if not ready_l[b]:
                     continue
-                r, a, k = rows[b], SENIOR if auth_l[b] else JUNIOR, tok_l[b]
+                r, a, k, cap = rows[b], SENIOR if auth_l[b] else JUNIOR, tok_l[b], caps[b]
                 if k in self.eos_sets[a]:
-                    done[b] = finished[b] = True
+                    done[b] = finished[live[b]] = True
                     if a == SENIOR:
                         r.emit(k, lp_l[b])
                         r.close(JUNIOR)
                     else:  # room for the senior's EOS id after the junior's last segment
-                        r.close(SENIOR, keep=caps[b] - 1 - len(r.views[SENIOR]))
+                        r.close(SENIOR, keep=cap - 1 - len(r.views[SENIOR]))
                         r.end_with_eos(self.eos_ids[SENIOR][0])
                     continue
                 r.emit(k, lp_l[b])
-                room = caps[b] - len(r.views[SENIOR])
-                if em[b] >= caps[b] or room <= 0 or self._out_of_context(b, r, (prompts, junior_prompts)):
+                room = cap - len(r.views[SENIOR])
+                if em[b] >= cap or room <= 0 or self._out_of_context(b, r, plens):
                     done[b] = True
                     r.close(1 - a, keep=room if a == JUNIOR else None)
                     continue
@@ -208,22 +219,33 @@ class CrossTandemDecoder:
                     since_l[b] = since[b].item() + 1
                     continue
                 auth_l[b] = not auth_l[b]
-                if r.close(1 - a, keep=room if a == JUNIOR else None) or len(r.views[SENIOR]) >= caps[b]:
+                if r.close(1 - a, keep=room if a == JUNIOR else None) or len(r.views[SENIOR]) >= cap:
                     done[b] = True  # the junior's text filled the budget
             author, since = torch.tensor(auth_l, dtype=torch.bool), torch.tensor(since_l, dtype=torch.long)
             for r, d in zip(rows, done):
                 if d:  # nothing more is read from a finished row
                     r.pending[SENIOR].clear()
                     r.pending[JUNIOR].clear()
-        roll = rollout_from_rows([r.views[SENIOR] for r in rows], [r.mask for r in rows], [r.logprobs for r in rows],
+            n_done = sum(done)
+            if can_drop and 0 < n_done < len(rows) and n_done >= self.compact * len(rows):
+                keep = [b for b, d in enumerate(done) if not d]
+                k = torch.tensor(keep)
+                rows, live, caps, done = [rows[b] for b in keep], [live[b] for b in keep], [caps[b] for b in keep], \
+                    [False] * len(keep)
+                plens = [[pl[b] for b in keep] for pl in plens]
+                author, since, emitted, seeds, u_sample = author[k], since[k], emitted[k], seeds[k], u_sample[k]
+                attn, pos = [a[k] for a in attn], [p[k] for p in pos]
+                for runner in self.runners:
+                    runner.keep_rows(k)
+        roll = rollout_from_rows([r.views[SENIOR] for r in out], [r.mask for r in out], [r.logprobs for r in out],
                                  finished, self.pads[SENIOR])
         return CrossRollout(roll.tokens.to(dev), roll.senior_mask.to(dev), roll.logprobs.to(dev), roll.lengths.to(dev),
-                            roll.finished.to(dev), texts=[r.text for r in rows], segments=[r.segments for r in rows])
+                            roll.finished.to(dev), texts=[r.text for r in out], segments=[r.segments for r in out])
 
-    def _out_of_context(self, b: int, r: CoWritten, lens) -> bool:
-        """Whether either model's view of row b has reached its context (a segment still to come
-        could not be fed)."""
-        return any(ctx is not None and len(lens[m][b]) + len(r.views[m]) + len(r.open.ids) >= ctx
+    def _out_of_context(self, b: int, r: CoWritten, plens) -> bool:
+        """Whether either model's view of row b (``plens``: each model's prompt length per row) has reached
+        its context (a segment still to come could not be fed)."""
+        return any(ctx is not None and plens[m][b] + len(r.views[m]) + len(r.open.ids) >= ctx
                    for m, ctx in enumerate(self.contexts))
 
     def _feed(self, m: int, rows: list[CoWritten], attn: list, pos: list) -> None:

@@ -109,6 +109,7 @@ class EngineKind:
     rollout_device: training decodes a copy of the senior on ``rollout_device``.
     one_sender: one engine (a server) for all training processes: the main process alone pushes
     the senior's weights, the others gather alongside or wait (``rl.weights.EngineSync``).
+    about: the engine in a few words, for the help of every ``--engine`` flag (``engine_help``).
 
     Every engine trains under several processes (one engine each, or one shared: ``one_sender``),
     whole (DDP) or sharded (FSDP2: it takes the stream ``rl.sharding.push`` gathers bucket by
@@ -124,6 +125,7 @@ class EngineKind:
     text_turns: bool = False
     rollout_device: bool = False
     one_sender: bool = False
+    about: str = ""
 
     def check_schedule(self, schedule: str) -> None:
         """TandemError unless this engine can run ``schedule`` (checked before any loading)."""
@@ -140,11 +142,12 @@ class EngineKind:
 # the one table of engines: a new engine is its module (an opener returning a RolloutEngine) and one row here
 ENGINES: dict[str, EngineKind] = {k.name: k for k in (
     EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True,
-               rollout_device=True),
+               rollout_device=True, about="our transformers decoder (the reference)"),
     EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, vllm_settings=True,
-               text_turns=True),
+               text_turns=True,
+               about="stock vLLM with the tandem plugin, in this process (pip install -e \".[vllm]\")"),
     EngineKind("vllm-server", "tandem_rlvr.engines.server_rollouts:open_server", replays=True, remote=True,
-               one_sender=True),
+               one_sender=True, about="a running `tandem serve` (--server URL)"),
 )}
 
 
@@ -165,6 +168,12 @@ class _LocalEngines:
 DEFAULT_ENGINE = "hf"
 REMOTE_ENGINE = next(k for k, e in ENGINES.items() if e.remote)  # what --server selects
 LOCAL_ENGINES = _LocalEngines()  # those that need no server
+
+
+def engine_help(names=None) -> str:
+    """``NAME: about`` of each engine in ``names`` (default: every registered one), for flag help texts."""
+    names = ENGINES if names is None else names
+    return "; ".join(f"{k}: {ENGINES[k].about}" if ENGINES[k].about else k for k in names)
 
 
 def engine_kind(name: str) -> EngineKind:

@@ -258,12 +258,14 @@ class TermKind:
     coef: the coefficient of ``NAME`` without ``:COEF``; build: ``TermContext -> reward function``
     (TRL's convention, ``fn(prompts, completions, **columns) -> [float | None]``); describe: the run's
     config -> the term in words, for the model card (``rl.train.model_card``); checked: the built function
-    is wrapped in ``checked_call`` (the user's function checks its own calls)."""
+    is wrapped in ``checked_call`` (the user's function checks its own calls); about: the term in a few
+    words, for the help of ``reward_terms`` (``terms_help``)."""
 
     coef: float
     build: Callable[[TermContext], Callable]
     describe: Callable[[Any], str]
     checked: bool = True
+    about: str = ""
 
 
 def _judge(ctx: TermContext):
@@ -281,14 +283,23 @@ def _user(ctx: TermContext):
 # name -> TermKind: the one table of reward terms (a new term is a module and one line here)
 TERMS: dict[str, TermKind] = {
     "correct": TermKind(1.0, lambda ctx: CorrectTerm(ctx.grades), lambda cfg: "correctness" + (
-        " (binary verifier on the last \\boxed{} answer)" if cfg.data.task == "math" else "")),
+        " (binary verifier on the last \\boxed{} answer)" if cfg.data.task == "math" else ""),
+        about="the task's correctness"),
     "length": TermKind(0.2, lambda ctx: LengthTerm(ctx.ceiling),
-                       lambda cfg: f"length penalty -tokens/{cfg.length_ceiling_tokens}"),
-    "format": TermKind(0.1, lambda ctx: FormatTerm(ctx.task), lambda cfg: "answer-format bonus"),
+                       lambda cfg: f"length penalty -tokens/{cfg.length_ceiling_tokens}",
+                       about="-tokens/ceiling, EOS counted"),
+    "format": TermKind(0.1, lambda ctx: FormatTerm(ctx.task), lambda cfg: "answer-format bonus",
+                       about="answer in the task's form"),
     "judge": TermKind(0.5, _judge, lambda cfg: f"judge bonus ({cfg.rewards.judge_mode}; judge `{cfg.rewards.judge}`, template "
-                                               f"`{cfg.rewards.judge_template}`, parser `{cfg.rewards.judge_parser}`)"),
-    "user": TermKind(1.0, _user, lambda cfg: f"`{cfg.rewards.reward}`", checked=False),
+                                               f"`{cfg.rewards.judge_template}`, parser `{cfg.rewards.judge_parser}`)",
+                      about="judge verdict on correct responses"),
+    "user": TermKind(1.0, _user, lambda cfg: f"`{cfg.rewards.reward}`", checked=False, about="--reward's function"),
 }
+
+
+def terms_help() -> str:
+    """``NAME (about, coef C)`` of every registered term, for the help of ``reward_terms``."""
+    return ", ".join(f"{name} ({k.about + ', ' if k.about else ''}coef {k.coef:g})" for name, k in TERMS.items())
 
 
 def describe_terms(cfg) -> str:

@@ -97,7 +97,7 @@ def recommend(cfg, gpus: int, placement: str, gib: float) -> tuple[Option | None
     rejected = []
     for sharding, offload in _candidates(cfg):
         try:
-            o = option(cfg, gpus, placement, Layout(processes, sharding, offload, _lora(cfg)), gib)
+            o = option(cfg, gpus, placement, Layout(processes, sharding, offload, cfg.models.lora_r), gib)
         except TandemError:  # the batch does not split over this many processes
             break
         if o.fits:
@@ -124,12 +124,8 @@ def cheapest_fit(cfg, requested: Layout, gib: float) -> Layout | None:
 
 def _candidates(cfg, lora_r: int | None = None):
     """``CANDIDATES`` the run can train with: LoRA trains unsharded only (DDP; config/models.py)."""
-    lora = _lora(cfg) if lora_r is None else lora_r
+    lora = cfg.models.lora_r if lora_r is None else lora_r
     return [c for c in CANDIDATES if not (lora and c[0] != "ddp")]
-
-
-def _lora(cfg) -> int:
-    return cfg.models.lora_r
 
 
 def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:
@@ -155,7 +151,7 @@ def requested_layout(cfg, processes: int = 1, sharding: str | None = None, offlo
     LoRA rank of 0) is the run's own."""
     sharding = sharding or {"none": "ddp"}.get(cfg.models.sharding, cfg.models.sharding)
     offload = offload or ("all" if cfg.models.shard_offload else "none")
-    return Layout(processes, sharding, offload, lora_r or _lora(cfg), sync_bucket_mib or float(cfg.models.sync_bucket_mb))
+    return Layout(processes, sharding, offload, lora_r or cfg.models.lora_r, sync_bucket_mib or float(cfg.models.sync_bucket_mb))
 
 
 def dry_run_report(cfg, lay: Layout, gib: float | None) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from ..config import PAPER_TEST_SETS, TrainConfig
 from ..data.benchmarks import Problem
 from ..errors import TandemError
-from ..models import Pair, load_pair
+from ..models import Pair, load_pair, load_tokenizers
 from ..prompting import encode_prompt, resolve_template
 
 log = logging.getLogger("tandem_rlvr")
@@ -113,12 +113,13 @@ def prepare(cfg: TrainConfig) -> Prepared:
     """The run's problems and loaded pair (the senior trainable, in the master dtype), overlong prompts dropped."""
     from .xjunior import attach_junior_prompts, other_tokenizer
 
-    other = other_tokenizer(cfg)  # refuses what cannot train with a junior of another tokenizer, before the data
-    train, val = split_problems(cfg)
     m = cfg.models
+    tokenizers = load_tokenizers(m.senior, m.junior_spec)  # once: read by the checks below and by load_pair
+    other = other_tokenizer(cfg, tokenizers)  # refuses what a junior of another tokenizer cannot train, before the data
+    train, val = split_problems(cfg)
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
     pair = load_pair(m.senior, m.junior_spec, m.senior_device, m.junior_device, m.precision.compute,
-                     trainable=True, senior_dtype=base, other_tokenizer=other)
+                     trainable=True, senior_dtype=base, other_tokenizer=other, tokenizers=tokenizers)
     prep = Prepared(cfg, pair, train, val, resolve_template(pair.tokenizer, cfg.data.template))
     attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)

@@ -44,13 +44,13 @@ def stored_config(cfg: TrainConfig) -> dict:
 
 
 def legacy_defaults() -> dict:
-    """The values of keys that runs recorded before tasks, reward terms and sharding existed ran with
-    (every rewards key, task and grader at their defaults)."""
+    """The values of keys that runs recorded before tasks, reward terms, sharding, LoRA and plug-ins
+    existed ran with (every rewards key, task and grader at their defaults; no plug-ins)."""
     base = TrainConfig().to_dict()
     keys = [f.name for f in fields(RewardsPart)] + ["task", "grader"]
     lora = {k: base[k] for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "save_merged")}  # before LoRA
     return {**{k: base[k] for k in keys}, "verifier": "math@1:last-box", "sharding": "none", "shard_offload": False,
-            **lora}
+            **lora, "plugins": []}  # before plug-in modules
 
 
 def check_run_dir(cfg: TrainConfig) -> int:

@@ -18,14 +18,15 @@ from ..errors import TandemError
 log = logging.getLogger("tandem_rlvr")
 
 
-def other_tokenizer(cfg) -> bool:
-    """Whether the run's junior has a tokenizer other than the senior's; a TandemError, before any
-    model loads, for what cannot train with one (engine, method, schedule)."""
+def other_tokenizer(cfg, tokenizers: tuple) -> bool:
+    """Whether the run's junior has a tokenizer other than the senior's (``tokenizers``: the run's
+    ``models.load_tokenizers``, which ``load_pair`` then reads); a TandemError, before any model
+    loads, for what cannot train with one (engine, method, schedule)."""
     from ..engines.base import engine_kind
-    from ..models import load_tokenizer
 
     m, r = cfg.models, cfg.rollout
-    if not m.junior or load_tokenizer(m.junior).get_vocab() == load_tokenizer(m.senior).get_vocab():
+    senior, junior = tokenizers
+    if not m.junior or junior.get_vocab() == senior.get_vocab():
         return False
     from ..decoding.xtandem import CROSS_SCHEDULES
 
