@@ -179,22 +179,60 @@ def test_junior_figures_by_hand():
                    "junior/c/length": 20.0}
 
 
-def test_validation_runs_per_junior_and_best_follows_the_named_junior(tmp_path):
-    # the tiny world: its junior is weaker than its base, so the two juniors' validation accuracies differ
-    cfg = load_train_config("tiny", None, dict(junior="tiny:1,tiny-junior:3", best_by_junior="tiny-junior", val_size=16,
-                                               max_steps=2, eval_every=1, save_every=1, prompts_per_step=2,
-                                               prompts_per_minibatch=2, group_size=4, max_new_tokens=48,
-                                               output_dir=str(tmp_path / "run")))
+# scripted validation accuracies (step -> per junior): by the pool's mean (weights 0.75, 0.25) step 1 is
+# best (0.75 * 0.6 + 0.25 * 0.2 = 0.50 against 0.45 at step 2); by the second junior step 2 is (0.9)
+SCRIPT = {0: (0.1, 0.1), 1: (0.6, 0.2), 2: (0.3, 0.9)}
+
+
+@pytest.mark.parametrize("by,step,best", [("pool-mean", 1, 0.5), ("other", 2, 0.9)])
+def test_validation_runs_per_junior_and_best_follows_the_setting(setup, tmp_path, monkeypatch, by, step, best):
+    from tandem_rlvr.rl.callbacks import Validation
+
+    asked = []
+
+    def scripted(self, model, step=0, junior=None):
+        asked.append((step, junior))
+        return SCRIPT[step][junior]
+
+    monkeypatch.setattr(Validation, "accuracy", scripted)
+    cfg = _cfg(setup, tmp_path / "run", junior=f"{setup / 'junior'}:3,{setup / 'other'}:1", best_by_junior=by)
     train(cfg, print_fn=lambda *_: None)
+    assert asked == [(s, j) for s in (0, 1, 2) for j in (0, 1)]  # every validation decodes with each junior
     vals = [r for r in _records(tmp_path / "run") if "val/accuracy" in r]
-    assert [r["step"] for r in vals] == [0, 1, 2]
-    for r in vals:  # the pool mean weighted by the pool's weights (1/4, 3/4)
-        assert r["val/accuracy"] == pytest.approx(0.25 * r["val/junior/tiny/accuracy"]
-                                                  + 0.75 * r["val/junior/tiny-junior/accuracy"])
-    named = [r["val/junior/tiny-junior/accuracy"] for r in vals]
-    best = json.loads((tmp_path / "run/best/best.json").read_text())
-    assert best == {"accuracy": max(named), "step": vals[named.index(max(named))]["step"], "by": "tiny-junior"}
-    assert vals[-1]["val/best"] == max(named)
+    for r in vals:
+        a, b = SCRIPT[r["step"]]
+        assert r["val/junior/junior/accuracy"] == a and r["val/junior/other/accuracy"] == b
+        assert r["val/accuracy"] == pytest.approx(0.75 * a + 0.25 * b) and r["val/best_by"] == by
+    assert json.loads((tmp_path / "run/best/best.json").read_text()) == pytest.approx({"accuracy": best, "step": step,
+                                                                                        "by": by})
+    assert vals[-1]["val/best"] == pytest.approx(best) and vals[-1]["val/best_step"] == step
+
+
+def test_a_pool_validates_each_junior_with_the_same_row_seeds(setup, tmp_path):
+    """The rows of one validation problem get the same coins with every junior (a paired comparison):
+    with two byte-identical juniors the two accuracies and the decoded rows are equal."""
+    from tandem_rlvr.rl.callbacks import Validation
+
+    cfg = _cfg(setup, tmp_path / "run", junior=f"{setup / 'junior'},{setup / 'junior_copy'}", eval_every=0)
+    run = build_run(cfg, print_fn=lambda *_: None)
+    try:
+        seen = []
+        engine = run.validation.engine
+        inner = engine.generate
+
+        def spy(prompts, seeds, spec, juniors=None):
+            roll = inner(prompts, seeds, spec, juniors=juniors)
+            seen.append((list(seeds), juniors, roll.tokens.clone()))
+            return roll
+
+        engine.generate = spy
+        model = run.trainer.model
+        accs = [Validation.accuracy(run.validation, model, 0, j) for j in (0, 1)]
+    finally:
+        run.close(failed=True)
+    assert accs[0] == accs[1]
+    (s0, j0, t0), (s1, j1, t1) = seen
+    assert s0 == s1 and set(j0) == {0} and set(j1) == {1} and torch.equal(t0, t1)
 
 
 def test_the_memory_plan_counts_every_junior_on_its_device(setup):
