@@ -42,6 +42,8 @@ ADDED_COMMANDS = [
      "--output-dir", "runs/tiny-lora"],
     ["eval", "solo", "--senior", "runs/tiny-lora/best", "--benchmarks", "tiny", "--split", "test", "--n", "8",
      "--out", "ev/lora"],
+    ["train", "--preset", "tiny", "--method", "tandem", "--junior", "tiny:0.5,tiny-junior:0.5", "--best-by-junior",
+     "tiny-junior", "--output-dir", "runs/tiny-pool"],  # a junior pool (issue 36)
 ]
 
 
