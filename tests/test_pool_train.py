@@ -260,6 +260,7 @@ def test_the_memory_plan_counts_every_junior_on_its_device(setup):
     (["--junior", "a:1,b"], "every junior or to none"),
     (["--junior", "JUNIOR,OTHER", "--method", "klreg"], "needs --method tandem"),
     (["--junior", "JUNIOR,OTHER", "--engine", "vllm"], "engine hf only"),
+    (["--junior", "JUNIOR,OTHER", "--engine", "vllm-server", "--server", "http://127.0.0.1:9"], "engine hf only"),
     (["--junior", "JUNIOR,OTHER", "--best-by-junior", "nobody"], "best_by_junior: junior 'nobody' is not in the pool"),
     (["--junior", "JUNIOR,OTHER", "--junior-device", "cpu,cpu,cpu"], "one device for all juniors or one per junior"),
     (["--junior", "JUNIOR,tiny-xjunior"], "another tokenizer than the senior"),
