@@ -89,10 +89,12 @@ class HFRollouts:
             rows = [b for b, x in enumerate(juniors) if x == j]
             if rows:
                 order += rows
-                parts.append(self._decode(self.decoder(spec, junior), [prompts[b] for b in rows], [seeds[b] for b in rows]))
+                parts.append(self._decode(self.decoder(spec, junior), [prompts[b] for b in rows],
+                                          [seeds[b] for b in rows]))
         merged = _concat(parts, self.tokenizer.pad_token_id)
-        back = torch.empty(len(order), dtype=torch.long)
-        back[torch.tensor(order)] = torch.arange(len(order))  # row b of the batch is row back[b] of the parts
+        dev = merged.tokens.device
+        back = torch.empty(len(order), dtype=torch.long, device=dev)  # (B,) row b of the batch is row back[b] of the parts
+        back[torch.tensor(order, device=dev)] = torch.arange(len(order), device=dev)
         return Rollout(*(getattr(merged, f)[back] for f in ("tokens", "senior_mask", "logprobs", "lengths", "finished")))
 
     def _decode(self, dec, prompts, seeds) -> Rollout:

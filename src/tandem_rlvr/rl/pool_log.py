@@ -9,7 +9,7 @@ a replay or a second process redraws the same juniors.
 ``run_dir/rollouts.jsonl`` (pool runs only; one-junior runs write what they wrote before) has one
 row per rollout: ``step`` (the update at which it was generated), ``problem_id``, ``rollout`` (its
 copy index in the step), ``junior`` (the pool label of its junior), ``reward`` (the weighted sum of
-the reward terms, as TRL's ``reward``), ``senior_share`` and ``length`` (response tokens). On resume
+the reward terms, as TRL's ``reward``; null when no term scored it), ``senior_share`` and ``length`` (response tokens). On resume
 the rows of regenerated steps (``step`` >= the checkpoint's) are dropped first, as the run log is cut.
 """
 

@@ -18,6 +18,7 @@ With a junior pool each row's junior is drawn from (seed, step, problem id, copy
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections import defaultdict
 
@@ -155,7 +156,7 @@ class TandemRollout:
             rollout_step = self.cfg.loop.rollout_steps(d["step"] + 1)
             self.rollout_log.write([
                 {"step": d["step"], "rollout_step": rollout_step, "problem_id": key, "rollout": k,
-                 "junior": labels[j], "reward": r, "senior_share": s, "length": n}
+                 "junior": labels[j], "reward": None if math.isnan(r) else r, "senior_share": s, "length": n}
                 for key, k, j, r, s, n in zip(d["keys"], d["copies"], d["juniors"], rewards, d["shares"], d["lengths"])])
 
     @torch.no_grad()
