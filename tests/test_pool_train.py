@@ -100,6 +100,29 @@ def test_a_one_junior_pool_trains_bit_for_bit_as_the_plain_junior(setup, tmp_pat
         assert not (tmp_path / "pool/rollouts.jsonl").exists()  # a one-junior run writes what it wrote before
 
 
+def test_the_hf_engine_decodes_each_row_with_its_own_junior(setup, tok):
+    """A pool spec opens every junior; a batch of mixed juniors gives each row the tokens and senior mask
+    a whole batch decoded with that junior alone gives it (sub-batches of another size and padding)."""
+    from tandem_rlvr.decoding.sampling import SamplingParams
+    from tandem_rlvr.engines.base import EngineSetup, RolloutSpec, open_engine
+    from tandem_rlvr.prompting import encode_prompt
+
+    senior = str(setup / "senior")
+    pooled = open_engine("hf", EngineSetup(senior, f"{setup / 'junior'},{setup / 'other'}", "cpu"))
+    alone = [open_engine("hf", EngineSetup(senior, str(setup / name), "cpu")) for name in ("junior", "other")]
+    prompts = [encode_prompt(tok, f"Mia has {7 ** i} shells. She finds 5 more.") for i in range(6)]  # lengths differ
+    seeds, juniors = list(range(100, 106)), [0, 1, 1, 0, 1, 0]
+    spec = RolloutSpec("word", SamplingParams(1.0, 1.0, 0, 12), 0.5, 32)
+    got = pooled.generate(prompts, seeds, spec, juniors=juniors)
+    ref = [engine.generate(prompts, seeds, spec) for engine in alone]
+    assert len(pooled.juniors) == 2 and len({len(p) for p in prompts}) > 1
+    for b, j in enumerate(juniors):
+        assert got.row_tokens(b) == ref[j].row_tokens(b) and got.row_mask(b) == ref[j].row_mask(b)
+        # log-probs to float rounding: another sub-batch pads the prompts to another width
+        assert torch.allclose(got.logprobs[b, : got.lengths[b]], ref[j].logprobs[b, : ref[j].lengths[b]], atol=1e-5)
+    assert any(ref[0].row_tokens(b) != ref[1].row_tokens(b) for b in range(6))  # the two juniors write differently
+
+
 def _rollouts(out) -> list[dict]:
     return [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
 
