@@ -321,3 +321,30 @@ def test_a_pool_from_a_yaml_list_is_recorded_as_its_canonical_spec_and_another_p
     with pytest.raises(TandemError, match="different junior"):
         check_run_dir(run.with_keys(junior=f"{setup / 'junior'}:0.5,{setup / 'other'}:0.5"))
     assert math.isclose(sum(cfg.models.pool.weights), 1.0)
+
+
+def test_the_kl_monitor_scores_each_row_under_its_own_junior(tok):
+    """A pool's kl/junior sums: each row's k3 terms and junior log-probs under the junior it drew, the
+    same as scoring that row alone with that junior."""
+    from types import SimpleNamespace as NS
+
+    from tandem_rlvr.rl.rollout import TandemRollout
+
+    juniors = (make_model(len(tok), 3), make_model(len(tok), 4))
+    ro = object.__new__(TandemRollout)
+    ro.tok, ro.sampling, ro.junior, ro.juniors = tok, NS(temperature=0.7), juniors[0], juniors
+    ids = [tok.encode("Mia has 7 shells."), tok.encode("Tom"), tok.encode("Ana has 2.")]
+    comps = [tok.encode(" She finds 5 more."), tok.encode(" buys 3 apples"), tok.encode(" So 2.")]
+    masks = [[1, 0] + [1] * (len(comps[0]) - 2), [1] * len(comps[1]), [0, 1] * (len(comps[2]) // 2) + [1] * (len(comps[2]) % 2)]
+    sen_lp = [[-0.5] * len(c) for c in comps]
+    drawn = [1, 0, 1]
+    got = ro._kl_to_junior(ids, comps, masks, sen_lp, drawn)
+    want = [0.0, 0, 0.0, 0]
+    for b, j in enumerate(drawn):  # each row alone, under its junior
+        one = object.__new__(TandemRollout)
+        one.tok, one.sampling, one.junior = tok, ro.sampling, juniors[j]
+        for i, x in enumerate(one._kl_to_junior(ids[b:b + 1], comps[b:b + 1], masks[b:b + 1], sen_lp[b:b + 1])):
+            want[i] += x
+    assert got[1] == want[1] and got[3] == want[3]
+    assert got[0] == pytest.approx(want[0], rel=1e-5) and got[2] == pytest.approx(want[2], rel=1e-5)
+    assert got[0] != pytest.approx(ro._kl_to_junior(ids, comps, masks, sen_lp)[0], rel=1e-3)  # the juniors differ

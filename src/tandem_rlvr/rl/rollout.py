@@ -167,12 +167,12 @@ class TandemRollout:
         forward per junior drawn). Monitoring only."""
         from ..decoding.teacher_forcing import response_logprobs
 
-        groups = [list(range(len(ids)))] if juniors is None else \
-            [[b for b, x in enumerate(juniors) if x == j] for j in range(len(self.juniors))]
+        groups = [(self.junior, list(range(len(ids))))] if juniors is None else \
+            [(model, [b for b, x in enumerate(juniors) if x == j]) for j, model in enumerate(self.juniors)]
         lj = [None] * len(ids)
-        for j, rows in enumerate(groups):
+        for model, rows in groups:
             if rows:
-                got = response_logprobs(self.juniors[j], [ids[b] for b in rows], [completion_ids[b] for b in rows],
+                got = response_logprobs(model, [ids[b] for b in rows], [completion_ids[b] for b in rows],
                                         self.tok.pad_token_id, self.sampling.temperature)
                 for b, x in zip(rows, got):
                     lj[b] = x
