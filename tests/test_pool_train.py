@@ -275,7 +275,8 @@ def test_the_memory_plan_counts_every_junior_on_its_device(setup):
         assert kv[0].nbytes == 8 * 76 * 1 * 2 * 2 * 8 * 2
     shared = plan(cfg.with_keys(junior_device="cuda:1"), gpu_gib=80.0)
     on1 = [it for it in shared.items if it.device == "cuda:1"]
-    assert sum(it.phase == "resident" for it in on1) == 2 and sum("junior KV" in it.name for it in on1 if it.phase == "rollout") == 1
+    assert sum(it.phase == "resident" for it in on1) == 2  # both juniors' weights on the one device
+    assert sum("junior KV" in it.name for it in on1 if it.phase == "rollout") == 1  # decoded in turn
 
 
 @pytest.mark.parametrize("flags,needle", [
@@ -296,8 +297,9 @@ def test_a_bad_pool_is_one_line_before_any_model_loads(setup, tmp_path, capsys, 
         raise AssertionError("a model loaded before the pool was checked")
 
     monkeypatch.setattr(models, "load_model", no_load)
-    flags = [f.replace("JUNIOR", str(setup / "junior")).replace("OTHER", str(setup / "other")).replace("ROOT", str(setup))
-             for f in flags]
+    names = {"JUNIOR": setup / "junior", "OTHER": setup / "other", "ROOT": setup}
+    for word, path in names.items():
+        flags = [f.replace(word, str(path)) for f in flags]
     argv = ["train", "--senior", str(setup / "senior"), "--dataset", str(setup / "data.jsonl"), "--template", "plain",
             "--output-dir", str(tmp_path / "run"), *flags]
     assert cli.main(argv) == 2
@@ -335,7 +337,7 @@ def test_the_kl_monitor_scores_each_row_under_its_own_junior(tok):
     ro.tok, ro.sampling, ro.junior, ro.juniors = tok, NS(temperature=0.7), juniors[0], juniors
     ids = [tok.encode("Mia has 7 shells."), tok.encode("Tom"), tok.encode("Ana has 2.")]
     comps = [tok.encode(" She finds 5 more."), tok.encode(" buys 3 apples"), tok.encode(" So 2.")]
-    masks = [[1, 0] + [1] * (len(comps[0]) - 2), [1] * len(comps[1]), [0, 1] * (len(comps[2]) // 2) + [1] * (len(comps[2]) % 2)]
+    masks = [[1, 0] + [1] * (len(comps[0]) - 2), [1] * len(comps[1]), [i % 2 for i in range(len(comps[2]))]]
     sen_lp = [[-0.5] * len(c) for c in comps]
     drawn = [1, 0, 1]
     got = ro._kl_to_junior(ids, comps, masks, sen_lp, drawn)
