@@ -241,6 +241,7 @@ class Pair:
     junior: object | None
     tokenizer: object
     xjunior: object | None = None
+    juniors: tuple = ()  # a junior pool's frozen juniors in pool order (``junior`` is the first); empty: one junior
 
     @property
     def eos_ids(self) -> list[int]:
@@ -261,6 +262,16 @@ def load_tokenizers(senior: str, junior: str | None) -> tuple:
     """(the senior's tokenizer, the junior's or None): what ``load_pair`` reads, loaded once by a caller
     that checks them first (``rl.xjunior.other_tokenizer``)."""
     return load_tokenizer(senior), load_tokenizer(junior) if junior is not None else None
+
+
+def load_pool_juniors(pair: Pair, names, devices, dtype) -> None:
+    """Give ``pair`` (loaded with ``names[0]`` as its junior) every junior of a pool, each loaded once and
+    frozen on its device (None: the senior's), after checking it shares the senior's tokenizer."""
+    s_dev = next(pair.senior.parameters()).device
+    for name in names[1:]:
+        check_same_tokenizer(pair.tokenizer, load_tokenizer(name), name_b=f"junior {name}")
+    pair.juniors = (pair.junior, *(load_model(n, resolve_device(d) if d else s_dev, dtype)
+                                   for n, d in zip(names[1:], devices[1:])))
 
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,

@@ -23,9 +23,18 @@ def other_tokenizer(cfg, tokenizers: tuple) -> bool:
     ``models.load_tokenizers``, which ``load_pair`` then reads); a TandemError, before any model
     loads, for what cannot train with one (engine, method, schedule)."""
     from ..engines.base import engine_kind
+    from ..models import load_tokenizer
 
     m, r = cfg.models, cfg.rollout
     senior, junior = tokenizers
+    if not m.pool.single:
+        vocab = senior.get_vocab()
+        for i, name in enumerate(m.pool.names):
+            other = junior if i == 0 else load_tokenizer(name)
+            if other.get_vocab() != vocab:
+                raise TandemError(f"junior {name} of the pool has another tokenizer than the senior: a pool trains "
+                                  "with juniors of the senior's tokenizer only for now (docs/pool.md)")
+        return False
     if not m.junior or junior.get_vocab() == senior.get_vocab():
         return False
     from ..decoding.xtandem import CROSS_SCHEDULES
