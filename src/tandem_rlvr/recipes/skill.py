@@ -118,9 +118,20 @@ def _build_level(out: Path, level: float, path, base: Path, base_acc: float, cfg
     _rm(probes)
     model = f"{prefix}-{level_name(level)}" if prefix else None
     write_skill(out, {"level": level, "accuracy": found["accuracy"], "tol": cfg.tol, "t": t, "model": model,
+                      "answered": answered_share(out / "eval" / "samples.jsonl"),
                       "path": "initialisation, early junior, base" if len(path) == 3 else "initialisation, base",
                       "probes": found["probes"], "measure": {**dataclasses.asdict(cfg)},
                       "command": cfg.eval_command(model or "THIS_DIR"), "eval": "eval/samples.jsonl"})
+
+
+def answered_share(samples: Path) -> float:
+    """Share of a measurement's samples that give an answer at all (right or wrong): a junior that is wrong
+    in arithmetic but writes the solution's form reads as a weaker solver, one that gives no answer as noise."""
+    from ..io import read_jsonl
+    from ..tasks.answers import NO_ANSWER
+
+    rows = read_jsonl(samples)
+    return sum(r["reason"] != NO_ANSWER for r in rows) / len(rows)
 
 
 def _rm(p: Path) -> None:
