@@ -49,6 +49,11 @@ def measure(model: Path, out: Path, cfg: SkillConfig) -> float:
     return float(evaluate(ev, out, progress=False)["tiny"]["pass@1"]["mean"])
 
 
+def _pass1(run: Path) -> dict:
+    """pass@1 (mean, bootstrap SE) of a finished measurement run."""
+    return _read(run / "metrics.json")["tiny"]["pass@1"]
+
+
 def build_skill_juniors(world_name: str, levels: tuple[float, ...], world: WorldConfig | None = None,
                         cfg: SkillConfig | None = None, cache: str | os.PathLike | None = None,
                         progress: bool = True) -> Path:
@@ -88,8 +93,9 @@ def _search_levels(root: Path, todo: list[float], path, base: Path, base_acc: fl
 def _measure_base(base: Path, out: Path, cfg: SkillConfig) -> None:
     acc = measure(base, out / "run", cfg)
     keep_measurement(out / "run", out / "eval")
+    pass1 = _pass1(out / "run")
     _rm(out / "run")
-    write_json(out / MEASURE_JSON, {"accuracy": acc, "command": cfg.eval_command(str(base))})
+    write_json(out / MEASURE_JSON, {"accuracy": acc, "se": pass1["se"], "command": cfg.eval_command(str(base))})
 
 
 def _build_level(out: Path, level: float, path, base: Path, base_acc: float, cfg: SkillConfig, prefix: str | None,
@@ -111,13 +117,15 @@ def _build_level(out: Path, level: float, path, base: Path, base_acc: float, cfg
     if t == 1.0:  # the base itself meets the level
         save_point(point(path, t), base, at(t))
         keep_measurement(out.parent / "base" / "eval", out / "eval")
+        se = _read(out.parent / "base" / MEASURE_JSON)["se"]
     else:
         keep_measurement(at(t, "eval"), out / "eval")
+        se = _pass1(at(t, "eval"))["se"]
     for f in sorted(at(t).iterdir()):
         os.replace(f, out / f.name)
     _rm(probes)
     model = f"{prefix}-{level_name(level)}" if prefix else None
-    write_skill(out, {"level": level, "accuracy": found["accuracy"], "tol": cfg.tol, "t": t, "model": model,
+    write_skill(out, {"level": level, "accuracy": found["accuracy"], "se": se, "tol": cfg.tol, "t": t, "model": model,
                       "answered": answered_share(out / "eval" / "samples.jsonl"),
                       "path": "initialisation, early junior, base" if len(path) == 3 else "initialisation, base",
                       "probes": found["probes"], "measure": {**dataclasses.asdict(cfg)},

@@ -24,8 +24,8 @@ tolerance rather than to the spacing of a checkpoint grid.
 
 Layout, keyed like the cross junior (``world/cross.py``): ``cache_dir()/worlds/<world key>-s<key>/``
 holds ``base/`` (the base's measurement) and one ``skillNN/`` per level, each a normal model
-directory with ``skill.json`` (level, measured accuracy, t, the probes of its search, the command
-that measures it) and ``eval/`` (the measurement's ``samples.jsonl`` and ``metrics.json``). Each is
+directory with ``skill.json`` (level, measured accuracy and its standard error, t, the probes of its
+search, the command that measures it) and ``eval/samples.jsonl`` (the measurement's graded samples). Each is
 built in a temporary folder renamed into place when complete (``build.build_then_publish``), so a
 killed build leaves finished levels and nothing half-written, and a finished level is never redone.
 
@@ -54,7 +54,7 @@ from .build import WorldConfig, _new_model, build_fingerprint
 
 SKILL_JSON = "skill.json"
 MEASURE_JSON = "measure.json"
-EVAL_FILES = ("samples.jsonl", "metrics.json")  # what of a measurement's run directory a junior keeps
+EVAL_FILES = ("samples.jsonl",)  # what of a measurement's run directory a junior keeps: the graded samples
 SKILL_WORLDS = ("tiny", "tiny-drift")  # the math worlds: measured on the tiny benchmark
 _NAME = re.compile(r"^(?P<world>.+)-skill(?P<pct>\d{1,2})$")
 
@@ -203,8 +203,8 @@ def save_point(state: dict[str, torch.Tensor], base: Path, out: Path) -> None:
 
 
 def keep_measurement(run: Path, out: Path) -> None:
-    """Copy what a measurement's run directory holds of results (not its config, which names the probe's
-    temporary path) into ``out``."""
+    """Copy a measurement's graded samples into ``out`` (not its config or metrics, which name the probe's
+    temporary path: the same command twice must give the same bytes)."""
     out.mkdir(parents=True, exist_ok=True)
     for name in EVAL_FILES:
         shutil.copyfile(run / name, out / name)
