@@ -125,7 +125,8 @@ def _build(cache, levels=LEVELS):
 
 
 def _tree(root, names):
-    return {str(p.relative_to(root)): p.read_bytes() for n in names for p in sorted((root / n).rglob("*")) if p.is_file()}
+    return {str(p.relative_to(root)): p.read_bytes()
+            for n in names for p in sorted((root / n).rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
-from ..errors import TandemError
-from ..io import write_json
+from ..io import read_json, read_jsonl, write_json
 from ..progress import progress_bar
 from ..runtime import BUILD_THREADS, intra_op_threads
 from ..world.build import WorldConfig, build_then_publish, build_world, named_world
@@ -38,7 +38,8 @@ def world_models(world: WorldConfig, name: str, cache=None, progress: bool = Tru
 
 
 def measure(model: Path, out: Path, cfg: SkillConfig) -> float:
-    """Solo pass@1 of ``model`` on the first ``cfg.limit`` tiny test problems (``cfg.eval_command``), run into ``out``."""
+    """Solo pass@1 of ``model`` on the first ``cfg.limit`` tiny test problems (``cfg.eval_command``), run
+    into ``out``."""
     from ..config import EvalConfig
     from ..decoding.sampling import SamplingParams
     from ..eval.sample.sampler import evaluate
@@ -51,7 +52,7 @@ def measure(model: Path, out: Path, cfg: SkillConfig) -> float:
 
 def _pass1(run: Path) -> dict:
     """pass@1 (mean, bootstrap SE) of a finished measurement run."""
-    return _read(run / "metrics.json")["tiny"]["pass@1"]
+    return read_json(run / "metrics.json")["tiny"]["pass@1"]
 
 
 def build_skill_juniors(world_name: str, levels: tuple[float, ...], world: WorldConfig | None = None,
@@ -70,7 +71,7 @@ def build_skill_juniors(world_name: str, levels: tuple[float, ...], world: World
     with intra_op_threads(BUILD_THREADS):  # one thread, whatever the load: the same command gives the same bytes
         if not (root / "base" / MEASURE_JSON).is_file():
             build_then_publish(root / "base", lambda tmp: _measure_base(w.base, tmp, cfg))
-        base_acc = float(_read(root / "base" / MEASURE_JSON)["accuracy"])
+        base_acc = float(read_json(root / "base" / MEASURE_JSON)["accuracy"])
         refuse_unreachable(tuple(todo), base_acc, cfg, world_name)
         # the model names (tiny-skill30) name the built-in world's juniors at the default settings only
         prefix = world_name if world == named_world(world_name) and cfg == SkillConfig() else None
@@ -117,7 +118,7 @@ def _build_level(out: Path, level: float, path, base: Path, base_acc: float, cfg
     if t == 1.0:  # the base itself meets the level
         save_point(point(path, t), base, at(t))
         keep_measurement(out.parent / "base" / "eval", out / "eval")
-        se = _read(out.parent / "base" / MEASURE_JSON)["se"]
+        se = read_json(out.parent / "base" / MEASURE_JSON)["se"]
     else:
         keep_measurement(at(t, "eval"), out / "eval")
         se = _pass1(at(t, "eval"))["se"]
@@ -128,14 +129,13 @@ def _build_level(out: Path, level: float, path, base: Path, base_acc: float, cfg
     write_skill(out, {"level": level, "accuracy": found["accuracy"], "se": se, "tol": cfg.tol, "t": t, "model": model,
                       "answered": answered_share(out / "eval" / "samples.jsonl"),
                       "path": "initialisation, early junior, base" if len(path) == 3 else "initialisation, base",
-                      "probes": found["probes"], "measure": {**dataclasses.asdict(cfg)},
+                      "probes": found["probes"], "measure": dataclasses.asdict(cfg),
                       "command": cfg.eval_command(model or "THIS_DIR"), "eval": "eval/samples.jsonl"})
 
 
 def answered_share(samples: Path) -> float:
     """Share of a measurement's samples that give an answer at all (right or wrong): a junior that is wrong
     in arithmetic but writes the solution's form reads as a weaker solver, one that gives no answer as noise."""
-    from ..io import read_jsonl
     from ..tasks.answers import NO_ANSWER
 
     rows = read_jsonl(samples)
@@ -143,18 +143,7 @@ def answered_share(samples: Path) -> float:
 
 
 def _rm(p: Path) -> None:
-    import shutil
-
     shutil.rmtree(p, ignore_errors=True)
-
-
-def _read(path: Path) -> dict:
-    import json
-
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise TandemError(f"{path}: cannot read ({e})") from None
 
 
 def list_juniors(root: Path) -> list[dict]:
