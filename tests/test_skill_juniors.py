@@ -85,6 +85,9 @@ def test_a_level_in_a_jump_of_the_curve_is_refused_naming_the_nearest_point():
 def test_a_level_above_the_base_is_refused_with_what_the_world_reaches():
     cfg = SkillConfig(tol=0.02)
     refuse_unreachable((0.5, 0.72), 0.70, cfg, "tiny")  # 0.72 <= 0.70 + 0.02: reachable
+    refuse_unreachable((0.88,), 0.865, cfg, "tiny")
+    with pytest.raises(TandemError, match=r"levels up to 0.88 can be made\)$"):  # 0.865 + 0.02 = 0.885: 0.89 is not
+        refuse_unreachable((0.89,), 0.865, cfg, "tiny")
     with pytest.raises(TandemError, match=r"^--juniors 0.8,0.9: above what world tiny reaches \(its base measures "
                                           r"0.700 .* levels up to 0.72 can be made\)$"):
         refuse_unreachable((0.5, 0.8, 0.9), 0.70, cfg, "tiny")

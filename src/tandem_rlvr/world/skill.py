@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -181,11 +182,11 @@ def search(level: float, measure: Callable[[float], float], cfg: SkillConfig, ba
 
 def refuse_unreachable(levels: tuple[float, ...], base_acc: float, cfg: SkillConfig, world_name: str) -> None:
     """A level above the base's measured accuracy plus the tolerance is out of the world's reach."""
-    high = [f"{lv:g}" for lv in levels if lv > base_acc + cfg.tol]
+    top = min(math.floor(round((base_acc + cfg.tol) * 100, 6)) / 100, 0.99)  # the highest whole percent in reach
+    high = [f"{lv:g}" for lv in levels if lv > top]
     if high:
         raise TandemError(f"--juniors {','.join(high)}: above what world {world_name} reaches (its base measures "
-                          f"{base_acc:.3f} on {cfg.limit} test problems x {cfg.n}; levels up to "
-                          f"{min(base_acc + cfg.tol, 0.99):.2f} can be made)")
+                          f"{base_acc:.3f} on {cfg.limit} test problems x {cfg.n}; levels up to {top:.2f} can be made)")
 
 
 # --------------------------------------------------------------------------- what is built
