@@ -217,3 +217,16 @@ def test_a_build_killed_mid_search_leaves_no_junior_and_no_temporary_folder(buil
     assert len(calls) == 2
     assert not (root / "skill45").exists()
     assert sorted(p.name for p in root.iterdir()) == ["base", *[level_name(lv) for lv in LEVELS]]
+
+
+@pytest.mark.slow
+def test_world_ls_lists_each_junior_with_its_level_and_measured_accuracy(built, monkeypatch, capsys):
+    cache, root = built
+    monkeypatch.setenv("TANDEM_CACHE", str(cache))
+    assert main(["world", "ls", "--json"]) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["where"] == "skill junior"]
+    assert [(r["world"], r["level"], r["path"]) for r in rows] == [("tiny", lv, str(root / level_name(lv)))
+                                                                   for lv in LEVELS]
+    for r in rows:  # not named: the tests' settings are not the default ones that tiny-skillNN names
+        assert r["name"] == level_name(r["level"])
+        assert r["accuracy"] == json.loads((root / level_name(r["level"]) / SKILL_JSON).read_text())["accuracy"]
