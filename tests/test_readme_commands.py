@@ -157,6 +157,10 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
     elif argv[:2] == ["world", "build"]:
         world = json.loads(res.stdout)
         assert Path(world["senior"], "config.json").is_file() and Path(world["junior"], "config.json").is_file()
+    elif argv[:2] == ["world", "ls"]:  # every shipped world listed, with its folder
+        shipped = [line.split() for line in res.stdout.splitlines() if line.startswith("shipped")]
+        assert [row[1] for row in shipped] == ["tiny", "tiny-drift", "tiny-code"]
+        assert all(Path(row[-1], "world.json").is_file() for row in shipped)
     elif argv[:2] == ["study", "drift"]:
         out = workdir / flag["--out"]
         assert (out / "study.md").is_file() and json.loads((out / "study.json").read_text())["seeds_done"] == [0]

@@ -7,8 +7,8 @@ fingerprint.
 
 - ``model_fingerprint(path)``: a model directory (callers resolve a built-in name such as
   ``tiny`` to its world's directory first, ``models.resolve_model_path``) hashed file by file:
-  SHA-256 of the full content of every top-level file except documentation and training
-  state (``SKIPPED_*``), so weights
+  SHA-256 of the full content of every top-level file except documentation, training
+  state and a skill junior's measurement record (``skill.json``) (``SKIPPED_*``), so weights
   (``*.safetensors``, ``*.bin``, shards and their index), ``config.json``,
   ``generation_config.json`` (end-of-sequence ids) and the tokenizer files are all covered,
   then one SHA-256 over the sorted (name, size, file hash) lines. A ``.gguf`` file is hashed
@@ -41,7 +41,7 @@ log = logging.getLogger("tandem_rlvr")
 
 DIGITS = 16
 SKIPPED_PREFIXES = ("optimizer.", "scheduler.", "rng_state", "scaler.", "README", "LICENSE", ".")
-SKIPPED_NAMES = ("trainer_state.json", "training_args.bin")
+SKIPPED_NAMES = ("trainer_state.json", "training_args.bin", "skill.json")  # skill.json: a measurement record
 SKIPPED_SUFFIXES = (".md", ".lock")
 CACHE_NAME = "fingerprints.json"
 

@@ -68,6 +68,14 @@ def _shipped(name: str) -> str:
     return str(shipped_model(name))
 
 
+def _skill(name: str) -> str | None:
+    """A skill junior's name (``tiny-skill30``: ``tandem world build --juniors``), its directory; else None."""
+    from .world.skill import skill_model
+
+    found = skill_model(name)
+    return None if found is None else str(found)
+
+
 def _fetched(name: str) -> str:
     from .fetch import fetch
 
@@ -75,7 +83,8 @@ def _fetched(name: str) -> str:
 
 
 # Built-in names a user can pass instead of a path: the shipped worlds' models (world/shipped.py; never
-# built on use) and the fetched SmolLM2.
+# built on use) and the fetched SmolLM2. The skill juniors' names (``tiny-skill30``, world/skill.py) resolve
+# too, once ``tandem world build --juniors`` has built them on this machine.
 NAMED_MODELS = {**{n: (lambda n=n: _shipped(n)) for n in ("tiny", "tiny-junior", "tiny-drift", "tiny-drift-junior",
                                                           "tiny-code", "tiny-code-junior", "tiny-xjunior")},
                 "smol": lambda: _fetched("smol")}
@@ -86,6 +95,9 @@ def resolve_model_path(spec: str) -> str:
     if spec in NAMED_MODELS:
         return NAMED_MODELS[spec]()
     p = Path(spec).expanduser()
+    skill = None if p.exists() else _skill(spec)
+    if skill is not None:
+        return skill
     if p.suffix == ".gguf":
         if not p.is_file():
             raise TandemError(f"model file not found: {spec}")
