@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     return P
 
 
+def _not_the_cpu_notice(record: logging.LogRecord) -> bool:
+    return "Setting accelerator to CPU" not in record.getMessage()
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # plug-ins first: the parser's choices and help read the registries they add to
@@ -83,6 +87,9 @@ def main(argv=None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-tensor load/save bars; ours show the real work
+    # DeepSpeed (imported by accelerate when installed) logs to stdout that it found no GPU, which
+    # breaks a command's --json output on a CPU machine; its other messages stay
+    logging.getLogger("DeepSpeed").addFilter(_not_the_cpu_notice)
     try:
         env_threads()  # a bad $TANDEM_THREADS fails here, before any work
         a.fn(a)
