@@ -13,7 +13,7 @@ last weight sync's seconds and bytes, and its peak resident memory.
 With a vLLM engine (``engine_check``, run on every process as the run closes): the engine's
 senior after the run's last sync, and after a bf16 push of the same stream, each against what
 the engine holds once it is fed the reference (the senior gathered with plain
-``full_tensor()``, then cast, as one list). vllm: each process compares its own engine's
+``full_tensor()``, ZeRO-3: the fp32 masters, then cast, as one list). vllm: each process compares its own engine's
 parameters; vllm-server: the main process records the server's digests
 (``serve_helpers.server_digest``) and writes the reference as ``OUT/reference.safetensors`` for
 the test to feed the server.
@@ -133,7 +133,8 @@ def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
     trainer, eng, sync = run.trainer, run.rollout.engine, run.rollout.sync
     senior = trainer.accelerator.unwrap_model(trainer.model)
     sync(senior, trainer.state.global_step)  # nothing when the engine holds this update already
-    ref = {clean_name(n): (p.full_tensor() if isinstance(p, DTensor) else p.detach()).clone()
+    ref = {clean_name(n): (p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if hasattr(p, "ds_id")
+                           else p.detach()).clone()
            for n, p in senior.named_parameters(remove_duplicate=False)}  # gathered in fp32 (collective)
     main = dist.get_rank() == 0
     rec = {"weight_dtype": str(eng.weight_dtype)}

@@ -17,9 +17,7 @@ Run: ``python -m pytest -m slow tests/test_sharded_training.py``.
 
 import json
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,11 +25,12 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import save_training_inputs
-from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, child_env, free_port, max_diff,
-                             rank_records, run_ok, signal_all, start_nodes, stop_nodes, torchrun, train_flags, update_rows,
-                             wait_for)
+from sharded_helpers import (ENTRY, REWARD, assert_partitioned, assert_same_updates, assert_sharded, free_port,
+                             kill_resume_and_compare, max_diff, rank_records, run_ok, signal_all, start_nodes, stop_nodes,
+                             torchrun, train_flags, update_rows, wait_for)
 
 pytestmark = pytest.mark.slow
+HIDDEN = 32  # conftest.save_training_inputs' default width
 
 
 @pytest.fixture(scope="module")
@@ -110,29 +109,7 @@ def test_an_accelerate_fsdp_launch_shards_reduces_in_fp32_and_keeps_the_klreg_ju
 
 
 def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
-    _kill_resume_and_compare(world, baseline, tmp_path / "killed", "fsdp2")
-
-
-def _kill_resume_and_compare(world, baseline, run: Path, sharding: str) -> None:
-    """A 2-process run of ``sharding`` killed once ``checkpoint-2`` is complete, re-run: it resumes
-    there and ends with the uninterrupted 1-process run's updates and final weights."""
-    cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", sharding))
-    log = run.with_name(run.name + ".err")
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
-    deadline = time.time() + 1800
-    while not (run / "checkpoint-2" / "model.safetensors").exists():
-        assert time.time() < deadline and proc.poll() is None, \
-            f"run ended or stalled before checkpoint-2:\n{log.read_text()[-3000:]}"
-        time.sleep(0.1)
-    signal_all(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (run / "summary.json").exists(), "killed too late: the run had finished"
-    assert "resuming from checkpoint-2" in run_ok(cmd)
-    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4))
-    assert max_diff(load_file(baseline / "final" / "model.safetensors"),
-                     load_file(run / "final" / "model.safetensors")) < 1e-4
-    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    kill_resume_and_compare(world, baseline, tmp_path / "killed", "fsdp2")
 
 
 def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
@@ -159,21 +136,9 @@ def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(w
         stop_nodes(nodes)
 
 
-def _assert_partitioned(ranks):
-    """ZeRO-3 really partitioned the senior: every matrix is split in two halves (its storage released
-    outside the forward), and only vectors under the persistence threshold stay whole on both ranks."""
-    for name, parts in ranks[0]["partitions"].items():
-        both = [r["partitions"][name] for r in ranks]
-        if [r["fractions"][name] for r in ranks] == [1.0, 1.0]:
-            assert both[0]["dims"] == 1 and both[0]["whole"] < 10 * 32, name
-        else:
-            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
-    assert all(r["fractions"]["lm_head.weight"] == 0.5 for r in ranks)
-
-
 def test_two_process_zero3_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
     run, ranks = _two_processes_like_one(world, baseline, tmp_path, "zero3")
-    _assert_partitioned(ranks)
+    assert_partitioned(ranks, HIDDEN)
     # DeepSpeed's per-rank partitions beside the HF weights of the masters
     assert sorted(p.name for p in (run / "checkpoint-2" / "global_step2").glob("zero_pp_rank_*_optim_states.pt")) == \
         ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
@@ -189,7 +154,7 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
     run, ranks = _entry(world, tmp_path / "z3launch", ["--method", "klreg", "--dtype", "bfloat16"],
                         ACCELERATE_USE_DEEPSPEED="true", ACCELERATE_DEEPSPEED_ZERO_STAGE="3",
                         ACCELERATE_MIXED_PRECISION="bf16")
-    _assert_partitioned(ranks)
+    assert_partitioned(ranks, HIDDEN)
     assert json.loads((run / "config.json").read_text())["sharding"] == "zero3"
     assert all(r["mixed_precision"] == {"param": "torch.bfloat16", "reduce": "torch.float32"} for r in ranks)
     assert all(r["master_dtype"] == "torch.float32" for r in ranks)
@@ -205,4 +170,4 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
 
 
 def test_killed_zero3_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
-    _kill_resume_and_compare(world, baseline, tmp_path / "z3killed", "zero3")
+    kill_resume_and_compare(world, baseline, tmp_path / "z3killed", "zero3")
