@@ -39,8 +39,8 @@ def rss(key: str) -> int:
     return 0
 
 
-def rank_main(model_dir: str, mode: str) -> None:
-    """One process: load ``model_dir`` as ``mode`` says (module docstring); print its figures as JSON."""
+def rank_main(model_dir: str, mode: str, out: str) -> None:
+    """One process: load ``model_dir`` as ``mode`` says (module docstring); its figures to ``out/rankR.json``."""
     import torch
     from accelerate import PartialState
 
@@ -67,8 +67,8 @@ def rank_main(model_dir: str, mode: str) -> None:
         deepspeed.zero.Init(module=model, config_dict_or_path=args.hf_deepspeed_config.config)
     held = sum(p.ds_tensor.numel() * p.ds_tensor.element_size() for p in model.parameters())
     whole = sum(p.ds_numel for p in model.parameters()) * 4
-    print(json.dumps({"rank": state.process_index, "mode": mode, "peak": rss("VmHWM:") - base,
-                      "partitions": held, "whole_fp32": whole}), flush=True)
+    (Path(out) / f"rank{state.process_index}.json").write_text(json.dumps(
+        {"rank": state.process_index, "mode": mode, "peak": rss("VmHWM:") - base, "partitions": held, "whole_fp32": whole}))
 
 
 def saved_model(arch: str, root: Path) -> str:
@@ -102,12 +102,13 @@ def main() -> None:
         for arch in a.arch.split(","):
             model = saved_model(arch, Path(tmp))
             for mode in ("whole", "init"):
+                out = Path(tempfile.mkdtemp(dir=tmp))
                 res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                                      "2", __file__, "--rank", model, mode], env=env, capture_output=True, text=True)
+                                      "2", __file__, "--rank", model, mode, str(out)], env=env, capture_output=True,
+                                     text=True)
                 if res.returncode:
                     sys.exit(f"zero3_load_memory: {arch} {mode} failed:\n{res.stderr[-3000:]}")
-                for r in sorted((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")),
-                                key=lambda r: r["rank"]):
+                for r in (json.loads((out / f"rank{k}.json").read_text()) for k in (0, 1)):
                     r["arch"] = arch
                     rows.append(r)
                     print(f"{arch:16s} {mode:5s} rank {r['rank']} | peak above start {r['peak'] / 2**20:8.1f} MiB | "
@@ -119,6 +120,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
-        rank_main(sys.argv[2], sys.argv[3])
+        rank_main(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         main()

@@ -80,14 +80,11 @@ def main(out: Path, argv: list[str]) -> None:
     copy = rm.copy if rm is not None else None
     copy_equal = None
     zero3 = hasattr(next(senior.parameters()), "ds_id")
+    lora = hasattr(senior, "get_base_model")  # a PEFT senior
     if copy is not None:
-        from torch.distributed.tensor import DTensor
-
         mine = dict(copy.named_parameters())
         copy_equal = True
-        for name, p in senior.named_parameters():  # the reference: gather in fp32 (ZeRO-3: the fp32 master), then cast
-            full = p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if zero3 else p.detach()
-            name = name.replace("_checkpoint_wrapped_module.", "")  # FSDP's activation checkpointing wrapper
+        for name, full in reference(senior, zero3):  # gathered in fp32 (ZeRO-3: the fp32 master), then cast
             copy_equal &= bool(torch.equal(full.to(copy.dtype), mine[name]))
     if zero3:  # DeepSpeed's: the dtype of its parameter partitions and of its gradient reduce-scatter
         mixed = {"param": str(next(senior.parameters()).dtype), "reduce": str(trainer.model_wrapped.communication_data_type)}
@@ -102,14 +99,49 @@ def main(out: Path, argv: list[str]) -> None:
             ((param, reduce),) = policies
             mixed = {"param": param, "reduce": reduce}
         master, partitions = str(next(senior.parameters()).dtype), None
+    base_unchanged = None
+    if lora:  # every weight but the adapters' is the senior on disk, bit for bit
+        on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
+        base_unchanged = all(torch.equal(full, on_disk[name]) for name, full in whole_tensors(senior, zero3)
+                             if ".lora_" not in name)
     junior = run.prep.pair.junior
     with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
         on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu", next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
-    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
+    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": base_unchanged,
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync, "engine": seen.get("engine"),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
+
+
+def whole_tensors(model, zero3: bool):
+    """(name, whole fp32 tensor) of every parameter, gathered (collective), wrapper prefixes removed
+    and PEFT's: ``x.base_layer.weight`` as ``x.weight``, adapters as ``x.lora_A.weight``."""
+    from torch.distributed.tensor import DTensor
+
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    for name, p in model.named_parameters():
+        full = p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if zero3 else p.detach()
+        name = name.replace("_checkpoint_wrapped_module.", "").replace(".base_layer.", ".").replace(".default.", ".")
+        yield name, full
+
+
+def reference(senior, zero3: bool):
+    """(name, whole fp32 tensor) of what the rollouts must decode: the senior's parameters, a LoRA
+    senior's merged by hand, W + (alpha / r) B A, from its gathered base and adapters."""
+    whole = dict(whole_tensors(senior, zero3))
+    scale = None
+    if hasattr(senior, "get_base_model"):
+        c = senior.peft_config["default"]
+        scale = c.lora_alpha / c.r
+    for name, t in whole.items():
+        if ".lora_" in name:
+            continue
+        owner = name.removesuffix(".weight")
+        if scale is not None and f"{owner}.lora_A.weight" in whole:
+            t = t + scale * (whole[f"{owner}.lora_B.weight"] @ whole[f"{owner}.lora_A.weight"])
+        yield name, t
 
 
 def fp32_master(p) -> torch.Tensor:

@@ -57,6 +57,40 @@ def _entry(world, run: Path, flags: list[str], **env) -> tuple[Path, list[dict]]
     return run, rank_records(out)
 
 
+LORA = ("--lora-r", "4", "--lora-alpha", "8", "--save-merged", "true")  # scaling alpha / r = 2
+
+
+def test_two_process_fsdp2_lora_trains_like_one_process_and_only_the_adapters_change(world, tmp_path):
+    """PEFT adapters on an FSDP2-sharded senior: the base and the adapters are split in half, the
+    updates and the final adapter are the one-process run's, every weight but the adapters' stays
+    the senior on disk bit for bit, every process's rollout copy is the gathered base + (alpha / r) B A
+    by hand, and final/merged holds that sum, worked out here from final/'s adapter in plain torch."""
+    one = tmp_path / "one"
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, one, 2, *LORA)])
+    run, ranks = _entry(world, tmp_path / "lora", ["--sharding", "fsdp2", *LORA])
+    assert_sharded(ranks)
+    assert [r["summary"]["processes"] for r in ranks] == [2, 2]
+    assert any(".lora_A." in n for n in ranks[0]["fractions"])  # the adapters are shards too
+    assert_same_updates(update_rows(one), update_rows(run), (1, 2))
+    adapter = load_file(run / "final" / "adapter_model.safetensors")
+    assert max_diff(load_file(one / "final" / "adapter_model.safetensors"), adapter) < 1e-4
+    assert all(r["base_unchanged"] and r["copy_equal"] for r in ranks)
+    assert all(r["copy_syncs"] == 3 for r in ranks)
+    base = load_file(world / "senior" / "model.safetensors")
+    merged = load_file(run / "final" / "merged" / "model.safetensors")
+    assert sorted(merged) == sorted(base)
+    moved = 0
+    for name in base:
+        owner = name.removesuffix(".weight")
+        a = adapter.get(f"base_model.model.{owner}.lora_A.weight")  # (r, in)
+        expect = base[name] if a is None else base[name] + 2.0 * (adapter[f"base_model.model.{owner}.lora_B.weight"] @ a)
+        torch.testing.assert_close(merged[name], expect)
+        moved += a is not None and not torch.equal(expect, base[name])
+    assert moved == 2 * 7  # every linear layer of both decoder layers took its update
+    for save in ("checkpoint-2", "best"):  # collective saves of the adapter (and merged/) in each
+        assert (run / save / "adapter_model.safetensors").is_file() and (run / save / "merged" / "model.safetensors").is_file()
+
+
 def _two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[Path, list[dict]]:
     """A 2-process ``sharding`` run of 2 updates against the 1-process baseline: its updates, its
     final/ and its checkpoint-2 HF weights, and every process's rollout copy; (run dir, rank reports)."""

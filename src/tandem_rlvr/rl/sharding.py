@@ -150,7 +150,7 @@ def named_tensors(model):
                 yield clean_name(f"{mod_name}.{b_name}" if mod_name else b_name), b
 
 
-def _full(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def gathered(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The whole tensor in ``dtype``: a shard is cast first, then gathered (collective: every rank)."""
     from torch.distributed.tensor import DTensor
 
@@ -178,9 +178,12 @@ def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False,
     FSDP2 gathers tensor by tensor; ZeRO-3 gathers a bucket's parameters together (``rl.zero3``).
     aliases: a tied tensor also comes under its other names, right after its first (the same
     gathered tensor, no second gather): an engine's reload needs its tied head by name. ``named`` walks
-    the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged)."""
+    the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged, which a PEFT model always is)."""
     from . import zero3
+    from .lora import is_lora, merged_tensors
 
+    if is_lora(model):  # W + (alpha / r) B A under the base model's names
+        model, named = model.get_base_model(), merged_tensors
     alias = tied_aliases(model) if aliases else {}
     partitioned = zero3.is_partitioned(model)
     for part in _bucket_plan(model, dtype, bucket_bytes, named):
@@ -188,7 +191,7 @@ def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False,
             with zero3.gathered_bucket(part, dtype) as full:
                 yield _with_aliases(full, alias)
         else:
-            yield _with_aliases([(name, _full(t, dtype)) for name, t in part], alias)
+            yield _with_aliases([(name, gathered(t, dtype)) for name, t in part], alias)
 
 
 def _with_aliases(full: list, alias: dict[str, list[str]]) -> list:
