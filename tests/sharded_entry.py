@@ -32,6 +32,7 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.runtime import configure_cpu_threads
     from tandem_rlvr.config import config_fields, load_train_config
     from tandem_rlvr.rl import train as train_mod
+    from tandem_rlvr.rl.lora import stream_source
     from tandem_rlvr.rl.sharding import local_fraction, push
     from tandem_rlvr.rl.zero3 import outside_zero3
     from tandem_rlvr.models import load_model
@@ -76,7 +77,8 @@ def main(out: Path, argv: list[str]) -> None:
     fractions = local_fraction(senior)
     sync, rm = run.rollout.sync, seen["copy"]
     if rm is not None and sync.synced != (id(senior), trainer.state.global_step):  # stale: the last update's weights
-        push(senior, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20)  # collective, as the engine takes them
+        model, named = stream_source(senior)  # a LoRA senior merged
+        push(model, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20, named=named)  # collective, as the engine takes them
     copy = rm.copy if rm is not None else None
     copy_equal = None
     zero3 = hasattr(next(senior.parameters()), "ds_id")

@@ -12,6 +12,9 @@ Tolerances: losses and step metrics rel 1e-5 (the two layouts sum the same gradi
 order); weights after the updates within 1e-4 absolute at lr 1e-2 (AdamW divides by the root of
 the second moment, which magnifies rounding on near-zero gradients: measured 7.8e-6 under FSDP2).
 
+LoRA under FSDP2 (PEFT adapters on the sharded senior) is checked the same way, and against the
+initial senior on disk (only the adapters may change) and the merged weights worked out by hand.
+
 Run: ``python -m pytest -m slow tests/test_sharded_training.py``.
 """
 

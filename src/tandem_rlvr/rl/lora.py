@@ -210,6 +210,14 @@ def merged_tensors(base):
                 yield f"{mod_name}.{b_name}".replace(".base_layer.", "."), b
 
 
+def stream_source(model):
+    """(model, tensor walk) for ``rl.sharding.push``/``buckets``: a LoRA senior's base model with
+    ``merged_tensors`` (W + (alpha / r) B A under the base names), any other model as it is."""
+    from .sharding import named_tensors
+
+    return (model.get_base_model(), merged_tensors) if is_lora(model) else (model, named_tensors)
+
+
 def _save_gathered_adapter(model, out, main: bool) -> None:
     """A sharded PEFT model's adapter, gathered whole on every process (collective; it is small) and
     written by the main one in PEFT's format: ``adapter_model.safetensors`` under PEFT's key names

@@ -178,12 +178,9 @@ def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False,
     FSDP2 gathers tensor by tensor; ZeRO-3 gathers a bucket's parameters together (``rl.zero3``).
     aliases: a tied tensor also comes under its other names, right after its first (the same
     gathered tensor, no second gather): an engine's reload needs its tied head by name. ``named`` walks
-    the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged, which a PEFT model always is)."""
+    the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged; ``rl.lora.stream_source``)."""
     from . import zero3
-    from .lora import is_lora, merged_tensors
 
-    if is_lora(model):  # W + (alpha / r) B A under the base model's names
-        model, named = model.get_base_model(), merged_tensors
     alias = tied_aliases(model) if aliases else {}
     partitioned = zero3.is_partitioned(model)
     for part in _bucket_plan(model, dtype, bucket_bytes, named):
@@ -215,12 +212,13 @@ def _bucket_plan(model, dtype: torch.dtype, bucket_bytes: int, named=named_tenso
         yield bucket
 
 
-def push(model, load_weights, dtype: torch.dtype, bucket_bytes: int, every_rank: bool = True) -> dict:
-    """Feed ``model``'s full tensors (tied ones under each name) to ``load_weights`` (on every rank,
-    or on the main one while the others gather in lockstep); returns ``{"seconds", "bytes",
-    "buckets"}`` of this rank's stream (bytes gathered: a tied tensor once)."""
+def push(model, load_weights, dtype: torch.dtype, bucket_bytes: int, every_rank: bool = True,
+         named=named_tensors) -> dict:
+    """Feed ``model``'s full tensors (tied ones under each name; ``named`` walks them, as in ``buckets``)
+    to ``load_weights`` (on every rank, or on the main one while the others gather in lockstep); returns
+    ``{"seconds", "bytes", "buckets"}`` of this rank's stream (bytes gathered: a tied tensor once)."""
     t0 = time.perf_counter()
-    stream = _counted(buckets(model, dtype, bucket_bytes, aliases=True))
+    stream = _counted(buckets(model, dtype, bucket_bytes, aliases=True, named=named))
     if every_rank or _rank() == 0:
         load_weights(stream)
     for _ in stream:  # the rest (other ranks; a consumer that stopped early), so every rank gathers alike
