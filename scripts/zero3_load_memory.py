@@ -1,5 +1,6 @@
 """Peak resident memory per process of loading a ZeRO-3 senior, straight into partitions or whole first
-(issue 31: `--sharding zero3` loads through DeepSpeed's `zero.Init`, so no process holds the whole senior).
+(issue 31: `--sharding zero3` loads through DeepSpeed's `zero.Init`, so no GPU holds the whole senior;
+on CPU this measures host memory, where process 0 still reads the whole checkpoint; docs/sharding.md).
 
 For each model (the tiny world's senior; Qwen3-0.6B from its shipped config alone, random weights
 saved once in fp32), two processes under `torchrun` (gloo on CPU) load it as a `--sharding zero3`

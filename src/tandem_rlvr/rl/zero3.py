@@ -26,10 +26,11 @@ then holds 1/N of every partitioned parameter: ``ds_tensor`` against ``ds_numel`
 
 **Loading.** ``rl.assemble.build_run`` makes the run's GRPOConfig (whose DeepSpeed config
 transformers records) before ``rl.prepare`` loads the pair, so ``from_pretrained`` builds the
-senior under ``deepspeed.zero.Init``: each process allocates only its partitions, process 0 reads
-the checkpoint and the values reach the other processes module by module (transformers'
-``_load_state_dict_into_zero3_model``); no process ever holds the whole senior (measured with
-``scripts/zero3_load_memory.py``, docs/sharding.md). The junior loads outside it (``outside_zero3``).
+senior under ``deepspeed.zero.Init``: each process allocates only its partitions on its device,
+process 0 reads the checkpoint into host memory and the values reach the other processes module by
+module (transformers' ``_load_state_dict_into_zero3_model``), so no GPU holds the whole senior (host
+memory per process measured with ``scripts/zero3_load_memory.py``, docs/sharding.md). The junior
+loads outside it (``outside_zero3``).
 
 **The stream.** ``gathered_bucket`` is ``rl.sharding.buckets``' ZeRO-3 gather: one bucket's
 parameters gathered together with ``deepspeed.zero.GatheredParameters`` (every rank, same order)
