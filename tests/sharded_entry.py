@@ -3,7 +3,8 @@
 ``python -m torch.distributed.run --standalone --nproc_per_node N tests/sharded_entry.py OUT FLAGS...``
 trains like ``tandem train FLAGS...`` (the same ``rl.train`` path), and each process writes
 ``OUT/rank{R}.json`` with what the tests check that only the process itself can see: the share of
-each parameter it holds (ZeRO-3: each partition's size against the whole tensor's), whether its hf
+each parameter it holds (ZeRO-3: each partition's size against the whole tensor's, and whether the
+senior was already partitions when the run was built, before any step: loaded under ``zero.Init``), whether its hf
 rollout copy equals the senior gathered (plain DTensor ``full_tensor()``; ZeRO-3: the optimiser's fp32
 master, ``safe_get_full_fp32_param``) and then cast to the rollout dtype, the mixed precision of its
 FSDP2 units or DeepSpeed engine (parameter and gradient-reduction dtypes), whether
@@ -34,7 +35,7 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.rl import train as train_mod
     from tandem_rlvr.rl.lora import stream_source
     from tandem_rlvr.rl.sharding import local_fraction, push
-    from tandem_rlvr.rl.zero3 import outside_zero3
+    from tandem_rlvr.rl.zero3 import is_partitioned, outside_zero3
     from tandem_rlvr.models import load_model
 
     a = build_parser().parse_args(["train", *argv])
@@ -47,6 +48,8 @@ def main(out: Path, argv: list[str]) -> None:
     def spy(cfg, print_fn=print):
         run = build(cfg, print_fn)
         seen["run"] = run
+        # before any training step (DeepSpeed's engine is made in train()): loaded as partitions?
+        seen["loaded_partitioned"] = is_partitioned(run.prep.pair.senior)
         eng = run.rollout.engine
         seen["copy"] = getattr(eng, "rollout_copy", None)  # the hf engine's copy (closed with the run)
         if eng.name != "hf":
@@ -111,6 +114,7 @@ def main(out: Path, argv: list[str]) -> None:
         on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu", next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
     rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": base_unchanged,
+           "loaded_partitioned": seen["loaded_partitioned"],
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync, "engine": seen.get("engine"),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))

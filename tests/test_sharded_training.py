@@ -173,9 +173,11 @@ def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(w
         stop_nodes(nodes)
 
 
-def test_two_process_zero3_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
+def test_two_process_zero3_loads_into_partitions_and_gives_the_one_process_losses_metrics_and_weights(
+        world, baseline, tmp_path):
     run, ranks = _two_processes_like_one(world, baseline, tmp_path, "zero3")
     assert_partitioned(ranks, HIDDEN)
+    assert all(r["loaded_partitioned"] for r in ranks)  # zero.Init: never whole, even before DeepSpeed's engine
     # DeepSpeed's per-rank partitions beside the HF weights of the masters
     assert sorted(p.name for p in (run / "checkpoint-2" / "global_step2").glob("zero_pp_rank_*_optim_states.pt")) == \
         ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
