@@ -20,9 +20,10 @@ gathered with plain ``DTensor.full_tensor()`` (ZeRO-3: the optimiser's fp32 mast
 in the engine's dtype (float32 on CPU) after the run's own sync, and in bf16 after a bf16 push
 (``tests/sharded_entry.py``). And a 2-process run killed after ``checkpoint-2`` and re-run resumes
 there and ends with the uninterrupted 1-process run's updates at steps 1-4 (rel 1e-4: step 4's grad
-norm, 0.022, came out 4.4e-5 apart under fsdp2 and 5.6e-5 under zero3 on vllm; losses 4.5e-7) and
+norm, 0.022, came out 4.4e-5 / 5.6e-5 apart under fsdp2 / zero3 on vllm, 7.6e-5 / 5.4e-5 on
+vllm-server; losses 4.5e-7) and
 weights (4 updates: within 1e-2 everywhere and 1e-5 but for under 5%; measured on vllm 3.1e-3 and
-0.92% under fsdp2, 2.3e-3 and 0.45% under zero3; on vllm-server under zero3 4.7e-3 and 3.4%), on each
+0.92% under fsdp2, 2.3e-3 and 0.45% under zero3; on vllm-server 4.6e-3 and 3.2%, 4.7e-3 and 3.4%), on each
 engine and sharding. The updates at steps 3 and 4 are the sharper check of the resume: a run that
 restored its weights but not its AdamW moments or RNG states would differ there by far more.
 
