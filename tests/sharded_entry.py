@@ -3,7 +3,8 @@
 ``python -m torch.distributed.run --standalone --nproc_per_node N tests/sharded_entry.py OUT FLAGS...``
 trains like ``tandem train FLAGS...`` (the same ``rl.train`` path), and each process writes
 ``OUT/rank{R}.json`` with what the tests check that only the process itself can see: the share of
-each parameter it holds (ZeRO-3: each partition's size against the whole tensor's), whether its hf
+each parameter it holds (ZeRO-3: each partition's size against the whole tensor's, and whether the
+senior was already partitions when the run was built, before any step: loaded under ``zero.Init``), whether its hf
 rollout copy equals the senior gathered (plain DTensor ``full_tensor()``; ZeRO-3: the optimiser's fp32
 master, ``safe_get_full_fp32_param``) and then cast to the rollout dtype, the mixed precision of its
 FSDP2 units or DeepSpeed engine (parameter and gradient-reduction dtypes), whether
@@ -13,7 +14,7 @@ last weight sync's seconds and bytes, and its peak resident memory.
 With a vLLM engine (``engine_check``, run on every process as the run closes): the engine's
 senior after the run's last sync, and after a bf16 push of the same stream, each against what
 the engine holds once it is fed the reference (the senior gathered with plain
-``full_tensor()``, then cast, as one list). vllm: each process compares its own engine's
+``full_tensor()``, ZeRO-3: the fp32 masters, then cast, as one list). vllm: each process compares its own engine's
 parameters; vllm-server: the main process records the server's digests
 (``serve_helpers.server_digest``) and writes the reference as ``OUT/reference.safetensors`` for
 the test to feed the server.
@@ -32,8 +33,9 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.runtime import configure_cpu_threads
     from tandem_rlvr.config import config_fields, load_train_config
     from tandem_rlvr.rl import train as train_mod
+    from tandem_rlvr.rl.lora import stream_source
     from tandem_rlvr.rl.sharding import local_fraction, push
-    from tandem_rlvr.rl.zero3 import outside_zero3
+    from tandem_rlvr.rl.zero3 import is_partitioned, outside_zero3
     from tandem_rlvr.models import load_model
 
     a = build_parser().parse_args(["train", *argv])
@@ -46,6 +48,8 @@ def main(out: Path, argv: list[str]) -> None:
     def spy(cfg, print_fn=print):
         run = build(cfg, print_fn)
         seen["run"] = run
+        # before any training step (DeepSpeed's engine is made in train()): loaded as partitions?
+        seen["loaded_partitioned"] = is_partitioned(run.prep.pair.senior)
         eng = run.rollout.engine
         seen["copy"] = getattr(eng, "rollout_copy", None)  # the hf engine's copy (closed with the run)
         if eng.name != "hf":
@@ -76,18 +80,16 @@ def main(out: Path, argv: list[str]) -> None:
     fractions = local_fraction(senior)
     sync, rm = run.rollout.sync, seen["copy"]
     if rm is not None and sync.synced != (id(senior), trainer.state.global_step):  # stale: the last update's weights
-        push(senior, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20)  # collective, as the engine takes them
+        model, named = stream_source(senior)  # a LoRA senior merged
+        push(model, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20, named=named)  # collective, as the engine takes them
     copy = rm.copy if rm is not None else None
     copy_equal = None
     zero3 = hasattr(next(senior.parameters()), "ds_id")
+    lora = hasattr(senior, "get_base_model")  # a PEFT senior
     if copy is not None:
-        from torch.distributed.tensor import DTensor
-
         mine = dict(copy.named_parameters())
         copy_equal = True
-        for name, p in senior.named_parameters():  # the reference: gather in fp32 (ZeRO-3: the fp32 master), then cast
-            full = p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if zero3 else p.detach()
-            name = name.replace("_checkpoint_wrapped_module.", "")  # FSDP's activation checkpointing wrapper
+        for name, full in reference(senior, zero3):  # gathered in fp32 (ZeRO-3: the fp32 master), then cast
             copy_equal &= bool(torch.equal(full.to(copy.dtype), mine[name]))
     if zero3:  # DeepSpeed's: the dtype of its parameter partitions and of its gradient reduce-scatter
         mixed = {"param": str(next(senior.parameters()).dtype), "reduce": str(trainer.model_wrapped.communication_data_type)}
@@ -102,14 +104,50 @@ def main(out: Path, argv: list[str]) -> None:
             ((param, reduce),) = policies
             mixed = {"param": param, "reduce": reduce}
         master, partitions = str(next(senior.parameters()).dtype), None
+    base_unchanged = None
+    if lora:  # every weight but the adapters' is the senior on disk, bit for bit
+        on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
+        base_unchanged = all(torch.equal(full, on_disk[name]) for name, full in whole_tensors(senior, zero3)
+                             if ".lora_" not in name)
     junior = run.prep.pair.junior
     with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
         on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu", next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
-    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal,
+    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": base_unchanged,
+           "loaded_partitioned": seen["loaded_partitioned"],
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync, "engine": seen.get("engine"),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
+
+
+def whole_tensors(model, zero3: bool):
+    """(name, whole fp32 tensor) of every parameter, gathered (collective), wrapper prefixes removed
+    and PEFT's: ``x.base_layer.weight`` as ``x.weight``, adapters as ``x.lora_A.weight``."""
+    from torch.distributed.tensor import DTensor
+
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    for name, p in model.named_parameters():
+        full = p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if zero3 else p.detach()
+        name = name.replace("_checkpoint_wrapped_module.", "").replace(".base_layer.", ".").replace(".default.", ".")
+        yield name, full
+
+
+def reference(senior, zero3: bool):
+    """(name, whole fp32 tensor) of what the rollouts must decode: the senior's parameters, a LoRA
+    senior's merged by hand, W + (alpha / r) B A, from its gathered base and adapters."""
+    whole = dict(whole_tensors(senior, zero3))
+    scale = None
+    if hasattr(senior, "get_base_model"):
+        c = senior.peft_config["default"]
+        scale = c.lora_alpha / c.r
+    for name, t in whole.items():
+        if ".lora_" in name:
+            continue
+        owner = name.removesuffix(".weight")
+        if scale is not None and f"{owner}.lora_A.weight" in whole:
+            t = t + scale * (whole[f"{owner}.lora_B.weight"] @ whole[f"{owner}.lora_A.weight"])
+        yield name, t
 
 
 def fp32_master(p) -> torch.Tensor:
@@ -133,7 +171,8 @@ def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
     trainer, eng, sync = run.trainer, run.rollout.engine, run.rollout.sync
     senior = trainer.accelerator.unwrap_model(trainer.model)
     sync(senior, trainer.state.global_step)  # nothing when the engine holds this update already
-    ref = {clean_name(n): (p.full_tensor() if isinstance(p, DTensor) else p.detach()).clone()
+    ref = {clean_name(n): (p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if hasattr(p, "ds_id")
+                           else p.detach()).clone()
            for n, p in senior.named_parameters(remove_duplicate=False)}  # gathered in fp32 (collective)
     main = dist.get_rank() == 0
     rec = {"weight_dtype": str(eng.weight_dtype)}

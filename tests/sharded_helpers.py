@@ -1,6 +1,7 @@
 """What the sharded-training tests share (``test_sharded_training.py``, ``test_sharded_vllm.py``):
 the training flags of a tiny run, torchrun launches (one machine, or two one-process "nodes" on a
-loopback rendezvous), and reading what the runs and ``sharded_entry.py`` wrote."""
+loopback rendezvous), reading what the runs and ``sharded_entry.py`` wrote, the checks that a run
+really sharded (FSDP2) or partitioned (ZeRO-3) the senior, and the kill-and-resume comparison."""
 
 import json
 import os
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 ENTRY = str(Path(__file__).with_name("sharded_entry.py"))
 METRICS = ("loss", "reward/mean", "senior/token_share", "response/mean_length", "kl/junior", "grad_norm")
@@ -74,6 +76,27 @@ def assert_sharded(records):
         assert [r["fractions"][name] for r in records] == [0.5, 0.5], name
 
 
+def assert_partitioned(ranks, hidden: int):
+    """ZeRO-3 really partitioned the senior: every matrix is split in two halves (its storage released
+    outside the forward), and only vectors under the persistence threshold (10 x ``hidden`` elements)
+    stay whole on both ranks."""
+    for name, parts in ranks[0]["partitions"].items():
+        both = [r["partitions"][name] for r in ranks]
+        if [r["fractions"][name] for r in ranks] == [1.0, 1.0]:
+            assert both[0]["dims"] == 1 and both[0]["whole"] < 10 * hidden, name
+        else:
+            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
+    assert all(r["fractions"]["lm_head.weight"] == 0.5 for r in ranks)
+
+
+def assert_split(ranks, sharding: str, hidden: int):
+    """Each process holds half of the senior: FSDP2's shards (``assert_sharded``), ZeRO-3's partitions."""
+    if sharding == "zero3":
+        assert_partitioned(ranks, hidden)
+    else:
+        assert_sharded(ranks)
+
+
 def assert_same_updates(one: dict, two: dict, steps, rel: float = 1e-5):
     for step in steps:
         for key in METRICS:
@@ -84,6 +107,30 @@ def assert_same_updates(one: dict, two: dict, steps, rel: float = 1e-5):
 def max_diff(a: dict, b: dict) -> float:
     assert sorted(a) == sorted(b)
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *extra, rel: float = 1e-5,
+                            weights=lambda a, b: max_diff(a, b) < 1e-4) -> None:
+    """A 2-process run of ``sharding`` (``extra``: more flags, an engine) killed once ``checkpoint-2`` is
+    complete, re-run: it resumes there and ends with the uninterrupted 1-process run's (``baseline``,
+    4 updates) updates within ``rel`` and final weights that ``weights(baseline's, run's)`` accepts.
+    The killed run's stderr is kept beside ``run`` and shown when it ends before its checkpoint."""
+    cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", sharding, *extra))
+    log = run.with_name(run.name + ".err")
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
+    deadline = time.time() + 1800
+    while not (run / "checkpoint-2" / "model.safetensors").exists():
+        assert time.time() < deadline and proc.poll() is None, \
+            f"run ended or stalled before checkpoint-2:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+    signal_all(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run / "summary.json").exists(), "killed too late: the run had finished"
+    assert "resuming from checkpoint-2" in run_ok(cmd)
+    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4), rel=rel)
+    assert weights(load_file(baseline / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors"))
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
 
 
 def free_port() -> int:

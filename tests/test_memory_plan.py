@@ -84,6 +84,29 @@ def test_lora_trains_only_adapters(paper):
     assert "autocast copies of the matrices" not in items
 
 
+def test_lora_under_fsdp2_shards_the_bf16_base_and_the_fp32_adapters_and_their_state(paper):
+    """The same adapters (57,344 per layer and unit of rank) over 2 processes: each holds half of the
+    frozen bf16 base and of the fp32 adapters, and half of the adapters' moments and gradients;
+    what FSDP2 gathers (two layers, the root) is bf16 as without LoRA."""
+    from tandem_rlvr.rl.memory_plan import Layout, plan
+
+    adapters = 8 * 36 * 57_344
+    items = _items(plan(paper, gpu_gib=80, layout=Layout(2, "fsdp2", lora_r=8)), "cuda:0")
+    assert items["senior weight shards"].nbytes == (P * 2 + adapters * 4) / 2
+    assert items["AdamW moment shards"].nbytes == 2 * adapters * 4 / 2
+    assert items["gradient shards"].nbytes == adapters * 4 / 2
+    assert items["all-gathered layers: current + prefetched"].nbytes == 2 * LAYER * 2
+    assert items["weight sync: one gathered bucket"].nbytes == 512 * 2**20
+
+
+def test_lora_is_refused_under_zero3_in_the_plan(paper):
+    from tandem_rlvr.errors import TandemError
+    from tandem_rlvr.rl.memory_plan import Layout
+
+    with pytest.raises(TandemError, match="zero3"):
+        Layout(2, "zero3", lora_r=8)
+
+
 def test_lora_on_named_targets_counts_only_those_layers(paper):
     """q_proj and v_proj only: per layer (2,560 + 4,096) + (2,560 + 1,024) = 10,240 per unit of rank."""
     from dataclasses import replace

@@ -12,14 +12,15 @@ Tolerances: losses and step metrics rel 1e-5 (the two layouts sum the same gradi
 order); weights after the updates within 1e-4 absolute at lr 1e-2 (AdamW divides by the root of
 the second moment, which magnifies rounding on near-zero gradients: measured 7.8e-6 under FSDP2).
 
+LoRA under FSDP2 (PEFT adapters on the sharded senior) is checked the same way, and against the
+initial senior on disk (only the adapters may change) and the merged weights worked out by hand.
+
 Run: ``python -m pytest -m slow tests/test_sharded_training.py``.
 """
 
 import json
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,12 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import save_training_inputs
-from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_sharded, child_env, free_port, max_diff,
-                             rank_records, run_ok, signal_all, start_nodes, stop_nodes, torchrun, train_flags, update_rows,
-                             wait_for)
+from sharded_helpers import (ENTRY, REWARD, assert_partitioned, assert_same_updates, assert_sharded, free_port,
+                             kill_resume_and_compare, max_diff, rank_records, run_ok, signal_all, start_nodes, stop_nodes,
+                             torchrun, train_flags, update_rows, wait_for)
 
 pytestmark = pytest.mark.slow
+HIDDEN = 32  # conftest.save_training_inputs' default width
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +58,40 @@ def _entry(world, run: Path, flags: list[str], **env) -> tuple[Path, list[dict]]
     out.mkdir()
     run_ok(torchrun(ENTRY, str(out), *train_flags(world, run, 2, *flags)), **env)
     return run, rank_records(out)
+
+
+LORA = ("--lora-r", "4", "--lora-alpha", "8", "--save-merged", "true")  # scaling alpha / r = 2
+
+
+def test_two_process_fsdp2_lora_trains_like_one_process_and_only_the_adapters_change(world, tmp_path):
+    """PEFT adapters on an FSDP2-sharded senior: the base and the adapters are split in half, the
+    updates and the final adapter are the one-process run's, every weight but the adapters' stays
+    the senior on disk bit for bit, every process's rollout copy is the gathered base + (alpha / r) B A
+    by hand, and final/merged holds that sum, worked out here from final/'s adapter in plain torch."""
+    one = tmp_path / "one"
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, one, 2, *LORA)])
+    run, ranks = _entry(world, tmp_path / "lora", ["--sharding", "fsdp2", *LORA])
+    assert_sharded(ranks)
+    assert [r["summary"]["processes"] for r in ranks] == [2, 2]
+    assert any(".lora_A." in n for n in ranks[0]["fractions"])  # the adapters are shards too
+    assert_same_updates(update_rows(one), update_rows(run), (1, 2))
+    adapter = load_file(run / "final" / "adapter_model.safetensors")
+    assert max_diff(load_file(one / "final" / "adapter_model.safetensors"), adapter) < 1e-4
+    assert all(r["base_unchanged"] and r["copy_equal"] for r in ranks)
+    assert all(r["copy_syncs"] == 3 for r in ranks)
+    base = load_file(world / "senior" / "model.safetensors")
+    merged = load_file(run / "final" / "merged" / "model.safetensors")
+    assert sorted(merged) == sorted(base)
+    moved = 0
+    for name in base:
+        owner = name.removesuffix(".weight")
+        a = adapter.get(f"base_model.model.{owner}.lora_A.weight")  # (r, in)
+        expect = base[name] if a is None else base[name] + 2.0 * (adapter[f"base_model.model.{owner}.lora_B.weight"] @ a)
+        torch.testing.assert_close(merged[name], expect)
+        moved += a is not None and not torch.equal(expect, base[name])
+    assert moved == 2 * 7  # every linear layer of both decoder layers took its update
+    for save in ("checkpoint-2", "best"):  # collective saves of the adapter (and merged/) in each
+        assert (run / save / "adapter_model.safetensors").is_file() and (run / save / "merged" / "model.safetensors").is_file()
 
 
 def _two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[Path, list[dict]]:
@@ -110,29 +146,7 @@ def test_an_accelerate_fsdp_launch_shards_reduces_in_fp32_and_keeps_the_klreg_ju
 
 
 def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
-    _kill_resume_and_compare(world, baseline, tmp_path / "killed", "fsdp2")
-
-
-def _kill_resume_and_compare(world, baseline, run: Path, sharding: str) -> None:
-    """A 2-process run of ``sharding`` killed once ``checkpoint-2`` is complete, re-run: it resumes
-    there and ends with the uninterrupted 1-process run's updates and final weights."""
-    cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", sharding))
-    log = run.with_name(run.name + ".err")
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
-    deadline = time.time() + 1800
-    while not (run / "checkpoint-2" / "model.safetensors").exists():
-        assert time.time() < deadline and proc.poll() is None, \
-            f"run ended or stalled before checkpoint-2:\n{log.read_text()[-3000:]}"
-        time.sleep(0.1)
-    signal_all(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (run / "summary.json").exists(), "killed too late: the run had finished"
-    assert "resuming from checkpoint-2" in run_ok(cmd)
-    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4))
-    assert max_diff(load_file(baseline / "final" / "model.safetensors"),
-                     load_file(run / "final" / "model.safetensors")) < 1e-4
-    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    kill_resume_and_compare(world, baseline, tmp_path / "killed", "fsdp2")
 
 
 def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
@@ -159,21 +173,11 @@ def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(w
         stop_nodes(nodes)
 
 
-def _assert_partitioned(ranks):
-    """ZeRO-3 really partitioned the senior: every matrix is split in two halves (its storage released
-    outside the forward), and only vectors under the persistence threshold stay whole on both ranks."""
-    for name, parts in ranks[0]["partitions"].items():
-        both = [r["partitions"][name] for r in ranks]
-        if [r["fractions"][name] for r in ranks] == [1.0, 1.0]:
-            assert both[0]["dims"] == 1 and both[0]["whole"] < 10 * 32, name
-        else:
-            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
-    assert all(r["fractions"]["lm_head.weight"] == 0.5 for r in ranks)
-
-
-def test_two_process_zero3_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
+def test_two_process_zero3_loads_into_partitions_and_gives_the_one_process_losses_metrics_and_weights(
+        world, baseline, tmp_path):
     run, ranks = _two_processes_like_one(world, baseline, tmp_path, "zero3")
-    _assert_partitioned(ranks)
+    assert_partitioned(ranks, HIDDEN)
+    assert all(r["loaded_partitioned"] for r in ranks)  # zero.Init: never whole, even before DeepSpeed's engine
     # DeepSpeed's per-rank partitions beside the HF weights of the masters
     assert sorted(p.name for p in (run / "checkpoint-2" / "global_step2").glob("zero_pp_rank_*_optim_states.pt")) == \
         ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
@@ -189,7 +193,7 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
     run, ranks = _entry(world, tmp_path / "z3launch", ["--method", "klreg", "--dtype", "bfloat16"],
                         ACCELERATE_USE_DEEPSPEED="true", ACCELERATE_DEEPSPEED_ZERO_STAGE="3",
                         ACCELERATE_MIXED_PRECISION="bf16")
-    _assert_partitioned(ranks)
+    assert_partitioned(ranks, HIDDEN)
     assert json.loads((run / "config.json").read_text())["sharding"] == "zero3"
     assert all(r["mixed_precision"] == {"param": "torch.bfloat16", "reduce": "torch.float32"} for r in ranks)
     assert all(r["master_dtype"] == "torch.float32" for r in ranks)
@@ -205,4 +209,4 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
 
 
 def test_killed_zero3_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
-    _kill_resume_and_compare(world, baseline, tmp_path / "z3killed", "zero3")
+    kill_resume_and_compare(world, baseline, tmp_path / "z3killed", "zero3")

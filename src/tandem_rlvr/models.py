@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -288,13 +289,14 @@ def load_pool_juniors(pair: Pair, names, devices, dtype) -> None:
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,
               trainable: bool = False, senior_dtype=None, other_tokenizer: bool = False,
-              tokenizers: tuple | None = None) -> Pair:
+              tokenizers: tuple | None = None, junior_context=contextlib.nullcontext) -> Pair:
     """Load the senior, the junior (frozen; None = solo) and their shared tokenizer.
 
     ``senior_dtype`` (default: ``dtype``) lets a trainable senior hold fp32 master weights
     while the frozen junior stays in the compute dtype. ``other_tokenizer``: a junior of another
     tokenizer is accepted (text-level handoff, ``decoding.xtandem``) and given as ``Pair.xjunior``.
-    ``tokenizers``: ``load_tokenizers(senior, junior)`` already loaded (default: loaded here)."""
+    ``tokenizers``: ``load_tokenizers(senior, junior)`` already loaded (default: loaded here).
+    ``junior_context()`` is entered around the junior's load (a ZeRO-3 run's keeps it whole)."""
     tok, j_tok = tokenizers if tokenizers is not None else load_tokenizers(senior, junior)
     xjunior = None
     if junior is not None:
@@ -307,5 +309,6 @@ def load_pair(senior: str, junior: str | None, senior_device=None, junior_device
     s_dev = resolve_device(senior_device)
     j_dev = resolve_device(junior_device) if junior_device else s_dev
     s = load_model(senior, s_dev, senior_dtype if senior_dtype is not None else dtype, trainable=trainable)
-    j = load_model(junior, j_dev, dtype) if junior is not None else None
+    with junior_context():
+        j = load_model(junior, j_dev, dtype) if junior is not None else None
     return Pair(s, j, tok, xjunior)

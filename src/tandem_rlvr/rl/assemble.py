@@ -17,7 +17,7 @@ from pathlib import Path
 from ..config import TrainConfig
 from ..errors import TandemError
 from ..io import write_json
-from ..models import Pair
+from ..models import Pair, resolve_device
 from .precision import RolloutModel
 from .prepare import Prepared, prepare
 from .run_identity import check_run_dir, model_card, stored_config
@@ -93,8 +93,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     check_run_dir(cfg)  # refuse a different config before loading anything
     _check_launch(cfg)
     check_lora_targets(cfg)  # from the senior's config alone, before its weights load
-    prep = prepare(cfg)
-    on_cpu = next(prep.pair.senior.parameters()).device.type == "cpu"
+    on_cpu = resolve_device(cfg.models.senior_device).type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
     # (gloo) when told the run is on CPU; without it every process trains alone.
     state = PartialState(cpu=on_cpu, timeout=timedelta(seconds=cfg.models.dist_timeout_s))
@@ -103,6 +102,8 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         configure_sharding(args, cfg.models.precision.compute, on_cpu)
     elif cfg.models.sharding == "zero3":
         zero3.configure(args, on_cpu)
+    # after args: under ZeRO-3 the senior loads straight into its partitions (rl/zero3.py, "Loading")
+    prep = prepare(cfg)
     ds = datasets.Dataset.from_list(prep.dataset_rows())
     engine = open_rollout_engine(cfg, prep.pair, state.num_processes)  # fails before the run directory is touched
     start = RunStart.take(cfg.loop.output_dir, state.is_main_process)

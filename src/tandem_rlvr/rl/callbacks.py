@@ -266,12 +266,13 @@ class Validation(TrainerCallback):
             shutil.rmtree(tmp, ignore_errors=True)
         if sharded:
             PartialState().wait_for_everyone()  # no process writes into the old tmp
+        if is_lora(model):  # the adapter, and merged/ weights with save_merged (collective when sharded)
+            save_lora(model, tmp, self.dtype, self.tok, self.cfg.models.save_merged, self.cfg.models.sync_bucket_mb << 20)
+        elif sharded:
             save_streamed(model, tmp, self.dtype, self.cfg.models.sync_bucket_mb << 20)
         if not main:
             return
-        if is_lora(model):  # the adapter, and merged/ weights with save_merged
-            save_lora(model, tmp, self.dtype, self.tok, self.cfg.models.save_merged, self.cfg.models.sync_bucket_mb << 20)
-        elif not sharded:
+        if not (sharded or is_lora(model)):
             save_in_dtype(model, tmp, self.dtype)  # the compute dtype, as final/
         self.tok.save_pretrained(tmp)
         for name, data in extra.items():
@@ -322,7 +323,10 @@ class CheckpointWeights(TrainerCallback):
         ckpt = self.run_dir / f"checkpoint-{state.global_step}"
         tmp = ckpt / ".hf.tmp"
         dtype = self.dtype or next(p for p in model.parameters()).dtype
-        save_streamed(model, tmp, dtype, self.bucket_bytes)
+        if is_lora(model):  # FSDP's sharded checkpoint leaves the Trainer no adapter to write: gathered here
+            save_lora(model, tmp, dtype)
+        else:
+            save_streamed(model, tmp, dtype, self.bucket_bytes)
         if state.is_world_process_zero:
             for f in tmp.iterdir():
                 os.replace(f, ckpt / f.name)
@@ -331,7 +335,8 @@ class CheckpointWeights(TrainerCallback):
 
 class MergedCheckpoint(TrainerCallback):
     """``save_merged`` (LoRA): merged HF weights in ``checkpoint-N/merged`` beside the adapter the Trainer
-    saved there (``rl.lora``), written beside and moved in by the main process."""
+    (or, sharded, ``CheckpointWeights``) saved there (``rl.lora``), gathered on every process when the
+    senior is sharded, written beside and moved in by the main process."""
 
     def __init__(self, run_dir: Path, dtype, tokenizer, bucket_bytes: int):
         self.run_dir, self.dtype, self.tokenizer, self.bucket_bytes = run_dir, dtype, tokenizer, bucket_bytes
@@ -341,12 +346,19 @@ class MergedCheckpoint(TrainerCallback):
 
         from .lora import merged_tensors
 
-        if not state.is_world_process_zero or model is None:
+        if model is None:
+            return
+        base = extract_model_from_parallel(model).get_base_model()
+        main, sharded = state.is_world_process_zero, is_sharded(base)
+        if not (main or sharded):
             return
         ckpt = self.run_dir / f"checkpoint-{state.global_step}"
         tmp = ckpt / ".merged.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        base = extract_model_from_parallel(model).get_base_model()
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if sharded:  # FSDP2: every process gathers the merged weights
+            PartialState().wait_for_everyone()
         save_streamed(base, tmp, self.dtype, self.bucket_bytes, named=merged_tensors)
-        self.tokenizer.save_pretrained(tmp)
-        os.replace(tmp, ckpt / "merged")
+        if main:
+            self.tokenizer.save_pretrained(tmp)
+            os.replace(tmp, ckpt / "merged")

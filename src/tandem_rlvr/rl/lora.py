@@ -25,7 +25,9 @@ What changes under LoRA, and why:
   ``PeftModel.from_pretrained(base, DIR)``), and with ``--save-merged`` a ``merged/`` folder of
   plain HF weights in the compute dtype with the tokenizer. ``tandem eval`` loads a LoRA folder's
   ``merged/`` when it has one, else merges on load (``adapters.py``).
-- Not with ``--sharding fsdp2`` (refused before any loading; docs/scale.md "LoRA").
+- Under ``--sharding fsdp2`` the base and the adapters are FSDP2 shards: the merged stream adds each
+  process's rows of B A to its rows of W and gathers the sum as any sharded tensor (``_sharded_merge``),
+  and saves gather the adapter collectively. Not under ``--sharding zero3`` (docs/sharding.md, "LoRA").
 
 TRL disables dropout in the trained model (``disable_dropout``, as the paper's runs have none), which
 would silently zero the adapter's dropout too; ``prepare_trainer`` puts ``--lora-dropout`` back.
@@ -148,11 +150,34 @@ def _delta(layer) -> torch.Tensor | None:
     return sum(parts) if parts else None
 
 
+def _sharded_merge(layer, w):
+    """W + (alpha / r) B A of an FSDP2-sharded LoRA layer, as a DTensor sharded as W is: each process
+    adds B's rows it holds (FSDP2 splits B and W by the same output rows) times the whole A (gathered:
+    r x in weights, collective) to its rows of W, so no process forms the whole merged matrix."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    if getattr(layer, "merged", False) or getattr(layer, "disable_adapters", False):
+        return w
+    local = w.to_local().float()
+    for a in layer.active_adapters:
+        if a not in layer.lora_A:
+            continue
+        b, a_full = layer.lora_B[a].weight, layer.lora_A[a].weight.full_tensor().float()
+        if b.placements != (Shard(0),) or w.placements != (Shard(0),) or b.to_local().shape[0] != local.shape[0]:
+            raise TandemError(f"LoRA under FSDP2: {type(layer).__name__} is not sharded by rows as its adapter")
+        local = local + layer.scaling[a] * (b.to_local().float() @ a_full)  # (out / N, in)
+    return DTensor.from_local(local, w.device_mesh, w.placements, shape=w.shape, stride=w.stride())
+
+
 @torch.no_grad()
 def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
     """(name, merged tensor) over ``base``'s parameters (the transformers model PEFT injected into):
-    adapter tensors skipped, ``x.base_layer.weight`` yielded as ``x.weight`` = W + (alpha / r) B A."""
+    adapter tensors skipped, ``x.base_layer.weight`` yielded as ``x.weight`` = W + (alpha / r) B A.
+    Under FSDP2 a merged weight stays a DTensor of W's shards (``_sharded_merge``; the stream gathers it)."""
     from peft.tuners.lora import LoraLayer
+    from torch.distributed.tensor import DTensor
+
+    from .sharding import clean_name
 
     layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
     for name, p in base.named_parameters(remove_duplicate=remove_duplicate):
@@ -162,10 +187,11 @@ def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
         owner, sep, leaf = name.rpartition(".base_layer.")
         if sep:
             name = f"{owner}.{leaf}"
-            delta = _delta(layers[owner]) if leaf == "weight" and owner in layers else None
-            if delta is not None:
+            if leaf == "weight" and owner in layers and isinstance(t, DTensor):
+                t = _sharded_merge(layers[owner], t)
+            elif (delta := _delta(layers[owner]) if leaf == "weight" and owner in layers else None) is not None:
                 t = t.float() + delta
-        yield name, t if dtype is None else t.to(dtype)
+        yield clean_name(name), t if dtype is None else t.to(dtype)
 
 
 def merged_weights(model, dtype: torch.dtype | None = None):
@@ -184,16 +210,59 @@ def merged_tensors(base):
                 yield f"{mod_name}.{b_name}".replace(".base_layer.", "."), b
 
 
+def stream_source(model):
+    """(model, tensor walk) for ``rl.sharding.push``/``buckets``: a LoRA senior's base model with
+    ``merged_tensors`` (W + (alpha / r) B A under the base names), any other model as it is."""
+    from .sharding import named_tensors
+
+    return (model.get_base_model(), merged_tensors) if is_lora(model) else (model, named_tensors)
+
+
+def _save_gathered_adapter(model, out, main: bool) -> None:
+    """A sharded PEFT model's adapter, gathered whole on every process (collective; it is small) and
+    written by the main one in PEFT's format: ``adapter_model.safetensors`` under PEFT's key names
+    (the adapter name dropped) and ``adapter_config.json`` in inference mode, as ``save_pretrained``
+    writes them. Not through ``save_pretrained``: PEFT picks the adapter's entries by module name,
+    and FSDP's activation-checkpoint wrapper (``_checkpoint_wrapped_module``) renames the modules
+    but not the state dict's keys, so it would select none."""
+    import copy
+
+    from safetensors.torch import save_file
+
+    from .sharding import clean_name, gathered
+
+    name = model.active_adapter
+    adapter = {clean_name(n).replace(f".{name}.", "."): gathered(t, t.dtype).cpu().contiguous()
+               for n, t in model.state_dict().items() if _adapter_param(n)}
+    if not main:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(adapter, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = copy.deepcopy(model.peft_config[name])
+    config.inference_mode = True
+    config.save_pretrained(str(out))
+
+
 def save_lora(model, out, dtype: torch.dtype, tokenizer=None, merged: bool = False, bucket_bytes: int = 512 << 20):
     """The adapter in PEFT's format under ``out`` (as held: fp32 masters) and, with ``merged``, plain
-    HF weights of the merged senior in ``dtype`` with the tokenizer under ``out/merged``."""
+    HF weights of the merged senior in ``dtype`` with the tokenizer under ``out/merged``. Call it on
+    every process when the senior is sharded (FSDP2): the adapter is gathered whole (it is small),
+    the merged weights bucket by bucket; the main process writes."""
     from pathlib import Path
 
-    from .sharding import save_streamed
+    import torch.distributed as dist
 
-    model.save_pretrained(str(out))
+    from .sharding import is_sharded, save_streamed
+
+    main, sharded = not dist.is_initialized() or dist.get_rank() == 0, is_sharded(model)
+    if not (main or sharded):
+        return
+    if sharded:
+        _save_gathered_adapter(model, Path(out), main)
+    elif main:
+        model.save_pretrained(str(out))
     if merged:
         save_streamed(model.get_base_model(), Path(out) / "merged", dtype, bucket_bytes, named=merged_tensors)
-        if tokenizer is not None:
+        if tokenizer is not None and main:
             tokenizer.save_pretrained(Path(out) / "merged")
 

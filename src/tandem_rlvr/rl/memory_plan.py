@@ -123,7 +123,7 @@ class Layout:
     fp32 master shards, ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``) or zero3
     (DeepSpeed), ``offload`` of shards to host memory (fsdp2: all = ``CPUOffloadPolicy``; zero3:
     optimizer = ``offload_optimizer``, all = with ``offload_param``), ``lora_r`` > 0: only LoRA
-    adapters of that rank on every linear layer of the body train, and the weight-sync bucket."""
+    adapters of that rank on every linear layer of the body train (ddp or fsdp2), and the weight-sync bucket."""
 
     processes: int = 1
     sharding: str = "ddp"
@@ -143,8 +143,8 @@ class Layout:
         if self.sharding == "fsdp2" and self.offload == "optimizer":
             raise TandemError("plan offload: FSDP2 offloads parameters, gradients and optimiser states together "
                               "(CPUOffloadPolicy): use offload all")
-        if self.lora_r and self.sharding != "ddp":
-            raise TandemError(f"plan: LoRA does not train under {self.sharding} (tandem train refuses it; docs/scale.md)")
+        if self.lora_r and self.sharding == "zero3":
+            raise TandemError("plan: LoRA does not train under zero3 (tandem train refuses it; docs/sharding.md)")
         if self.lora_r < 0 or self.sync_bucket_mib <= 0:
             raise TandemError(f"plan lora_r must be >= 0 and the sync bucket > 0 MiB, got {self.lora_r}, "
                               f"{self.sync_bucket_mib}")
@@ -159,7 +159,7 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
             lora_per_rank: int = 0) -> None:
     """The trained senior's weights, gradients and AdamW moments on one rank (see ``Layout``). LoRA
     (rl/lora.py): the frozen base in the compute dtype, adapters of ``lora_per_rank`` x r weights in the
-    masters' dtype, and only they have gradients and moments."""
+    masters' dtype, and only they have gradients and moments (whole under DDP, shards under FSDP2)."""
     n, bm, bc = lay.processes, _bytes(master), _bytes(compute)
     trained = lay.lora_r * (lora_per_rank or S.lora_per_rank) if lay.lora_r else S.params
     what = f"LoRA r={lay.lora_r}: {_count(trained)} adapter weights" if lay.lora_r else f"{_count(S.params)} weights"
@@ -178,7 +178,11 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
     off = lambda level: HOST if lay.offload in level else dev  # noqa: E731
     if lay.sharding == "fsdp2":
         gather = bc if master != compute else bm  # MixedPrecisionPolicy(param_dtype=compute)
-        p.add(off(("all",)), "resident", f"senior weight shards ({bm} B x {_count(weights)} / {n})", weights * bm / n)
+        if lay.lora_r:  # the frozen base in the compute dtype, the adapters in the masters'
+            p.add(off(("all",)), "resident", f"senior weight shards ({bc} B x {_count(S.params)} frozen base + {bm} B "
+                                             f"x {_count(trained)} adapters, / {n})", (S.params * bc + trained * bm) / n)
+        else:
+            p.add(off(("all",)), "resident", f"senior weight shards ({bm} B x {_count(weights)} / {n})", weights * bm / n)
         p.add(off(("all",)), "resident", f"AdamW moment shards (2 x {bm} B x {what} / {n})", 2 * trained * bm / n)
         p.add(off(("all",)), "update", f"gradient shards ({bm} B / {n} per trained weight)", trained * bm / n)
         if lay.offload == "all":  # the CPU step moves each layer's shard to the GPU to gather it

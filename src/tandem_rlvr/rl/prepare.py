@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,7 +111,8 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
 
 
 def prepare(cfg: TrainConfig) -> Prepared:
-    """The run's problems and loaded pair (the senior trainable, in the master dtype), overlong prompts dropped."""
+    """The run's problems and loaded pair (the senior trainable, in the master dtype), overlong prompts dropped.
+    Under ZeRO-3 call it once the run's GRPOConfig exists: the senior then loads as partitions."""
     from .xjunior import attach_junior_prompts, other_tokenizer
 
     m = cfg.models
@@ -118,11 +120,16 @@ def prepare(cfg: TrainConfig) -> Prepared:
     other = other_tokenizer(cfg, tokenizers)  # refuses what a junior of another tokenizer cannot train, before the data
     train, val = split_problems(cfg)
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
+    whole = nullcontext
+    if m.sharding == "zero3":  # the senior into ZeRO-3 partitions (zero.Init), the juniors whole (rl/zero3.py)
+        from .zero3 import outside_zero3 as whole
     pool = m.pool
     pair = load_pair(m.senior, pool.names[0], m.senior_device, m.junior_devices[0], m.precision.compute,
-                     trainable=True, senior_dtype=base, other_tokenizer=other, tokenizers=tokenizers)
+                     trainable=True, senior_dtype=base, other_tokenizer=other, tokenizers=tokenizers,
+                     junior_context=whole)
     if not pool.single:  # the pool's other juniors, frozen on their devices (docs/pool.md)
-        load_pool_juniors(pair, pool.names, m.junior_devices, m.precision.compute)
+        with whole():
+            load_pool_juniors(pair, pool.names, m.junior_devices, m.precision.compute)
     prep = Prepared(cfg, pair, train, val, resolve_template(pair.tokenizer, cfg.data.template))
     attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)

@@ -150,7 +150,7 @@ def named_tensors(model):
                 yield clean_name(f"{mod_name}.{b_name}" if mod_name else b_name), b
 
 
-def _full(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def gathered(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The whole tensor in ``dtype``: a shard is cast first, then gathered (collective: every rank)."""
     from torch.distributed.tensor import DTensor
 
@@ -178,7 +178,7 @@ def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False,
     FSDP2 gathers tensor by tensor; ZeRO-3 gathers a bucket's parameters together (``rl.zero3``).
     aliases: a tied tensor also comes under its other names, right after its first (the same
     gathered tensor, no second gather): an engine's reload needs its tied head by name. ``named`` walks
-    the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged)."""
+    the model's tensors (``rl.lora.merged_tensors``: a LoRA senior merged; ``rl.lora.stream_source``)."""
     from . import zero3
 
     alias = tied_aliases(model) if aliases else {}
@@ -188,7 +188,7 @@ def buckets(model, dtype: torch.dtype, bucket_bytes: int, aliases: bool = False,
             with zero3.gathered_bucket(part, dtype) as full:
                 yield _with_aliases(full, alias)
         else:
-            yield _with_aliases([(name, _full(t, dtype)) for name, t in part], alias)
+            yield _with_aliases([(name, gathered(t, dtype)) for name, t in part], alias)
 
 
 def _with_aliases(full: list, alias: dict[str, list[str]]) -> list:
@@ -212,12 +212,13 @@ def _bucket_plan(model, dtype: torch.dtype, bucket_bytes: int, named=named_tenso
         yield bucket
 
 
-def push(model, load_weights, dtype: torch.dtype, bucket_bytes: int, every_rank: bool = True) -> dict:
-    """Feed ``model``'s full tensors (tied ones under each name) to ``load_weights`` (on every rank,
-    or on the main one while the others gather in lockstep); returns ``{"seconds", "bytes",
-    "buckets"}`` of this rank's stream (bytes gathered: a tied tensor once)."""
+def push(model, load_weights, dtype: torch.dtype, bucket_bytes: int, every_rank: bool = True,
+         named=named_tensors) -> dict:
+    """Feed ``model``'s full tensors (tied ones under each name; ``named`` walks them, as in ``buckets``)
+    to ``load_weights`` (on every rank, or on the main one while the others gather in lockstep); returns
+    ``{"seconds", "bytes", "buckets"}`` of this rank's stream (bytes gathered: a tied tensor once)."""
     t0 = time.perf_counter()
-    stream = _counted(buckets(model, dtype, bucket_bytes, aliases=True))
+    stream = _counted(buckets(model, dtype, bucket_bytes, aliases=True, named=named))
     if every_rank or _rank() == 0:
         load_weights(stream)
     for _ in stream:  # the rest (other ranks; a consumer that stopped early), so every rank gathers alike

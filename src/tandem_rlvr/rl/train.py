@@ -88,11 +88,10 @@ def _save_final(trainer, tokenizer, out: Path, card: str, dtype: torch.dtype, bu
         shutil.rmtree(tmp, ignore_errors=True)
     trainer.accelerator.wait_for_everyone()  # no process writes into the old .final.tmp
     senior = trainer.accelerator.unwrap_model(trainer.model)
-    if trainer.is_fsdp_enabled or is_sharded(senior):  # FSDP2 shards, ZeRO-3 partitions: gathered bucket by bucket
+    if is_lora(senior):  # the adapter, and merged/ weights with save_merged (rl/lora.py; collective when sharded)
+        save_lora(senior, tmp, dtype, tokenizer, merged, bucket_bytes)
+    elif trainer.is_fsdp_enabled or is_sharded(senior):  # FSDP2 shards, ZeRO-3 partitions: gathered bucket by bucket
         save_streamed(senior, tmp, dtype, bucket_bytes)
-    elif is_lora(senior):
-        if main:  # the adapter, and merged/ weights with save_merged (rl/lora.py)
-            save_lora(senior, tmp, dtype, tokenizer, merged, bucket_bytes)
     elif trainer.is_deepspeed_enabled:
         trainer.save_model(str(tmp))  # ZeRO 1/2: whole weights, in the masters' dtype
     elif main:

@@ -58,6 +58,7 @@ class EngineSync:
     def __call__(self, senior: torch.nn.Module, step: int) -> None:
         import torch.distributed as dist
 
+        from .lora import stream_source
         from .sharding import is_sharded, push
 
         if self.synced == (id(senior), step):
@@ -65,9 +66,10 @@ class EngineSync:
         dtype = self.engine.weight_dtype
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         try:
-            if is_sharded(senior):  # collective: every process gathers each bucket
-                self.last_sync = push(senior, self.engine.load_weights, dtype or next(senior.parameters()).dtype,
-                                      self.bucket_bytes, every_rank=not self.one_sender)
+            if is_sharded(senior):  # collective: every process gathers each bucket (a LoRA senior merged)
+                model, named = stream_source(senior)
+                self.last_sync = push(model, self.engine.load_weights, dtype or next(senior.parameters()).dtype,
+                                      self.bucket_bytes, every_rank=not self.one_sender, named=named)
             elif not self.one_sender or world == 1 or dist.get_rank() == 0:
                 self.engine.load_weights(senior_weights(senior, dtype))
             if self.one_sender and world > 1:

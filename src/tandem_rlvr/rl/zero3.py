@@ -24,6 +24,14 @@ so ``force_on_cpu`` switches accelerate's state to DeepSpeed there (this module 
 that touches that part of accelerate; ``tests/test_sharded_training.py`` asserts that each rank
 then holds 1/N of every partitioned parameter: ``ds_tensor`` against ``ds_numel``).
 
+**Loading.** ``rl.assemble.build_run`` makes the run's GRPOConfig (whose DeepSpeed config
+transformers records) before ``rl.prepare`` loads the pair, so ``from_pretrained`` builds the
+senior under ``deepspeed.zero.Init``: each process allocates only its partitions on its device,
+process 0 reads the checkpoint into host memory and the values reach the other processes module by
+module (transformers' ``_load_state_dict_into_zero3_model``), so no GPU holds the whole senior (host
+memory per process measured with ``scripts/zero3_load_memory.py``, docs/sharding.md). The junior
+loads outside it (``outside_zero3``).
+
 **The stream.** ``gathered_bucket`` is ``rl.sharding.buckets``' ZeRO-3 gather: one bucket's
 parameters gathered together with ``deepspeed.zero.GatheredParameters`` (every rank, same order)
 and released when the consumer asks for the next. The gathered tensors are the bf16 partitions
@@ -95,9 +103,16 @@ def ds_settings(cfg, compute: torch.dtype, master: torch.dtype) -> dict:
 
 def configure(args, on_cpu: bool) -> None:
     """After ``args`` (a GRPOConfig built with ``deepspeed=ds_settings(...)``) exists and before the
-    trainer: on a CPU machine, make accelerate really run DeepSpeed."""
+    senior loads: on a CPU machine, make accelerate really run DeepSpeed; and have DeepSpeed's own
+    communication layer join the launch's process group now (``zero.Init`` reads its world size when
+    the senior loads, before ``deepspeed.initialize`` would join it)."""
+    import deepspeed
+    import torch.distributed as dist
+
     if on_cpu:
         force_on_cpu(args)
+    if dist.is_initialized():
+        deepspeed.init_distributed(dist_backend=dist.get_backend())
 
 
 def force_on_cpu(args) -> None:
