@@ -49,6 +49,8 @@ from ...prompting import DEFAULT_INSTRUCTION, encode_prompt
 from ...outdir import RunLock, abs_spec, output_dir, remove_failed_start
 from ...tasks import prompt_text, task_row
 from ..measure.metrics import handoff_diagnostics, pass_at_k_summary
+from ..measure.pool_metrics import junior_pass_at_k
+from .pool_decoding import open_pool_stream, record_juniors, recorded_pool
 from ..run_files import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
                    read_samples, run_problems, validate_sample_row, write_metrics, write_sources)
 
@@ -141,6 +143,8 @@ def run_eval(decoder: TandemDecoder, tokenizer, problems: dict[str, list[Problem
                     chunk = todo[start:start + per_batch]
                     own = getattr(decoder, "sample_chunk", None)  # the text-level handoff samples its own rows
                     new = own(chunk, spec, sample_seed) if own else _sample_chunk(decoder, tokenizer, chunk, spec)
+                    if getattr(decoder, "pool", None) is not None:  # a junior pool: each row names its junior
+                        record_juniors(new, decoder.pool)
                     wrote = True
                     try:
                         append_rows(f, new)
@@ -174,7 +178,7 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
         return None
     old = read_config(out / CONFIG)
     problems = _problems(cfg)
-    roles = {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
+    roles = cfg.model_roles
     new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()},
            "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}
     if INPUTS not in old:
@@ -206,6 +210,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         from .text_handoff import open_text_handoff
 
         dec, tok, close = open_text_handoff(cfg, name)
+    elif cfg.pool is not None:  # in-stream handoff with a junior pool
+        dec, tok, close = open_pool_stream(cfg)
     else:
         if cfg.handoff_protocol == "stream":
             _check_stream_vocab(cfg)
@@ -213,7 +219,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     try:
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
         if served is None:
-            roles = {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
+            roles = cfg.model_roles
         else:  # a client cannot see the server's junior; its senior is fingerprinted where its files are here
             roles = {"senior": served["senior"]} if Path(served["senior"]).is_dir() else {}
         fingerprints = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()}
@@ -224,7 +230,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
                         answer_mode=pr.answer_mode, math_grader=pr.grader, task=pr.task, engine=d.engine,
                         fingerprints=fingerprints, dtype=str(resolve_dtype(m.dtype, resolve_device(m.device))).removeprefix("torch."),
                         models=served or {"senior": abs_spec(m.senior, NAMED_MODELS),
-                                          "junior": abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None})
+                                          "junior": recorded_pool(cfg.pool).spec() if cfg.pool else
+                                          abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None})
         metrics = run_eval(dec, tok, problems, spec, out, d.batch_size, progress)
     finally:
         close()
@@ -319,5 +326,8 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], spec: EvalSp
     metrics["response_tokens"] = {"mean": float(lengths.mean())}
     if spec.schedule.get("name") != "senior":
         metrics.update(handoff_diagnostics(rows))
+    if "pool" in spec.schedule:  # per junior of the pool (metrics.json's top-level figures pool them all)
+        metrics["juniors"] = junior_pass_at_k(rows, problems, [k for k in spec.ks if k <= spec.n],
+                                              spec.schedule["pool"]["juniors"])
     metrics["config"] = spec.to_dict(list(problems))
     return metrics
