@@ -112,6 +112,22 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
     return out
 
 
+def _pool_tables(label: str, metrics: dict[str, dict]) -> list[Table]:
+    """A handoff set-up with a junior pool: each senior's pass@k (macro) per junior, over the samples that
+    junior got ("—" where no problem had k of them: metrics' ``why``); the pooled row is the table above."""
+    from ...models import model_name
+
+    pooled = {n: m for n, m in metrics.items() if m.get("juniors")}
+    if not pooled:
+        return []
+    ks = [k for k in next(iter(metrics.values()))["macro"] if k.startswith("pass@")]
+    rows = [[n, model_name(j), str(x["samples"]), *[_pm(x["macro"].get(k)) if (x["macro"].get(k) or {}).get("mean")
+                                                    is not None else "—" for k in ks]]
+            for n, m in pooled.items() for j, x in m["juniors"].items()]
+    return [Table(f"{label} per junior of the pool: pass@k over the samples each junior got (—: no problem had k of "
+                  "them)", ["senior", "junior", "samples", *ks], rows)]
+
+
 def comparison_tables(comp: dict) -> list[Table]:
     """All tables of a comparison, in the paper's order. Models appear by ``models.model_name``
     (never a full path; the report's provenance section has those)."""
@@ -128,6 +144,7 @@ def comparison_tables(comp: dict) -> list[Table]:
             junior += " (other files in each run)"  # one name, different weights (--allow-mixed)
         schedule = _distinct(metrics, lambda c: str((c["schedule"] or {}).get("name")))
         tables += _pass_tables(f"{label} ({junior}, {schedule})", metrics)
+        tables += _pool_tables(label, metrics)
     if comp["legibility"]:
         tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
                             [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]),
