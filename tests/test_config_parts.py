@@ -33,7 +33,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
 # Training settings added after the fixture was written, at the defaults their issue gives them (LoRA,
 # issue 31: r = 0 is full fine-tuning, alpha TRL's 32, no dropout, PEFT's all-linear, no merged/ copy).
 ADDED_SETTINGS = {"lora_r": 0, "lora_alpha": 32.0, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
-                  "save_merged": False}
+                  "save_merged": False,
+                  # a junior pool (issue 36): one junior per GRPO group, best/ by the pool's weighted mean
+                  "junior_draw": "group", "best_by_junior": "pool-mean"}
 # README commands added after the fixture (their flags are checked against what they say, below).
 ADDED_COMMANDS = [
     ["train", "--preset", "tiny", "--method", "tandem", "--lora-r", "16", "--lora-alpha", "32", "--save-merged", "true",

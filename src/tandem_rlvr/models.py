@@ -241,6 +241,7 @@ class Pair:
     junior: object | None
     tokenizer: object
     xjunior: object | None = None
+    juniors: tuple = ()  # a junior pool's frozen juniors in pool order (``junior`` is the first); empty: one junior
 
     @property
     def eos_ids(self) -> list[int]:
@@ -255,6 +256,16 @@ class Pair:
         sched = make_schedule(schedule, self.tokenizer, p=p, K=K, vocab_size=self.senior.config.vocab_size)
         return TandemDecoder(self.senior, self.junior, sched, sampling, self.eos_ids, self.tokenizer.pad_token_id,
                              **options)
+
+
+def load_pool_juniors(pair: Pair, names, devices, dtype) -> None:
+    """Give ``pair`` (loaded with ``names[0]`` as its junior) every junior of a pool, each loaded once and
+    frozen on its device (None: the senior's), after checking it shares the senior's tokenizer."""
+    s_dev = next(pair.senior.parameters()).device
+    for name in names[1:]:
+        check_same_tokenizer(pair.tokenizer, load_tokenizer(name), name_b=f"junior {name}")
+    pair.juniors = (pair.junior, *(load_model(n, resolve_device(d) if d else s_dev, dtype)
+                                   for n, d in zip(names[1:], devices[1:])))
 
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,

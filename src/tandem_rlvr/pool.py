@@ -89,6 +89,23 @@ class JuniorPool:
             return self.names[0]
         return ",".join(f"{n}:{w:.12g}" for n, w in zip(self.names, self.weights))
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Each junior's short name in log keys and rollout records (``junior/<label>/reward``): the last
+        part of its path or id (``runs/w/junior`` -> ``junior``), or the whole name with ``/`` as ``_``
+        for all when two last parts are equal."""
+        last = tuple(n.rstrip("/").rsplit("/", 1)[-1] or n for n in self.names)
+        if len(set(last)) == len(last):
+            return last
+        return tuple(n.strip("/").replace("/", "_") for n in self.names)
+
+    def index(self, name: str) -> int:
+        """The position of the junior ``name`` (its name as given or its label); a TandemError listing the pool."""
+        for i, (n, label) in enumerate(zip(self.names, self.labels)):
+            if name in (n, label):
+                return i
+        raise TandemError(f"junior {name!r} is not in the pool; valid: {', '.join(self.labels)}")
+
     def draw(self, seed: int, step: int, prompt: int, rollout: int = 0) -> int:
         """The index of the junior of rollout ``rollout`` of prompt ``prompt`` at update ``step``
         (``rollout`` = 0 for a group-shared draw): inverse CDF of a uniform from a hash of the four."""

@@ -36,6 +36,9 @@ class LoopPart:
     eval_n: int = setting(1, "samples per validation problem", range=(1, None, False))
     decline_drop: float = setting(0.10, "flag a decline when validation accuracy falls this far below its best",
                                   range=(0, 1, True))
+    best_by_junior: str = setting("pool-mean", "a junior pool: best/ is the step with the best validation accuracy "
+                                  "averaged over the pool's juniors by their weights (pool-mean), or with one named "
+                                  "junior (its name or label in the pool)")
     save_every: int = setting(20, "steps (in step_unit) between checkpoints (a whole number of rollout steps)")
     save_total_limit: int | None = setting(2, "checkpoints kept besides the best", range=(1, None, False))
     keep_weights: bool = setting(False, "also export every save's senior weights to weights/step-N (compute dtype, "

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import TandemError
 from ..models import resolve_dtype
+from ..pool import JuniorPool
 from .fields import at_least, check_part, setting
 
 SHARDINGS = ("none", "fsdp2", "zero3")  # how the trained senior is laid out over the training processes (rl/sharding.py, rl/zero3.py)
@@ -32,10 +33,13 @@ class ModelsPart:
     """The senior (trained), the junior (frozen), their devices and dtypes, and the senior's layout."""
 
     senior: str = setting("tiny", "senior initialisation: directory, .gguf, hub id, or tiny")
-    junior: str | None = setting(None, "frozen junior; default: the senior's initial checkpoint (self-pairing)")
+    junior: str | None = setting(None, "frozen junior, or a pool of them (A,B equal; A:0.5,B:0.5 weighted; a YAML "
+                                 "file or list; docs/pool.md), recorded as its canonical spec; default: the senior's "
+                                 "initial checkpoint (self-pairing)")
     senior_device: str = setting("auto", "device of the senior (auto: this process's GPU, cuda:$LOCAL_RANK, if "
                                  "available, else cpu)")
-    junior_device: str | None = setting(None, "device of the junior (default: the senior's)")
+    junior_device: str | None = setting(None, "device of the junior (default: the senior's); a pool: one device for "
+                                        "all its juniors or one per junior, comma-separated (cuda:1,cuda:2)")
     dtype: str = setting("auto", "float32, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
     master_dtype: str = setting("float32", "dtype of the weights AdamW updates: float32 (fp32 master weights, forward "
                                 "and backward in `dtype` under autocast, as verl trains) or compute (the weights stay "
@@ -76,7 +80,14 @@ class ModelsPart:
                                 "checkpoint-N, best/ and final/, beside the adapter")
 
     def __post_init__(self):
+        if self.junior not in (None, ""):
+            try:
+                object.__setattr__(self, "junior", JuniorPool.parse(self.junior).spec())  # a YAML list or file: its spec
+            except TandemError as e:  # named once: the pool's own errors may name the spec already
+                said = str(e)
+                raise TandemError(said if repr(str(self.junior)) in said else f"junior {self.junior!r}: {said}") from None
         check_part(self)
+        self.junior_devices  # one device for all juniors or one each
         if self.shard_offload and self.sharding == "none":
             raise TandemError("shard_offload needs --sharding fsdp2 or zero3 (it offloads the shards)")
         at_least(self, 1, "dist_timeout_s", "sync_bucket_mb")
@@ -102,8 +113,27 @@ class ModelsPart:
 
     @property
     def junior_spec(self) -> str:
-        """The junior's checkpoint: ``junior``, or the senior's initial one (self-pairing)."""
+        """The junior's checkpoint: ``junior``, or the senior's initial one (self-pairing); a pool's spec."""
         return self.junior or self.senior
+
+    @cached_property
+    def pool(self) -> JuniorPool:
+        """The run's juniors and their draw weights (one junior: today's fixed junior)."""
+        return JuniorPool.parse(self.junior_spec)
+
+    @cached_property
+    def junior_devices(self) -> tuple[str | None, ...]:
+        """Each pool junior's device (None: the senior's), from ``junior_device``: one for all, or one per junior."""
+        names = self.pool.names
+        if not self.junior_device:
+            return (None,) * len(names)
+        devices = tuple(d.strip() for d in self.junior_device.split(","))
+        if len(devices) == 1:
+            return devices * len(names)
+        if len(devices) != len(names) or not all(devices):
+            raise TandemError(f"junior_device {self.junior_device!r}: give one device for all juniors or one per "
+                              f"junior ({len(names)}: {', '.join(self.pool.labels)})")
+        return devices
 
     def dtypes_on(self, device_type: str) -> Precision:
         """The precision this part gives a senior on a ``device_type`` device (the memory plan asks for a GPU

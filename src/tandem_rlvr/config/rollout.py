@@ -12,6 +12,7 @@ from ..decoding.sampling import SamplingParams
 from ..decoding.schedule import SCHEDULES, check_p_K
 from ..engines.base import ENGINES, engine_kind
 from ..errors import TandemError
+from ..pool import DRAWS
 from .fields import at_least, check_part, setting
 
 
@@ -28,6 +29,9 @@ class RolloutPart:
     temperature: float = setting(0.6, "rollout sampling temperature")
     top_p: float = setting(1.0, "rollout top-p", range=(0, 1, True))
     top_k: int = setting(0, "rollout top-k (0 = off)", range=(0, None, False))
+    junior_draw: str = setting("group", "a junior pool: one junior per GRPO group (group: the group's rollouts, "
+                               "whose rewards the advantage compares, share their partner) or one per rollout "
+                               "(rollout); docs/pool.md", choices=DRAWS)
     rollout_batch_rows: int = setting(0, "rows decoded together (0: the whole per-process rollout batch)")
     engine: str = setting("hf", "rollout and validation engine: hf (our transformers decoder) or vllm (an in-process "
                           "vLLM engine colocated with training; the senior's weights are synced after every "

@@ -74,6 +74,29 @@ class TrainConfig:
             engine_kind(self.rollout.engine).check_schedule(self.rollout.schedule)
         if self.rewards.judge:
             self.judge_settings()
+        self._check_pool()
+
+    def _check_pool(self) -> None:
+        """A pool of several juniors trains Tandem RLVR on the hf engine; best/ by a junior of the pool."""
+        pool = self.models.pool
+        if not pool.single:
+            if self.method != "tandem":
+                raise TandemError(f"a junior pool ({self.models.junior}) needs --method tandem: KL-Reg's reference is "
+                                  "one junior (a mixture of juniors has no per-token log-prob the k3 term could use "
+                                  "without choosing one) and GRPO writes without one (docs/pool.md)")
+            from ..engines.base import engine_kind
+
+            if not engine_kind(self.rollout.engine).transformers:
+                raise TandemError(f"a junior pool ({self.models.junior}) trains on --engine hf only for now, not "
+                                  f"{self.rollout.engine} (docs/pool.md)")
+        if self.loop.best_by_junior != "pool-mean":
+            try:
+                pool.index(self.loop.best_by_junior)
+            except TandemError as e:
+                raise TandemError(f"best_by_junior: {e}") from None
+            if self.validation_schedule == "senior":
+                raise TandemError(f"best_by_junior {self.loop.best_by_junior}: validation {self.data.validation} "
+                                  f"decodes the senior alone, with no junior to choose by")
 
     @classmethod
     def from_keys(cls, **keys) -> "TrainConfig":

@@ -11,6 +11,11 @@ weights: ``load_weights`` leaves the stream unread.
 A batch is decoded ``batch_rows`` rows at a time (``rollout_batch_rows``; None: all at once),
 the parts padded to one width, so the KV caches stay bounded however large the batch.
 
+A junior pool (``juniors``: the pool's frozen juniors, ``models.Pair.juniors``) decodes a batch whose
+rows have different juniors: ``generate(..., juniors=[index per row])`` decodes the rows of each junior
+as one sub-batch with that junior (every draw of a row comes from its row seed, so a row's rollout does
+not depend on which rows share its sub-batch) and puts the rows back in their order.
+
 A junior of another tokenizer (``xjunior``, a ``decoding.xtandem.XJunior``) makes every tandem
 schedule decode with ``decoding.xtandem.CrossTandemDecoder`` (text-level word handoff); solo
 schedules and a junior of the senior's tokenizer decode as before.
@@ -34,7 +39,8 @@ class HFRollouts:
     name = "hf"
 
     def __init__(self, senior, junior, tokenizer, eos_ids, batch_rows: int | None = None, rollout_copy=None,
-                 xjunior=None):
+                 xjunior=None, juniors=()):
+        self.juniors = tuple(juniors) or (junior,)
         self.junior, self.tokenizer, self.eos_ids, self.batch_rows = junior, tokenizer, list(eos_ids), batch_rows
         self.xjunior = xjunior
         self.vocab_size = senior.config.vocab_size
@@ -52,13 +58,15 @@ class HFRollouts:
                                                 vocab_size=self.vocab_size)
         return self.schedules[key]
 
-    def decoder(self, spec: RolloutSpec) -> TandemDecoder:
+    def decoder(self, spec: RolloutSpec, junior=None) -> TandemDecoder:
+        """The decoder of ``spec`` with ``junior`` (default: the first; a pool's others by ``generate``)."""
+        junior = self.junior if junior is None else junior
         senior = self.senior if self.rollout_copy is None else self.rollout_copy.copy
         if senior is None:
             raise TandemError("the hf engine's rollout copy holds no weights yet: load_weights comes first")
         if self.xjunior is not None and self.schedule(spec).uses_junior:
             return self.cross_decoder(senior, spec)
-        return TandemDecoder(senior, self.junior, self.schedule(spec), spec.sampling, self.eos_ids,
+        return TandemDecoder(senior, junior, self.schedule(spec), spec.sampling, self.eos_ids,
                              self.tokenizer.pad_token_id)
 
     def cross_decoder(self, senior, spec: RolloutSpec):
@@ -71,8 +79,24 @@ class HFRollouts:
                                   self.eos_ids, eos_ids(xj.tokenizer, getattr(self.junior, "generation_config", None)),
                                   p=spec.p, K=spec.K, xjunior=xj)
 
-    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec) -> Rollout:
-        dec = self.decoder(spec)
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec,
+                 juniors: Sequence[int] | None = None) -> Rollout:
+        """Rollouts of ``prompts`` (one row seed each); ``juniors``: a pool's junior index per row (None: the first)."""
+        if juniors is None or len(self.juniors) == 1 or not self.schedule(spec).uses_junior:
+            return self._decode(self.decoder(spec), prompts, seeds)
+        order, parts = [], []
+        for j, junior in enumerate(self.juniors):
+            rows = [b for b, x in enumerate(juniors) if x == j]
+            if rows:
+                order += rows
+                parts.append(self._decode(self.decoder(spec, junior), [prompts[b] for b in rows], [seeds[b] for b in rows]))
+        merged = _concat(parts, self.tokenizer.pad_token_id)
+        back = torch.empty(len(order), dtype=torch.long)
+        back[torch.tensor(order)] = torch.arange(len(order))  # row b of the batch is row back[b] of the parts
+        return Rollout(*(getattr(merged, f)[back] for f in ("tokens", "senior_mask", "logprobs", "lengths", "finished")))
+
+    def _decode(self, dec, prompts, seeds) -> Rollout:
+        """``dec`` over ``prompts``, ``batch_rows`` rows at a time."""
         n = self.batch_rows or len(prompts)
         parts = [dec.generate(prompts[i:i + n], seeds[i:i + n]) for i in range(0, len(prompts), n)]
         return parts[0] if len(parts) == 1 else _concat(parts, self.tokenizer.pad_token_id)
@@ -89,6 +113,7 @@ class HFRollouts:
 
     def close(self) -> None:
         self.senior = self.junior = self.rollout_copy = None
+        self.juniors = ()
 
 
 def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
@@ -110,4 +135,4 @@ def open_hf(setup: EngineSetup) -> HFRollouts:
 
         pair = load_pair(setup.senior, setup.junior, setup.device, setup.junior_device, setup.dtype)
     return HFRollouts(pair.senior, pair.junior, pair.tokenizer, pair.eos_ids, setup.batch_rows, setup.rollout_copy,
-                      pair.xjunior)
+                      pair.xjunior, pair.juniors)

@@ -111,7 +111,14 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
         resume_step = check_run_dir(cfg)  # again, now that no other writer can change the directory
         if state.is_main_process:
             write_json(start.out / "config.json", stored_config(cfg))
-        run = _assemble(cfg, prep, args, ds, TandemRollout(cfg, prep.pair, engine), start, resume_step, print_fn)
+        rollout_log = None
+        if not cfg.models.pool.single:  # rollouts.jsonl: each rollout's junior (rl/pool_log.py)
+            from .pool_log import RolloutLog
+
+            rollout_log = RolloutLog(start.out, resume_step, state.is_main_process)
+        problem_ids = {row["prompt"]: row["problem_id"] for row in prep.dataset_rows()}  # the pool's draw keys
+        rollout = TandemRollout(cfg, prep.pair, engine, problem_ids, rollout_log)
+        run = _assemble(cfg, prep, args, ds, rollout, start, resume_step, print_fn)
     except BaseException:
         start.close(failed=True)
         raise
@@ -172,7 +179,7 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
                         max_model_len=cfg.data.max_prompt_tokens + r.max_new_tokens) if kind.vllm_settings else None
     tandem = cfg.rollout_schedule != "senior"
     return kind.open(EngineSetup(
-        m.senior, m.junior_spec if tandem else None, next(pair.senior.parameters()).device,
+        m.senior, m.pool.names[0] if tandem else None, next(pair.senior.parameters()).device,
         dtype=m.dtype, seed=cfg.loop.seed, vllm_settings=vllm, server=server, pair=pair,
         rollout_copy=RolloutModel(m.senior, m.precision.compute, m.rollout_device if kind.rollout_device else None,
                                   sharded=m.sharding != "none", merged=bool(m.lora_r)),

@@ -13,7 +13,10 @@ the senior alone (as the paper's released code validates), keeps the best weight
 decoder (engine hf), a sharded senior or one server for every process (vllm-server), every
 training process validates its share of the rows and the counts are gathered (so no process
 waits alone at a collective: a sharded senior's refresh, a server's push); an unsharded senior
-on per-process vLLM engines validates on the main process.
+on per-process vLLM engines validates on the main process. With a junior pool and a schedule that
+uses the junior, every validation problem is decoded with each junior (the same row seeds, so the
+juniors' accuracies are paired): ``val/junior/<label>/accuracy`` each, ``val/accuracy`` their mean
+weighted by the pool's weights, and ``best/`` by that mean or by one junior (``best_by_junior``).
 
 ``CheckpointWeights`` adds loadable HF weights (the fp32 masters) to each ``checkpoint-N`` of a
 sharded run (FSDP2 or ZeRO-3), whose Trainer checkpoint holds only per-rank shards.
@@ -182,9 +185,14 @@ class Validation(TrainerCallback):
         self.split_rows = kind.transformers or kind.one_sender or cfg.models.sharding != "none"
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
+        self.pool = cfg.models.pool
+        self.per_junior = not self.pool.single and cfg.validation_schedule != "senior"  # each junior validates
+        if self.per_junior:
+            self.best.setdefault("by", cfg.loop.best_by_junior)
         self.trainer = None
 
-    def accuracy(self, model, step: int = 0) -> float:
+    def accuracy(self, model, step: int = 0, junior: int | None = None) -> float:
+        """Validation accuracy of ``model``; ``junior``: the pool junior every row decodes with (None: the first)."""
         rows = [(i, k) for i in range(len(self.prompts)) for k in range(self.cfg.loop.eval_n)]
         state = PartialState()
         if self.split_rows:  # this process's share; the counts are gathered below
@@ -198,7 +206,9 @@ class Validation(TrainerCallback):
             for s in range(0, len(rows), n):
                 chunk = rows[s:s + n]
                 seeds = [row_seed(self.cfg.loop.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
-                roll = self.engine.generate([self.prompts[i] for i, _ in chunk], seeds, self.spec)
+                prompts = [self.prompts[i] for i, _ in chunk]
+                roll = self.engine.generate(prompts, seeds, self.spec) if junior is None else \
+                    self.engine.generate(prompts, seeds, self.spec, juniors=[junior] * len(chunk))
                 texts = [self.tok.decode(roll.row_tokens(b), skip_special_tokens=True) for b in range(len(chunk))]
                 correct += self.grade(texts, [self.problems[i] for i, _ in chunk])
         finally:
@@ -214,20 +224,32 @@ class Validation(TrainerCallback):
         if not self.split_rows and not state.is_world_process_zero:
             return
         step = state.global_step
-        acc = self.accuracy(model, step)
+        figures = {}
+        if self.per_junior:
+            accs = [self.accuracy(model, step, j) for j in range(len(self.pool.names))]
+            figures = {f"val/junior/{label}/accuracy": a for label, a in zip(self.pool.labels, accs)}
+            mean = sum(w * a for w, a in zip(self.pool.weights, accs))
+            by = self.cfg.loop.best_by_junior
+            figures.update({"val/accuracy": mean, "val/best_by": by})
+            acc = mean if by == "pool-mean" else accs[self.pool.index(by)]
+        else:
+            acc = self.accuracy(model, step)
+            figures["val/accuracy"] = acc
         if acc > self.best["accuracy"]:
-            self.best = {"accuracy": acc, "step": step}
+            self.best = {"accuracy": acc, "step": step, **({"by": self.cfg.loop.best_by_junior} if self.per_junior else {})}
             self._save_best(model)
         decline = self.best["accuracy"] - acc >= self.cfg.loop.decline_drop
         if decline and state.is_world_process_zero:
             log.warning("validation accuracy %.3f at step %d is %.3f below the best (%.3f at step %d): sharp decline",
                         acc, step, self.best["accuracy"] - acc, self.best["accuracy"], self.best["step"])
-        rec = {"val/accuracy": acc, "val/best": self.best["accuracy"], "val/best_step": self.best["step"],
+        rec = {**figures, "val/best": self.best["accuracy"], "val/best_step": self.best["step"],
                "val/decline": int(decline), "val/problems": len(self.prompts), "val/schedule": self.spec.schedule,
                "wall/total_s": self.runlog.total}
         self.runlog.write(step, rec)
         if self.runlog.is_main:
-            self.runlog.print(f"step {step:4d} | validation accuracy {acc:.3f} ({self.spec.schedule}) | best "
+            self.runlog.print(f"step {step:4d} | validation accuracy {figures['val/accuracy']:.3f} ({self.spec.schedule}"
+                              + (f", pool mean; best by {self.cfg.loop.best_by_junior} {acc:.3f}" if self.per_junior else "")
+                              + ") | best "
                               f"{self.best['accuracy']:.3f} at step {self.best['step']}" + ("  ** sharp decline **" if decline else ""))
 
     def _save_best(self, model):

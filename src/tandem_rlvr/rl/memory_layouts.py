@@ -139,6 +139,9 @@ def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:
              f"{room:g} GiB |", "|---|---|---|---|---|"]
     for gpus in counts:
         for placement in ("colocated", "split"):
+            if placement == "colocated" and not cfg.models.pool.single:
+                lines.append(f"| {gpus} | vLLM beside each trainer | a junior pool trains on engine hf only | - | - |")
+                continue
             best, rejected = recommend(cfg, gpus, placement, gib)
             where = "vLLM beside each trainer, asleep during updates" if placement == "colocated" else \
                 f"{gpus // 2} training + {gpus // 2} rollout GPUs"

@@ -26,6 +26,9 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
   junior's on its own), the senior's compute-dtype copy when the masters are fp32, and the
   prefill's transient (rows x prompt x (2 x intermediate + 4 x hidden) x dtype). Validation
   decodes like a rollout batch of ``rollout_batch_rows`` (or 256) rows.
+- a junior pool: every junior's weights on its device; the juniors decode one sub-batch each in turn
+  (and the KL monitor scores one junior at a time), so a device's rollout and monitor transients are
+  those of the largest junior on it, sized for the whole batch (a draw may give it every row).
 - KL-Reg: the junior's reference forward (no gradient) per micro-batch; the KL monitor: one
   teacher-forced junior forward of 16,384 tokens with a 4,096 x vocabulary fp32 logit chunk.
 - engine vllm: ``vllm_gpu_memory_utilization`` x the device's memory while awake (freed
@@ -211,14 +214,14 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
 
     gpu = gpu_gib is not None
     d0 = _plan_device(cfg.models.senior_device, gpu)
-    dj = _plan_device(cfg.models.junior_device, gpu) if cfg.models.junior_device else d0
     droll = _plan_device(cfg.models.rollout_device, gpu) if cfg.models.rollout_device and _kind(cfg).rollout_device else d0
     on_gpu = d0.startswith("cuda")
     _, compute, master = cfg.models.dtypes_on("cuda" if on_gpu else "cpu")
     mixed = master != compute
     s_cfg = model_config(cfg.models.senior)
-    j_cfg = model_config(cfg.models.junior) if cfg.models.junior else s_cfg
-    S, J = Shape.of(s_cfg), Shape.of(j_cfg)
+    S = Shape.of(s_cfg)
+    juniors = _juniors(cfg, gpu, d0, S)  # (label, device, shape) of each junior
+    dj, J = juniors[0][1], juniors[0][2]
     bm, bc = _bytes(master), _bytes(compute)
     lay = layout or Layout(num_processes, lora_r=cfg.models.lora_r)
     num_processes = lay.processes
@@ -272,7 +275,10 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     no_grad = micro * seq * (4 * S.hidden + 2 * S.intermediate) * bc + tile
     if cfg.loop.updates_per_batch > 1:
         p.add(d0, "scoring", f"old log-probs forward ({micro} rows, no gradient)", no_grad)
-    p.add(dj, "resident", f"junior weights ({_count(J.params)} x {bc} B)", J.params * bc)
+    for label, dev, shape in juniors:
+        p.add(dev, "resident", f"junior {label + ' ' if len(juniors) > 1 else ''}weights ({_count(shape.params)} x "
+              f"{bc} B)", shape.params * bc)
+    largest = _largest_per_device(juniors)
     if cfg.method == "klreg":
         p.add(dj, "scoring", f"reference (junior) forward ({micro} rows, no gradient)",
               micro * seq * (4 * J.hidden + 2 * J.intermediate) * bc
@@ -280,9 +286,10 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     batch_rows = cfg.loop.prompts_per_step * cfg.rollout.group_size // num_processes
     if cfg.loop.kl_every and (cfg.method == "tandem" or cfg.models.junior):
         kl_tokens = min(KL_BATCH_TOKENS, batch_rows * seq)
-        p.add(dj, "kl-monitor", f"KL monitor: teacher-forced junior forward ({kl_tokens} tokens, fp32 logit chunk)",
-              kl_tokens * (4 * J.hidden + 2 * J.intermediate) * bc
-              + 2 * min(KL_CHUNK, batch_rows * cfg.rollout.max_new_tokens) * J.vocab * 4)
+        for dev, Jd in largest.items():
+            p.add(dev, "kl-monitor", f"KL monitor: teacher-forced junior forward ({kl_tokens} tokens, fp32 logit chunk)",
+                  kl_tokens * (4 * Jd.hidden + 2 * Jd.intermediate) * bc
+                  + 2 * min(KL_CHUNK, batch_rows * cfg.rollout.max_new_tokens) * Jd.vocab * 4)
 
     # rollouts and validation
     phases = [("rollout", cfg.rollout.rollout_batch_rows or batch_rows, cfg.rollout_schedule)]
@@ -317,10 +324,29 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
         p.add(droll, phase, f"prefill ({rows} rows x {cfg.data.max_prompt_tokens} prompt tokens) and step logits",
               rows * cfg.data.max_prompt_tokens * (2 * S.intermediate + 4 * S.hidden) * bc + 2 * rows * S.vocab * 4)
         if schedule != "senior":
-            p.add(dj, phase, f"junior KV cache ({rows} rows x {seq} tokens)",
-                  rows * seq * J.kv_bytes_per_token(compute))
-            p.add(dj, phase, f"junior linear-attention states ({rows} rows)", rows * J.state_bytes_per_row)
+            for dev, Jd in largest.items():
+                p.add(dev, phase, f"junior KV cache ({rows} rows x {seq} tokens)",
+                      rows * seq * Jd.kv_bytes_per_token(compute))
+                p.add(dev, phase, f"junior linear-attention states ({rows} rows)", rows * Jd.state_bytes_per_row)
     return p
+
+
+def _juniors(cfg, gpu: bool, d0: str, S: Shape) -> list[tuple[str, str, Shape]]:
+    """(label, planned device, shape) of every junior of the run's pool (self-pairing: the senior's shape)."""
+    m = cfg.models
+    if not m.junior:
+        return [(m.pool.labels[0], _plan_device(m.junior_device, gpu) if m.junior_device else d0, S)]
+    return [(label, _plan_device(dev, gpu) if dev else d0, Shape.of(model_config(name)))
+            for label, name, dev in zip(m.pool.labels, m.pool.names, m.junior_devices)]
+
+
+def _largest_per_device(juniors) -> dict[str, Shape]:
+    """The junior whose rollout transients are largest (most parameters) on each device."""
+    out: dict[str, Shape] = {}
+    for _, dev, shape in juniors:
+        if dev not in out or shape.params > out[dev].params:
+            out[dev] = shape
+    return out
 
 
 def _kind(cfg):

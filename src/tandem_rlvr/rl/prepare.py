@@ -15,7 +15,7 @@ import numpy as np
 from ..config import PAPER_TEST_SETS, TrainConfig
 from ..data.benchmarks import Problem
 from ..errors import TandemError
-from ..models import Pair, load_pair
+from ..models import Pair, load_pair, load_pool_juniors
 from ..prompting import encode_prompt, resolve_template
 
 log = logging.getLogger("tandem_rlvr")
@@ -117,8 +117,11 @@ def prepare(cfg: TrainConfig) -> Prepared:
     train, val = split_problems(cfg)
     m = cfg.models
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
-    pair = load_pair(m.senior, m.junior_spec, m.senior_device, m.junior_device, m.precision.compute,
+    pool = m.pool
+    pair = load_pair(m.senior, pool.names[0], m.senior_device, m.junior_devices[0], m.precision.compute,
                      trainable=True, senior_dtype=base, other_tokenizer=other)
+    if not pool.single:  # the pool's other juniors, frozen on their devices (docs/pool.md)
+        load_pool_juniors(pair, pool.names, m.junior_devices, m.precision.compute)
     prep = Prepared(cfg, pair, train, val, resolve_template(pair.tokenizer, cfg.data.template))
     attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)

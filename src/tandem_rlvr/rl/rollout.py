@@ -10,6 +10,10 @@ Authorship coins and token samples derive from (seed, step, prompt, sample): the
 is ``row_seed(seed, global_step, crc32(prompt), k)`` where k counts earlier copies of the
 same prompt in the *global* batch (gathered across processes), so a resumed run and a
 2-process run redraw exactly the rollouts of a 1-process run.
+
+With a junior pool each row's junior is drawn from (seed, step, problem id, copy index or 0) by
+``rl.pool_log.draw_juniors`` and decoded with it; the step's per-junior figures and the rollout log
+(``rollouts.jsonl``) follow once TRL has scored the rows (``scored``, called by the trainer).
 """
 
 from __future__ import annotations
@@ -60,9 +64,14 @@ class TandemRollout:
     (``engines.base.RolloutEngine``), which ``sync`` keeps at the trainer's weights.
     """
 
-    def __init__(self, cfg, pair, engine):
+    def __init__(self, cfg, pair, engine, problem_ids: dict[str, str] | None = None, rollout_log=None):
         self.cfg, self.tok = cfg, pair.tokenizer
         self.junior = pair.junior if pair.xjunior is None else None  # KL monitoring reads the senior's ids
+        self.juniors = pair.juniors or (self.junior,)  # a pool's juniors, in pool order
+        self.pool = cfg.models.pool
+        self.problem_ids = problem_ids or {}  # prompt text -> the problem's stable id (the pool's draw key)
+        self.rollout_log = rollout_log  # rl.pool_log.RolloutLog of a pool run
+        self.drawn = None  # the last pool batch's global rows, until TRL has scored them
         self.sampling = cfg.rollout.sampling
         self.spec = RolloutSpec(cfg.rollout_schedule, cfg.rollout.sampling, cfg.rollout.p, cfg.rollout.K)
         self.last = {}  # metrics of the last call, for tests and logging
@@ -81,6 +90,13 @@ class TandemRollout:
             offset = sum(sizes[: acc.process_index])
         cfg = self.cfg
         seeds = occurrence_seeds(all_prompts, cfg.loop.seed, step)[offset: offset + len(prompts)]
+        juniors = None
+        if not self.pool.single:
+            from .pool_log import draw_juniors
+
+            keys = [self.problem_ids.get(t, t) for t in all_prompts]
+            drawn, copies = draw_juniors(self.pool, cfg.loop.seed, step, keys, cfg.rollout.junior_draw == "rollout")
+            juniors = drawn[offset: offset + len(prompts)]
         ids = [encode_prompt(self.tok, p) for p in prompts]
         too_long = [len(x) for x in ids if len(x) > cfg.data.max_prompt_tokens]
         if too_long:
@@ -90,7 +106,8 @@ class TandemRollout:
         senior.eval()
         try:
             self.sync(senior, step)  # the engine decodes this update's weights
-            roll = self.engine.generate(ids, seeds, self.spec)
+            roll = self.engine.generate(ids, seeds, self.spec) if juniors is None else \
+                self.engine.generate(ids, seeds, self.spec, juniors=juniors)
         finally:
             senior.train(was_training)
             self.engine.sleep()  # vllm_sleep: free the engine's memory for the optimiser step
@@ -103,7 +120,7 @@ class TandemRollout:
         share, lengths = roll.senior_share.tolist(), roll.lengths.tolist()
         switches = [author_switches(m) for m in senior_mask]
         want_kl = bool(cfg.loop.kl_every and step % cfg.loop.kl_every == 0 and self.junior is not None)
-        kl = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs) if want_kl else (0.0, 0, 0.0, 0)
+        kl = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs, juniors) if want_kl else (0.0, 0, 0.0, 0)
         if acc.num_processes > 1:
             share, lengths, kls = gather_object(share), gather_object(lengths), gather_object([kl])
             switches = gather_object(switches)
@@ -116,19 +133,48 @@ class TandemRollout:
             metrics["kl/junior"] = kl[0] / max(kl[1], 1)
             if kl[3]:  # the junior's mean log-prob per emitted token, whoever emitted it (ours; verl logs no such mean)
                 metrics["junior/logprob"] = kl[2] / kl[3]
+        if juniors is not None:  # the whole batch's rows, scored by TRL next (``scored``)
+            self.drawn = {"step": step, "juniors": drawn, "keys": keys, "copies": copies, "shares": share.tolist(),
+                          "lengths": [int(x) for x in lengths]}
         self.last = metrics
         record_metrics(trainer, metrics)
         # env_mask: TRL's name for the senior mask (1 = the senior sampled this token)
         return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": logprobs, "env_mask": senior_mask}
 
+    def scored(self, trainer, rewards: list[float]) -> None:
+        """The last pool batch's per-junior figures and rollout rows, given TRL's reward of every row of the
+        global batch (``rewards``, in the order of the gathered prompts)."""
+        from .pool_log import junior_figures
+
+        d, self.drawn = self.drawn, None
+        if d is None:
+            return
+        labels = self.pool.labels
+        record_metrics(trainer, junior_figures(labels, d["juniors"], rewards, d["shares"], d["lengths"]))
+        if self.rollout_log is not None:
+            rollout_step = self.cfg.loop.rollout_steps(d["step"] + 1)
+            self.rollout_log.write([
+                {"step": d["step"], "rollout_step": rollout_step, "problem_id": key, "rollout": k,
+                 "junior": labels[j], "reward": r, "senior_share": s, "length": n}
+                for key, k, j, r, s, n in zip(d["keys"], d["copies"], d["juniors"], rewards, d["shares"], d["lengths"])])
+
     @torch.no_grad()
-    def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs) -> tuple[float, int, float, int]:
+    def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs, juniors=None) -> tuple[float, int, float, int]:
         """Sum and count of the k3 estimate of KL(senior || junior) on senior-written tokens
         (temperature-scaled distributions), then sum and count of the junior's log-prob of every
-        emitted token, from one teacher-forced junior forward. Monitoring only."""
+        emitted token, from one teacher-forced junior forward (a pool: each row's own junior, one
+        forward per junior drawn). Monitoring only."""
         from ..decoding.teacher_forcing import response_logprobs
 
-        lj = response_logprobs(self.junior, ids, completion_ids, self.tok.pad_token_id, self.sampling.temperature)
+        groups = [list(range(len(ids)))] if juniors is None else \
+            [[b for b, x in enumerate(juniors) if x == j] for j in range(len(self.juniors))]
+        lj = [None] * len(ids)
+        for j, rows in enumerate(groups):
+            if rows:
+                got = response_logprobs(self.juniors[j], [ids[b] for b in rows], [completion_ids[b] for b in rows],
+                                        self.tok.pad_token_id, self.sampling.temperature)
+                for b, x in zip(rows, got):
+                    lj[b] = x
         tot, n = 0.0, 0
         lp_tot, lp_n = sum(float(x.double().sum()) for x in lj), sum(len(x) for x in lj)
         for b, c in enumerate(completion_ids):

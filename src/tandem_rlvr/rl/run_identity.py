@@ -16,6 +16,7 @@ from pathlib import Path
 from ..config import RewardsPart, TrainConfig
 from ..io import read_json
 from ..outdir import abs_spec, output_dir, refuse_other_config
+from ..pool import JuniorPool
 
 # config.json keys that are not the run's identity: where it lives, where its server is, transport sizes
 NOT_IDENTITY = ("output_dir", "server", "sync_bucket_mb", "dist_timeout_s")
@@ -28,8 +29,12 @@ def stored_config(cfg: TrainConfig) -> dict:
     from ..models import NAMED_MODELS
 
     d = cfg.to_dict()
-    for key in ("senior", "junior"):
-        d[key] = abs_spec(d[key], NAMED_MODELS)
+    d["senior"] = abs_spec(d["senior"], NAMED_MODELS)
+    pool = cfg.models.pool
+    if pool.single:
+        d["junior"] = abs_spec(d["junior"], NAMED_MODELS)
+    else:  # the pool's canonical spec, each junior's path absolute (a resume with another pool is refused)
+        d["junior"] = JuniorPool(tuple(abs_spec(n, NAMED_MODELS) for n in pool.names), pool.weights).spec()
     for key in ("dataset", "val_dataset"):
         d[key] = abs_spec(d[key], benchmark_names())
     d["output_dir"] = str(Path(cfg.loop.output_dir).expanduser().resolve())
@@ -44,13 +49,14 @@ def stored_config(cfg: TrainConfig) -> dict:
 
 
 def legacy_defaults() -> dict:
-    """The values of keys that runs recorded before tasks, reward terms and sharding existed ran with
-    (every rewards key, task and grader at their defaults)."""
+    """The values of keys that runs recorded before tasks, reward terms, sharding, LoRA and junior pools
+    existed ran with (every rewards key, task and grader at their defaults)."""
     base = TrainConfig().to_dict()
     keys = [f.name for f in fields(RewardsPart)] + ["task", "grader"]
     lora = {k: base[k] for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "save_merged")}  # before LoRA
+    pool = {k: base[k] for k in ("junior_draw", "best_by_junior")}  # before junior pools: one junior, drawn alike
     return {**{k: base[k] for k in keys}, "verifier": "math@1:last-box", "sharding": "none", "shard_offload": False,
-            **lora}
+            **lora, **pool}
 
 
 def check_run_dir(cfg: TrainConfig) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..outdir import RunLock, output_dir, remove_failed_start
 
 # what a run writes before its first checkpoint (final/ is moved into place only after training)
-START_FILES = ("config.json", "log.jsonl", "README.md", "judge_cache.sqlite")
+START_FILES = ("config.json", "log.jsonl", "rollouts.jsonl", "README.md", "judge_cache.sqlite")
 START_DIRS = ("best", ".best.tmp", ".best.old", ".final.tmp")
 
 

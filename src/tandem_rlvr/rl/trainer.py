@@ -1,4 +1,5 @@
-"""TRL's GRPOTrainer with the four things Tandem RLVR adds (and our model card), nothing else.
+"""TRL's GRPOTrainer with the four things Tandem RLVR adds (and our model card), nothing else
+(a junior pool's rollout also hears each row's reward: ``_calculate_rewards``).
 
 1. Fail-closed senior mask: with ``require_senior_mask`` every loss batch must carry the
    mask (TRL's ``tool_mask``, filled from our rollout's ``env_mask``) of the completion's
@@ -40,7 +41,7 @@ SENIOR_MASK = "tool_mask"
 # The private names we rely on: (object, attribute). Methods we override or call, then
 # attributes TRL's __init__ sets; trl.trainer.utils / trl.models.utils helpers for the reference.
 PRIVATE_SURFACE = {
-    "methods": ("_compute_loss", "_generate_and_score_completions", "_get_per_token_logps_and_entropies",
+    "methods": ("_compute_loss", "_generate_and_score_completions", "_calculate_rewards", "_get_per_token_logps_and_entropies",
                 "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load"),
     "attributes": ("_metrics", "temperature", "beta", "ref_model", "current_gradient_accumulation_steps"),
     "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model"),
@@ -148,6 +149,18 @@ class TandemGRPOTrainer(GRPOTrainer):
             junior = (out["completion_mask"] * (1 - out[SENIOR_MASK])).sum().to(self.accelerator.device)
             out["num_junior_items_in_batch"] = self.accelerator.gather(junior).sum()  # () junior-written tokens
         return out
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards (every process's rows, one column per reward function); a junior pool's rollout
+        hears each row's weighted reward (TRL's ``reward``, NaN when no function scored it) for its
+        per-junior figures and rollout log."""
+        per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_global, F)
+        scored = getattr(self.rollout_func, "scored", None)
+        if scored is not None and self.model.training:
+            rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)  # (B_global,)
+            rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+            scored(self, rewards.tolist())
+        return per_func
 
     def _token_mean_normalizer(self, items: torch.Tensor) -> torch.Tensor:
         """What a summed per-token term of one micro-batch is divided by, as TRL's token-mean does:

@@ -25,6 +25,13 @@ def other_tokenizer(cfg) -> bool:
     from ..models import load_tokenizer
 
     m, r = cfg.models, cfg.rollout
+    if not m.pool.single:
+        vocab = load_tokenizer(m.senior).get_vocab()
+        for name in m.pool.names:
+            if load_tokenizer(name).get_vocab() != vocab:
+                raise TandemError(f"junior {name} of the pool has another tokenizer than the senior: a pool trains "
+                                  "with juniors of the senior's tokenizer only for now (docs/pool.md)")
+        return False
     if not m.junior or load_tokenizer(m.junior).get_vocab() == load_tokenizer(m.senior).get_vocab():
         return False
     from ..decoding.xtandem import CROSS_SCHEDULES
