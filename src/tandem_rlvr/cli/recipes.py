@@ -114,7 +114,7 @@ def register_study(sub) -> None:
     p = sub.add_parser("study", help="multi-seed studies: drift = GRPO vs Tandem vs KL-Reg on the drift world")
     p.add_argument("study", choices=["drift", "elegance", "pool"], help="which study (drift: the drift world, "
                    "docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md; pool: "
-                   "juniors trained as a pool vs alone, one held out, docs/pool.md)")
+                   "juniors trained as a pool vs alone, one held out, docs/pool_study.md)")
     p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
     p.add_argument("--juniors", default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "

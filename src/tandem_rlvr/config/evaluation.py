@@ -31,7 +31,7 @@ class EvalModels:
     """The senior and the junior (default: the senior's checkpoint), their devices and dtype.
 
     ``junior`` may name a pool (``A,B,C``, ``A:0.5,B:0.5``, a YAML list; ``pool.JuniorPool``): each sample
-    draws its junior (docs/pool.md, "Evaluation"). A one-junior pool (``A:1``, a list of one) is
+    draws its junior (docs/evaluation.md, "a junior pool"). A one-junior pool (``A:1``, a list of one) is
     stored as its one name, so it is today's evaluation exactly."""
 
     senior: str = "tiny"

@@ -7,7 +7,7 @@ of (run seed, problem, sample index) (``sampler.sample_seed``). So the junior of
 nothing else (not the batch, not which problems were done before a resume), and a resumed run draws
 the same juniors; each row records its junior's name (``junior``). Why one draw per sample, not
 every junior on every sample: the pooled pass@k then estimates what a user of the pool sees, at the
-cost of a one-junior evaluation (docs/pool.md, "Evaluation").
+cost of a one-junior evaluation (docs/evaluation.md, "a junior pool").
 
 The text protocol (paragraph schedules, the default) runs the pool inside ``text_handoff`` (one
 turn model per junior, each junior's turns one batched call). The in-stream protocol runs here:
