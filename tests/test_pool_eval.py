@@ -165,3 +165,16 @@ def test_compare_refuses_another_pool_and_gives_each_junior_a_row_and_a_test(poo
             assert t["n"] == len({r["problem_id"] for r in rows if r["junior"] == j})
     md = (out / "compare.md").read_text()
     assert "per junior of the pool" in md
+
+
+def test_the_text_protocol_hands_each_chain_to_its_drawn_junior(models, tmp_path):  # noqa: F811
+    bench = _bench(tmp_path / "b.jsonl")
+    rc = main(["eval", "handoff", "--senior", str(models["a"]), "--junior", f"{models['a']},{models['b']}",
+               "--benchmarks", str(bench), "--n", "4", "--max-tokens", "6", "--template", "plain",
+               "--out", str(tmp_path / "t")])
+    assert rc == 0
+    names = [str(models["a"].resolve()), str(models["b"].resolve())]
+    rows = _lines(tmp_path / "t" / "samples.jsonl")
+    assert [r["junior"] for r in rows] == [names[_draw([0.5, 0.5], r["seed"])] for r in rows]
+    cfg = json.loads((tmp_path / "t" / "config.json").read_text())
+    assert cfg["schedule"]["protocol"] == "text" and cfg["schedule"]["pool"]["juniors"] == names
