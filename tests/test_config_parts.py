@@ -44,6 +44,8 @@ ADDED_COMMANDS = [
      "--out", "ev/lora"],
     ["eval", "handoff", "--senior", "runs/tiny-tandem/best", "--junior", "tiny,tiny-junior", "--benchmarks", "tiny",
      "--split", "test", "--n", "8", "--out", "ev/handoff-pool"],
+    ["train", "--preset", "tiny", "--method", "tandem", "--junior", "tiny:0.5,tiny-junior:0.5", "--best-by-junior",
+     "tiny-junior", "--output-dir", "runs/tiny-pool"],  # a junior pool (issue 36)
 ]
 
 

@@ -146,6 +146,7 @@ class _Pair:
     def __init__(self, senior, junior):
         self.senior, self.junior, self.tokenizer, self.eos_ids = senior, junior, make_tokenizer(), [0]
         self.xjunior = None  # a junior of the senior's own tokenizer
+        self.juniors = ()  # one junior, no pool (models.Pair.juniors)
 
 
 class FakeEngine:

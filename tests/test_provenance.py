@@ -235,7 +235,8 @@ def _other_value(f, value):
                "junior": ["tiny-junior"], "val_dataset": ["aime24"], "senior_device": ["cpu"], "junior_device": ["cpu"],
                "dataset_split": ["test"], "val_split": ["test"], "answer_mode": ["final-boxes"],
                "task": ["gsm8k"], "reward_terms": [["correct", "length:0.2"]], "reward": ["tandem_rlvr.rewards.math:score"],
-               "judge_template": ["yes-no"], "judge_parser": ["yes-no"], "judge": ["http://127.0.0.1:9"]}
+               "judge_template": ["yes-no"], "judge_parser": ["yes-no"], "judge": ["http://127.0.0.1:9"],
+               "best_by_junior": ["tiny"]}  # a junior of the (self-paired) pool
     if f.name in choices:
         return choices[f.name]
     if f.metadata.get("choices"):

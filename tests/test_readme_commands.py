@@ -133,6 +133,13 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
                 assert (out / save / "merged" / "model.safetensors").is_file() == (flag.get("--save-merged") == "true")
         else:
             assert (out / "final" / "model.safetensors").is_file() and (out / "best" / "config.json").is_file()
+        if "," in flag.get("--junior", ""):  # a pool: every rollout's junior recorded, figures per junior, best/ by one
+            labels = [part.split(":")[0] for part in flag["--junior"].split(",")]
+            drawn = {json.loads(x)["junior"] for x in (out / "rollouts.jsonl").read_text().splitlines()}
+            assert drawn <= set(labels)
+            log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+            assert all(f"junior/{j}/count" in r for r in log if "reward/mean" in r for j in labels)
+            assert json.loads((out / "best" / "best.json").read_text())["by"] == flag["--best-by-junior"]
     elif argv[:2] == ["eval", "regrade"]:
         record = json.loads((workdir / argv[2] / "regrade.json").read_text())
         assert record["grader"] and set(record["benchmarks"]) == {"tiny"}

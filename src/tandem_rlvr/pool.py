@@ -106,6 +106,19 @@ class JuniorPool:
                 return i
         raise TandemError(f"junior {name!r} is not in the pool; valid: {', '.join(self.labels)}")
 
+    def devices(self, spec: str | None) -> tuple[str | None, ...]:
+        """Each junior's device from ``spec``: unset (None each: the senior's), one for all, or one per
+        junior, comma-separated (``cuda:1,cuda:2``)."""
+        if not spec:
+            return (None,) * len(self.names)
+        devices = tuple(d.strip() for d in spec.split(","))
+        if len(devices) == 1:
+            return devices * len(self.names)
+        if len(devices) != len(self.names) or not all(devices):
+            raise TandemError(f"junior_device {spec!r}: give one device for all juniors or one per junior "
+                              f"({len(self.names)}: {', '.join(self.labels)})")
+        return devices
+
     def draw(self, seed: int, step: int, prompt: int, rollout: int = 0) -> int:
         """The index of the junior of rollout ``rollout`` of prompt ``prompt`` at update ``step``
         (``rollout`` = 0 for a group-shared draw): inverse CDF of a uniform from a hash of the four."""

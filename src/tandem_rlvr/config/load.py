@@ -124,6 +124,13 @@ def _typed(f, value):
             pass
     if k == "str" and isinstance(value, str):
         return value  # choices (method, schedule) are checked by the parts
+    if f.name == "junior" and isinstance(value, list):  # a YAML list of juniors: a pool, kept as its spec
+        from ..pool import JuniorPool
+
+        try:
+            return JuniorPool.parse(value).spec()
+        except TandemError as e:
+            raise TandemError(f"config key 'junior': {e}") from None
     if k not in ("bool", "int", "float", "str"):
         return value
     raise TandemError(f"config key {f.name!r}: expected {k}, got {value!r} ({type(value).__name__})")

@@ -124,16 +124,7 @@ class ModelsPart:
     @cached_property
     def junior_devices(self) -> tuple[str | None, ...]:
         """Each pool junior's device (None: the senior's), from ``junior_device``: one for all, or one per junior."""
-        names = self.pool.names
-        if not self.junior_device:
-            return (None,) * len(names)
-        devices = tuple(d.strip() for d in self.junior_device.split(","))
-        if len(devices) == 1:
-            return devices * len(names)
-        if len(devices) != len(names) or not all(devices):
-            raise TandemError(f"junior_device {self.junior_device!r}: give one device for all juniors or one per "
-                              f"junior ({len(names)}: {', '.join(self.pool.labels)})")
-        return devices
+        return self.pool.devices(self.junior_device)
 
     def dtypes_on(self, device_type: str) -> Precision:
         """The precision this part gives a senior on a ``device_type`` device (the memory plan asks for a GPU

@@ -13,8 +13,9 @@ the parts padded to one width, so the KV caches stay bounded however large the b
 
 A junior pool (``juniors``: the pool's frozen juniors, ``models.Pair.juniors``) decodes a batch whose
 rows have different juniors: ``generate(..., juniors=[index per row])`` decodes the rows of each junior
-as one sub-batch with that junior (every draw of a row comes from its row seed, so a row's rollout does
-not depend on which rows share its sub-batch) and puts the rows back in their order.
+as one sub-batch with that junior and puts the rows back in their order. Every draw of a row comes from
+its row seed, so its tokens and senior mask do not depend on which rows share its sub-batch; its
+log-probs agree to float rounding (another sub-batch pads the prompts to another width).
 
 A junior of another tokenizer (``xjunior``, a ``decoding.xtandem.XJunior``) makes every tandem
 schedule decode with ``decoding.xtandem.CrossTandemDecoder`` (text-level word handoff); solo
@@ -89,10 +90,12 @@ class HFRollouts:
             rows = [b for b, x in enumerate(juniors) if x == j]
             if rows:
                 order += rows
-                parts.append(self._decode(self.decoder(spec, junior), [prompts[b] for b in rows], [seeds[b] for b in rows]))
+                parts.append(self._decode(self.decoder(spec, junior), [prompts[b] for b in rows],
+                                          [seeds[b] for b in rows]))
         merged = _concat(parts, self.tokenizer.pad_token_id)
-        back = torch.empty(len(order), dtype=torch.long)
-        back[torch.tensor(order)] = torch.arange(len(order))  # row b of the batch is row back[b] of the parts
+        dev = merged.tokens.device
+        back = torch.empty(len(order), dtype=torch.long, device=dev)  # (B,) row b of the batch is row back[b] of the parts
+        back[torch.tensor(order, device=dev)] = torch.arange(len(order), device=dev)
         return Rollout(*(getattr(merged, f)[back] for f in ("tokens", "senior_mask", "logprobs", "lengths", "finished")))
 
     def _decode(self, dec, prompts, seeds) -> Rollout:
@@ -128,11 +131,17 @@ def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
 
 
 def open_hf(setup: EngineSetup) -> HFRollouts:
-    """The training run's pair (``setup.pair``) or the checkpoints of ``setup`` loaded here."""
+    """The training run's pair (``setup.pair``) or the checkpoints of ``setup`` loaded here; a junior pool's
+    spec as ``setup.junior`` loads every junior (``junior_device``: one for all, or one per junior)."""
     pair = setup.pair
     if pair is None:
-        from ..models import load_pair
+        from ..models import load_pair, load_pool_juniors
+        from ..pool import JuniorPool
 
-        pair = load_pair(setup.senior, setup.junior, setup.device, setup.junior_device, setup.dtype)
+        pool = JuniorPool.parse(setup.junior) if setup.junior else None
+        devices = pool.devices(setup.junior_device) if pool is not None else (setup.junior_device,)
+        pair = load_pair(setup.senior, pool.names[0] if pool else None, setup.device, devices[0], setup.dtype)
+        if pool is not None and not pool.single:
+            load_pool_juniors(pair, pool.names, devices, pair.junior.dtype)
     return HFRollouts(pair.senior, pair.junior, pair.tokenizer, pair.eos_ids, setup.batch_rows, setup.rollout_copy,
                       pair.xjunior, pair.juniors)

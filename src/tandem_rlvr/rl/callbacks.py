@@ -236,7 +236,9 @@ class Validation(TrainerCallback):
             acc = self.accuracy(model, step)
             figures["val/accuracy"] = acc
         if acc > self.best["accuracy"]:
-            self.best = {"accuracy": acc, "step": step, **({"by": self.cfg.loop.best_by_junior} if self.per_junior else {})}
+            self.best = {"accuracy": acc, "step": step}
+            if self.per_junior:
+                self.best["by"] = self.cfg.loop.best_by_junior
             self._save_best(model)
         decline = self.best["accuracy"] - acc >= self.cfg.loop.decline_drop
         if decline and state.is_world_process_zero:
@@ -247,10 +249,10 @@ class Validation(TrainerCallback):
                "wall/total_s": self.runlog.total}
         self.runlog.write(step, rec)
         if self.runlog.is_main:
+            pooled = f", pool mean; by {self.cfg.loop.best_by_junior} {acc:.3f}" if self.per_junior else ""
             self.runlog.print(f"step {step:4d} | validation accuracy {figures['val/accuracy']:.3f} ({self.spec.schedule}"
-                              + (f", pool mean; best by {self.cfg.loop.best_by_junior} {acc:.3f}" if self.per_junior else "")
-                              + ") | best "
-                              f"{self.best['accuracy']:.3f} at step {self.best['step']}" + ("  ** sharp decline **" if decline else ""))
+                              f"{pooled}) | best {self.best['accuracy']:.3f} at step {self.best['step']}"
+                              + ("  ** sharp decline **" if decline else ""))
 
     def _save_best(self, model):
         self._export(model, self.run_dir / "best", {"best.json": self.best})

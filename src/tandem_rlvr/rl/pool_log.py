@@ -7,10 +7,11 @@ step when each rollout draws its own (0 when a GRPO group shares one junior), so
 a replay or a second process redraws the same juniors.
 
 ``run_dir/rollouts.jsonl`` (pool runs only; one-junior runs write what they wrote before) has one
-row per rollout: ``step`` (the update at which it was generated), ``problem_id``, ``rollout`` (its
-copy index in the step), ``junior`` (the pool label of its junior), ``reward`` (the weighted sum of
-the reward terms, as TRL's ``reward``), ``senior_share`` and ``length`` (response tokens). On resume
-the rows of regenerated steps (``step`` >= the checkpoint's) are dropped first, as the run log is cut.
+row per rollout: ``step`` (the update at which it was generated), ``rollout_step``, ``problem_id``,
+``rollout`` (its copy index in the step), ``junior`` (the pool label of its junior), ``reward`` (the
+weighted sum of the reward terms, as TRL's ``reward``; null when no term scored it),
+``senior_share`` and ``length`` (response tokens). On resume the rows of regenerated steps
+(``step`` >= the checkpoint's) are dropped first, as the run log is cut.
 """
 
 from __future__ import annotations

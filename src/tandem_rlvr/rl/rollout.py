@@ -18,6 +18,7 @@ With a junior pool each row's junior is drawn from (seed, step, problem id, copy
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections import defaultdict
 
@@ -155,7 +156,7 @@ class TandemRollout:
             rollout_step = self.cfg.loop.rollout_steps(d["step"] + 1)
             self.rollout_log.write([
                 {"step": d["step"], "rollout_step": rollout_step, "problem_id": key, "rollout": k,
-                 "junior": labels[j], "reward": r, "senior_share": s, "length": n}
+                 "junior": labels[j], "reward": None if math.isnan(r) else r, "senior_share": s, "length": n}
                 for key, k, j, r, s, n in zip(d["keys"], d["copies"], d["juniors"], rewards, d["shares"], d["lengths"])])
 
     @torch.no_grad()
@@ -166,12 +167,12 @@ class TandemRollout:
         forward per junior drawn). Monitoring only."""
         from ..decoding.teacher_forcing import response_logprobs
 
-        groups = [list(range(len(ids)))] if juniors is None else \
-            [[b for b, x in enumerate(juniors) if x == j] for j in range(len(self.juniors))]
+        groups = [(self.junior, list(range(len(ids))))] if juniors is None else \
+            [(model, [b for b, x in enumerate(juniors) if x == j]) for j, model in enumerate(self.juniors)]
         lj = [None] * len(ids)
-        for j, rows in enumerate(groups):
+        for model, rows in groups:
             if rows:
-                got = response_logprobs(self.juniors[j], [ids[b] for b in rows], [completion_ids[b] for b in rows],
+                got = response_logprobs(model, [ids[b] for b in rows], [completion_ids[b] for b in rows],
                                         self.tok.pad_token_id, self.sampling.temperature)
                 for b, x in zip(rows, got):
                     lj[b] = x
