@@ -42,6 +42,8 @@ ADDED_COMMANDS = [
      "--output-dir", "runs/tiny-lora"],
     ["eval", "solo", "--senior", "runs/tiny-lora/best", "--benchmarks", "tiny", "--split", "test", "--n", "8",
      "--out", "ev/lora"],
+    ["eval", "handoff", "--senior", "runs/tiny-tandem/best", "--junior", "tiny,tiny-junior", "--benchmarks", "tiny",
+     "--split", "test", "--n", "8", "--out", "ev/handoff-pool"],
     ["train", "--preset", "tiny", "--method", "tandem", "--junior", "tiny:0.5,tiny-junior:0.5", "--best-by-junior",
      "tiny-junior", "--output-dir", "runs/tiny-pool"],  # a junior pool (issue 36)
 ]
@@ -153,7 +155,9 @@ def test_a_readme_command_added_since_builds_the_settings_its_flags_say(argv, mo
     got = _captured(argv, monkeypatch, tmp_path)
     _assert_flags_say(argv, got)
     if argv[0] == "eval":
-        assert (got["senior"], got["benchmarks"], got["n"]) == ("runs/tiny-lora/best", ["tiny"], 8)
+        flag = dict(zip(argv, argv[1:]))
+        assert (got["senior"], got["benchmarks"], got["n"]) == (flag["--senior"], ["tiny"], 8)
+        assert got["junior"] == flag.get("--junior")  # a pool as written (its spec; parsed where it is sampled)
 
 
 def test_the_readme_commands_in_the_fixture_are_the_readmes_own():

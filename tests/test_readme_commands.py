@@ -34,6 +34,7 @@ QUICK = {
     ("bench", "decode"): ["--batch", "4", "--new-tokens", "16", "--repeats", "1"],
     ("bench", "train"): ["--steps", "2"],
     ("study", "drift"): ["--quick", "--seeds", "0"],
+    ("study", "pool"): ["--quick", "--seeds", "0"],
     ("world", "build"): ["--steps", "4"],  # the full build is minutes on one core; the shipped world is the real one
 }
 
@@ -161,6 +162,13 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
         shipped = [line.split() for line in res.stdout.splitlines() if line.startswith("shipped")]
         assert [row[1] for row in shipped] == ["tiny", "tiny-drift", "tiny-code"]
         assert all(Path(row[-1], "world.json").is_file() for row in shipped)
+    elif argv[:2] == ["study", "pool"]:
+        out = workdir / flag["--out"]
+        res = json.loads((out / "study.json").read_text())
+        assert res["seeds_done"] == [0] and {"alone-weak", "pool-no-mid", "base"} <= set(res["table"])
+        assert "pool-no-mid vs alone-weak: handoff_mid" in res["tests"]
+        again = _run(argv, workdir)  # a finished study re-run is a no-op
+        assert "is complete" in again.stdout
     elif argv[:2] == ["study", "drift"]:
         out = workdir / flag["--out"]
         assert (out / "study.md").is_file() and json.loads((out / "study.json").read_text())["seeds_done"] == [0]

@@ -39,6 +39,21 @@ def _print_metrics(metrics: dict, out: str) -> None:
         if isinstance(m, dict) and "problems" in m:
             t.add_row(b, str(m["problems"]), *[f"{m[k]['mean']:.3f} ± {m[k]['se']:.3f}" for k in ks])
     console().print(t)
+    if "juniors" in metrics:  # a junior pool: pass@k (macro) of each junior over the samples it got
+        from ..models import model_name
+
+        jt = Table(title="per junior (macro over the samples each junior got; the table above pools them)")
+        jt.add_column("junior")
+        jt.add_column("samples", justify="right")
+        for k in ks:
+            jt.add_column(k, justify="right")
+        for name, m in metrics["juniors"].items():
+            cells = [(f"{f['mean']:.3f} ± {f['se']:.3f}" if f["mean"] is not None else "—") if (f := m["macro"].get(k))
+                     else "—" for k in ks]
+            jt.add_row(model_name(name), str(m["samples"]), *cells)
+        console().print(jt)
+        print("—: a junior with fewer than k samples of every problem of a benchmark has no pass@k there (metrics.json "
+              "says why)")
     print(f"senior share {metrics['senior_share']['mean']:.3f} (sd {metrics['senior_share']['sd']:.3f})")
     if "senior_share_chars" in metrics:  # text-level handoff: the share in characters and in the junior's tokens
         print(f"senior share in characters {metrics['senior_share_chars']['mean']:.3f}, in the junior's tokens "

@@ -2,6 +2,7 @@
 
 - ``tandem demo [--out DIR] [--world tiny-drift|tiny|code] [--quick]`` (``recipes.demo``)
 - ``tandem study drift --seeds 0,1,2 --out DIR ...`` (``recipes.study``)
+- ``tandem study pool --seeds 0,1,2 --out DIR ...`` (``recipes.study_pool``)
 - ``tandem study elegance --problems FILE --judge MODEL_OR_URL --out DIR ...`` (``recipes.elegance``)
 - ``tandem bench decode|train|memory`` (``recipes.bench``)
 """
@@ -28,6 +29,11 @@ def cmd_study(a) -> None:
 
         run_elegance(a.out, elegance_settings(a))
         return
+    if a.study == "pool":
+        from ..recipes.study_pool import run_pool_study
+
+        run_pool_study(a.out, pool_study_settings(a))
+        return
     from ..recipes.study import run_study
 
     run_study(a.out, study_settings(a))
@@ -52,6 +58,25 @@ def study_settings(a):
         return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=4, n=2, max_tokens=48, quick=True,
                              checkpoint=a.checkpoint)
     return StudySettings(seeds=seeds, juniors=juniors, train=train, limit=a.limit, n=a.n, checkpoint=a.checkpoint)
+
+
+def pool_study_settings(a):
+    """``recipes.study_pool.PoolStudySettings`` from ``tandem study pool``'s flags."""
+    from ..recipes.pipeline import QUICK_TRAIN
+    from ..recipes.study_pool import PoolStudySettings
+
+    try:
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise TandemError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
+    if not seeds:
+        raise TandemError("--seeds must name some seeds")
+    if a.quick:
+        return PoolStudySettings(seeds=seeds, train=dict(QUICK_TRAIN), mid_train=dict(QUICK_TRAIN), limit=4, n=2,
+                                 max_tokens=48, quick=True, checkpoint=a.checkpoint)
+    train = {"max_steps": a.steps} if a.steps else {}
+    return PoolStudySettings(seeds=seeds, train=train, mid_steps=a.mid_steps, limit=a.limit, n=a.n,
+                             checkpoint=a.checkpoint)
 
 
 # --quick of the elegance study: seconds of training on the shipped four problems (mechanics only)
@@ -87,8 +112,9 @@ def register_demo(sub) -> None:
 
 def register_study(sub) -> None:
     p = sub.add_parser("study", help="multi-seed studies: drift = GRPO vs Tandem vs KL-Reg on the drift world")
-    p.add_argument("study", choices=["drift", "elegance"], help="which study (drift: the drift world, "
-                   "docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md)")
+    p.add_argument("study", choices=["drift", "elegance", "pool"], help="which study (drift: the drift world, "
+                   "docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md; pool: "
+                   "juniors trained as a pool vs alone, one held out, docs/pool_study.md)")
     p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
     p.add_argument("--juniors", default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
@@ -99,6 +125,8 @@ def register_study(sub) -> None:
     p.add_argument("--checkpoint", default="final", choices=["final", "best"],
                    help="evaluate each run's final (default) or validation-best checkpoint")
     p.add_argument("--quick", action="store_true", help="seconds-long smoke version on a throwaway world")
+    p.add_argument("--mid-steps", type=COUNT, default=10,
+                   help="study pool: GRPO steps of the intermediate-checkpoint junior (default 10)")
     e = p.add_argument_group("study elegance")
     e.add_argument("--problems", default=None, help="problems with labelled solution paths (JSONL; sample = the "
                    "shipped four-problem example; format: docs/tasks.md)")

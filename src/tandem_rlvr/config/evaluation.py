@@ -28,13 +28,28 @@ def paper_eval_sampling() -> SamplingParams:
 
 @dataclass(frozen=True)
 class EvalModels:
-    """The senior and the junior (default: the senior's checkpoint), their devices and dtype."""
+    """The senior and the junior (default: the senior's checkpoint), their devices and dtype.
+
+    ``junior`` may name a pool (``A,B,C``, ``A:0.5,B:0.5``, a YAML list; ``pool.JuniorPool``): each sample
+    draws its junior (docs/evaluation.md, "a junior pool"). A one-junior pool (``A:1``, a list of one) is
+    stored as its one name, so it is today's evaluation exactly."""
 
     senior: str = "tiny"
     junior: str | None = None
     device: str = "auto"
     junior_device: str | None = None
     dtype: str = "auto"
+
+    def __post_init__(self):
+        if self.junior is not None and self.pool.single:
+            object.__setattr__(self, "junior", self.pool.names[0])
+
+    @property
+    def pool(self):
+        """The junior pool (``pool.JuniorPool``) of ``junior``; None where no junior is given."""
+        from ..pool import JuniorPool
+
+        return None if self.junior is None else JuniorPool.parse(self.junior)
 
 
 @dataclass(frozen=True)
@@ -165,8 +180,25 @@ class EvalConfig:
 
     @property
     def junior_spec(self) -> str | None:
-        """The junior's checkpoint the decoder loads: None for a solo run, else the junior or the senior's."""
+        """The junior's checkpoint the decoder loads: None for a solo run, else the junior or the senior's
+        (a pool of several juniors: its spec, ``pool.JuniorPool.parse`` reads it back)."""
         return None if self.schedule_name == "senior" else (self.models.junior or self.models.senior)
+
+    @property
+    def pool(self):
+        """The junior pool of a handoff run with several juniors (``pool.JuniorPool``), else None."""
+        pool = self.models.pool if self.schedule_name != "senior" else None
+        return None if pool is None or pool.single else pool
+
+    @property
+    def model_roles(self) -> dict[str, str]:
+        """{role: checkpoint} of every model the run samples with, fingerprinted into config.json:
+        "senior", and "junior" (one junior) or "junior/NAME" per junior of a pool."""
+        if self.junior_spec is None:
+            return {"senior": self.models.senior}
+        if self.pool is None:
+            return {"senior": self.models.senior, "junior": self.junior_spec}
+        return {"senior": self.models.senior, **{f"junior/{n}": n for n in self.pool.names}}
 
     @cached_property
     def engine_setup(self):

@@ -45,7 +45,7 @@ CONFIG, SAMPLES, METRICS, SOURCES = "config.json", "samples.jsonl", "metrics.jso
 SAMPLE_TYPES = {"benchmark": (str,), "problem_id": (str, int), "sample_idx": (int,), "correct": (bool,),
                 "token_ids": (list,), "senior_mask": (list,)}
 OPTIONAL_TYPES = {"response": (str,), "senior_share": (int, float), "tokens": (int,), "finished": (bool,),
-                  "answer": (str,), "problem_fp": (str,), "reason": (str,)}
+                  "answer": (str,), "problem_fp": (str,), "reason": (str,), "junior": (str,)}
 INPUTS = "inputs"  # config.json's fingerprints (``fingerprint``): models and benchmark sets
 
 

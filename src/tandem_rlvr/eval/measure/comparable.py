@@ -73,6 +73,11 @@ def _same_model(a: dict, b: dict, role: str) -> bool:
     return (a.get("models") or {}).get(role) == (b.get("models") or {}).get(role)
 
 
+def _pool_roles(config: dict) -> list[str]:
+    """The ``junior/NAME`` roles of a pool run's fingerprints (``config.EvalConfig.model_roles``)."""
+    return sorted(r for r in ((config.get(INPUTS) or {}).get("models") or {}) if r.startswith("junior/"))
+
+
 def _problem_sets(run: EvalRun) -> dict[str, dict]:
     """{benchmark: {"problems": count, "sha256": fingerprint or None}} of a run."""
     counts: dict[str, set] = {}
@@ -96,6 +101,11 @@ def settings_differences(runs: dict[str, EvalRun], what: str, handoff: bool) -> 
         if handoff and not _same_model(ref.config, run.config, "junior"):
             out.append(f"{what} runs {pair} have different juniors ({model_identity(ref.config, 'junior')} vs "
                        f"{model_identity(run.config, 'junior')})")
+        for role in _pool_roles(ref.config) if handoff else ():  # the juniors of a pool (the pool itself: schedule)
+            fa, fb = (((c.get(INPUTS) or {}).get("models") or {}).get(role) for c in (ref.config, run.config))
+            if fa != fb:
+                out.append(f"{what} runs {pair} have different files for pool junior {role.partition('/')[2]} "
+                           f"({fa} vs {fb})")
         for bench, s in _problem_sets(run).items():
             r = ref_sets.get(bench)
             if r is None:

@@ -49,6 +49,7 @@ from ...outdir import output_dir
 from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
 from .comparable import (check_same_problems, legibility_differences, refuse_mixed_verdicts, refuse_or_warn,
                          settings_differences)
+from .pool_metrics import junior_pass_at_k, per_junior_correct, run_juniors
 from .regrade import apply_regrade
 from ..run_files import EvalRun, Senior, check_same_benchmarks, discover, read_drift, read_legibility, read_run
 
@@ -102,6 +103,9 @@ def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 1
     m["config"] = {k: run.config.get(k) for k in ("models", "schedule", "sampling", "n", "template")}
     m["config"]["junior_fingerprint"] = ((run.config.get("inputs") or {}).get("models") or {}).get("junior")
     m["diagnostics"] = sample_diagnostics(run.rows, run.counts(), handoff=run.schedule != "senior")
+    if run_juniors(run.rows):  # a junior pool: pass@k of each junior over the samples it got
+        ids = {b: list(dict.fromkeys(pid for bb, pid in run.counts() if bb == b)) for b in per_bench}
+        m["juniors"] = junior_pass_at_k(run.rows, ids, ks, run_juniors(run.rows), n_boot)
     return m
 
 
@@ -149,6 +153,7 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             if cand in runs and baseline in runs:
                 tests.append((f"handoff pass@1 ({lb})", "greater", runs[cand].per_problem_correct(),
                               runs[baseline].per_problem_correct()))
+                tests += pool_tests(lb, runs[cand].rows, runs[baseline].rows)
         if cand in leg and baseline in leg:
             for stat, alt in (("ce", "less"), ("alpha", "greater")):
                 if any(r.get(stat) is None for res in (leg[cand], leg[baseline]) for r in res[1].values()):
@@ -157,6 +162,8 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
                               {k: r[stat] for k, r in leg[cand][1].items()}, {k: r[stat] for k, r in leg[baseline][1].items()}))
         for stat, alt, a, b in tests:
             x, y, keys = pair_by_key(a, b)
+            if not keys and ", junior " in stat:
+                continue  # no problem where both seniors handed off to this junior of the pool
             if not keys:
                 raise TandemError(f"{cand} and {baseline} share no problems for {stat}")
             ttests.append({"candidate": cand, "baseline": baseline, "statistic": stat, **paired_ttest(x, y, alt)})
@@ -174,6 +181,16 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
                            for n, (res, _) in leg.items()},
             "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "bootstrap": bootstrap, "mixed": mixed,
             "regraded": regraded}
+
+
+def pool_tests(label: str, cand_rows: list[dict], base_rows: list[dict]) -> list[tuple]:
+    """The per-junior paired tests of two handoff runs with a junior pool: pass@1 of the samples each junior got
+    (H1 candidate > baseline), on the problems where both runs handed off to that junior."""
+    from ...models import model_name
+
+    juniors = [j for j in run_juniors(cand_rows) if j in set(run_juniors(base_rows))]
+    return [(f"handoff pass@1 ({label}, junior {model_name(j)})", "greater", per_junior_correct(cand_rows, j),
+             per_junior_correct(base_rows, j)) for j in juniors]
 
 
 def _abs(path: Path | None) -> str | None:

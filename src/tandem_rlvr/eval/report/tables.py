@@ -117,6 +117,32 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
     return out
 
 
+def _junior_words(spec: str | None) -> str:
+    """"junior NAME", or "pool of A, B" for a junior pool's spec (``pool.JuniorPool``)."""
+    from ...models import model_name
+    from ...pool import JuniorPool
+
+    if spec and "," in spec:
+        return "pool of " + ", ".join(model_name(n) for n in JuniorPool.parse(spec).names)
+    return f"junior {model_name(spec)}"
+
+
+def _pool_tables(label: str, metrics: dict[str, dict]) -> list[Table]:
+    """A handoff set-up with a junior pool: each senior's pass@k (macro) per junior, over the samples that
+    junior got ("—" where no problem had k of them: metrics' ``why``); the pooled row is the table above."""
+    from ...models import model_name
+
+    pooled = {n: m for n, m in metrics.items() if m.get("juniors")}
+    if not pooled:
+        return []
+    ks = [k for k in next(iter(metrics.values()))["macro"] if k.startswith("pass@")]
+    rows = [[n, model_name(j), str(x["samples"]), *[_pm(x["macro"].get(k)) if (x["macro"].get(k) or {}).get("mean")
+                                                    is not None else "—" for k in ks]]
+            for n, m in pooled.items() for j, x in m["juniors"].items()]
+    return [Table(f"{label} per junior of the pool: pass@k over the samples each junior got (—: no problem had k of "
+                  "them)", ["senior", "junior", "samples", *ks], rows)]
+
+
 def comparison_tables(comp: dict) -> list[Table]:
     """All tables of a comparison, in the paper's order. Models appear by ``models.model_name``
     (never a full path; the report's provenance section has those)."""
@@ -128,11 +154,12 @@ def comparison_tables(comp: dict) -> list[Table]:
     tables += _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
     for lb, metrics in comp["handoff"].items():
         label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
-        junior = _distinct(metrics, lambda c: f"junior {model_name(c['models'].get('junior'))}")
+        junior = _distinct(metrics, lambda c: _junior_words(c["models"].get("junior")))
         if len({m["config"].get("junior_fingerprint") for m in metrics.values()}) > 1 and "; " not in junior:
             junior += " (other files in each run)"  # one name, different weights (--allow-mixed)
         schedule = _distinct(metrics, lambda c: str((c["schedule"] or {}).get("name")))
         tables += _pass_tables(f"{label} ({junior}, {schedule})", metrics)
+        tables += _pool_tables(label, metrics)
     if comp["legibility"]:
         tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
                             [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]),

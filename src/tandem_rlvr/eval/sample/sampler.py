@@ -45,6 +45,8 @@ from ...prompting import encode_prompt
 from ...outdir import RunLock, abs_spec, output_dir, remove_failed_start
 from ...tasks import prompt_text, task_row
 from ..measure.metrics import handoff_diagnostics, pass_at_k_summary
+from ..measure.pool_metrics import junior_pass_at_k
+from .pool_decoding import open_pool_stream, record_juniors, recorded_pool
 from ..run_files import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
                    read_samples, run_problems, validate_sample_row, write_metrics, write_sources)
 
@@ -71,7 +73,8 @@ def run_config(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Pro
     m, d, pr = cfg.models, cfg.decoding, cfg.problems
     models = getattr(decoder, "models", None) or {  # a server decoder names the checkpoints it loaded
         "senior": abs_spec(m.senior, NAMED_MODELS),
-        "junior": abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None}
+        "junior": recorded_pool(cfg.pool).spec() if cfg.pool else
+                  abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None}
     return {"n": cfg.n, "sampling": d.sampling.to_dict(), "schedule": decoder.schedule.describe(),
             "template": resolve_template(tokenizer, pr.template), "instruction": pr.instruction,
             "answer_mode": pr.answer_mode, "seed": d.seed, "models": models, "ks": list(report_ks(cfg)),
@@ -128,6 +131,8 @@ def run_eval(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Probl
                     own = getattr(decoder, "sample_chunk", None)  # the text-level handoff samples its own rows
                     new = (own(chunk, cfg, sample_seed) if own
                            else _sample_chunk(decoder, tokenizer, chunk, cfg, template))
+                    if getattr(decoder, "pool", None) is not None:  # a junior pool: each row names its junior
+                        record_juniors(new, decoder.pool)
                     wrote = True
                     try:
                         append_rows(f, new)
@@ -162,7 +167,7 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
         return None
     old = read_config(out / CONFIG)
     problems = _problems(cfg)
-    new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in model_roles(cfg).items()},
+    new = {"models": {role: model_fingerprint(resolve_model_path(spec)) for role, spec in cfg.model_roles.items()},
            "benchmarks": {b: problem_set_fingerprint(ps) for b, ps in problems.items()}}
     if INPUTS not in old:
         raise TandemError(f"{out / CONFIG}: made before runs recorded input fingerprints, so its samples cannot be "
@@ -192,6 +197,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         from .text_handoff import open_text_handoff
 
         dec, tok, close = open_text_handoff(cfg, name)
+    elif cfg.pool is not None:  # in-stream handoff with a junior pool
+        dec, tok, close = open_pool_stream(cfg)
     else:
         if cfg.handoff_protocol == "stream":
             _check_stream_vocab(cfg)
@@ -199,7 +206,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     try:
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
         if served is None:
-            roles = model_roles(cfg)
+            roles = cfg.model_roles
         else:  # a client cannot see the server's junior; its senior is fingerprinted where its files are here
             roles = {"senior": served["senior"]} if Path(served["senior"]).is_dir() else {}
         fingerprints = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()}
@@ -209,11 +216,6 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         close()
     write_sources(out, cfg.problems.benchmarks, cfg.problems.split)
     return metrics
-
-
-def model_roles(cfg: EvalConfig) -> dict[str, str]:
-    """The checkpoints the evaluation loads, by role: the senior, and the junior of a handoff run."""
-    return {"senior": cfg.models.senior, **({"junior": cfg.junior_spec} if cfg.junior_spec else {})}
 
 
 def _problems(cfg: EvalConfig) -> dict[str, list[Problem]]:
@@ -305,4 +307,7 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], cfg: EvalCon
     metrics["response_tokens"] = {"mean": float(lengths.mean())}
     if cfg.schedule_name != "senior":
         metrics.update(handoff_diagnostics(rows))
+    if cfg.pool is not None:  # per junior of the pool (metrics.json's top-level figures pool them all)
+        metrics["juniors"] = junior_pass_at_k(rows, problems, [k for k in report_ks(cfg) if k <= cfg.n],
+                                              list(recorded_pool(cfg.pool).names))
     return metrics

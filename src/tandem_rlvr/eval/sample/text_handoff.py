@@ -112,6 +112,7 @@ class Chain:
     seed: int
     prompts: tuple[str, str]  # the prompt text in the senior's and in the junior's template
     budget: int
+    junior: int = 0  # which junior of a pool writes the junior's turns (``pool_decoding.sample_junior``)
     author: int = SENIOR
     text: str = ""
     used: int = 0
@@ -125,15 +126,23 @@ class Chain:
 
 
 class TextHandoff:
-    """The text-level handoff of a pair of ``TurnModel``s; ``sample_chunk`` is what the sampler calls."""
+    """The text-level handoff of a pair of ``TurnModel``s; ``sample_chunk`` is what the sampler calls.
+
+    With a junior pool (``pool``: a ``pool.JuniorPool`` over the turn models in ``juniors``) each
+    chain's junior turns are written by the junior its seed draws (``pool_decoding.sample_junior``)."""
 
     def __init__(self, senior: TurnModel, junior: TurnModel, schedule: str, p: float = 0.5,
-                 max_new_tokens: int = 3000, max_rounds: int = MAX_ROUNDS):
+                 max_new_tokens: int = 3000, max_rounds: int = MAX_ROUNDS, juniors=(), pool=None):
         if schedule not in TEXT_SCHEDULES:
             raise TandemError(f"--protocol text hands off at paragraph breaks: schedule must be one of "
                               f"{', '.join(TEXT_SCHEDULES)}, got {schedule!r} (use --protocol stream)")
         self.pair, self.name, self.p = (senior, junior), schedule, p
+        self.juniors, self.pool = tuple(juniors) or (junior,), pool
         self.max_new_tokens, self.max_rounds = max_new_tokens, max_rounds
+
+    def chain_models(self, chain: Chain) -> tuple[TurnModel, TurnModel]:
+        """(senior, junior) turn models of ``chain``."""
+        return self.pair[0], self.juniors[chain.junior]
 
     @property
     def schedule(self):
@@ -142,6 +151,11 @@ class TextHandoff:
     def describe(self) -> dict:
         d = {"name": self.name, "protocol": "text", "max_rounds": self.max_rounds, "context_reserve": CONTEXT_RESERVE,
              "templates": {r: m.template for r, m in zip(ROLES, self.pair)}}
+        if self.pool is not None:
+            from .pool_decoding import pool_record
+
+            d["templates"]["juniors"] = [m.template for m in self.juniors]
+            d["pool"] = pool_record(self.pool)
         return {**d, "p": self.p} if self.name == "paragraph-bernoulli" else d
 
     def _author(self, chain: Chain) -> int:
@@ -153,11 +167,15 @@ class TextHandoff:
         return SENIOR if bool(coin[0] < self.p) else JUNIOR
 
     def new_chain(self, problem, sample_idx: int, seed: int, task) -> Chain:
-        prompts = tuple(m.prompt(problem, task) for m in self.pair)
-        room = [m.context - len(m.encode(pr)) - CONTEXT_RESERVE for m, pr in zip(self.pair, prompts)
+        from .pool_decoding import sample_junior
+
+        junior = sample_junior(self.pool, seed) if self.pool is not None else 0
+        pair = (self.pair[0], self.juniors[junior])
+        prompts = tuple(m.prompt(problem, task) for m in pair)
+        room = [m.context - len(m.encode(pr)) - CONTEXT_RESERVE for m, pr in zip(pair, prompts)
                 if m.context is not None]
         budget = min([self.max_new_tokens, *room])
-        chain = Chain(problem, sample_idx, seed, prompts, budget)
+        chain = Chain(problem, sample_idx, seed, prompts, budget, junior)
         if budget < 1:
             chain.end = "context"
         chain.author = self._author(chain)
@@ -169,8 +187,8 @@ class TextHandoff:
             moved = False
             for who in (SENIOR, JUNIOR):
                 live = [c for c in chains if not c.done and c.author == who]
-                if live:
-                    self._turn(who, live)
+                for j in dict.fromkeys(c.junior if who == JUNIOR else 0 for c in live):  # one call per junior of a pool
+                    self._turn(who, [c for c in live if who == SENIOR or c.junior == j])
                     moved = True
             if not moved:
                 return
@@ -179,7 +197,7 @@ class TextHandoff:
                 c.end = "rounds"
 
     def _turn(self, who: int, chains: list[Chain]) -> None:
-        m = self.pair[who]
+        m = self.chain_models(chains[0])[who]  # every chain of a junior turn has the same junior
         ids, caps, go = [], [], []
         for c in chains:
             x = m.encode(c.prompts[who] + c.text)
@@ -220,7 +238,7 @@ class TextHandoff:
 
     def row(self, c: Chain, grade) -> dict:
         """A samples.jsonl row of a finished chain."""
-        s_tok, j_tok = (m.tokenizer for m in self.pair)
+        s_tok, j_tok = (m.tokenizer for m in self.chain_models(c))
         ids, mask, j_count = [], [], [0, 0]
         for who, text, _, _ in c.turns:
             x = s_tok.encode(text, add_special_tokens=False)
@@ -255,19 +273,25 @@ def open_text_handoff(cfg, schedule: str):
     if not kind.text_turns:
         ok = " or ".join(k for k, e in ENGINES.items() if e.text_turns)
         raise TandemError(f"--protocol text runs on --engine {ok} (got {cfg.decoding.engine}); use --protocol stream with a server")
+    juniors = list(cfg.pool.names) if cfg.pool is not None else [cfg.models.junior or cfg.models.senior]
     if kind.transformers:
         dev = resolve_device(cfg.models.device)
         jdev = resolve_device(cfg.models.junior_device) if cfg.models.junior_device else dev
         models = [TurnModel(load_model(spec, d, cfg.models.dtype), load_tokenizer(spec), cfg.decoding.sampling, cfg.problems.template)
-                  for spec, d in ((cfg.models.senior, dev), (cfg.models.junior or cfg.models.senior, jdev))]
+                  for spec, d in ((cfg.models.senior, dev), *((j, jdev) for j in juniors))]
     else:
         from .text_handoff_vllm import open_vllm_turn_models
 
-        models = open_vllm_turn_models(cfg)
+        models = open_vllm_turn_models(cfg, juniors)
 
     def close():
         for m in models:
             m.close()
 
-    return (TextHandoff(*models, schedule, p=cfg.decoding.p, max_new_tokens=cfg.decoding.sampling.max_new_tokens),
-            models[0].tokenizer, close)
+    pool = None
+    if cfg.pool is not None:
+        from .pool_decoding import recorded_pool
+
+        pool = recorded_pool(cfg.pool)
+    return (TextHandoff(models[0], models[1], schedule, p=cfg.decoding.p, max_new_tokens=cfg.decoding.sampling.max_new_tokens,
+                        juniors=models[1:], pool=pool), models[0].tokenizer, close)

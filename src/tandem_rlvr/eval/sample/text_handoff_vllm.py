@@ -69,8 +69,9 @@ class VLLMTurnModel(TurnEngine):
         self.engine.close()
 
 
-def open_vllm_turn_models(cfg) -> list[VLLMTurnModel]:
-    """[senior, junior] turn models of an ``EvalConfig`` on ``--engine vllm``, one engine each."""
+def open_vllm_turn_models(cfg, juniors: list[str]) -> list[VLLMTurnModel]:
+    """[senior, *juniors] turn models of an ``EvalConfig`` on ``--engine vllm``, one engine each (a pool:
+    one per junior)."""
     from ...engines.vllm_engine import VLLMSettings, platform_is_cpu, require_vllm, with_dtype
     from ...models import load_tokenizer, resolve_model_path
 
@@ -78,11 +79,11 @@ def open_vllm_turn_models(cfg) -> list[VLLMTurnModel]:
         raise TandemError("--junior-device is not supported by --engine vllm (both engines share the device)")
     require_vllm()
     settings = with_dtype(cfg.decoding.vllm_settings or VLLMSettings(), cfg.models.dtype, cfg.models.device)
-    if not platform_is_cpu():  # two engines on one GPU: each may take half of what one would
-        settings = replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization / 2)
+    if not platform_is_cpu():  # engines on one GPU: each may take its share of what one would
+        settings = replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization / (1 + len(juniors)))
     models: list[VLLMTurnModel] = []
     try:
-        for spec in (cfg.models.senior, cfg.models.junior or cfg.models.senior):
+        for spec in (cfg.models.senior, *juniors):
             models.append(VLLMTurnModel(resolve_model_path(spec), load_tokenizer(spec), cfg.decoding.sampling, cfg.problems.template,
                                         settings, seed=cfg.decoding.seed))
     except BaseException:

@@ -1,0 +1,73 @@
+"""``tandem study pool``: its arms and their juniors, the held-out paired tests, the settings check, and
+(slow) the quick study end to end with a re-run that trains and samples nothing.
+
+Slow part: ``python -m pytest -q -p no:cacheprovider -m slow tests/test_pool_study.py`` (minutes on 2 cores).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from tandem_rlvr.errors import TandemError
+from tandem_rlvr.recipes import study_pool
+from tandem_rlvr.recipes.study_pool import PoolStudySettings, arm_junior, arms, held_out_tests
+
+
+def test_every_junior_is_trained_alone_and_held_out_of_one_pool_of_the_others():
+    paths = {"weak": "/w", "base": "/b", "mid": "/m"}
+    assert arms() == ["alone-weak", "alone-base", "alone-mid", "pool-no-weak", "pool-no-base", "pool-no-mid"]
+    assert [arm_junior(a, paths) for a in arms()] == ["/w", "/b", "/m", "/b,/m", "/w,/m", "/w,/b"]
+
+
+def test_held_out_tests_pair_seed_averaged_problems_and_match_a_hand_t_statistic():
+    rng = np.random.default_rng(0)
+    keys = [f"tiny/{i}" for i in range(12)]
+
+    def vecs():  # two seeds of per-problem pass@1 in [0, 0.5] for solo and handoff to each junior
+        return [{s: {k: float(rng.uniform(0, 0.5)) for k in keys}
+                 for s in ("solo", "handoff_weak", "handoff_base", "handoff_mid")} for _ in range(2)]
+
+    per = {a: vecs() for a in arms()}
+    per["pool-no-mid"] = [{s: {k: x + 0.3 + rng.uniform(-0.05, 0.05) for k, x in v.items()} for s, v in seed.items()}
+                          for seed in per["alone-weak"]]  # alone-weak's figures, 0.3 better with a little noise
+    tests = held_out_tests(per)
+    t = tests["pool-no-mid vs alone-weak: handoff_mid"]
+    cand = np.mean([[v["handoff_mid"][k] for k in keys] for v in per["pool-no-mid"]], axis=0)
+    ref = np.mean([[v["handoff_mid"][k] for k in keys] for v in per["alone-weak"]], axis=0)
+    d = cand - ref
+    assert t["n"] == 12 and t["held_out"] == "mid" and t["mean_diff"] == pytest.approx(d.mean())
+    assert t["t"] == pytest.approx(d.mean() / (d.std(ddof=1) / np.sqrt(d.size)))
+    assert t["p"] < 0.05 and t["bootstrap_macro"]["lo"] > 0  # the shifted pool is better, and the tests say so
+    assert {"pool-no-weak vs alone-base: solo", "pool-no-base vs alone-base: handoff_base"} <= set(tests)
+    assert not any(name.startswith("alone-") for name in tests)
+
+
+def test_a_study_directory_of_other_settings_is_refused(tmp_path, monkeypatch):
+    s = PoolStudySettings(seeds=[0], limit=5)
+    assert study_pool._check_settings(tmp_path, s) == [0]
+    assert study_pool._check_settings(tmp_path, PoolStudySettings(seeds=[1], limit=5)) == [0, 1]  # seeds add up
+    with pytest.raises(TandemError, match="other settings"):
+        study_pool._check_settings(tmp_path, PoolStudySettings(seeds=[0], limit=6))
+
+
+@pytest.mark.slow
+def test_the_quick_study_runs_and_a_finished_study_reruns_as_a_no_op(tmp_path, monkeypatch):
+    from tandem_rlvr.cli import build_parser
+    from tandem_rlvr.cli.recipes import pool_study_settings
+    from tandem_rlvr.eval.sample import sampler
+    from tandem_rlvr.rl import train as train_mod
+
+    a = build_parser().parse_args(["study", "pool", "--quick", "--seeds", "0", "--out", str(tmp_path / "s")])
+    res = study_pool.run_pool_study(a.out, pool_study_settings(a), print_fn=lambda *x: None, progress=False)
+    assert res["seeds_done"] == [0] and set(res["table"]) == {"base", *arms()}
+    rows = [json.loads(x) for x in (tmp_path / "s/seed0/eval/pool-no-mid/handoff-mid/samples.jsonl").read_text().splitlines()]
+    assert rows and "junior" not in rows[0]  # handoff to the held-out junior alone: a one-junior run
+    train_cfg = json.loads((tmp_path / "s/seed0/runs/pool-no-mid/config.json").read_text())
+    assert "," in train_cfg["junior"]  # trained with a pool of two
+    assert "pool-no-mid vs alone-mid: handoff_mid" in res["tests"]
+    calls = []
+    monkeypatch.setattr(train_mod, "train", lambda *x, **k: calls.append("train"))
+    monkeypatch.setattr(sampler, "evaluate", lambda *x, **k: calls.append("eval"))
+    again = study_pool.run_pool_study(a.out, pool_study_settings(a), print_fn=lambda *x: None, progress=False)
+    assert calls == [] and again["table"] == res["table"]
