@@ -1,10 +1,8 @@
-"""``tandem study pool``: its arms and their juniors, the held-out paired tests, the settings check, and
-(slow) the quick study end to end with a re-run that trains and samples nothing.
+"""``tandem study pool``: its arms and their juniors, the held-out paired tests, the settings check.
 
-Slow part: ``python -m pytest -q -p no:cacheprovider -m slow tests/test_pool_study.py`` (minutes on 2 cores).
+The quick study end to end, with a re-run that trains, samples and rewrites nothing, is tested as the
+README's ``tandem study pool`` command in ``tests/test_readme_commands.py`` (slow; one run serves both).
 """
-
-import json
 
 import numpy as np
 import pytest
@@ -49,25 +47,3 @@ def test_a_study_directory_of_other_settings_is_refused(tmp_path, monkeypatch):
     assert study_pool._check_settings(tmp_path, PoolStudySettings(seeds=[1], limit=5)) == [0, 1]  # seeds add up
     with pytest.raises(TandemError, match="other settings"):
         study_pool._check_settings(tmp_path, PoolStudySettings(seeds=[0], limit=6))
-
-
-@pytest.mark.slow
-def test_the_quick_study_runs_and_a_finished_study_reruns_as_a_no_op(tmp_path, monkeypatch):
-    from tandem_rlvr.cli import build_parser
-    from tandem_rlvr.cli.recipes import pool_study_settings
-    from tandem_rlvr.eval.sample import sampler
-    from tandem_rlvr.rl import train as train_mod
-
-    a = build_parser().parse_args(["study", "pool", "--quick", "--seeds", "0", "--out", str(tmp_path / "s")])
-    res = study_pool.run_pool_study(a.out, pool_study_settings(a), print_fn=lambda *x: None, progress=False)
-    assert res["seeds_done"] == [0] and set(res["table"]) == {"base", *arms()}
-    rows = [json.loads(x) for x in (tmp_path / "s/seed0/eval/pool-no-mid/handoff-mid/samples.jsonl").read_text().splitlines()]
-    assert rows and "junior" not in rows[0]  # handoff to the held-out junior alone: a one-junior run
-    train_cfg = json.loads((tmp_path / "s/seed0/runs/pool-no-mid/config.json").read_text())
-    assert "," in train_cfg["junior"]  # trained with a pool of two
-    assert "pool-no-mid vs alone-mid: handoff_mid" in res["tests"]
-    calls = []
-    monkeypatch.setattr(train_mod, "train", lambda *x, **k: calls.append("train"))
-    monkeypatch.setattr(sampler, "evaluate", lambda *x, **k: calls.append("eval"))
-    again = study_pool.run_pool_study(a.out, pool_study_settings(a), print_fn=lambda *x: None, progress=False)
-    assert calls == [] and again["table"] == res["table"]

@@ -167,8 +167,13 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
         res = json.loads((out / "study.json").read_text())
         assert res["seeds_done"] == [0] and {"alone-weak", "pool-no-mid", "base"} <= set(res["table"])
         assert "pool-no-mid vs alone-weak: handoff_mid" in res["tests"]
-        again = _run(argv, workdir)  # a finished study re-run is a no-op
+        rows = [json.loads(x) for x in (out / "seed0/eval/pool-no-mid/handoff-mid/samples.jsonl").read_text().splitlines()]
+        assert rows and "junior" not in rows[0]  # handoff to the held-out junior alone: a one-junior run
+        assert "," in json.loads((out / "seed0/runs/pool-no-mid/config.json").read_text())["junior"]  # a pool of two
+        before = {f: f.stat().st_mtime_ns for f in out.rglob("*") if f.is_file()}
+        again = _run(argv, workdir)  # a finished study re-run is a no-op: nothing trained, sampled or rewritten
         assert "is complete" in again.stdout
+        assert {f: f.stat().st_mtime_ns for f in out.rglob("*") if f.is_file()} == before
     elif argv[:2] == ["study", "drift"]:
         out = workdir / flag["--out"]
         assert (out / "study.md").is_file() and json.loads((out / "study.json").read_text())["seeds_done"] == [0]
