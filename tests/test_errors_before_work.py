@@ -54,3 +54,20 @@ def test_a_bad_out_fails_before_any_model_or_world(capsys, tmp_path, empty_cache
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{file}: exists and is not a directory" in err, err
     assert list(empty_cache.iterdir()) == []
+
+
+def test_a_refusal_that_reads_built_in_tokenizers_imports_no_model_code(tmp_path):
+    """``--protocol stream`` with a junior of another vocabulary is refused from the two tokenizers
+    alone: finding a built-in model's folder must not import the world build and the model classes
+    (seconds of CPU before a one-line error)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tandem_rlvr.cli import main; rc = main(['eval', 'handoff', '--senior', 'tiny', "
+            "'--junior', 'tiny-xjunior', '--benchmarks', 'tiny', '--split', 'test', '--limit', '2', '--protocol', "
+            f"'stream', '--out', {str(tmp_path / 'x')!r}]); "
+            "print(rc, 'tandem_rlvr.world.build' in sys.modules, "
+            "'transformers.models.qwen3.modeling_qwen3' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert res.stdout.split() == ["2", "False", "False"], res.stderr[-2000:]
+    assert "another vocabulary" in res.stderr and not (tmp_path / "x").exists()
