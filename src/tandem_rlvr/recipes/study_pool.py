@@ -148,6 +148,8 @@ def _check_settings(out: Path, s: PoolStudySettings) -> list[int]:
         if config_diff(old, mine, ignore=("seeds",)):
             raise TandemError(f"{out} holds a pool study with other settings ({path}); use another --out")
         seeds = sorted(set(old.get("seeds", [])) | set(s.seeds))
+        if old == {**mine, "seeds": seeds}:
+            return seeds  # nothing new to record: a finished study re-run writes nothing
     write_json(path, {**mine, "seeds": seeds})
     return seeds
 
