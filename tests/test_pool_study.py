@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.recipes import study_pool
+from tandem_rlvr.recipes.study_stats import record_settings
 from tandem_rlvr.recipes.study_pool import PoolStudySettings, arm_junior, arms, held_out_tests
 
 
@@ -43,7 +43,7 @@ def test_held_out_tests_pair_seed_averaged_problems_and_match_a_hand_t_statistic
 
 def test_a_study_directory_of_other_settings_is_refused(tmp_path, monkeypatch):
     s = PoolStudySettings(seeds=[0], limit=5)
-    assert study_pool._check_settings(tmp_path, s) == [0]
-    assert study_pool._check_settings(tmp_path, PoolStudySettings(seeds=[1], limit=5)) == [0, 1]  # seeds add up
+    assert record_settings(tmp_path, s, "a pool study") == [0]
+    assert record_settings(tmp_path, PoolStudySettings(seeds=[1], limit=5), "a pool study") == [0, 1]  # seeds add up
     with pytest.raises(TandemError, match="other settings"):
-        study_pool._check_settings(tmp_path, PoolStudySettings(seeds=[0], limit=6))
+        record_settings(tmp_path, PoolStudySettings(seeds=[0], limit=6), "a pool study")

@@ -41,11 +41,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TandemError
-from ..io import atomic_write, read_json, write_json
-from ..outdir import config_diff, output_dir
+from ..io import atomic_write, write_json
+from ..outdir import output_dir
 from .pipeline import battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
-from .study_stats import aggregate, to_markdown
+from .study_stats import aggregate, record_settings, to_markdown
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -85,7 +84,7 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
     """Run (or finish) the study into ``out``; return the aggregate (also OUT/study.json)."""
     from ..runtime import DEMO_THREADS, configure_cpu_threads
     out = output_dir(out)
-    _check_settings(out, settings)
+    record_settings(out, settings, "a study")
     threads = configure_cpu_threads(fixed=DEMO_THREADS)  # the demo's fixed count: figures must not follow the load
     t0 = time.perf_counter()
     world = world_paths(settings.world)
@@ -136,16 +135,3 @@ def _seed_battery(sd: Path, shared: Path, j: str, juniors: list[str]) -> None:
     drifted = list(names) if j == "self" else ["base", *names]
     battery({"base": shared / "base", **names}, [f"handoff-{k}" for k in juniors], f"legibility-{j}", jsamples,
             drifted, sd / f"drift-{j}", sd / f"compare-{j}", baseline="grpo", skip_done=True)
-
-
-def _check_settings(out: Path, s: StudySettings) -> None:
-    path = out / "settings.json"
-    mine = {k: v for k, v in s.__dict__.items() if k != "seeds"}
-    if path.is_file():
-        old = read_json(path)
-        if config_diff(old, mine, ignore=("seeds",)):
-            raise TandemError(f"{out} holds a study with other settings ({path}); use another --out")
-        mine["seeds"] = sorted(set(old.get("seeds", [])) | set(s.seeds))
-    else:
-        mine["seeds"] = list(s.seeds)
-    write_json(path, mine)

@@ -41,12 +41,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
-from ..outdir import config_diff, output_dir
+from ..outdir import output_dir
 from ..progress import progress_bar
 from .pipeline import checkpoint, eval_settings, evaluate_senior, train_method, world_paths
-from .study_stats import reduce, senior_stats
+from .study_stats import record_settings, reduce, senior_stats
 
 JUNIORS = ("weak", "base", "mid")
 MID_SEED = 1000  # the mid junior's GRPO run: one seed, apart from the study's RL seeds
@@ -89,7 +88,7 @@ def run_pool_study(out: str | Path, settings: PoolStudySettings, print_fn=print,
     from ..runtime import DEMO_THREADS, configure_cpu_threads
 
     out = output_dir(out)
-    seeds = _check_settings(out, settings)
+    seeds = record_settings(out, settings, "a pool study")
     if _finished(out, seeds):
         print_fn(f"study pool: {out} is complete (seeds {seeds}); nothing to do")
         print_fn((out / "study.md").read_text(encoding="utf-8"))
@@ -136,22 +135,6 @@ def _finished(out: Path, seeds: list[int]) -> bool:
     """A study whose aggregate already covers every seed asked for."""
     path = out / "study.json"
     return path.is_file() and (out / "study.md").is_file() and read_json(path).get("seeds_done") == seeds
-
-
-def _check_settings(out: Path, s: PoolStudySettings) -> list[int]:
-    """Refuse a study directory of other settings; record the union of the seeds; return it."""
-    path = out / "settings.json"
-    mine = {k: v for k, v in s.__dict__.items() if k != "seeds"}
-    seeds = list(s.seeds)
-    if path.is_file():
-        old = read_json(path)
-        if config_diff(old, mine, ignore=("seeds",)):
-            raise TandemError(f"{out} holds a pool study with other settings ({path}); use another --out")
-        seeds = sorted(set(old.get("seeds", [])) | set(s.seeds))
-        if old == {**mine, "seeds": seeds}:
-            return seeds  # nothing new to record: a finished study re-run writes nothing
-    write_json(path, {**mine, "seeds": seeds})
-    return seeds
 
 
 # --------------------------------------------------------------------------- aggregate

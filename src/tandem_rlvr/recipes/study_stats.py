@@ -26,9 +26,11 @@ import json
 import math
 from pathlib import Path
 
+from ..errors import TandemError
 from ..eval.measure.metrics import paired_bootstrap, sample_diagnostics, switches_summary
 from ..eval.run_files import read_drift, read_legibility, read_metrics, read_run
-from ..io import read_json
+from ..io import read_json, write_json
+from ..outdir import config_diff
 
 
 def _by_problem(per_problem: dict[tuple[str, str], float]) -> dict[str, float]:
@@ -236,3 +238,21 @@ def to_markdown(res: dict) -> str:
         for r in top["rows"]:
             lines.append(f"| {json.dumps(r.get('token'))} | {r['counts']} | {r['log_ratio'].get('grpo', float('nan')):.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def record_settings(out: Path, settings, what: str) -> list[int]:
+    """Refuse a study directory ``out`` of other settings (every field of ``settings`` but ``seeds``);
+    record the union of its seeds and this run's in OUT/settings.json, written only when that changes
+    (a finished study re-run writes nothing); return the union. ``what`` names the study in the error."""
+    path = out / "settings.json"
+    mine = {k: v for k, v in settings.__dict__.items() if k != "seeds"}
+    seeds = list(settings.seeds)
+    if path.is_file():
+        old = read_json(path)
+        if config_diff(old, mine, ignore=("seeds",)):
+            raise TandemError(f"{out} holds {what} with other settings ({path}); use another --out")
+        seeds = sorted(set(old.get("seeds", [])) | set(settings.seeds))
+        if old == {**mine, "seeds": seeds}:
+            return seeds
+    write_json(path, {**mine, "seeds": seeds})
+    return seeds
