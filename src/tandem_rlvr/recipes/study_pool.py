@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import TandemError
 from ..io import atomic_write, read_json, write_json
 from ..outdir import output_dir
 from ..progress import progress_bar
@@ -89,7 +90,7 @@ def run_pool_study(out: str | Path, settings: PoolStudySettings, print_fn=print,
 
     out = output_dir(out)
     seeds = record_settings(out, settings, "a pool study")
-    if _finished(out, seeds):
+    if _finished(out, seeds, settings.world):
         print_fn(f"study pool: {out} is complete (seeds {seeds}); nothing to do")
         print_fn((out / "study.md").read_text(encoding="utf-8"))
         return read_json(out / "study.json")
@@ -124,6 +125,7 @@ def run_pool_study(out: str | Path, settings: PoolStudySettings, print_fn=print,
                 print_fn(f"study pool: seed {seed}: {arm} done ({time.perf_counter() - t0:.0f} s since start)")
     result = aggregate(out, {**settings.__dict__, "seeds": seeds})
     result["wall_s"], result["threads"] = round(time.perf_counter() - t0, 1), threads
+    result["world_models"] = _world_models(settings.world)
     write_json(out / "study.json", result)
     with atomic_write(out / "study.md") as f:
         f.write(to_markdown(result))
@@ -131,10 +133,32 @@ def run_pool_study(out: str | Path, settings: PoolStudySettings, print_fn=print,
     return result
 
 
-def _finished(out: Path, seeds: list[int]) -> bool:
-    """A study whose aggregate already covers every seed asked for."""
+def _world_models(world: str) -> dict[str, str | None]:
+    """The fingerprints of the world's two models the study starts from (its base and its weak junior;
+    the mid junior and every arm are trained from them)."""
+    from ..fingerprint import model_fingerprint
+
+    w = world_paths(world)
+    return {"base": model_fingerprint(str(w.base)), "weak": model_fingerprint(str(w.junior))}
+
+
+def _finished(out: Path, seeds: list[int], world: str) -> bool:
+    """A study whose aggregate already covers every seed asked for, made from the world's models as they
+    are now; one made from other models (another install's shipped worlds, say) is refused, naming them,
+    rather than printed as if it were this world's."""
     path = out / "study.json"
-    return path.is_file() and (out / "study.md").is_file() and read_json(path).get("seeds_done") == seeds
+    if not (path.is_file() and (out / "study.md").is_file()):
+        return False
+    done = read_json(path)
+    if done.get("seeds_done") != seeds:
+        return False
+    now, then = _world_models(world), done.get("world_models")
+    if then is None:  # an aggregate written before it recorded them: redo the checked steps and re-aggregate
+        return False
+    if then != now:
+        raise TandemError(f"{path}: the {world} world's models changed since this study ran (fingerprints "
+                          f"{then} -> {now}); its figures are not this world's; use another --out")
+    return True
 
 
 # --------------------------------------------------------------------------- aggregate
