@@ -173,8 +173,13 @@ def test_a_piped_build_prints_its_progress_while_it_runs(tmp_path, monkeypatch, 
     assert "tiny world: accuracies: 4/4 (100%)" in err
 
 
+# The child takes SIGINT as an interactive Ctrl-C does (KeyboardInterrupt), whatever it inherits: a shell
+# without job control starts background commands with SIGINT ignored (signal.getsignal gives SIG_IGN in
+# their children, checked), and a test run started that way would test an ignored signal (a likely cause
+# of the one failure seen, a build that exited 0 after SIGINT, 2026-12-02).
 _SLOW_BUILD = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tandem_rlvr.world import build as b
 real = b.make_batch
 def slow(*a, **k):
