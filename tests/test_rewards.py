@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import random
 import re
 import signal
@@ -173,7 +174,7 @@ def _assert_hang_is_cut(timeout: float) -> None:
     score(r"\boxed{1/2}", "0.5")  # a ready worker: start-up is bounded separately, not by ``timeout``
     start = time.monotonic()
     assert score(HANG, "1", timeout=timeout) == 0.0
-    assert time.monotonic() - start < timeout + 1.0
+    assert time.monotonic() - start < timeout * verifier.WALL_FACTOR + 1.0  # CPU seconds: longer on a loaded box
     assert score(r"\boxed{1/2}", "0.5") == 1.0  # the replacement worker answers (not the fast path)
 
 
@@ -182,6 +183,37 @@ def test_timeout_kills_and_restarts_worker():
     old = verifier._WORKER.proc
     _assert_hang_is_cut(0.3)
     assert old.returncode is not None and verifier._WORKER.proc is not old
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_worker_kept_off_the_cpu_is_not_timed_out_for_it():
+    """The limit is the worker's CPU time, so a verdict does not follow the machine's load: a worker
+    stopped for 1.5 s (as a loaded machine may keep it waiting for a core) still gives its verdict
+    under a 0.5 s limit, and is not replaced."""
+    assert verifier.equivalent("1/2", "0.5")  # a ready worker; a pair that needs sympy (no fast path here)
+    pid = verifier._WORKER.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(1.5, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    start = time.monotonic()
+    try:
+        assert verifier.equivalent("1/2", "0.5", timeout=0.5) is True
+    finally:
+        resume.join()
+    assert time.monotonic() - start >= 1.4 and verifier._WORKER.proc.pid == pid
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_worker_that_never_runs_is_cut_at_the_wall_clock_bound():
+    assert verifier.equivalent("1/2", "0.5")
+    proc = verifier._WORKER.proc
+    os.kill(proc.pid, signal.SIGSTOP)  # uses no CPU: only the wall-clock bound ends the call
+    start = time.monotonic()
+    assert verifier.equivalent("1/2", "0.5", timeout=0.05) is False
+    elapsed = time.monotonic() - start
+    assert 0.05 * verifier.WALL_FACTOR - 0.1 <= elapsed < 0.05 * verifier.WALL_FACTOR + 2.0, elapsed
+    assert proc.returncode is not None and verifier._WORKER.proc is not proc  # killed and replaced
+    assert verifier.equivalent("1/2", "0.5")
 
 
 def test_timeout_off_main_thread():
@@ -212,7 +244,7 @@ def test_timeout_inside_daemonic_pool_worker(method):
     with multiprocessing.get_context(method).Pool(2) as pool:
         results = pool.map(_in_pool_worker, range(2))
     for daemon, hung, elapsed, ok in results:
-        assert daemon and hung == 0.0 and elapsed < 1.5 and ok == 1.0
+        assert daemon and hung == 0.0 and elapsed < 0.5 * verifier.WALL_FACTOR + 1.0 and ok == 1.0
     assert score(r"\boxed{1/2}", "0.5") == 1.0  # the parent's worker is untouched
 
 

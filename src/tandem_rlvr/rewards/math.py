@@ -21,7 +21,9 @@ uses ``SIGALRM``, which only works on the main thread. Killing a process works e
 any thread, in a ``multiprocessing`` pool worker (daemonic processes may not start
 multiprocessing children, but may ``Popen``), in a TRL reward function. On a timeout the worker
 is SIGKILLed, a fresh one is started at once (its ~0.4 s of imports overlap the caller's work), and
-the call returns 0.0.
+the call returns 0.0. The timeout counts the worker's CPU seconds (Linux /proc; wall-clock elsewhere),
+with a wall-clock bound of ``WALL_FACTOR`` times it, so a verdict is the same on a loaded machine as
+on an idle one: a worker waiting for a core is not cut for it.
 
 Costs and limits: one worker per process; calls from several threads are serialised by a lock
 (time spent waiting for the lock is not part of a call's limit; use processes for parallel
@@ -53,6 +55,11 @@ from ..errors import TandemError
 
 DEFAULT_TIMEOUT = 5.0
 STARTUP_TIMEOUT = 60.0
+# A call's ``timeout`` is seconds of the worker's CPU time (where /proc gives it), so that a verdict does
+# not depend on the machine's load: a worker that waits for a core is not timed out for it. Wall-clock
+# bounds a call too, at WALL_FACTOR x ``timeout`` (a worker stopped or blocked uses no CPU).
+WALL_FACTOR = 20.0
+_POLL_S = 0.05  # how often a call waiting on the worker reads its CPU time
 logger = logging.getLogger("tandem_rlvr")
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
@@ -221,8 +228,9 @@ class _Worker:
             self._ready = True
         self._next_id += 1
         request = {"id": self._next_id, "pred": pred, "gold": gold, **({"grader": grader} if grader != "ours" else {})}
+        cpu0 = _cpu_seconds(self.proc.pid)
         self._send(json.dumps(request).encode() + b"\n")
-        reply = json.loads(self._read_line(timeout, "verify"))
+        reply = json.loads(self._read_line(timeout, "verify", cpu0))
         if reply.get("id") != self._next_id:
             raise _WorkerFailure(f"reply out of order: {reply!r:.80}")
         return reply["ok"] is True
@@ -235,18 +243,36 @@ class _Worker:
         except OSError as e:
             raise _WorkerFailure(f"worker pipe closed ({e})") from None
 
-    def _read_line(self, timeout: float, what: str) -> bytes:
-        deadline, fd = time.monotonic() + timeout, self.proc.stdout.fileno()
+    def _read_line(self, timeout: float, what: str, cpu0: float | None = None) -> bytes:
+        """The worker's next line within ``timeout`` seconds: of its CPU time from ``cpu0`` on (its reading
+        when the request was sent), with a wall-clock bound of WALL_FACTOR x ``timeout``; without ``cpu0``
+        (start-up, or no /proc) of wall-clock."""
+        wall = timeout * WALL_FACTOR if cpu0 is not None else timeout
+        deadline, fd = time.monotonic() + wall, self.proc.stdout.fileno()
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise _WorkerFailure(f"{what} timed out after {timeout:g} s")
+            if left <= 0:
+                raise _WorkerFailure(f"{what} timed out after {wall:g} s of wall-clock")
+            if not select.select([fd], [], [], min(left, _POLL_S) if cpu0 is not None else left)[0]:
+                used = _cpu_seconds(self.proc.pid) if cpu0 is not None else None
+                if used is not None and used - cpu0 > timeout:
+                    raise _WorkerFailure(f"{what} used more than {timeout:g} s of CPU")
+                continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 raise _WorkerFailure(f"worker exited (status {self.proc.wait()}) during {what}")
             self._buf += chunk
         line, _, self._buf = self._buf.partition(b"\n")
         return line
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of process ``pid`` from /proc (Linux); None where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 _LOCK = threading.Lock()
