@@ -255,6 +255,8 @@ class Pair:
     tokenizer: object
     xjunior: object | None = None
     juniors: tuple = ()  # a junior pool's frozen juniors in pool order (``junior`` is the first); empty: one junior
+    xjuniors: tuple = ()  # a pool's ``XJunior`` per junior of another tokenizer, None per one of the senior's (aligned
+    # with ``juniors``; ``xjunior`` is the first's); empty: every junior shares the senior's tokenizer
 
     @property
     def eos_ids(self) -> list[int]:
@@ -277,14 +279,32 @@ def load_tokenizers(senior: str, junior: str | None) -> tuple:
     return load_tokenizer(senior), load_tokenizer(junior) if junior is not None else None
 
 
-def load_pool_juniors(pair: Pair, names, devices, dtype) -> None:
+def load_pool_tokenizers(names) -> tuple:
+    """The tokenizer of each of ``names`` (a pool's juniors after the first), each loaded once."""
+    return tuple(load_tokenizer(n) for n in names)
+
+
+def load_pool_juniors(pair: Pair, names, devices, dtype, tokenizers: tuple | None = None,
+                      other_tokenizer: bool = False) -> None:
     """Give ``pair`` (loaded with ``names[0]`` as its junior) every junior of a pool, each loaded once and
-    frozen on its device (None: the senior's), after checking it shares the senior's tokenizer."""
+    frozen on its device (None: the senior's). ``tokenizers``: each junior's tokenizer in pool order, already
+    loaded (``rl.prepare``; default: loaded here). Each junior must share the senior's tokenizer, unless
+    ``other_tokenizer``: then one of another tokenizer gets its ``XJunior`` in ``pair.xjuniors`` (text-level
+    handoff, ``decoding.xtandem``) once the caller has checked what it can train with (``rl.xjunior``)."""
     s_dev = next(pair.senior.parameters()).device
-    for name in names[1:]:
-        check_same_tokenizer(pair.tokenizer, load_tokenizer(name), name_b=f"junior {name}")
+    toks = tokenizers[1:] if tokenizers is not None else tuple(load_tokenizer(n) for n in names[1:])
+    xjuniors = [pair.xjunior]
+    for name, j_tok in zip(names[1:], toks):
+        if other_tokenizer and j_tok.get_vocab() != pair.tokenizer.get_vocab():
+            from .decoding.xtandem import XJunior
+
+            xjuniors.append(XJunior(j_tok, pair.tokenizer))
+        else:
+            check_same_tokenizer(pair.tokenizer, j_tok, name_b=f"junior {name}")
+            xjuniors.append(None)
     pair.juniors = (pair.junior, *(load_model(n, resolve_device(d) if d else s_dev, dtype)
                                    for n, d in zip(names[1:], devices[1:])))
+    pair.xjuniors = tuple(xjuniors) if any(x is not None for x in xjuniors) else ()
 
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,
