@@ -91,6 +91,33 @@ NAMED_MODELS = {**{n: (lambda n=n: _shipped(n)) for n in ("tiny", "tiny-junior",
                 "smol": lambda: _fetched("smol")}
 
 
+def recorded_model(spec: str | None) -> str | None:
+    """The name a run records for model ``spec``, and the name to read an old record by: a built-in model
+    by its built-in name (given by name, or by a path into the shipped worlds of this install or of
+    another, ``world.shipped.shipped_name``), so a record stays right wherever the package lives; any
+    other local path absolute (``outdir.abs_spec``); a hub id as is."""
+    if not spec or spec in NAMED_MODELS:
+        return spec
+    from .world.shipped import shipped_name
+
+    name = shipped_name(Path(spec))
+    if name is not None:
+        return name
+    from .outdir import abs_spec
+
+    return abs_spec(spec, NAMED_MODELS)
+
+
+def recorded_pool_spec(spec: str | None) -> str | None:
+    """``recorded_model`` of each junior of a recorded (canonical) junior spec or pool spec, as its spec."""
+    if not spec:
+        return spec
+    from .pool import JuniorPool
+
+    pool = JuniorPool.parse(spec)
+    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).spec()
+
+
 def resolve_model_path(spec: str) -> str:
     """A built-in name, a directory, a .gguf file (converted), or a hub id (returned as is)."""
     if spec in NAMED_MODELS:
