@@ -119,3 +119,12 @@ def test_a_mixed_tokenizer_pool_is_refused_the_stream_protocol_in_one_line_befor
     assert len(err) == 1 and err[0].startswith("tandem: error: --protocol stream needs one tokenizer, and junior "
                                                "tiny-xjunior of the pool has another vocabulary")
     assert err[0].endswith("use --protocol text") and not out.exists()
+
+
+def test_a_pool_juniors_label_is_its_built_in_name_however_it_was_given():
+    from tandem_rlvr.models import recorded_labels
+    from tandem_rlvr.pool import JuniorPool
+
+    pool = JuniorPool.parse(f"{shipped.SHIPPED_DIR / 'tiny' / 'junior'},{GONE}/tiny-xjunior/junior")
+    assert "tiny-junior" not in pool.labels  # the given names give their own labels
+    assert recorded_labels(pool) == ("tiny-junior", "tiny-xjunior")

@@ -118,6 +118,15 @@ def recorded_pool_spec(spec: str | None) -> str | None:
     return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).spec()
 
 
+def recorded_labels(pool) -> tuple[str, ...]:
+    """The labels (``JuniorPool.labels``) of ``pool``'s juniors by their recorded names: a built-in model's
+    label is its built-in name however it was given (a path into the shipped worlds: ``tiny-junior``, not
+    ``junior``), as the run's config.json and an evaluation's rows name it."""
+    from .pool import JuniorPool
+
+    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).labels
+
+
 def resolve_model_path(spec: str) -> str:
     """A built-in name, a directory, a .gguf file (converted), or a hub id (returned as is)."""
     if spec in NAMED_MODELS:

@@ -153,7 +153,9 @@ class TandemRollout:
         d, self.drawn = self.drawn, None
         if d is None:
             return
-        labels = self.pool.labels
+        from ..models import recorded_labels
+
+        labels = recorded_labels(self.pool)  # a built-in junior by its name, as config.json records it
         record_metrics(trainer, junior_figures(labels, d["juniors"], rewards, d["shares"], d["lengths"]))
         if self.rollout_log is not None:
             rollout_step = self.cfg.loop.rollout_steps(d["step"] + 1)
