@@ -146,3 +146,19 @@ def test_a_mixed_pool_is_refused_what_one_vocabulary_needs_before_any_model_load
     with pytest.raises(TandemError, match=match):
         build_run(_cfg(tmp_path, "run", junior="tiny-junior,tiny-xjunior", **kw), print_fn=lambda *_: None)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_mixed_pool_loads_each_tokenizer_once(tmp_path, monkeypatch):
+    """The cross-tokenizer checks, the pair and the pool's juniors read the same tokenizer objects (one load
+    each), and each other-tokenizer junior gets its own XJunior."""
+    import tandem_rlvr.models as models
+    from tandem_rlvr.rl.prepare import prepare
+
+    loads, real = Counter(), models.load_tokenizer
+    monkeypatch.setattr(models, "load_tokenizer", lambda spec: loads.update([spec]) or real(spec))
+    prep = prepare(_cfg(tmp_path, "run", junior="tiny-junior,tiny-xjunior,tiny-drift-junior", template="plain"))
+    assert loads == Counter({"tiny": 1, "tiny-junior": 1, "tiny-xjunior": 1, "tiny-drift-junior": 1})
+    x = prep.pair.xjuniors  # tiny-drift's tokenizer is not tiny's either: two other-tokenizer juniors, each its own
+    assert len(prep.pair.juniors) == 3 and x[0] is None and x[1] is not None and x[2] is not None
+    vocab = prep.pair.tokenizer.get_vocab()
+    assert x[1].tokenizer.get_vocab() != vocab and x[2].tokenizer.get_vocab() not in (vocab, x[1].tokenizer.get_vocab())

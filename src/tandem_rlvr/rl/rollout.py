@@ -133,7 +133,7 @@ class TandemRollout:
         metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
                    "response/mean_length": float(torch.tensor(lengths, dtype=torch.float64).mean()),
                    "senior/switches_per_seq": sum(switches) / max(len(switches), 1)}
-        if want_kl:
+        if want_kl and (juniors is None or kl[3]):  # a mixed pool's step that drew no same-tokenizer row: no KL figure
             metrics["kl/junior"] = kl[0] / max(kl[1], 1)
             if kl[3]:  # the junior's mean log-prob per emitted token, whoever emitted it (ours; verl logs no such mean)
                 metrics["junior/logprob"] = kl[2] / kl[3]
