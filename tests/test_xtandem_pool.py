@@ -38,7 +38,7 @@ def test_a_mixed_pool_gives_each_row_what_its_junior_alone_decodes(pairs):
     tok = same.tokenizer
     prompts = [encode_prompt(tok, plain_prompt(p.problem)) for p in make_problems(6, seed=3, split="test")]
     seeds, juniors = [11, 12, 13, 14, 15, 16], [1, 0, 1, 1, 0, 1]
-    spec = RolloutSpec("word", SamplingParams(1.0, max_new_tokens=24))
+    spec = RolloutSpec("word", SamplingParams(1.0, max_new_tokens=16))
     pooled = HFRollouts(same.senior, same.junior, tok, same.eos_ids, juniors=(same.junior, cross.junior),
                         xjuniors=(None, cross.xjunior))
     got = pooled.generate(prompts, seeds, spec, juniors=juniors)
