@@ -287,7 +287,9 @@ def test_the_memory_plan_counts_every_junior_on_its_device(setup):
     (["--junior", "JUNIOR,OTHER", "--engine", "vllm-server", "--server", "http://127.0.0.1:9"], "engine hf only"),
     (["--junior", "JUNIOR,OTHER", "--best-by-junior", "nobody"], "best_by_junior: junior 'nobody' is not in the pool"),
     (["--junior", "JUNIOR,OTHER", "--junior-device", "cpu,cpu,cpu"], "one device for all juniors or one per junior"),
-    (["--junior", "JUNIOR,tiny-xjunior"], "another tokenizer than the senior"),
+    # a pool may mix tokenizers (tests/test_xtandem_pool.py), but not on a schedule that cannot hand off between them
+    (["--junior", "JUNIOR,tiny-xjunior", "--schedule", "word-atomic"], "junior tiny-xjunior of the pool has another "
+                                                                          "tokenizer than the senior: schedule"),
     (["--junior", "JUNIOR,ROOT/missing"], "missing"),
 ])
 def test_a_bad_pool_is_one_line_before_any_model_loads(setup, tmp_path, capsys, monkeypatch, flags, needle):

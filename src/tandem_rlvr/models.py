@@ -91,6 +91,42 @@ NAMED_MODELS = {**{n: (lambda n=n: _shipped(n)) for n in ("tiny", "tiny-junior",
                 "smol": lambda: _fetched("smol")}
 
 
+def recorded_model(spec: str | None) -> str | None:
+    """The name a run records for model ``spec``, and the name to read an old record by: a built-in model
+    by its built-in name (given by name, or by a path into the shipped worlds of this install or of
+    another, ``world.shipped.shipped_name``), so a record stays right wherever the package lives; any
+    other local path absolute (``outdir.abs_spec``); a hub id as is."""
+    if not spec or spec in NAMED_MODELS:
+        return spec
+    from .world.shipped import shipped_name
+
+    name = shipped_name(Path(spec))
+    if name is not None:
+        return name
+    from .outdir import abs_spec
+
+    return abs_spec(spec, NAMED_MODELS)
+
+
+def recorded_pool_spec(spec: str | None) -> str | None:
+    """``recorded_model`` of each junior of a recorded (canonical) junior spec or pool spec, as its spec."""
+    if not spec:
+        return spec
+    from .pool import JuniorPool
+
+    pool = JuniorPool.parse(spec)
+    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).spec()
+
+
+def recorded_labels(pool) -> tuple[str, ...]:
+    """The labels (``JuniorPool.labels``) of ``pool``'s juniors by their recorded names: a built-in model's
+    label is its built-in name however it was given (a path into the shipped worlds: ``tiny-junior``, not
+    ``junior``), as the run's config.json and an evaluation's rows name it."""
+    from .pool import JuniorPool
+
+    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).labels
+
+
 def resolve_model_path(spec: str) -> str:
     """A built-in name, a directory, a .gguf file (converted), or a hub id (returned as is)."""
     if spec in NAMED_MODELS:
@@ -255,6 +291,8 @@ class Pair:
     tokenizer: object
     xjunior: object | None = None
     juniors: tuple = ()  # a junior pool's frozen juniors in pool order (``junior`` is the first); empty: one junior
+    xjuniors: tuple = ()  # a pool's ``XJunior`` per junior of another tokenizer, None per one of the senior's (aligned
+    # with ``juniors``; ``xjunior`` is the first's); empty: every junior shares the senior's tokenizer
 
     @property
     def eos_ids(self) -> list[int]:
@@ -277,14 +315,32 @@ def load_tokenizers(senior: str, junior: str | None) -> tuple:
     return load_tokenizer(senior), load_tokenizer(junior) if junior is not None else None
 
 
-def load_pool_juniors(pair: Pair, names, devices, dtype) -> None:
+def load_pool_tokenizers(names) -> tuple:
+    """The tokenizer of each of ``names`` (a pool's juniors after the first), each loaded once."""
+    return tuple(load_tokenizer(n) for n in names)
+
+
+def load_pool_juniors(pair: Pair, names, devices, dtype, tokenizers: tuple | None = None,
+                      other_tokenizer: bool = False) -> None:
     """Give ``pair`` (loaded with ``names[0]`` as its junior) every junior of a pool, each loaded once and
-    frozen on its device (None: the senior's), after checking it shares the senior's tokenizer."""
+    frozen on its device (None: the senior's). ``tokenizers``: each junior's tokenizer in pool order, already
+    loaded (``rl.prepare``; default: loaded here). Each junior must share the senior's tokenizer, unless
+    ``other_tokenizer``: then one of another tokenizer gets its ``XJunior`` in ``pair.xjuniors`` (text-level
+    handoff, ``decoding.xtandem``) once the caller has checked what it can train with (``rl.xjunior``)."""
     s_dev = next(pair.senior.parameters()).device
-    for name in names[1:]:
-        check_same_tokenizer(pair.tokenizer, load_tokenizer(name), name_b=f"junior {name}")
+    toks = tokenizers[1:] if tokenizers is not None else tuple(load_tokenizer(n) for n in names[1:])
+    xjuniors = [pair.xjunior]
+    for name, j_tok in zip(names[1:], toks):
+        if other_tokenizer and j_tok.get_vocab() != pair.tokenizer.get_vocab():
+            from .decoding.xtandem import XJunior
+
+            xjuniors.append(XJunior(j_tok, pair.tokenizer))
+        else:
+            check_same_tokenizer(pair.tokenizer, j_tok, name_b=f"junior {name}")
+            xjuniors.append(None)
     pair.juniors = (pair.junior, *(load_model(n, resolve_device(d) if d else s_dev, dtype)
                                    for n, d in zip(names[1:], devices[1:])))
+    pair.xjuniors = tuple(xjuniors) if any(x is not None for x in xjuniors) else ()
 
 
 def load_pair(senior: str, junior: str | None, senior_device=None, junior_device=None, dtype=None,

@@ -129,12 +129,15 @@ def config_diff(old: dict, new: dict, ignore=()) -> list[str]:
     return sorted(k for k in set(old) | set(new) if k not in ignore and old.get(k) != new.get(k))
 
 
-def refuse_other_config(path: Path, config: dict, hint: str, ignore=(), defaults: dict | None = None) -> bool:
+def refuse_other_config(path: Path, config: dict, hint: str, ignore=(), defaults: dict | None = None,
+                        canonical=None) -> bool:
     """Whether the run's ``path`` (its config.json) exists; a TandemError naming the differing keys
-    if it holds another config than ``config``. ``defaults`` fill keys older runs did not record."""
+    if it holds another config than ``config``. ``defaults`` fill keys older runs did not record;
+    ``canonical(old) -> old`` reads an older record as today's would write it (model names)."""
     if not path.exists():
         return False
-    diff = config_diff({**(defaults or {}), **read_json(path)}, config, ignore)
+    old = read_json(path)
+    diff = config_diff({**(defaults or {}), **(canonical(old) if canonical else old)}, config, ignore)
     if diff:
         raise TandemError(f"{path}: existing run has a different {', '.join(diff)}; {hint}")
     return True

@@ -19,7 +19,10 @@ log-probs agree to float rounding (another sub-batch pads the prompts to another
 
 A junior of another tokenizer (``xjunior``, a ``decoding.xtandem.XJunior``) makes every tandem
 schedule decode with ``decoding.xtandem.CrossTandemDecoder`` (text-level word handoff); solo
-schedules and a junior of the senior's tokenizer decode as before.
+schedules and a junior of the senior's tokenizer decode as before. A pool may mix both
+(``xjuniors``: an ``XJunior`` or None per junior, ``models.Pair.xjuniors``): the sub-batch of an
+other-tokenizer junior decodes with the text-level decoder, the others' token by token, and the rows
+come back in their order as above (the senior's ids and mask mean the same in both decoders).
 """
 
 from __future__ import annotations
@@ -40,10 +43,13 @@ class HFRollouts:
     name = "hf"
 
     def __init__(self, senior, junior, tokenizer, eos_ids, batch_rows: int | None = None, rollout_copy=None,
-                 xjunior=None, juniors=()):
+                 xjunior=None, juniors=(), xjuniors=()):
         self.juniors = tuple(juniors) or (junior,)
         self.junior, self.tokenizer, self.eos_ids, self.batch_rows = junior, tokenizer, list(eos_ids), batch_rows
         self.xjunior = xjunior
+        self.xjuniors = tuple(xjuniors) or (xjunior, *(None,) * (len(self.juniors) - 1))  # aligned with juniors
+        if len(self.xjuniors) != len(self.juniors) or self.xjuniors[0] is not xjunior:
+            raise TandemError("hf engine: xjuniors must give one entry per junior, the first being xjunior")
         self.vocab_size = senior.config.vocab_size
         # the copy decodes when the trained senior is not in the compute dtype or on the rollout device
         self.rollout_copy = rollout_copy if rollout_copy is not None and rollout_copy.needs_copy(senior) else None
@@ -59,25 +65,24 @@ class HFRollouts:
                                                 vocab_size=self.vocab_size)
         return self.schedules[key]
 
-    def decoder(self, spec: RolloutSpec, junior=None) -> TandemDecoder:
-        """The decoder of ``spec`` with ``junior`` (default: the first; a pool's others by ``generate``)."""
-        junior = self.junior if junior is None else junior
+    def decoder(self, spec: RolloutSpec, j: int = 0) -> TandemDecoder:
+        """The decoder of ``spec`` with junior ``j`` of the pool (default: the first; the others by ``generate``)."""
+        junior, xj = self.juniors[j], self.xjuniors[j]
         senior = self.senior if self.rollout_copy is None else self.rollout_copy.copy
         if senior is None:
             raise TandemError("the hf engine's rollout copy holds no weights yet: load_weights comes first")
-        if self.xjunior is not None and self.schedule(spec).uses_junior:
-            return self.cross_decoder(senior, spec)
+        if xj is not None and self.schedule(spec).uses_junior:
+            return self.cross_decoder(senior, spec, junior, xj)
         return TandemDecoder(senior, junior, self.schedule(spec), spec.sampling, self.eos_ids,
                              self.tokenizer.pad_token_id)
 
-    def cross_decoder(self, senior, spec: RolloutSpec):
-        """The text-level decoder of a junior of another tokenizer (``decoding.xtandem``) for ``spec``."""
+    def cross_decoder(self, senior, spec: RolloutSpec, junior, xj):
+        """The text-level decoder (``decoding.xtandem``) of ``junior``, of another tokenizer (``xj``), for ``spec``."""
         from ..decoding.xtandem import CrossTandemDecoder
         from ..models import eos_ids
 
-        xj = self.xjunior
-        return CrossTandemDecoder(senior, self.junior, self.tokenizer, xj.tokenizer, spec.schedule, spec.sampling,
-                                  self.eos_ids, eos_ids(xj.tokenizer, getattr(self.junior, "generation_config", None)),
+        return CrossTandemDecoder(senior, junior, self.tokenizer, xj.tokenizer, spec.schedule, spec.sampling,
+                                  self.eos_ids, eos_ids(xj.tokenizer, getattr(junior, "generation_config", None)),
                                   p=spec.p, K=spec.K, xjunior=xj)
 
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec,
@@ -86,11 +91,11 @@ class HFRollouts:
         if juniors is None or len(self.juniors) == 1 or not self.schedule(spec).uses_junior:
             return self._decode(self.decoder(spec), prompts, seeds)
         order, parts = [], []
-        for j, junior in enumerate(self.juniors):
+        for j in range(len(self.juniors)):
             rows = [b for b, x in enumerate(juniors) if x == j]
             if rows:
                 order += rows
-                parts.append(self._decode(self.decoder(spec, junior), [prompts[b] for b in rows],
+                parts.append(self._decode(self.decoder(spec, j), [prompts[b] for b in rows],
                                           [seeds[b] for b in rows]))
         merged = _concat(parts, self.tokenizer.pad_token_id)
         dev = merged.tokens.device
@@ -116,7 +121,7 @@ class HFRollouts:
 
     def close(self) -> None:
         self.senior = self.junior = self.rollout_copy = None
-        self.juniors = ()
+        self.juniors = self.xjuniors = ()
 
 
 def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
@@ -144,4 +149,4 @@ def open_hf(setup: EngineSetup) -> HFRollouts:
         if pool is not None and not pool.single:
             load_pool_juniors(pair, pool.names, devices, pair.junior.dtype)
     return HFRollouts(pair.senior, pair.junior, pair.tokenizer, pair.eos_ids, setup.batch_rows, setup.rollout_copy,
-                      pair.xjunior, pair.juniors)
+                      pair.xjunior, pair.juniors, pair.xjuniors)

@@ -97,7 +97,7 @@ def _parse_samples(path: Path, torn_ok: bool = False) -> tuple[list[dict], list[
     With ``torn_ok`` an unparseable last line without a trailing newline is dropped with a
     warning (what a crash mid-write leaves); otherwise, and for any other line, a TandemError.
     """
-    rows, lines, seen = [], [], set()
+    rows, lines, seen, named = [], [], set(), {}
     text = read_text(path)
     parts = text.split("\n")
     for lineno, line in enumerate(parts, 1):
@@ -112,6 +112,12 @@ def _parse_samples(path: Path, torn_ok: bool = False) -> tuple[list[dict], list[
                 return rows, lines, True
             raise TandemError(f"{where}: truncated or malformed JSON line ({e.msg})") from None
         validate_sample_row(row, where)
+        if "junior" in row:  # a pool's junior by the name a run records today (``recorded_names``)
+            if row["junior"] not in named:
+                from ..models import recorded_model
+
+                named[row["junior"]] = recorded_model(row["junior"])
+            row["junior"] = named[row["junior"]]
         key = (*problem_of(row), row["sample_idx"])
         if key in seen:
             raise TandemError(f"{where}: duplicate sample {key} (two writers on one run directory?)")
@@ -193,11 +199,37 @@ def schedule_name(config: dict) -> str:
 
 
 def read_config(path: Path) -> dict:
-    """A run's config.json as a dict (TandemError naming the file if malformed)."""
+    """A run's config.json as a dict (TandemError naming the file if malformed), its models read by the
+    names a run records today (``recorded_names``)."""
     obj = read_json(path)
     if not isinstance(obj, dict):
         raise TandemError(f"{path}: expected a JSON object")
-    return obj
+    return recorded_names(obj)
+
+
+def recorded_names(config: dict) -> dict:
+    """``config`` with its senior, junior and pool juniors as ``models.recorded_model`` names them: a run
+    recorded with an absolute path into the shipped worlds (before built-in names were recorded, or by another
+    install or worktree, whose path may be gone) reads as the built-in model, wherever the package lives now."""
+    from ..models import recorded_model, recorded_pool_spec
+
+    out = dict(config)
+    models = out.get("models")
+    if isinstance(models, dict):
+        models = out["models"] = dict(models)
+        if isinstance(models.get("senior"), str):
+            models["senior"] = recorded_model(models["senior"])
+        if isinstance(models.get("junior"), str):
+            try:
+                models["junior"] = recorded_pool_spec(models["junior"])
+            except TandemError:  # not a spec we can read: as recorded (it then differs, by name)
+                pass
+    schedule = out.get("schedule")
+    if isinstance(schedule, dict) and isinstance(schedule.get("pool"), dict) and \
+            isinstance(schedule["pool"].get("juniors"), list):
+        out["schedule"] = {**schedule, "pool": {**schedule["pool"], "juniors": [
+            recorded_model(n) if isinstance(n, str) else n for n in schedule["pool"]["juniors"]]}}
+    return out
 
 
 def read_run(path: str | os.PathLike) -> EvalRun:
@@ -241,7 +273,8 @@ def check_config(out: Path, config: dict) -> None:
                               "cannot be checked against the model and problems now; use a new --out directory")
         check_inputs(path, old[INPUTS], config[INPUTS])
     if not refuse_other_config(path, config, "use a new --out directory", ignore=(INPUTS,),
-                               defaults=legacy_defaults(read_config(path)) if path.exists() else None):
+                               defaults=legacy_defaults(read_config(path)) if path.exists() else None,
+                               canonical=recorded_names):
         write_json(path, config)
 
 
@@ -255,9 +288,11 @@ def legacy_defaults(config: dict) -> dict:
 
 
 def check_inputs(path: Path, old: dict, new: dict) -> None:
-    """TandemError naming the first input (model, benchmark) whose fingerprint differs."""
-    for role in sorted(set(old.get("models") or {}) | set(new.get("models") or {})):
-        a, b = (old.get("models") or {}).get(role), (new.get("models") or {}).get(role)
+    """TandemError naming the first input (model, benchmark) whose fingerprint differs (a pool junior's
+    role ``junior/NAME`` read by its recorded name, ``recorded_names``, on both sides)."""
+    old_models, new_models = _recorded_roles(old.get("models") or {}), _recorded_roles(new.get("models") or {})
+    for role in sorted(set(old_models) | set(new_models)):
+        a, b = old_models.get(role), new_models.get(role)
         if a != b:
             raise TandemError(f"{path}: the {role} model's files changed since this run was sampled (fingerprint "
                               f"{a} -> {b}); its samples would be stale; use a new --out directory")
@@ -266,6 +301,13 @@ def check_inputs(path: Path, old: dict, new: dict) -> None:
         if a != b:
             raise TandemError(f"{path}: benchmark {name} differs from the one this run sampled ({set_change(a, b)}); "
                               "use a new --out directory")
+
+
+def _recorded_roles(models: dict) -> dict:
+    from ..models import recorded_model
+
+    return {f"junior/{recorded_model(r[len('junior/'):])}" if r.startswith("junior/") else r: fp
+            for r, fp in models.items()}
 
 
 def set_change(a: dict | None, b: dict | None) -> str:

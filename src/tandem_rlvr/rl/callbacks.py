@@ -227,7 +227,9 @@ class Validation(TrainerCallback):
         figures = {}
         if self.per_junior:
             accs = [self.accuracy(model, step, j) for j in range(len(self.pool.names))]
-            figures = {f"val/junior/{label}/accuracy": a for label, a in zip(self.pool.labels, accs)}
+            from ..models import recorded_labels
+
+            figures = {f"val/junior/{label}/accuracy": a for label, a in zip(recorded_labels(self.pool), accs)}
             mean = sum(w * a for w, a in zip(self.pool.weights, accs))
             by = self.cfg.loop.best_by_junior
             figures.update({"val/accuracy": mean, "val/best_by": by})

@@ -16,7 +16,7 @@ import numpy as np
 from ..config import PAPER_TEST_SETS, TrainConfig
 from ..data.benchmarks import Problem
 from ..errors import TandemError
-from ..models import Pair, load_pair, load_pool_juniors, load_tokenizers
+from ..models import Pair, load_pair, load_pool_juniors, load_pool_tokenizers, load_tokenizers
 from ..prompting import encode_prompt, resolve_template
 
 log = logging.getLogger("tandem_rlvr")
@@ -113,11 +113,13 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
 def prepare(cfg: TrainConfig) -> Prepared:
     """The run's problems and loaded pair (the senior trainable, in the master dtype), overlong prompts dropped.
     Under ZeRO-3 call it once the run's GRPOConfig exists: the senior then loads as partitions."""
-    from .xjunior import attach_junior_prompts, other_tokenizer
+    from .xjunior import attach_junior_prompts, other_tokenizers
 
     m = cfg.models
     tokenizers = load_tokenizers(m.senior, m.pool.names[0])  # once: read by the checks below and by load_pair
-    other = other_tokenizer(cfg, tokenizers)  # refuses what a junior of another tokenizer cannot train, before the data
+    junior_tokenizers = (tokenizers[1], *load_pool_tokenizers(m.pool.names[1:]))  # a pool's: each once too
+    # refuses what a junior of another tokenizer cannot train, before the data
+    other = other_tokenizers(cfg, tokenizers[0], junior_tokenizers)
     train, val = split_problems(cfg)
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
     whole = nullcontext
@@ -125,11 +127,12 @@ def prepare(cfg: TrainConfig) -> Prepared:
         from .zero3 import outside_zero3 as whole
     pool = m.pool
     pair = load_pair(m.senior, pool.names[0], m.senior_device, m.junior_devices[0], m.precision.compute,
-                     trainable=True, senior_dtype=base, other_tokenizer=other, tokenizers=tokenizers,
+                     trainable=True, senior_dtype=base, other_tokenizer=other[0], tokenizers=tokenizers,
                      junior_context=whole)
     if not pool.single:  # the pool's other juniors, frozen on their devices (docs/pool.md)
         with whole():
-            load_pool_juniors(pair, pool.names, m.junior_devices, m.precision.compute)
+            load_pool_juniors(pair, pool.names, m.junior_devices, m.precision.compute, tokenizers=junior_tokenizers,
+                              other_tokenizer=any(other))
     prep = Prepared(cfg, pair, train, val, resolve_template(pair.tokenizer, cfg.data.template))
     attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)

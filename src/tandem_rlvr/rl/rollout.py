@@ -67,8 +67,10 @@ class TandemRollout:
 
     def __init__(self, cfg, pair, engine, problem_ids: dict[str, str] | None = None, rollout_log=None):
         self.cfg, self.tok = cfg, pair.tokenizer
-        self.junior = pair.junior if pair.xjunior is None else None  # KL monitoring reads the senior's ids
-        self.juniors = pair.juniors or (self.junior,)  # a pool's juniors, in pool order
+        # KL monitoring reads the senior's ids under each junior: none for a junior of another tokenizer
+        xjuniors = pair.xjuniors or (pair.xjunior,) * len(pair.juniors or (pair.junior,))
+        self.juniors = tuple(None if x is not None else j for j, x in zip(pair.juniors or (pair.junior,), xjuniors))
+        self.junior = self.juniors[0]  # a pool's juniors, in pool order; ``junior`` the first (one junior: it)
         self.pool = cfg.models.pool
         self.problem_ids = problem_ids or {}  # prompt text -> the problem's stable id (the pool's draw key)
         self.rollout_log = rollout_log  # rl.pool_log.RolloutLog of a pool run
@@ -120,7 +122,8 @@ class TandemRollout:
         # Metrics of the whole step: with several processes each holds only its share of the rows.
         share, lengths = roll.senior_share.tolist(), roll.lengths.tolist()
         switches = [author_switches(m) for m in senior_mask]
-        want_kl = bool(cfg.loop.kl_every and step % cfg.loop.kl_every == 0 and self.junior is not None)
+        want_kl = bool(cfg.loop.kl_every and step % cfg.loop.kl_every == 0
+                       and any(j is not None for j in (self.juniors if juniors is not None else (self.junior,))))
         kl = self._kl_to_junior(ids, completion_ids, senior_mask, logprobs, juniors) if want_kl else (0.0, 0, 0.0, 0)
         if acc.num_processes > 1:
             share, lengths, kls = gather_object(share), gather_object(lengths), gather_object([kl])
@@ -130,7 +133,7 @@ class TandemRollout:
         metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
                    "response/mean_length": float(torch.tensor(lengths, dtype=torch.float64).mean()),
                    "senior/switches_per_seq": sum(switches) / max(len(switches), 1)}
-        if want_kl:
+        if want_kl and (juniors is None or kl[3]):  # a mixed pool's step that drew no same-tokenizer row: no KL figure
             metrics["kl/junior"] = kl[0] / max(kl[1], 1)
             if kl[3]:  # the junior's mean log-prob per emitted token, whoever emitted it (ours; verl logs no such mean)
                 metrics["junior/logprob"] = kl[2] / kl[3]
@@ -150,7 +153,9 @@ class TandemRollout:
         d, self.drawn = self.drawn, None
         if d is None:
             return
-        labels = self.pool.labels
+        from ..models import recorded_labels
+
+        labels = recorded_labels(self.pool)  # a built-in junior by its name, as config.json records it
         record_metrics(trainer, junior_figures(labels, d["juniors"], rewards, d["shares"], d["lengths"]))
         if self.rollout_log is not None:
             rollout_step = self.cfg.loop.rollout_steps(d["step"] + 1)
@@ -164,23 +169,24 @@ class TandemRollout:
         """Sum and count of the k3 estimate of KL(senior || junior) on senior-written tokens
         (temperature-scaled distributions), then sum and count of the junior's log-prob of every
         emitted token, from one teacher-forced junior forward (a pool: each row's own junior, one
-        forward per junior drawn). Monitoring only."""
+        forward per junior drawn; the rows of a junior of another tokenizer, which cannot read the senior's ids,
+        are left out of both). Monitoring only."""
         from ..decoding.teacher_forcing import response_logprobs
 
         groups = [(self.junior, list(range(len(ids))))] if juniors is None else \
             [(model, [b for b, x in enumerate(juniors) if x == j]) for j, model in enumerate(self.juniors)]
         lj = [None] * len(ids)
         for model, rows in groups:
-            if rows:
+            if rows and model is not None:
                 got = response_logprobs(model, [ids[b] for b in rows], [completion_ids[b] for b in rows],
                                         self.tok.pad_token_id, self.sampling.temperature)
                 for b, x in zip(rows, got):
                     lj[b] = x
         tot, n = 0.0, 0
-        lp_tot, lp_n = sum(float(x.double().sum()) for x in lj), sum(len(x) for x in lj)
+        lp_tot, lp_n = sum(float(x.double().sum()) for x in lj if x is not None), sum(len(x) for x in lj if x is not None)
         for b, c in enumerate(completion_ids):
             m = torch.tensor(senior_mask[b], dtype=torch.bool)
-            if not m.any():
+            if lj[b] is None or not m.any():
                 continue
             log_r = lj[b][m] - torch.tensor(logprobs[b])[m]  # log p_jun / p_sen at senior tokens
             tot += float((torch.exp(log_r) - log_r - 1).clamp(min=0).sum())  # >= 0 exactly; rounding can dip below

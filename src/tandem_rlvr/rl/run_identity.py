@@ -26,15 +26,15 @@ def stored_config(cfg: TrainConfig) -> dict:
     """config.json's content: local model and data paths made absolute, so the run is recognised
     and its files work from any directory."""
     from ..data.benchmarks import benchmark_names
-    from ..models import NAMED_MODELS
+    from ..models import recorded_model
 
     d = cfg.to_dict()
-    d["senior"] = abs_spec(d["senior"], NAMED_MODELS)
+    d["senior"] = recorded_model(d["senior"])  # a built-in model by its name, another local path absolute
     pool = cfg.models.pool
     if pool.single:
-        d["junior"] = abs_spec(d["junior"], NAMED_MODELS)
-    else:  # the pool's canonical spec, each junior's path absolute (a resume with another pool is refused)
-        d["junior"] = JuniorPool(tuple(abs_spec(n, NAMED_MODELS) for n in pool.names), pool.weights).spec()
+        d["junior"] = recorded_model(d["junior"])
+    else:  # the pool's canonical spec, each junior recorded so (a resume with another pool is refused)
+        d["junior"] = JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).spec()
     for key in ("dataset", "val_dataset"):
         d[key] = abs_spec(d[key], benchmark_names())
     d["output_dir"] = str(Path(cfg.loop.output_dir).expanduser().resolve())
@@ -59,12 +59,29 @@ def legacy_defaults() -> dict:
             **lora, **pool, "plugins": []}  # before plug-in modules
 
 
+def recorded_names(old: dict) -> dict:
+    """An existing config.json with its senior and junior(s) read as ``models.recorded_model`` names them
+    today: a run recorded with an absolute path into the shipped worlds (before built-in names were recorded,
+    or by another install) is the same run as one recorded by the built-in name."""
+    from ..models import recorded_model, recorded_pool_spec
+
+    out = dict(old)
+    if isinstance(out.get("senior"), str):
+        out["senior"] = recorded_model(out["senior"])
+    if isinstance(out.get("junior"), str):
+        try:
+            out["junior"] = recorded_pool_spec(out["junior"])
+        except Exception:  # noqa: BLE001 - an unreadable record stays as it is (and differs, naming junior)
+            pass
+    return out
+
+
 def check_run_dir(cfg: TrainConfig) -> int:
     """The step of the last checkpoint to resume from (0 = fresh); a TandemError if the directory
     holds another run's config."""
     out = output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # before any model loads or world builds
     refuse_other_config(out / "config.json", stored_config(cfg), "use another --output-dir",
-                        defaults=legacy_defaults(), ignore=NOT_IDENTITY)
+                        defaults=legacy_defaults(), ignore=NOT_IDENTITY, canonical=recorded_names)
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)

@@ -5,7 +5,7 @@ Rollouts then hand off at text level, word by word (``decoding.xtandem``, ``engi
 senior's sequence, its mask and the GRPO loss mean what they mean with a same-tokenizer junior.
 What needs the junior to read the senior's ids is refused or skipped: KL-Reg (its reference is
 the junior, scored on the senior's ids) is refused, and the KL-to-junior monitoring
-(``kl_every``) is skipped. Cross-tokenizer rollouts run on ``--engine hf`` only for now
+(``kl_every``) is skipped (in a pool: for the rows of such juniors). Cross-tokenizer rollouts run on ``--engine hf`` only for now
 (docs/cross_tokenizer.md).
 """
 
@@ -18,52 +18,51 @@ from ..errors import TandemError
 log = logging.getLogger("tandem_rlvr")
 
 
-def other_tokenizer(cfg, tokenizers: tuple) -> bool:
-    """Whether the run's junior has a tokenizer other than the senior's (``tokenizers``: the run's
-    ``models.load_tokenizers``, which ``load_pair`` then reads); a TandemError, before any model
-    loads, for what cannot train with one (engine, method, schedule)."""
+def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[bool, ...]:
+    """Whether each junior of the run's pool (``junior_tokenizers``: each junior's tokenizer in pool order,
+    loaded once by ``rl.prepare``, which ``load_pair`` and ``load_pool_juniors`` then read) has a tokenizer
+    other than the senior's; a TandemError, before any model loads, for what cannot train with one
+    (engine, method, schedule). A pool may mix both kinds (docs/pool.md): its other-tokenizer juniors
+    hand off at text level, the others token by token."""
     from ..engines.base import engine_kind
-    from ..models import load_tokenizer
 
     m, r = cfg.models, cfg.rollout
-    senior, junior = tokenizers
-    if not m.pool.single:
-        vocab = senior.get_vocab()
-        for i, name in enumerate(m.pool.names):
-            other = junior if i == 0 else load_tokenizer(name)
-            if other.get_vocab() != vocab:
-                raise TandemError(f"junior {name} of the pool has another tokenizer than the senior: a pool trains "
-                                  "with juniors of the senior's tokenizer only for now (docs/pool.md)")
-        return False
-    if not m.junior or junior.get_vocab() == senior.get_vocab():
-        return False
+    if not m.junior:  # self-paired: the senior's own tokenizer
+        return (False,) * len(junior_tokenizers)
+    vocab = senior_tokenizer.get_vocab()
+    other = tuple(t.get_vocab() != vocab for t in junior_tokenizers)
+    names = [n for n, o in zip(m.pool.names, other) if o]
+    if not names:
+        return other
     from ..decoding.xtandem import CROSS_SCHEDULES
 
+    who = f"junior {names[0]}" + ("" if m.pool.single else " of the pool")
     if not engine_kind(r.engine).transformers:
-        raise TandemError(f"junior {m.junior} has another tokenizer than the senior: cross-tokenizer training "
+        raise TandemError(f"{who} has another tokenizer than the senior: cross-tokenizer training "
                           f"runs on --engine hf only for now, not {r.engine} (docs/cross_tokenizer.md)")
     if cfg.method == "klreg":
-        raise TandemError(f"junior {m.junior} has another tokenizer than the senior: KL-Reg scores the senior's "
+        raise TandemError(f"{who} has another tokenizer than the senior: KL-Reg scores the senior's "
                           "ids under the junior, which needs one vocabulary")
     if cfg.method == "tandem" and r.schedule not in CROSS_SCHEDULES:
-        raise TandemError(f"junior {m.junior} has another tokenizer than the senior: schedule {r.schedule!r} "
+        raise TandemError(f"{who} has another tokenizer than the senior: schedule {r.schedule!r} "
                           f"cannot hand off between tokenizers; valid: {', '.join(CROSS_SCHEDULES)}")
-    log.info("junior %s has another tokenizer: rollouts hand off at text level, word by word", m.junior)
-    return True
+    log.info("junior(s) %s have another tokenizer: their rollouts hand off at text level, word by word",
+             ", ".join(names))
+    return other
 
 
 def attach_junior_prompts(prep) -> None:
-    """Give ``prep.pair.xjunior`` the junior's prompt of every training and validation problem (its
-    own template), keyed by the senior's prompt ids; both templates plain: the same text, re-encoded."""
-    xj = prep.pair.xjunior
-    if xj is None:
-        return
+    """Give every junior of another tokenizer (``prep.pair.xjunior``, a pool's ``prep.pair.xjuniors``) its
+    prompt of every training and validation problem (its own template), keyed by the senior's prompt ids;
+    both templates plain: the same text, re-encoded."""
     from ..prompting import encode_prompt, resolve_template
     from ..tasks import prompt_text
 
-    template = resolve_template(xj.tokenizer, prep.cfg.data.template)
-    if template == prep.template == "plain":
-        return
-    xj.prompts = {tuple(encode_prompt(prep.pair.tokenizer, prep.prompt_text(p))):
-                  encode_prompt(xj.tokenizer, prompt_text(xj.tokenizer, prep.task, p, template))
-                  for p in [*prep.train, *prep.val]}
+    seen = {id(x): x for x in (prep.pair.xjunior, *prep.pair.xjuniors) if x is not None}  # a pool's first is pair.xjunior
+    for xj in seen.values():
+        template = resolve_template(xj.tokenizer, prep.cfg.data.template)
+        if template == prep.template == "plain":
+            continue
+        xj.prompts = {tuple(encode_prompt(prep.pair.tokenizer, prep.prompt_text(p))):
+                      encode_prompt(xj.tokenizer, prompt_text(xj.tokenizer, prep.task, p, template))
+                      for p in [*prep.train, *prep.val]}

@@ -61,15 +61,23 @@ def shipped_model(name: str) -> Path:
     return shipped_root(world) / ("junior" if junior else "senior")
 
 
+SHIPPED_PARTS = ("tandem_rlvr", "world", "shipped")  # where any install keeps them: .../tandem_rlvr/world/shipped/
+
+
 def shipped_name(path: Path) -> str | None:
-    """The built-in model name of a directory inside the shipped worlds, else None."""
+    """The built-in model name of a directory inside the shipped worlds, else None: this install's, or
+    (a path recorded by another install or worktree, which may be gone or stale) any path ending in
+    ``tandem_rlvr/world/shipped/<world>/<senior|junior>`` of a shipped world, existing or not."""
     try:
-        rel = path.resolve().relative_to(SHIPPED_DIR)
+        parts = Path(path).expanduser().resolve().relative_to(SHIPPED_DIR).parts
     except ValueError:
+        whole = Path(path).expanduser().parts
+        if len(whole) < 5 or whole[-5:-2] != SHIPPED_PARTS or whole[-2] not in (*SHIPPED_WORLDS, CROSS_JUNIOR):
+            return None
+        parts = whole[-2:]
+    if len(parts) != 2:
         return None
-    if len(rel.parts) != 2:
-        return None
-    world, who = rel.parts
+    world, who = parts
     if world == CROSS_JUNIOR:
-        return world
+        return world if who == "junior" else None
     return world if who == "senior" else f"{world}-junior" if who == "junior" else None

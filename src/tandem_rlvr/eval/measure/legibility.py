@@ -48,7 +48,7 @@ import numpy as np
 
 from ...errors import TandemError
 from ...io import write_json
-from ...outdir import abs_spec, output_dir
+from ...outdir import output_dir
 from ...runtime import invocation
 from ..run_files import INPUTS, EvalRun, check_problems, read_legibility, read_run, recorded_task, run_problems  # noqa: F401 (read_legibility: re-exported)
 from .metrics import mean_se_summary
@@ -100,7 +100,7 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     if ce_protocol not in CE_PROTOCOLS:
         raise TandemError(f"unknown --ce-protocol {ce_protocol!r}; valid: {', '.join(CE_PROTOCOLS)}")
     output_dir(out, create=False)
-    from ...models import NAMED_MODELS, load_pair
+    from ...models import load_pair, recorded_model
 
     run = read_run(samples)
     if (run.config.get("schedule") or {}).get("name", "senior") != "senior":
@@ -139,8 +139,8 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     summary = {stat: mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()}) for stat in ("ce", "alpha")}
     n_tokens = int(scores["tokens"].sum())
     result = {"summary": summary, "samples": len(per_sample), "scored_tokens": n_tokens,
-              "config": {"samples": str(run.path.resolve()), "senior": abs_spec(senior, NAMED_MODELS),
-                         "junior": abs_spec(junior, NAMED_MODELS), "template": run.config.get("template"),
+              "config": {"samples": str(run.path.resolve()), "senior": recorded_model(senior),
+                         "junior": recorded_model(junior), "template": run.config.get("template"),
                          "benchmarks": sorted(by_bench), "run_config": run.config, INPUTS: fingerprints,
                          "ce_protocol": "ids",
                          **invocation()},

@@ -31,7 +31,6 @@ import numpy as np
 from ...errors import TandemError
 from ...io import atomic_write
 from ...prompting import encode_prompt, resolve_template
-from ...outdir import abs_spec
 from ...runtime import invocation
 from .metrics import mean_se_summary
 from ...tasks import prompt_text
@@ -126,7 +125,7 @@ def run_paper_legibility(run: EvalRun, senior: str, junior: str, out, fingerprin
                          device: str, dtype: str, batch_tokens: int, progress: bool) -> dict:
     """``run_legibility`` under ``--ce-protocol paper``: write ``out``, return legibility.json's content."""
     from ...io import write_json
-    from ...models import NAMED_MODELS, load_model, load_tokenizer, resolve_device
+    from ...models import load_model, load_tokenizer, recorded_model, resolve_device
     jtok, stok = load_tokenizer(junior), load_tokenizer(senior)
     check_tokenizer(run, stok, senior, len(stok))  # the text scored is the text the senior's ids spell
     same_vocab = jtok.get_vocab() == stok.get_vocab()
@@ -155,8 +154,8 @@ def run_paper_legibility(run: EvalRun, senior: str, junior: str, out, fingerprin
     result = {"summary": paper_summary(per_sample, per_problem, stats), "samples": len(per_sample),
               "scored_samples": sum(s["ce"] is not None for s in per_sample), "dropped": dropped,
               "scored_tokens": n_tokens,
-              "config": {"samples": str(run.path.resolve()), "senior": abs_spec(senior, NAMED_MODELS),
-                         "junior": abs_spec(junior, NAMED_MODELS), "template": run.config.get("template"),
+              "config": {"samples": str(run.path.resolve()), "senior": recorded_model(senior),
+                         "junior": recorded_model(junior), "template": run.config.get("template"),
                          "benchmarks": sorted({s["benchmark"] for s in per_sample}), "run_config": run.config,
                          INPUTS: fingerprints, "ce_protocol": "paper", "cut": CUT, "same_vocab": same_vocab,
                          **invocation()},

@@ -13,8 +13,8 @@ The text protocol (paragraph schedules, the default) runs the pool inside ``text
 turn model per junior, each junior's turns one batched call). The in-stream protocol runs here:
 ``PoolStreamDecoder`` splits a batch by junior, decodes each part with that junior's decoder (on
 the hf engine all share one loaded senior; other engines open one engine per junior) and puts the
-rows back in order. config.json records the pool in ``schedule.pool`` (juniors by absolute path,
-weights, draw), so a resume with another pool, or a ``compare`` of runs of different pools, is
+rows back in order. config.json records the pool in ``schedule.pool`` (juniors by built-in name or
+absolute path, ``recorded_pool``; weights, draw), so a resume with another pool, or a ``compare`` of runs of different pools, is
 refused as any other schedule difference is.
 """
 
@@ -38,12 +38,12 @@ def sample_junior(pool: JuniorPool, row_seed: int) -> int:
 
 
 def recorded_pool(pool: JuniorPool) -> JuniorPool:
-    """``pool`` with its juniors named as config.json and the rows record them (absolute paths; built-in
-    names and hub ids as given), so a run is the same run from any working directory."""
-    from ...models import NAMED_MODELS
-    from ...outdir import abs_spec
+    """``pool`` with its juniors named as config.json and the rows record them (``models.recorded_model``:
+    a built-in model by its built-in name, also when given as a path into the shipped worlds; another local
+    path absolute; a hub id as given), so a run is the same run from any working directory and install."""
+    from ...models import recorded_model
 
-    return JuniorPool(tuple(abs_spec(n, NAMED_MODELS) for n in pool.names), pool.weights)
+    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights)
 
 
 def pool_record(pool: JuniorPool) -> dict:
@@ -104,11 +104,12 @@ def _in_order(parts: dict, B: int, pad_id: int) -> Rollout:
 def open_pool_stream(cfg):
     """(PoolStreamDecoder, tokenizer, close) of an ``EvalConfig`` whose junior is a pool (``cfg.pool``).
 
-    hf: the senior is loaded once and every junior beside it (all of the senior's tokenizer);
+    Every junior shares the senior's tokenizer (``sampler._check_stream_vocab`` refuses one of another
+    before this: the in-stream protocol hands off ids). hf: the senior is loaded once and every junior beside it;
     another engine opens one engine per junior (``engines.open_decoder``)."""
     from ...engines import open_decoder
     from ...engines.base import engine_kind
-    from ...models import Pair, check_same_tokenizer, load_model, load_tokenizer, resolve_device
+    from ...models import Pair, load_model, load_tokenizer, resolve_device
 
     pool, m, d = cfg.pool, cfg.models, cfg.decoding
     if engine_kind(d.engine).remote:
@@ -116,8 +117,6 @@ def open_pool_stream(cfg):
                           "juniors' checkpoints here (--engine hf or vllm)")
     if engine_kind(d.engine).transformers:
         tok = load_tokenizer(m.senior)
-        for name in pool.names:
-            check_same_tokenizer(tok, load_tokenizer(name), "senior", f"junior {name}")
         dev = resolve_device(m.device)
         jdev = resolve_device(m.junior_device) if m.junior_device else dev
         senior = load_model(m.senior, dev, m.dtype)

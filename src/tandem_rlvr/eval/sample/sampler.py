@@ -42,7 +42,7 @@ from ...errors import TandemError
 from ...fingerprint import problem_fingerprint, problem_set_fingerprint
 from ...progress import progress_bar
 from ...prompting import encode_prompt
-from ...outdir import RunLock, abs_spec, output_dir, remove_failed_start
+from ...outdir import RunLock, output_dir, remove_failed_start
 from ...tasks import prompt_text, task_row
 from ..measure.metrics import handoff_diagnostics, pass_at_k_summary
 from ..measure.pool_metrics import junior_pass_at_k
@@ -67,14 +67,14 @@ def run_config(cfg: EvalConfig, decoder, tokenizer, problems: dict[str, list[Pro
     and tokenizer resolved (the schedule's description, the template; a server's models) and, under
     ``INPUTS``, the fingerprints of the models' files (``fingerprints``, per role) and of each benchmark's
     problem set. ``fingerprints`` and ``dtype`` are unknown (empty, None) for models built in memory."""
-    from ...models import NAMED_MODELS
+    from ...models import recorded_model
     from ...prompting import resolve_template
 
     m, d, pr = cfg.models, cfg.decoding, cfg.problems
     models = getattr(decoder, "models", None) or {  # a server decoder names the checkpoints it loaded
-        "senior": abs_spec(m.senior, NAMED_MODELS),
+        "senior": recorded_model(m.senior),  # a built-in model by its name, another local path absolute
         "junior": recorded_pool(cfg.pool).spec() if cfg.pool else
-                  abs_spec(cfg.junior_spec, NAMED_MODELS) if cfg.junior_spec else None}
+                  recorded_model(cfg.junior_spec) if cfg.junior_spec else None}
     return {"n": cfg.n, "sampling": d.sampling.to_dict(), "schedule": decoder.schedule.describe(),
             "template": resolve_template(tokenizer, pr.template), "instruction": pr.instruction,
             "answer_mode": pr.answer_mode, "seed": d.seed, "models": models, "ks": list(report_ks(cfg)),
@@ -198,6 +198,7 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
 
         dec, tok, close = open_text_handoff(cfg, name)
     elif cfg.pool is not None:  # in-stream handoff with a junior pool
+        _check_stream_vocab(cfg)
         dec, tok, close = open_pool_stream(cfg)
     else:
         if cfg.handoff_protocol == "stream":
@@ -242,18 +243,25 @@ def as_recorded(cfg: EvalConfig, out: str | os.PathLike) -> EvalConfig:
 
 
 def _check_stream_vocab(cfg: EvalConfig) -> None:
-    """The in-stream handoff needs one vocabulary: a junior of another tokenizer is refused
-    before any model loads, with the protocol that takes it."""
+    """The in-stream handoff needs one vocabulary: a junior of another tokenizer, alone or in a pool, is
+    refused before any model loads, with the protocol that takes it (text: each junior reads and writes
+    text in its own tokenizer, so a pool may mix tokenizers there; docs/pool.md)."""
     from ...engines.base import engine_kind
     from ...models import load_tokenizer
 
-    if engine_kind(cfg.decoding.engine).remote or not cfg.models.junior or cfg.models.junior == cfg.models.senior:  # a server holds its junior
+    if engine_kind(cfg.decoding.engine).remote or not cfg.models.junior:  # a server holds its junior
         return
-    s, j = load_tokenizer(cfg.models.senior), load_tokenizer(cfg.models.junior)
-    if s.get_vocab() != j.get_vocab():
-        raise TandemError(f"--protocol stream needs one tokenizer, and junior {cfg.models.junior} has another vocabulary "
-                          f"than senior {cfg.models.senior} ({len(j.get_vocab())} vs {len(s.get_vocab())} tokens); "
-                          "use --protocol text")
+    names = cfg.pool.names if cfg.pool is not None else (cfg.models.junior,)
+    s = load_tokenizer(cfg.models.senior)
+    for name in names:
+        if name == cfg.models.senior:
+            continue
+        j = load_tokenizer(name)
+        if s.get_vocab() != j.get_vocab():
+            who = f"junior {name}" + (" of the pool" if cfg.pool is not None else "")
+            raise TandemError(f"--protocol stream needs one tokenizer, and {who} has another vocabulary "
+                              f"than senior {cfg.models.senior} ({len(j.get_vocab())} vs {len(s.get_vocab())} tokens); "
+                              "use --protocol text")
 
 
 def _sample_chunk(decoder, tokenizer, chunk: list[Problem], cfg: EvalConfig, template: str) -> list[dict]:
