@@ -77,7 +77,7 @@ class TrainConfig:
         self._check_pool()
 
     def _check_pool(self) -> None:
-        """A pool of several juniors trains Tandem RLVR on the hf engine; best/ by a junior of the pool."""
+        """A pool of several juniors trains Tandem RLVR on the hf or vllm engine; best/ by a junior of the pool."""
         pool = self.models.pool
         if not pool.single:
             if self.method != "tandem":
@@ -86,9 +86,9 @@ class TrainConfig:
                                   "without choosing one) and GRPO writes without one (docs/pool.md)")
             from ..engines.base import engine_kind
 
-            if not engine_kind(self.rollout.engine).transformers:
-                raise TandemError(f"a junior pool ({self.models.junior}) trains on --engine hf only for now, not "
-                                  f"{self.rollout.engine} (docs/pool.md)")
+            if engine_kind(self.rollout.engine).remote:
+                raise TandemError(f"a junior pool ({self.models.junior}) trains on --engine hf or vllm, not "
+                                  f"{self.rollout.engine}: a served pool is not built yet (docs/pool.md)")
         if self.loop.best_by_junior != "pool-mean":
             try:
                 pool.index(self.loop.best_by_junior)
