@@ -238,8 +238,12 @@ class VLLMDecoder:
         if len(juniors) != len(prompts) or any(not 0 <= j < max(self.engine.n_juniors, 1) for j in juniors):
             raise TandemError(f"juniors: one index per row in 0..{self.engine.n_juniors - 1}, got {juniors}")
         params = [self._params(len(p), int(s), j) for p, s, j in zip(prompts, seeds.tolist(), juniors)]
-        outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                        use_tqdm=False)
+        # vLLM's step draws from torch's global CPU generator (its sampler's seeded requests aside), so without
+        # the fork the trainer's next draws (TRL's batch shuffle) would depend on how many engine calls came
+        # before, e.g. one validation pass per junior of a pool (docs/pool.md, "vLLM engines")
+        with torch.random.fork_rng(devices=[]):
+            outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                            use_tqdm=False)
         comps = [o.outputs[0] for o in outs]
         toks = [list(c.token_ids) for c in comps]
         masks = replay(self.schedule, seeds, toks)  # (seed, tokens) -> authors, as the processor did
