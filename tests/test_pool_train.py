@@ -299,8 +299,6 @@ def test_the_vllm_memory_plan_holds_every_junior_in_the_engine(setup):
     (["--junior", "a,,b"], "empty name"),
     (["--junior", "a:1,b"], "every junior or to none"),
     (["--junior", "JUNIOR,OTHER", "--method", "klreg"], "needs --method tandem"),
-    (["--junior", "JUNIOR,OTHER", "--engine", "vllm-server", "--server", "http://127.0.0.1:9"],
-     "a served pool is not built yet"),
     (["--junior", "JUNIOR,OTHER", "--best-by-junior", "nobody"], "best_by_junior: junior 'nobody' is not in the pool"),
     (["--junior", "JUNIOR,OTHER", "--junior-device", "cpu,cpu,cpu"], "one device for all juniors or one per junior"),
     (["--junior", "JUNIOR,tiny-xjunior"], "another tokenizer than the senior"),
