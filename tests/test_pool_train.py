@@ -295,6 +295,18 @@ def test_the_vllm_memory_plan_holds_every_junior_in_the_engine(setup):
         assert len(lines) == 1 and lines[0].nbytes == want, (junior, lines)
 
 
+def test_a_colocated_vllm_engine_is_sized_for_every_junior_of_the_pool(setup):
+    """The layouts table's colocated engine (rl/memory_layouts.vllm_need): a second junior adds its bf16 weights and
+    the KV cache of one rollout batch over its layers (the engine runs every junior on every token)."""
+    from tandem_rlvr.rl.memory_layouts import vllm_need
+
+    one = _cfg(setup, "unused")
+    two = _cfg(setup, "unused", junior=f"{setup / 'junior'},{setup / 'other'}")
+    params = sum(t.numel() for t in load_file(setup / "other/model.safetensors").values())
+    # 8 rows (2 prompts x 4) x (64 + 12) tokens x 1 layer x (K and V) x 2 kv heads x head_dim 8 x 2 bytes (bf16)
+    assert vllm_need(two, 1) - vllm_need(one, 1) == params * 2 + 8 * 76 * 1 * 2 * 2 * 8 * 2
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--junior", "a,,b"], "empty name"),
     (["--junior", "a:1,b"], "every junior or to none"),
