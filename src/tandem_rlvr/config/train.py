@@ -77,7 +77,7 @@ class TrainConfig:
         self._check_pool()
 
     def _check_pool(self) -> None:
-        """A pool of several juniors trains Tandem RLVR (on every engine: docs/pool.md); best/ by a junior of the pool."""
+        """A pool of several juniors trains Tandem RLVR (every engine: docs/pool.md); best/ by a junior of the pool."""
         pool = self.models.pool
         if not pool.single:
             if self.method != "tandem":

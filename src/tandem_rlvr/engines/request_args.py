@@ -84,7 +84,8 @@ def _check(schedule, p, K, seed, names: dict[str, str], junior=0) -> TandemArgs:
         raise RequestArgError(f"{names['seed']} must fit in 64 bits, got {seed}", names["seed"])
     junior = _int(names["junior"], junior)
     if junior < 0:
-        raise RequestArgError(f"{names['junior']} (the pool junior's index) must be >= 0, got {junior}", names["junior"])
+        raise RequestArgError(f"{names['junior']} (the pool junior's index) must be >= 0, got {junior}",
+                              names["junior"])
     return TandemArgs(schedule, float(p), K, seed, junior)
 
 

@@ -122,8 +122,8 @@ class VLLMEngine:
     ``decoder(schedule, ...)`` views share one engine and one KV cache.
     """
 
-    def __init__(self, senior: str, junior: str | Sequence[str] | None, tokenizer, eos_ids: Sequence[int], *, tandem: bool,
-                 seed: int = 0, settings: VLLMSettings | None = None, sleep_mode: bool = False,
+    def __init__(self, senior: str, junior: str | Sequence[str] | None, tokenizer, eos_ids: Sequence[int], *,
+                 tandem: bool, seed: int = 0, settings: VLLMSettings | None = None, sleep_mode: bool = False,
                  in_process: bool = False, data_parallel: bool = False):
         vllm = require_vllm()
         settings = settings or VLLMSettings()

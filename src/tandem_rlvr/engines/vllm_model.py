@@ -100,7 +100,8 @@ class TandemForCausalLM(nn.Module):
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs) -> torch.Tensor:
         """(N,) tokens -> (N, Hs + Hj0 + ...) hidden states of every body."""
         hs = self.senior(input_ids, positions)
-        return torch.cat([hs] + [getattr(self, n)(input_ids, positions).to(hs.dtype) for n in self.junior_names], dim=-1)
+        hj = [getattr(self, n)(input_ids, positions).to(hs.dtype) for n in self.junior_names]
+        return torch.cat([hs] + hj, dim=-1)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(N, Hs + Hj0 + ...) -> (N, Vs + Vj0 + ...): senior logits, then each junior's, in pool order."""

@@ -166,8 +166,9 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
 
 def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
     """The run's rollout engine (``engines.base.ENGINES[cfg.rollout.engine]``) on its loaded pair: the
-    junior (a pool's spec: the vLLM engine holds every junior) only for a tandem schedule, the hf engine's compute-dtype copy on ``rollout_device``,
-    a vLLM engine in-process (all processes' engines started together when data-parallel)."""
+    junior (a pool's spec: the vLLM engine holds every junior) only for a tandem schedule, the hf engine's
+    compute-dtype copy on ``rollout_device``, a vLLM engine in-process (all processes' engines started
+    together when data-parallel)."""
     from ..engines.base import EngineSetup, engine_kind
 
     m, r = cfg.models, cfg.rollout
