@@ -279,12 +279,38 @@ def test_the_memory_plan_counts_every_junior_on_its_device(setup):
     assert sum("junior KV" in it.name for it in on1 if it.phase == "rollout") == 1  # decoded in turn
 
 
+def test_the_vllm_memory_plan_holds_every_junior_in_the_engine(setup):
+    """On CPU the vLLM engine's line is its KV cache plus the weights it holds: the senior and, with a pool,
+    every junior (one engine holds them all), in fp32."""
+    from tandem_rlvr.rl.memory_plan import plan
+
+    def params(name):
+        return sum(t.numel() for t in load_file(setup / name / "model.safetensors").values())
+
+    for junior, names in ((str(setup / "junior"), ("junior",)),
+                          (f"{setup / 'junior'},{setup / 'other'}", ("junior", "other"))):
+        cfg = _cfg(setup, "unused", junior=junior, engine="vllm", vllm_kv_cache_gib=0.5, eval_every=0)
+        lines = [it for it in plan(cfg).items if it.phase == "rollout" and it.name.startswith("vLLM engine")]
+        want = 0.5 * (1 << 30) + 4 * (params("senior") + sum(params(n) for n in names))
+        assert len(lines) == 1 and lines[0].nbytes == want, (junior, lines)
+
+
+def test_a_colocated_vllm_engine_is_sized_for_every_junior_of_the_pool(setup):
+    """The layouts table's colocated engine (rl/memory_layouts.vllm_need): a second junior adds its bf16 weights and
+    the KV cache of one rollout batch over its layers (the engine runs every junior on every token)."""
+    from tandem_rlvr.rl.memory_layouts import vllm_need
+
+    one = _cfg(setup, "unused")
+    two = _cfg(setup, "unused", junior=f"{setup / 'junior'},{setup / 'other'}")
+    params = sum(t.numel() for t in load_file(setup / "other/model.safetensors").values())
+    # 8 rows (2 prompts x 4) x (64 + 12) tokens x 1 layer x (K and V) x 2 kv heads x head_dim 8 x 2 bytes (bf16)
+    assert vllm_need(two, 1) - vllm_need(one, 1) == params * 2 + 8 * 76 * 1 * 2 * 2 * 8 * 2
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--junior", "a,,b"], "empty name"),
     (["--junior", "a:1,b"], "every junior or to none"),
     (["--junior", "JUNIOR,OTHER", "--method", "klreg"], "needs --method tandem"),
-    (["--junior", "JUNIOR,OTHER", "--engine", "vllm"], "engine hf only"),
-    (["--junior", "JUNIOR,OTHER", "--engine", "vllm-server", "--server", "http://127.0.0.1:9"], "engine hf only"),
     (["--junior", "JUNIOR,OTHER", "--best-by-junior", "nobody"], "best_by_junior: junior 'nobody' is not in the pool"),
     (["--junior", "JUNIOR,OTHER", "--junior-device", "cpu,cpu,cpu"], "one device for all juniors or one per junior"),
     # a pool may mix tokenizers (tests/test_xtandem_pool.py), but not on a schedule that cannot hand off between them

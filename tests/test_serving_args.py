@@ -32,6 +32,8 @@ from tandem_rlvr.engines.request_args import RequestArgError, TandemArgs, parse
     ({"tandem": ["word", 0.5, 32, 3]}, "tandem"),  # the list form a server once accepted and then failed on
     ({"tandem": {"schedule": "word", "seed": 1}, "tandem_p": 0.5}, "tandem"),
     ({"tandem": {"schedule": "word", "p": 2, "seed": 1}}, "tandem.p"),
+    ({"tandem_schedule": "word", "tandem_seed": 1, "tandem_junior": -1}, "tandem_junior"),  # a pool junior's index
+    ({"tandem": {"schedule": "word", "seed": 1, "junior": 1.5}}, "tandem.junior"),
 ])
 def test_every_bad_request_argument_is_refused_naming_its_field(extra, field):
     with pytest.raises(RequestArgError) as e:
@@ -46,7 +48,10 @@ def test_flat_nested_and_request_seed_forms_give_the_same_arguments():
     assert parse({"tandem_schedule": "word", "tandem_p": 0.25, "tandem_K": 4}, request_seed=9) == want
     assert parse({"tandem_schedule": "word", "tandem_p": 1, "tandem_K": 4.0, "tandem_seed": 9}) == \
         TandemArgs("word", 1.0, 4, 9)  # JSON integers for p, integral floats for K
-    assert parse(want.xargs()) == want
+    assert parse(want.xargs()) == want and "tandem_junior" not in want.xargs()  # a one-junior request as it was
+    pooled = TandemArgs("word", 0.25, 4, 9, junior=2)
+    assert parse(pooled.xargs()) == pooled and pooled.xargs()["tandem_junior"] == 2
+    assert parse({"tandem": {"schedule": "word", "p": 0.25, "K": 4, "seed": 9, "junior": 2}}) == pooled
     assert parse(None) is None and parse({"kv_transfer_params": {}}) is None
     assert parse({"tandem_schedule": "paragraph-roundrobin"}).seed == 0  # no coins: no seed needed
 
@@ -68,6 +73,17 @@ def test_server_argv_has_the_engine_settings_and_refuses_overriding_them():
         with pytest.raises(TandemError, match=flag.split("=")[0]):
             server_argv("/m/s", "/m/j", [], host="127.0.0.1", port=1, api_key=None, dtype="float32", on_cpu=True,
                         kv_cache_gib=None, extra=[flag, "v"])
+
+
+def test_server_argv_of_a_pool_names_every_junior_in_order():
+    from tandem_rlvr.engines.serve import server_argv
+
+    argv = server_argv("/m/s", ["/m/a", "/m/b"], ["Qwen3ForCausalLM"], host="127.0.0.1", port=8123, api_key=None,
+                       dtype="float32", on_cpu=True, kv_cache_gib=None, extra=[])
+    opt = {k: v for k, v in zip(argv, argv[1:]) if k.startswith("--")}
+    assert json.loads(opt["--hf-overrides"]) == {"architectures": ["TandemForCausalLM"], "tandem_junior": "/m/a",
+                                                 "tandem_juniors": ["/m/a", "/m/b"],
+                                                 "tandem_senior_architectures": ["Qwen3ForCausalLM"]}
 
 
 def test_serve_listens_on_loopback_unless_told_and_passes_unknown_flags_to_vllm():

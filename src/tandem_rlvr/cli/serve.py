@@ -31,7 +31,8 @@ def register(sub, parser_class) -> None:
                                    "listed here go to vLLM unchanged (e.g. --max-num-seqs 8).")
     s.__class__ = _PassThrough
     s.add_argument("senior", help="senior: directory, .gguf file, hub id or built-in name (tiny)")
-    s.add_argument("--junior", default=None, help="junior (same tokenizer); default: the senior's checkpoint")
+    s.add_argument("--junior", default=None, help="junior (same tokenizer), or a pool A,B,... served in one model "
+                   "(a request's tandem_junior index picks one); default: the senior's checkpoint")
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; vLLM's own "
                    "default, every interface, must be asked for: --host 0.0.0.0)")
     s.add_argument("--port", type=number(int, 1, 65535), default=8000, help="port (default 8000)")

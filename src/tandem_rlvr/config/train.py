@@ -77,18 +77,13 @@ class TrainConfig:
         self._check_pool()
 
     def _check_pool(self) -> None:
-        """A pool of several juniors trains Tandem RLVR on the hf engine; best/ by a junior of the pool."""
+        """A pool of several juniors trains Tandem RLVR (every engine: docs/pool.md); best/ by a junior of the pool."""
         pool = self.models.pool
         if not pool.single:
             if self.method != "tandem":
                 raise TandemError(f"a junior pool ({self.models.junior}) needs --method tandem: KL-Reg's reference is "
                                   "one junior (a mixture of juniors has no per-token log-prob the k3 term could use "
                                   "without choosing one) and GRPO writes without one (docs/pool.md)")
-            from ..engines.base import engine_kind
-
-            if not engine_kind(self.rollout.engine).transformers:
-                raise TandemError(f"a junior pool ({self.models.junior}) trains on --engine hf only for now, not "
-                                  f"{self.rollout.engine} (docs/pool.md)")
         if self.loop.best_by_junior != "pool-mean":
             try:
                 pool.index(self.loop.best_by_junior)

@@ -4,8 +4,13 @@ server's request validation and the clients that build requests.
 Two forms reach ``SamplingParams.extra_args``:
 
 - **flat** (what an OpenAI-compatible client sends, since vLLM's ``vllm_xargs`` takes only
-  flat values): ``tandem_schedule``, ``tandem_p``, ``tandem_K``, ``tandem_seed``;
-- **nested** (in-process engines): ``extra_args["tandem"] = {"schedule", "p", "K", "seed"}``.
+  flat values): ``tandem_schedule``, ``tandem_p``, ``tandem_K``, ``tandem_seed``, ``tandem_junior``;
+- **nested** (in-process engines): ``extra_args["tandem"] = {"schedule", "p", "K", "seed", "junior"}``.
+
+``junior`` is the index of the junior that writes the request's junior turns in an engine that holds a
+pool of juniors (``engines.vllm_model``; default 0, the first or only one). The parser checks it is an
+integer >= 0; that it names a junior of the engine is checked where the pool size is known (the
+in-process decoder, and the server's validation: ``POOL_SIZE_ENV``).
 
 ``parse`` turns either into a ``TandemArgs`` or raises ``RequestArgError`` naming the field, so
 every bad value is refused when the request is validated (HTTP 400 on a server) and never
@@ -20,7 +25,8 @@ from dataclasses import dataclass
 
 NESTED_KEY = "tandem"
 PREFIX = "tandem_"
-FIELDS = ("schedule", "p", "K", "seed")  # flat names are PREFIX + field
+FIELDS = ("schedule", "p", "K", "seed", "junior")  # flat names are PREFIX + field
+POOL_SIZE_ENV = "TANDEM_POOL_JUNIORS"  # juniors a served pool holds (set by tandem serve): request indices below it
 NOT_ON_VLLM = ("word-atomic",)  # decides the author after the token is proposed: a second output layer
 NO_COINS = ("senior", "junior", "paragraph-roundrobin", "blankline-token-roundrobin")  # authors need no seed
 SEED_LIMIT = 1 << 63
@@ -36,16 +42,19 @@ class RequestArgError(ValueError):
 
 @dataclass(frozen=True)
 class TandemArgs:
-    """One request's schedule: name, p = P(senior), K (word backstop), coin seed."""
+    """One request's schedule: name, p = P(senior), K (word backstop), coin seed, and the pool junior
+    (an index) that writes its junior turns."""
 
     schedule: str
     p: float = 0.5
     K: int = 32
     seed: int = 0
+    junior: int = 0
 
     def xargs(self) -> dict:
-        """The flat form for ``vllm_xargs`` (an OpenAI client's ``extra_body``)."""
-        return {f"{PREFIX}{k}": getattr(self, k) for k in FIELDS}
+        """The flat form for ``vllm_xargs`` (an OpenAI client's ``extra_body``); ``tandem_junior`` only when
+        it is not the first junior (so a one-junior request is what it was)."""
+        return {f"{PREFIX}{k}": getattr(self, k) for k in FIELDS if k != "junior" or self.junior}
 
 
 def _int(name: str, v) -> int:
@@ -56,7 +65,7 @@ def _int(name: str, v) -> int:
     return v
 
 
-def _check(schedule, p, K, seed, names: dict[str, str]) -> TandemArgs:
+def _check(schedule, p, K, seed, names: dict[str, str], junior=0) -> TandemArgs:
     from ..decoding.schedule import SCHEDULES
 
     if not isinstance(schedule, str) or schedule not in SCHEDULES:
@@ -73,7 +82,11 @@ def _check(schedule, p, K, seed, names: dict[str, str]) -> TandemArgs:
     seed = _int(names["seed"], seed)
     if not -SEED_LIMIT <= seed < SEED_LIMIT:
         raise RequestArgError(f"{names['seed']} must fit in 64 bits, got {seed}", names["seed"])
-    return TandemArgs(schedule, float(p), K, seed)
+    junior = _int(names["junior"], junior)
+    if junior < 0:
+        raise RequestArgError(f"{names['junior']} (the pool junior's index) must be >= 0, got {junior}",
+                              names["junior"])
+    return TandemArgs(schedule, float(p), K, seed, junior)
 
 
 def parse(extra_args: dict | None, request_seed: int | None = None) -> TandemArgs | None:
@@ -104,7 +117,8 @@ def parse(extra_args: dict | None, request_seed: int | None = None) -> TandemArg
     if "schedule" not in values:
         raise RequestArgError(f"{names['schedule']} is required with the other tandem arguments", names["schedule"])
     seed = values.get("seed", request_seed)
-    args = _check(values["schedule"], values.get("p", 0.5), values.get("K", 32), 0 if seed is None else seed, names)
+    args = _check(values["schedule"], values.get("p", 0.5), values.get("K", 32), 0 if seed is None else seed, names,
+                  values.get("junior", 0))
     if seed is None and args.schedule not in NO_COINS:
         raise RequestArgError(f"{names['seed']} (or the request's seed) is required for schedule "
                               f"{args.schedule!r}: its authorship is recovered from that seed", names["seed"])

@@ -5,7 +5,10 @@ It runs ``python -m vllm.entrypoints.openai.api_server`` (the module form: vllm-
 ``vllm`` console script fails at start, since its distribution is not named ``vllm``) with
 
 - the tandem model (``hf_overrides``: ``TandemForCausalLM``, the junior's directory, the
-  senior's architectures), self-pairing when ``--junior`` is not given;
+  senior's architectures), self-pairing when ``--junior`` is not given; ``--junior A,B`` (a pool, as
+  ``tandem train --junior`` writes it; weights are ignored here) serves every junior in one model, and
+  a request names its junior by index (``tandem_junior``, default 0; the server refuses an index it
+  does not hold: ``request_args.POOL_SIZE_ENV``);
 - ``--logprobs-mode processed_logprobs`` (a token's log-prob is its author's; the raw mode
   normalises over both output layers), ``--generation-config vllm`` (the request's sampling
   settings, not the checkpoint's defaults), the dtype ``--dtype`` resolves to;
@@ -48,7 +51,7 @@ class ServeSettings:
     flags that go to vLLM unchanged."""
 
     senior: str  # directory, .gguf file, hub id or built-in name
-    junior: str | None = None  # same tokenizer; None: the senior's checkpoint (self-pairing)
+    junior: str | None = None  # same tokenizer; None: the senior's checkpoint (self-pairing); A,B: a pool
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None  # clients send it as Authorization: Bearer KEY
@@ -67,7 +70,7 @@ class ServeSettings:
         object.__setattr__(self, "vllm_args", tuple(self.vllm_args))
 
 
-def server_argv(senior_path: str, junior_path: str, senior_archs: list[str], *, host: str, port: int,
+def server_argv(senior_path: str, junior_path: str | list[str], senior_archs: list[str], *, host: str, port: int,
                 api_key: str | None, dtype: str, on_cpu: bool, kv_cache_gib: float | None,
                 extra: list[str], weight_sync: str | None = None) -> list[str]:
     """The command line of vLLM's OpenAI server for the pair (see the module docstring)."""
@@ -78,8 +81,11 @@ def server_argv(senior_path: str, junior_path: str, senior_archs: list[str], *, 
         if on_cpu and name == "--enable-chunked-prefill":
             raise TandemError("--enable-chunked-prefill: vLLM 0.32 on CPU fails on seeded requests whose prefill "
                               "is chunked; tandem serve turns it off there")
-    overrides = {"architectures": ["TandemForCausalLM"], "tandem_junior": junior_path,
+    juniors = [junior_path] if isinstance(junior_path, str) else list(junior_path)
+    overrides = {"architectures": ["TandemForCausalLM"], "tandem_junior": juniors[0],
                  "tandem_senior_architectures": senior_archs}
+    if len(juniors) > 1:  # a pool: one model holds every junior (vllm_model)
+        overrides["tandem_juniors"] = juniors
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", senior_path,
             "--tokenizer", senior_path, "--hf-overrides", json.dumps(overrides),
             "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm", "--dtype", dtype,
@@ -144,11 +150,16 @@ def healthy(url: str) -> bool:
 def run_server(cfg: ServeSettings) -> None:
     """Start the server ``cfg`` describes and wait for it to stop."""
     from ..models import check_same_tokenizer, load_tokenizer, resolve_model_path
+    from ..pool import JuniorPool
+    from .request_args import POOL_SIZE_ENV
     from .vllm_engine import VLLMSettings, senior_architectures, platform_is_cpu, require_vllm, with_dtype
 
     senior = resolve_model_path(cfg.senior)
-    junior = resolve_model_path(cfg.junior or cfg.senior)
-    check_same_tokenizer(load_tokenizer(senior), load_tokenizer(junior))
+    juniors = [resolve_model_path(n) for n in JuniorPool.parse(cfg.junior).names] if cfg.junior else [senior]
+    senior_tok = load_tokenizer(senior)
+    for j in juniors:
+        check_same_tokenizer(senior_tok, load_tokenizer(j))
+    junior = juniors[0] if len(juniors) == 1 else juniors
     require_vllm()
     on_cpu = platform_is_cpu()
     dtype = with_dtype(VLLMSettings(), cfg.dtype, "cpu" if on_cpu else "cuda").dtype
@@ -156,12 +167,16 @@ def run_server(cfg: ServeSettings) -> None:
     argv = server_argv(senior, junior, senior_architectures(senior), host=cfg.host, port=cfg.port, api_key=cfg.api_key,
                        dtype=dtype, on_cpu=on_cpu, kv_cache_gib=cfg.kv_cache_gib, extra=list(cfg.vllm_args),
                        weight_sync=sync)
-    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1") if sync else None
+    env = dict(os.environ, **{POOL_SIZE_ENV: str(len(juniors))})  # the server refuses a junior index it lacks
+    if sync:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     shown = "[::1]" if cfg.host == "::1" else ("127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host)
     url = f"http://{shown}:{cfg.port}"
     for line in safety_warnings(cfg.host, cfg.api_key, sync):
         print(f"tandem serve: warning: {line}", file=sys.stderr)
-    print(f"tandem serve: starting vLLM's OpenAI server: senior {senior}, junior {junior}", flush=True)
+    shown_j = f"junior {juniors[0]}" if len(juniors) == 1 else \
+        "junior pool " + ", ".join(f"{i}: {j}" for i, j in enumerate(juniors)) + " (tandem_junior picks one)"
+    print(f"tandem serve: starting vLLM's OpenAI server: senior {senior}, {shown_j}", flush=True)
     child = subprocess.Popen(argv, env=env)
     old = signal.signal(signal.SIGTERM, lambda *_: child.terminate())  # a stop request stops the server
     ready = False

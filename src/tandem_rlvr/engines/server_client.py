@@ -93,7 +93,7 @@ class ServerDecoder:
         self.sampling, self.p, self.K, self.ignore_eos = sampling, p, K, ignore_eos
         self.schedule = make_schedule(schedule, tokenizer, p=p, K=K, vocab_size=len(tokenizer))
 
-    def _one(self, prompt: list[int], seed: int):
+    def _one(self, prompt: list[int], seed: int, junior: int = 0):
         import openai
 
         from .completions import request
@@ -103,7 +103,7 @@ class ServerDecoder:
         if max_tokens < 1:
             raise TandemError(f"prompt of {len(prompt)} tokens does not fit the served model's context of "
                               f"{self.context} tokens")
-        args = TandemArgs(self.schedule.name, self.p, self.K, seed)
+        args = TandemArgs(self.schedule.name, self.p, self.K, seed, junior)
         try:
             return request(self.client, self.model, prompt, args, max_tokens=max_tokens, temperature=s.temperature,
                            top_p=s.top_p, top_k=s.top_k, stop_token_ids=None if self.ignore_eos else self.eos_ids,
@@ -114,13 +114,16 @@ class ServerDecoder:
             raise TandemError(f"{self.settings.url}: request failed after {self.settings.retries} retries "
                               f"({type(e).__name__}: {e})") from None
 
-    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor) -> Rollout:
-        """prompts: B token lists; seeds: B row seeds (the coins' and the server sampler's seed)."""
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor,
+                 juniors: Sequence[int] | None = None) -> Rollout:
+        """prompts: B token lists; seeds: B row seeds (the coins' and the server sampler's seed); juniors: a
+        served pool's junior index per row (None: the first; the server refuses one it does not hold)."""
         from ..decoding.tandem import engine_batch_seeds, rollout_from_rows
 
         seeds = engine_batch_seeds(prompts, seeds)
+        juniors = [0] * len(prompts) if juniors is None or self.schedule.name == "senior" else [int(j) for j in juniors]
         with ThreadPoolExecutor(max_workers=min(self.settings.concurrency, len(prompts))) as pool:
-            comps = list(pool.map(self._one, [list(p) for p in prompts], seeds.tolist()))
+            comps = list(pool.map(self._one, [list(p) for p in prompts], seeds.tolist(), juniors))
         toks = [c.token_ids for c in comps]
         masks = replay(self.schedule, seeds, toks)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]

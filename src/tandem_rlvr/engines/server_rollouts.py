@@ -23,8 +23,12 @@ weight-transfer group by the client's timeout (``ServerSettings.timeout``, 600 s
 processes' collectives by ``dist_timeout_s``; a server that is gone or stops answering is a
 one-line error.
 
-Limits: the server's junior must be the run's junior (the server does not say which junior it
-holds; the run records the server's checkpoint). The server serves other clients meanwhile, and
+A junior pool: the server is ``tandem serve SENIOR --junior A,B,...`` with the run's pool in the run's
+order; each request names its row's junior by index (``tandem_junior``), and a server that holds fewer
+juniors refuses the request (HTTP 400, a one-line error here).
+
+Limits: the server's junior (or pool, in order) must be the run's (the server does not say which juniors
+it holds; the run records the server's checkpoint). The server serves other clients meanwhile, and
 their requests during a push see a mix of old and new weights.
 """
 
@@ -100,8 +104,10 @@ class ServerRollouts:
         dec.models = {"senior": self.root, "junior": None if spec.schedule == "senior" else "served"}  # run records
         return dec
 
-    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec):
-        return self.decoder(spec).generate(prompts, seeds)
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec,
+                 juniors: Sequence[int] | None = None):
+        """Rollouts of ``prompts``; ``juniors``: a served pool's junior index per row (None: the first)."""
+        return self.decoder(spec).generate(prompts, seeds, juniors)
 
     def _join(self, device: torch.device) -> None:
         """Join the server's weight transfer: the backend follows the device of the trainer's

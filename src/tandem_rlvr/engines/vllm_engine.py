@@ -16,6 +16,10 @@ know which engine produced a run.
   a sample, but sampled tokens differ from the transformers decoder's (its inverse-CDF
   draws); greedy decoding is token-for-token equal (tests/test_vllm_engine.py).
 
+A junior pool (``junior``: a list of directories, same tokenizer) is one tandem engine whose model holds
+every junior (``vllm_model``); ``generate(prompts, seeds, juniors=[index per row])`` names each request's
+junior (docs/pool.md, "vLLM engines").
+
 On CPU (and for training, ``in_process``) the engine runs inside our process. On GPU vLLM
 spawns worker processes: a script that builds an engine there needs a
 ``if __name__ == "__main__":`` guard.
@@ -118,22 +122,26 @@ class VLLMEngine:
     ``decoder(schedule, ...)`` views share one engine and one KV cache.
     """
 
-    def __init__(self, senior: str, junior: str | None, tokenizer, eos_ids: Sequence[int], *, tandem: bool,
-                 seed: int = 0, settings: VLLMSettings | None = None, sleep_mode: bool = False,
+    def __init__(self, senior: str, junior: str | Sequence[str] | None, tokenizer, eos_ids: Sequence[int], *,
+                 tandem: bool, seed: int = 0, settings: VLLMSettings | None = None, sleep_mode: bool = False,
                  in_process: bool = False, data_parallel: bool = False):
         vllm = require_vllm()
         settings = settings or VLLMSettings()
         if tandem and junior is None:
             raise TandemError("a tandem vLLM engine needs a junior model")
         self.settings, self.tokenizer, self.tandem = settings, tokenizer, tandem
+        juniors = [junior] if isinstance(junior, str) or junior is None else list(junior)
+        self.n_juniors = len(juniors) if tandem else 0
         self.eos_ids = sorted(set(int(e) for e in eos_ids))
         from transformers import AutoConfig
 
         self.vocab_size = AutoConfig.from_pretrained(senior).vocab_size
         kw = {}
         if tandem:
-            kw["hf_overrides"] = {"architectures": ["TandemForCausalLM"], "tandem_junior": junior,
+            kw["hf_overrides"] = {"architectures": ["TandemForCausalLM"], "tandem_junior": juniors[0],
                                   "tandem_senior_architectures": senior_architectures(senior)}
+            if len(juniors) > 1:  # a pool: the model holds them all (vllm_model)
+                kw["hf_overrides"]["tandem_juniors"] = juniors
         on_cpu = platform_is_cpu()
         if settings.kv_cache_gib is not None or on_cpu:
             kw["kv_cache_memory_bytes"] = int((settings.kv_cache_gib or 1.0) * (1 << 30))
@@ -165,7 +173,8 @@ class VLLMEngine:
         self.can_sleep = sleep_mode and not on_cpu  # vLLM has no sleep mode on CPU
         if self.can_sleep:
             kw["enable_sleep_mode"] = True
-        log.info("vLLM engine: %s %s%s", "tandem" if tandem else "model", senior, f" + junior {junior}" if tandem else "")
+        log.info("vLLM engine: %s %s%s", "tandem" if tandem else "model", senior,
+                 f" + junior {', '.join(juniors)}" if tandem else "")
         self.llm = vllm.LLM(model=senior, tokenizer=senior, dtype=settings.dtype, seed=seed,
                             gpu_memory_utilization=settings.gpu_memory_utilization,
                             tensor_parallel_size=settings.tensor_parallel_size, enforce_eager=enforce_eager,
@@ -200,7 +209,7 @@ class VLLMDecoder:
         self.engine, self.schedule, self.sampling, self.p, self.K = engine, schedule, sampling, p, K
         self.ignore_eos = ignore_eos
 
-    def _params(self, prompt_len: int, seed: int):
+    def _params(self, prompt_len: int, seed: int, junior: int = 0):
         from vllm import SamplingParams as VSP
 
         s, e = self.sampling, self.engine
@@ -209,21 +218,32 @@ class VLLMDecoder:
             raise TandemError(f"prompt of {prompt_len} tokens does not fit the model context of {e.max_model_len} tokens")
         extra = {"tandem": {"schedule": self.schedule.name, "p": self.p, "K": self.K, "seed": int(seed)}} \
             if e.tandem else None
+        if junior:
+            extra["tandem"]["junior"] = int(junior)
         return VSP(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=max_tokens,
                    seed=int(seed), logprobs=0, stop_token_ids=[] if self.ignore_eos else e.eos_ids,
                    ignore_eos=self.ignore_eos, detokenize=False, extra_args=extra)
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor) -> Rollout:
-        """prompts: B token lists; seeds: B row seeds (the coins' and vLLM's sampler seed)."""
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int] | torch.Tensor,
+                 juniors: Sequence[int] | None = None) -> Rollout:
+        """prompts: B token lists; seeds: B row seeds (the coins' and vLLM's sampler seed); juniors: a pool
+        engine's junior index per row (None: the first). One call: vLLM batches every row together."""
         from vllm.inputs import TokensPrompt
 
         from ..decoding.tandem import engine_batch_seeds, rollout_from_rows
 
         seeds = engine_batch_seeds(prompts, seeds)
-        params = [self._params(len(p), int(s)) for p, s in zip(prompts, seeds.tolist())]
-        outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                        use_tqdm=False)
+        juniors = [0] * len(prompts) if juniors is None or not self.engine.tandem else [int(j) for j in juniors]
+        if len(juniors) != len(prompts) or any(not 0 <= j < max(self.engine.n_juniors, 1) for j in juniors):
+            raise TandemError(f"juniors: one index per row in 0..{self.engine.n_juniors - 1}, got {juniors}")
+        params = [self._params(len(p), int(s), j) for p, s, j in zip(prompts, seeds.tolist(), juniors)]
+        # vLLM's step draws from torch's global CPU generator (its sampler's seeded requests aside), so without
+        # the fork the trainer's next draws (TRL's batch shuffle) would depend on how many engine calls came
+        # before, e.g. one validation pass per junior of a pool (docs/pool.md, "vLLM engines")
+        with torch.random.fork_rng(devices=[]):
+            outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                            use_tqdm=False)
         comps = [o.outputs[0] for o in outs]
         toks = [list(c.token_ids) for c in comps]
         masks = replay(self.schedule, seeds, toks)  # (seed, tokens) -> authors, as the processor did

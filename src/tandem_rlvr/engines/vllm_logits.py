@@ -2,7 +2,8 @@
 
 vLLM calls ``update_state`` before every forward pass (requests added, removed, moved in the
 persistent batch; each added request brings a live reference to its output-token list) and
-``apply`` on the (B, Vs + Vj) logits of ``TandemForCausalLM``. For every row the processor
+``apply`` on the (B, Vs + Vj) logits of ``TandemForCausalLM`` (a junior pool: (B, Vs + Vj0 + Vj1 + ...),
+and a row's junior turns read the half of its request's ``junior`` index). For every row the processor
 replays the request's schedule over the tokens emitted since its last call, with our own
 schedule code (``decoding.schedule``) and counter-based coins (``decoding.rng``), and
 returns the active model's half: (B, Vs). So a request's authorship is the same pure
@@ -20,12 +21,13 @@ processor does nothing, so having it installed never changes other vLLM engines.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from .request_args import RequestArgError, TandemArgs, parse
+from .request_args import NESTED_KEY, POOL_SIZE_ENV, PREFIX, RequestArgError, TandemArgs, parse
 from .vllm_plugin import ARCH
 
 
@@ -36,6 +38,7 @@ class _Row:
     key: tuple
     seed: int
     out: list[int]  # vLLM's live output-token list for the request
+    junior: int = 0  # the pool junior that writes its junior turns
     done: int = 0  # tokens already replayed
     author: bool = True
     since: int = 0
@@ -50,7 +53,13 @@ class TandemLogitsProcessor(LogitsProcessor):
         """Refuse bad tandem arguments at admission, naming the field: vLLM's validation error,
         which its server answers with HTTP 400 (``parameter`` = the field)."""
         try:
-            parse(sampling_params.extra_args, sampling_params.seed)
+            args = parse(sampling_params.extra_args, sampling_params.seed)
+            # the served model's junior count (tandem serve sets it; unset in-process, where the decoder checks)
+            pool = os.environ.get(POOL_SIZE_ENV)
+            if args is not None and pool and args.junior >= int(pool):
+                field = "tandem.junior" if NESTED_KEY in (sampling_params.extra_args or {}) else f"{PREFIX}junior"
+                raise RequestArgError(f"{field}: junior {args.junior} is not served (the server holds {int(pool)} "
+                                      f"junior{'s' if int(pool) > 1 else ''}: indices 0..{int(pool) - 1})", field)
         except RequestArgError as e:
             from vllm.exceptions import VLLMValidationError
 
@@ -68,7 +77,9 @@ class TandemLogitsProcessor(LogitsProcessor):
 
         self.tokenizer = AutoTokenizer.from_pretrained(mc.tokenizer)
         self.Vs = int(cfg.vocab_size)
-        self.Vj = int(AutoConfig.from_pretrained(cfg.tandem_junior).vocab_size)
+        from .vllm_model import junior_paths
+
+        self.Vj = [int(AutoConfig.from_pretrained(p).vocab_size) for p in junior_paths(cfg)]
 
     def is_argmax_invariant(self) -> bool:
         return False  # it picks which model's logits a row sees: greedy depends on it
@@ -85,7 +96,9 @@ class TandemLogitsProcessor(LogitsProcessor):
     def _new_row(self, params, out: list[int]) -> _Row:
         args = parse(params.extra_args, params.seed) or TandemArgs("senior", 1.0)
         key = (args.schedule, args.p, args.K)
-        row = _Row(key, args.seed, out)
+        if args.junior >= len(self.Vj):  # refused before (decoder, server validation); never silently another
+            raise ValueError(f"tandem request for junior {args.junior}, but the engine holds {len(self.Vj)}")
+        row = _Row(key, args.seed, out, args.junior)
         st = self._schedule(key).start(torch.tensor([row.seed], dtype=torch.int64))
         row.author, row.since = bool(st.author[0]), int(st.since[0])
         row.tail = int(st.tail[0]) if st.tail is not None else 0
@@ -129,7 +142,7 @@ class TandemLogitsProcessor(LogitsProcessor):
             behind = [r for r in behind if len(r.out) > r.done]
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """(B, Vs + Vj) -> (B, Vs): each row's active model's logits."""
+        """(B, Vs + Vj0 + ...) -> (B, Vs): each row's active model's logits."""
         if not self.active:
             return logits
         self._catch_up()
@@ -137,9 +150,18 @@ class TandemLogitsProcessor(LogitsProcessor):
         author = torch.tensor([self.rows[i].author if i in self.rows else True for i in range(B)],
                               device=logits.device)
         senior = logits[:, : self.Vs]
-        junior = logits[:, self.Vs: self.Vs + self.Vj]
-        if self.Vj < self.Vs:  # a junior with a smaller table never proposes the extra ids
-            junior = torch.nn.functional.pad(junior, (0, self.Vs - self.Vj), value=float("-inf"))
-        elif self.Vj > self.Vs:
-            junior = junior[:, : self.Vs]
+        halves, at = [], self.Vs
+        for Vj in self.Vj:
+            junior = logits[:, at: at + Vj]
+            at += Vj
+            if Vj < self.Vs:  # a junior with a smaller table never proposes the extra ids
+                junior = torch.nn.functional.pad(junior, (0, self.Vs - Vj), value=float("-inf"))
+            elif Vj > self.Vs:
+                junior = junior[:, : self.Vs]
+            halves.append(junior)
+        if len(halves) == 1:
+            junior = halves[0]
+        else:  # a pool: each row's own junior's half
+            which = torch.tensor([self.rows[i].junior if i in self.rows else 0 for i in range(B)], device=logits.device)
+            junior = torch.stack(halves)[which, torch.arange(B, device=logits.device)]
         return torch.where(author[:, None], senior, junior)

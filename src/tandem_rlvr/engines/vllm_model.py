@@ -18,6 +18,13 @@ stacks get paged KV cache, prefix caching and continuous batching from vLLM itse
 
 Cost: every token runs two bodies and two output layers (the transformers decoder runs only
 the active output layer per row); see docs/architecture.md.
+
+A junior pool (``hf_overrides["tandem_juniors"]``: every junior's directory, in pool order; the first is
+also ``tandem_junior``): the model holds one vLLM junior per directory, the first under ``junior.`` as
+above and junior i > 0 under ``junior_<i>.`` (its own attention layers and KV cache). ``forward`` runs the
+senior and every junior on every token, and ``compute_logits`` returns (N, Vs + Vj0 + Vj1 + ...); the
+request's ``junior`` argument tells the logits processor which junior half its junior turns read
+(docs/pool.md, "vLLM engines"). Each junior is a secondary weight source with its own prefix.
 """
 
 from __future__ import annotations
@@ -32,6 +39,18 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 from vllm.model_executor.models.registry import ModelRegistry
 
 JUNIOR_PREFIX = "junior."
+
+
+def junior_module(i: int) -> str:
+    """The attribute (and weight prefix, without the dot) of junior ``i`` of the pool."""
+    return "junior" if i == 0 else f"junior_{i}"
+
+
+def junior_paths(cfg) -> list[str]:
+    """Every junior directory the tandem model's config names (a pool's, or the one junior)."""
+    pool = getattr(cfg, "tandem_juniors", None)
+    one = getattr(cfg, "tandem_junior", None)
+    return list(pool) if pool else ([one] if one else [])
 
 
 def _junior_config(vllm_config: VllmConfig, junior_path: str) -> VllmConfig:
@@ -58,51 +77,80 @@ class TandemForCausalLM(nn.Module):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
         cfg = vllm_config.model_config.hf_config
-        junior_path = getattr(cfg, "tandem_junior", None)
+        paths = junior_paths(cfg)
         senior_archs = getattr(cfg, "tandem_senior_architectures", None)
-        if not junior_path or not senior_archs:
+        if not paths or not senior_archs:
             raise ValueError("TandemForCausalLM needs hf_overrides tandem_junior and tandem_senior_architectures")
-        jcfg = _junior_config(vllm_config, junior_path)
         s_cls = _model_class(senior_archs, vllm_config.model_config)
-        j_cls = _model_class(jcfg.model_config.hf_config.architectures, jcfg.model_config)
         self.senior = s_cls(vllm_config=vllm_config, prefix=f"{prefix}senior" if not prefix else f"{prefix}.senior")
-        self.junior = j_cls(vllm_config=jcfg, prefix=f"{prefix}junior" if not prefix else f"{prefix}.junior")
-        self.hidden = (cfg.hidden_size, jcfg.model_config.hf_config.hidden_size)
-        self.secondary_weights = [DefaultModelLoader.Source(junior_path, revision=None, prefix=JUNIOR_PREFIX)]
+        self.junior_names = [junior_module(i) for i in range(len(paths))]
+        hidden = [cfg.hidden_size]
+        self.secondary_weights = []
+        for name, path in zip(self.junior_names, paths):
+            jcfg = _junior_config(vllm_config, path)
+            j_cls = _model_class(jcfg.model_config.hf_config.architectures, jcfg.model_config)
+            setattr(self, name, j_cls(vllm_config=jcfg, prefix=f"{prefix}{name}" if not prefix else f"{prefix}.{name}"))
+            hidden.append(jcfg.model_config.hf_config.hidden_size)
+            self.secondary_weights.append(DefaultModelLoader.Source(path, revision=None, prefix=f"{name}."))
+        self.hidden = tuple(hidden)
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.senior.embed_input_ids(input_ids)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs) -> torch.Tensor:
-        """(N,) tokens -> (N, Hs + Hj) hidden states of both bodies."""
+        """(N,) tokens -> (N, Hs + Hj0 + ...) hidden states of every body."""
         hs = self.senior(input_ids, positions)
-        hj = self.junior(input_ids, positions)
-        return torch.cat([hs, hj.to(hs.dtype)], dim=-1)
+        hj = [getattr(self, n)(input_ids, positions).to(hs.dtype) for n in self.junior_names]
+        return torch.cat([hs] + hj, dim=-1)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """(N, Hs + Hj) -> (N, Vs + Vj): senior logits, then junior logits."""
-        hs, hj = hidden_states.split(self.hidden, dim=-1)
+        """(N, Hs + Hj0 + ...) -> (N, Vs + Vj0 + ...): senior logits, then each junior's, in pool order."""
+        hs, *hj = hidden_states.split(self.hidden, dim=-1)
         ls = self.senior.compute_logits(hs)
-        lj = self.junior.compute_logits(hj.contiguous())
-        return torch.cat([ls, lj.to(ls.dtype)], dim=-1)
+        return torch.cat([ls] + [getattr(self, n).compute_logits(h.contiguous()).to(ls.dtype)
+                                 for n, h in zip(self.junior_names, hj)], dim=-1)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """The senior's weights (no prefix) come first, then the junior's (``junior.``)."""
+        """The senior's weights (no prefix) come first, then each junior's (``junior.``, ``junior_1.``, ...), in
+        order; each run of names goes to its own model's loader (a training update carries the senior's only)."""
         it = iter(weights)
-        first_junior: list[tuple[str, torch.Tensor]] = []
+        prefixes = {f"{n}.": n for n in self.junior_names}
+        pending: list = []  # the first (owner, name, tensor) of the next owner's run, once read
 
-        def senior_part():
-            for name, w in it:
-                if name.startswith(JUNIOR_PREFIX):
-                    first_junior.append((name[len(JUNIOR_PREFIX):], w))
-                    return
-                yield name, w
+        def owner(name: str) -> tuple[str, str]:
+            head = name.split(".", 1)[0] + "."
+            return (prefixes[head], name[len(head):]) if head in prefixes else ("senior", name)
 
-        def junior_part():
-            yield from first_junior
-            for name, w in it:
-                yield name[len(JUNIOR_PREFIX):] if name.startswith(JUNIOR_PREFIX) else name, w
+        def run(who: str):
+            while True:
+                if pending:
+                    if pending[0][0] != who:
+                        return
+                    _, n, w = pending.pop()
+                else:
+                    try:
+                        n, w = next(it)
+                    except StopIteration:
+                        return
+                    o, n = owner(n)
+                    if o != who:
+                        pending.append((o, n, w))
+                        return
+                yield n, w
 
-        loaded = {f"senior.{n}" for n in self.senior.load_weights(senior_part())}
-        loaded |= {f"junior.{n}" for n in self.junior.load_weights(junior_part())}
-        return loaded
+        loaded: set[str] = set()
+        done: set[str] = set()
+        who = "senior"
+        while True:
+            if who in done:
+                raise ValueError(f"TandemForCausalLM: the weights of {who} arrived in two separate runs")
+            loaded |= {f"{who}.{n}" for n in getattr(self, who).load_weights(run(who))}
+            done.add(who)
+            if not pending:
+                try:  # peek: more weights after this run?
+                    n, w = next(it)
+                except StopIteration:
+                    return loaded
+                o, n = owner(n)
+                pending.append((o, n, w))
+            who = pending[0][0]

@@ -16,6 +16,10 @@ tensors back untouched (tested: bit-identical). Then the prefix cache is reset, 
 blocks were computed with the old weights. The trainer casts the stream to ``weight_dtype``,
 the engine's dtype.
 
+A junior pool (``junior_path``: a list of directories; a training run's ``EngineSetup.junior`` is the pool's
+spec) is one engine whose model holds every junior; ``generate(..., juniors=[index per row])`` names each
+row's junior in its request, and ``load_weights`` reloads the senior half only, as before (docs/pool.md).
+
 Memory: ``vllm_gpu_memory_utilization`` bounds the engine on a shared GPU; ``vllm_sleep``
 frees the engine's GPU memory between rollouts (vLLM sleep level 1) and wakes it before the
 next call; vLLM has no sleep mode on CPU, where it is ignored.
@@ -66,8 +70,10 @@ class VLLMRollouts:
         self.open()
         return self.engine.decoder(spec.schedule, spec.sampling, p=spec.p, K=spec.K)
 
-    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec):
-        return self.decoder(spec).generate(prompts, seeds)  # one call: vLLM batches continuously
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], spec: RolloutSpec,
+                 juniors: Sequence[int] | None = None):
+        """Rollouts of ``prompts``; ``juniors``: a pool's junior index per row (None: the first)."""
+        return self.decoder(spec).generate(prompts, seeds, juniors)  # one call: vLLM batches continuously
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -90,8 +96,9 @@ class VLLMRollouts:
             self.asleep = False
 
     def engine_params(self, half: str) -> dict[str, torch.Tensor]:
-        """Copies of the engine's parameters of one half (``senior`` / ``junior``; tests)."""
-        if half not in ("senior", "junior"):
+        """Copies of the engine's parameters of one half (``senior`` / ``junior``, a pool's others
+        ``junior_1``, ...; tests)."""
+        if half != "senior" and not (half == "junior" or half.startswith("junior_") and half[7:].isdigit()):
             raise TandemError(f"unknown half {half!r}")
 
         def grab(model):
@@ -111,6 +118,7 @@ def open_vllm(setup: EngineSetup) -> VLLMRollouts:
     """The engine of ``setup``: a training run's (its pair's tokenizer, in-process, opened on first
     use unless data-parallel) or an evaluation's (checkpoints, opened now)."""
     from ..models import check_same_tokenizer, load_tokenizer, resolve_model_path
+    from ..pool import JuniorPool
     from .vllm_engine import VLLMSettings, model_eos_ids, require_vllm, with_dtype
 
     if setup.pair is None and setup.junior_device not in (None, "", setup.device):  # training's junior is its own
@@ -119,14 +127,16 @@ def open_vllm(setup: EngineSetup) -> VLLMRollouts:
     require_vllm()  # fail before anything is loaded or written
     settings = with_dtype(setup.vllm_settings or VLLMSettings(), setup.dtype, setup.device)
     s_path = resolve_model_path(setup.senior)
-    j_path = resolve_model_path(setup.junior) if setup.junior is not None else None
-    if setup.pair is not None:  # training: the run's tokenizer and EOS ids
+    names = list(JuniorPool.parse(setup.junior).names) if setup.junior is not None else []  # one junior or a pool
+    j_paths = [resolve_model_path(n) for n in names]
+    if setup.pair is not None:  # training: the run's tokenizer and EOS ids (its prepare checked every junior's)
         tok, eos = setup.pair.tokenizer, setup.pair.eos_ids
     else:
         tok = load_tokenizer(setup.senior)
-        if setup.junior is not None:
-            check_same_tokenizer(tok, load_tokenizer(setup.junior))
+        for n in names:
+            check_same_tokenizer(tok, load_tokenizer(n))
         eos = model_eos_ids(tok, s_path)
+    j_path = None if not j_paths else (j_paths[0] if len(j_paths) == 1 else j_paths)
     return VLLMRollouts(s_path, j_path, tok, eos, settings, seed=setup.seed, sleep_mode=setup.sleep,
                         in_process=setup.in_process, data_parallel=setup.data_parallel,
                         lazy=setup.pair is not None and not setup.data_parallel)

@@ -166,8 +166,9 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
 
 def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
     """The run's rollout engine (``engines.base.ENGINES[cfg.rollout.engine]``) on its loaded pair: the
-    junior only for a tandem schedule, the hf engine's compute-dtype copy on ``rollout_device``,
-    a vLLM engine in-process (all processes' engines started together when data-parallel)."""
+    junior (a pool's spec: the vLLM engine holds every junior) only for a tandem schedule, the hf engine's
+    compute-dtype copy on ``rollout_device``, a vLLM engine in-process (all processes' engines started
+    together when data-parallel)."""
     from ..engines.base import EngineSetup, engine_kind
 
     m, r = cfg.models, cfg.rollout
@@ -180,7 +181,7 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
                         max_model_len=cfg.data.max_prompt_tokens + r.max_new_tokens) if kind.vllm_settings else None
     tandem = cfg.rollout_schedule != "senior"
     return kind.open(EngineSetup(
-        m.senior, m.pool.names[0] if tandem else None, next(pair.senior.parameters()).device,
+        m.senior, m.pool.spec() if tandem else None, next(pair.senior.parameters()).device,
         dtype=m.dtype, seed=cfg.loop.seed, vllm_settings=vllm, server=server, pair=pair,
         rollout_copy=RolloutModel(m.senior, m.precision.compute, m.rollout_device if kind.rollout_device else None,
                                   sharded=m.sharding != "none", merged=bool(m.lora_r)),

