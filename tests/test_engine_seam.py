@@ -147,6 +147,7 @@ class _Pair:
         self.senior, self.junior, self.tokenizer, self.eos_ids = senior, junior, make_tokenizer(), [0]
         self.xjunior = None  # a junior of the senior's own tokenizer
         self.juniors = ()  # one junior, no pool (models.Pair.juniors)
+        self.xjuniors = ()  # no pool, so no other-tokenizer pool juniors (models.Pair.xjuniors)
 
 
 class FakeEngine:
