@@ -186,3 +186,15 @@ def test_verdicts_of_different_verifiers_are_refused_even_with_allow_mixed(tmp_p
         rc, _, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
         assert rc == 2 and len(err) == 1 and f"differ in {key}" in err[0] and "never mixed" in err[0], (extra, err)
         assert not (tmp_path / "cmp" / "compare.json").exists()
+
+
+def test_a_setting_that_differs_deep_in_a_long_schedule_is_named_in_the_warning():
+    from tandem_rlvr.eval.measure.comparable import settings_differences
+    from tandem_rlvr.eval.run_files import EvalRun
+
+    long = {"name": "paragraph-roundrobin", "p": 0.5, "K": 32, "first": "senior", "break": "\n\n",
+            "max_turn_tokens": 512, "stop": ["\n\n"], "protocol": "text"}  # the protocol past 80 characters
+    runs = {n: EvalRun(path=None, config={"schedule": dict(long, protocol=proto)}, rows=[], lines=[])
+            for n, proto in (("x", "text"), ("y", "stream"))}
+    (line,) = settings_differences(runs, "handoff", handoff=False)
+    assert line == 'handoff runs x and y differ in schedule ({"protocol": "text"} vs {"protocol": "stream"})'

@@ -124,7 +124,7 @@ def register_study(sub) -> None:
     p.add_argument("--n", type=COUNT, default=4, help="samples per problem (default 4)")
     p.add_argument("--checkpoint", default="final", choices=["final", "best"],
                    help="evaluate each run's final (default) or validation-best checkpoint")
-    p.add_argument("--quick", action="store_true", help="seconds-long smoke version on a throwaway world")
+    p.add_argument("--quick", action="store_true", help="a minutes-long smoke version on the shipped world (mechanics only: seconds of training)")
     p.add_argument("--mid-steps", type=COUNT, default=10,
                    help="study pool: GRPO steps of the intermediate-checkpoint junior (default 10)")
     e = p.add_argument_group("study elegance")

@@ -46,7 +46,16 @@ EXEMPT = ("models", "seed", "engine", "ks")
 
 
 def _text(x) -> str:
-    return json.dumps(x, sort_keys=True)[:80] if isinstance(x, (dict, list)) else str(x)
+    return json.dumps(x, sort_keys=True) if isinstance(x, (dict, list)) else str(x)
+
+
+def _differ(a, b) -> str:
+    """``a vs b`` in words; of two mappings only the fields that differ (a schedule's protocol, say, is
+    named however long the rest of it is)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        a, b = {k: a.get(k) for k in keys}, {k: b.get(k) for k in keys}
+    return f"{_text(a)} vs {_text(b)}"
 
 
 def model_identity(config: dict, role: str) -> str:
@@ -97,7 +106,7 @@ def settings_differences(runs: dict[str, EvalRun], what: str, handoff: bool) -> 
         for key in COMPARED:
             a, b = (_setting(ref.config, key), _setting(run.config, key))
             if a != b and not (key in RECORDED_LATER and (a is None or b is None)):
-                out.append(f"{what} runs {pair} differ in {key} ({_text(a)} vs {_text(b)})")
+                out.append(f"{what} runs {pair} differ in {key} ({_differ(a, b)})")
         if handoff and not _same_model(ref.config, run.config, "junior"):
             out.append(f"{what} runs {pair} have different juniors ({model_identity(ref.config, 'junior')} vs "
                        f"{model_identity(run.config, 'junior')})")
@@ -120,7 +129,7 @@ def refuse_mixed_verdicts(runs: dict[str, EvalRun]) -> None:
     if not runs:
         return
     (ref_name, ref), *rest = runs.items()
-    found = [f"runs {ref_name} and {name} differ in {key} ({_text(a)} vs {_text(b)})" for name, run in rest
+    found = [f"runs {ref_name} and {name} differ in {key} ({_differ(a, b)})" for name, run in rest
              for key in VERDICTS if (a := _setting(ref.config, key)) != (b := _setting(run.config, key))]
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
