@@ -151,10 +151,15 @@ def reference(senior, zero3: bool):
 
 
 def fp32_master(p) -> torch.Tensor:
-    """A ZeRO-3 parameter's whole fp32 master weight, gathered from the optimiser's partitions (collective)."""
+    """A ZeRO-3 parameter's whole fp32 master weight, gathered from the optimiser's partitions (collective);
+    a frozen one (LoRA's base) has no master: its partitions gathered, in fp32."""
+    import deepspeed
     from deepspeed.utils import safe_get_full_fp32_param
 
-    return safe_get_full_fp32_param(p)
+    if p.requires_grad:
+        return safe_get_full_fp32_param(p)
+    with deepspeed.zero.GatheredParameters([p], modifier_rank=None):  # a frozen partition (LoRA's base): no master
+        return p.data.float().clone()
 
 
 def _same(a: dict, b: dict) -> bool:
