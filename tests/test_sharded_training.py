@@ -242,3 +242,12 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
 
 def test_killed_zero3_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
     kill_resume_and_compare(world, baseline, tmp_path / "z3killed", "zero3")
+
+
+def test_killed_zero3_lora_run_resumes_to_the_uninterrupted_run(world, tmp_path):
+    """A 2-process ZeRO-3 LoRA run killed after checkpoint-2 resumes from DeepSpeed's partitions of the
+    adapters' masters and moments: four updates and the final adapter of an uninterrupted 1-process LoRA run."""
+    one = tmp_path / "lora-one-4"
+    lora = [f for f in LORA if f not in ("--save-merged", "true")]
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, one, 4, *lora)])
+    kill_resume_and_compare(world, one, tmp_path / "z3lora-killed", "zero3", *lora, file="adapter_model.safetensors")

@@ -173,14 +173,14 @@ def _sharded_merge(layer, w):
 
 class Zero3Merge:
     """A ZeRO-3 LoRA layer's merged weight W + (alpha / r) B A, worked out only when its bucket is
-    gathered (``rl.zero3.gathered_bucket`` calls ``gather``): W, A and B are partitions, so the walk
+    gathered (``rl.zero3.gathered_bucket`` calls ``merged_in``): W, A and B are partitions, so the walk
     that plans the buckets (from sizes) must not gather them. ``ds_numel`` is W's, as the plan counts."""
 
     def __init__(self, layer, weight):
         self.layer, self.weight, self.ds_numel = layer, weight, weight.ds_numel
 
     @torch.no_grad()
-    def gather(self, dtype: torch.dtype) -> torch.Tensor:
+    def merged_in(self, dtype: torch.dtype) -> torch.Tensor:
         """The merged tensor in ``dtype`` (collective: every rank, the same layers in the same order).
         The layer's W and its adapters' A and B are gathered together (``GatheredParameters`` on the
         three), the sum formed in fp32 out of place, and released before the next layer; adapters held
@@ -219,6 +219,8 @@ def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
         if _adapter_param(name):
             continue
         t = p.detach()
+        if hasattr(p, "ds_id"):  # a ZeRO-3 partition: the parameter itself, which its bucket gathers (detach drops ds_id)
+            t = p
         owner, sep, leaf = name.rpartition(".base_layer.")
         if sep:
             name = f"{owner}.{leaf}"
@@ -229,7 +231,7 @@ def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
                 t = _sharded_merge(layers[owner], t)
             elif (delta := _delta(layers[owner]) if leaf == "weight" and owner in layers else None) is not None:
                 t = t.float() + delta
-        yield clean_name(name), t if dtype is None else t.to(dtype)
+        yield clean_name(name), t if dtype is None or t is p else t.to(dtype)
 
 
 def merged_weights(model, dtype: torch.dtype | None = None):

@@ -163,7 +163,7 @@ def gathered_bucket(bucket: list[tuple[str, torch.Tensor]], dtype: torch.dtype):
     import deepspeed
 
     # a LoRA layer's merged weight (rl.lora.Zero3Merge): its W, A and B gathered together, one layer at a time
-    merged = {i: t.gather(dtype) for i, (_, t) in enumerate(bucket) if hasattr(t, "gather")}
+    merged = {i: t.merged_in(dtype) for i, (_, t) in enumerate(bucket) if hasattr(t, "merged_in")}
     params = [t for _, t in bucket if hasattr(t, "ds_id")]  # buffers are whole on every rank
     if dtype == torch.float32 and any(p.dtype != torch.float32 for p in params):
         from deepspeed.utils import safe_get_full_fp32_param
