@@ -106,7 +106,8 @@ def main(out: Path, argv: list[str]) -> None:
         master, partitions = str(next(senior.parameters()).dtype), None
     base_unchanged = None
     if lora:  # every weight but the adapters' is the senior on disk, bit for bit
-        on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
+        with outside_zero3():  # under a live ZeRO-3 config transformers would load it as partitions
+            on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
         base_unchanged = all(torch.equal(full, on_disk[name]) for name, full in whole_tensors(senior, zero3)
                              if ".lora_" not in name)
     junior = run.prep.pair.junior

@@ -197,9 +197,10 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
     # zero3: DeepSpeed's own accounting (estimate_zero3_model_states_mem_needs): 2 B bf16 partition,
     # 4 B fp32 master, 8 B moments, 4 B fp32 gradients per weight over the ranks, plus gathered layers
     short = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(compute, "fp32")  # the compute dtype's
-    if lay.lora_r:  # DeepSpeed's bf16 mode holds the frozen base and the adapters as compute-dtype partitions
-        p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x ({_count(S.params)} frozen base + "
-                                         f"{_count(trained)} adapters) / {n})", weights * bc / n)
+    if lay.lora_r:  # the frozen base loaded (zero.Init) as compute-dtype partitions; PEFT's fp32 adapters stay fp32
+        # (DeepSpeed casts no parameter of a zero.Init model; measured: docs/sharding.md, "LoRA")
+        p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(S.params)} frozen base + "
+                                         f"{bm} B x {_count(trained)} adapters, / {n})", (S.params * bc + trained * bm) / n)
     else:
         p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
     p.add(off(("optimizer", "all")), "resident", f"fp32 master + AdamW moment partitions (12 B x {what} / {n})",
