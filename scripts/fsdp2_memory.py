@@ -18,6 +18,11 @@ masters on a GPU), torch's AdamW, DeepSpeed's persistence threshold and bucket s
 fills them (10 x hidden, hidden^2, 0.9 x hidden^2); compared with ``Layout(world, "zero3")``. Its
 weight sync is the trainer's own stream (``rl.sharding.buckets``: a bucket gathered together).
 
+LoRA (``lora_r`` > 0 in the overrides): PEFT's adapters (``rl.lora.peft_config``) injected into the model
+before it is sharded, AdamW over the adapters alone, compared with ``Layout(world, sharding, lora_r=r)``;
+the timed sync is the trainer's merged stream (``rl.lora.stream_source``: FSDP2 merges shard by shard,
+ZeRO-3 gathers each layer's W, A and B together).
+
 Run: torchrun --nproc_per_node N scripts/fsdp2_memory.py OVERRIDES_JSON BUCKET_MIB [fsdp2|zero3]
 """
 
@@ -76,7 +81,7 @@ def zero3_model(cfg, lm, gpu: bool, accumulate: int):
     ds["zero_optimization"].update(reduce_bucket_size=h * h, stage3_prefetch_bucket_size=int(0.9 * h * h),
                                    stage3_param_persistence_threshold=10 * h)
     scorer = Scorer(lm, cfg.data.max_prompt_tokens if gpu else None)
-    opt = torch.optim.AdamW(lm.parameters(), lr=1e-5)
+    opt = torch.optim.AdamW([q for q in lm.parameters() if q.requires_grad], lr=1e-5)
     engine, *_ = deepspeed.initialize(model=scorer, optimizer=opt, config=ds)
     deepspeed.zero.register_external_parameter(scorer, lm.lm_head.weight)  # the head is read in the root's forward
     return engine
@@ -96,7 +101,8 @@ def main() -> None:
         overrides.update(dtype="bfloat16", master_dtype="float32", senior_device="cuda:0")
     cfg = load_train_config(None, None, overrides)
     name = "cuda:0" if gpu else "cpu"
-    full = plan(cfg, gpu_gib=80 if gpu else None, layout=Layout(world, sharding, sync_bucket_mib=bucket_mib))
+    full = plan(cfg, gpu_gib=80 if gpu else None, layout=Layout(world, sharding, lora_r=cfg.models.lora_r,
+                                                                 sync_bucket_mib=bucket_mib))
     p = Plan([i for i in full.items if i.phase.split("/")[0] in ("resident", "update") and i.device == name
               and "junior" not in i.name and "rollouts decode" not in i.name])  # the loop trains only
     predicted, phase = p.peak(name)
@@ -106,6 +112,15 @@ def main() -> None:
     lm = AutoModelForCausalLM.from_config(model_config(cfg.models.senior), dtype=torch.float32).to(dev)
     if cfg.models.gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    peft = None
+    if cfg.models.lora_r:  # PEFT injects the adapters into lm itself and freezes its base
+        from peft import get_peft_model
+
+        from tandem_rlvr.rl.lora import peft_config
+
+        peft = get_peft_model(lm, peft_config(cfg))
+        if cfg.models.gradient_checkpointing:
+            lm.enable_input_require_grads()
     rows = cfg.loop.prompts_per_minibatch * cfg.rollout.group_size // world
     micro = cfg.loop.micro_batch_rows or rows
     seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
@@ -118,7 +133,7 @@ def main() -> None:
         for layer in lm.model.layers:
             fully_shard(layer, **mp)
         model = fully_shard(Scorer(lm, cfg.data.max_prompt_tokens if gpu else None), **mp)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-5)
 
         def step():
             opt.step()
@@ -149,11 +164,14 @@ def main() -> None:
     dist.barrier()
     t0 = time.perf_counter()
     limit, bucket, size, gathered = bucket_mib * (1 << 20), [], 0, 0
-    if sharding == "zero3":  # the trainer's own stream: one bucket gathered together, then released
+    if sharding == "zero3" or peft is not None:  # the trainer's own stream: one bucket gathered, then released
+        from tandem_rlvr.rl.lora import stream_source
         from tandem_rlvr.rl.sharding import buckets
 
-        gathered = sum(t.numel() for part in buckets(lm, torch.bfloat16, int(limit)) for _, t in part)
-    for param in model.parameters() if sharding != "zero3" else ():  # every rank, the same order
+        source, named = stream_source(peft) if peft is not None else (lm, None)
+        parts = buckets(source, torch.bfloat16, int(limit), **({"named": named} if named else {}))
+        gathered = sum(t.numel() for part in parts for _, t in part)
+    for param in model.parameters() if sharding != "zero3" and peft is None else ():  # every rank, the same order
         t = param.detach().to(torch.bfloat16).full_tensor()
         bucket.append(t)
         size += t.numel() * 2

@@ -30,6 +30,9 @@
 # 15 zero3_memory (when DeepSpeed is installed: pip install -e ".[sharded]"): step 13 under DeepSpeed ZeRO-3
 #    (scripts/memory_check.py --zero3: bf16 partitions over fp32 masters, fp32 gradient reduction), per rank the
 #    plan's Layout(N, "zero3") peak beside torch.cuda.max_memory_allocated, and one sync through the trainer's stream
+# 16 zero3_lora_2_steps (with DeepSpeed): a 2-step LoRA run (r 8, bf16, --save-merged) of the tiny preset under
+#    --sharding zero3 on NPROC processes (torchrun): DeepSpeed's bf16 mode on a GPU (adapters as bf16 partitions
+#    over fp32 masters, merged stream layer by layer), peak GPU memory printed; the CPU tests run it in fp32 only
 # and prints one summary table, then the sharded checks that need more GPUs than this machine has
 # (for a user to run). Exit status is non-zero if any step fails.
 # GPU_CHECK_STEPS="paper_layout train_2_steps" runs only the named steps (default: all).
@@ -124,6 +127,10 @@ CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps paper_layout 
 if python -c "import deepspeed" >/dev/null 2>&1; then
   run zero3_memory python scripts/memory_check.py --zero3 --nproc "$NPROC" "${SHARD_ARCH[@]}" --out "$OUT/zero3_memory.json"
   CHECKS+=(zero3_memory)
+  run zero3_lora_2_steps peak_mem python -m torch.distributed.run --standalone --nproc_per_node "$NPROC" -m tandem_rlvr.cli \
+      train --preset tiny --sharding zero3 --lora-r 8 --save-merged true --dtype bfloat16 --max-steps 2 --eval-every 1 \
+      --save-every 1 --val-size 16 --output-dir "$OUT/train_zero3_lora"
+  CHECKS+=(zero3_lora_2_steps)
 else
   echo "== DeepSpeed not installed: the ZeRO-3 check is skipped (pip install -e \".[sharded]\")"
 fi

@@ -17,7 +17,8 @@ compares each rank's peak with the plan's `Layout(N, "fsdp2")`; it also times on
 `--arch` names the model (default: tiny and smol on CPU); `scripts/gpu_check.sh` runs it on GPUs.
 `--zero3` does the same under DeepSpeed ZeRO-3 against `Layout(N, "zero3")`.
 `--lora R` trains LoRA adapters of rank R (`lora_r`, rl/lora.py) in the `tandem train` configurations
-and checks the plan's LoRA layout (its default: the plan of the run's own `lora_r`).
+and checks the plan's LoRA layout (its default: the plan of the run's own `lora_r`); with `--fsdp2` or
+`--zero3`, the sharded loop trains adapters of rank R against the plan's sharded LoRA layout.
 
 Run: python scripts/memory_check.py [--quick] [--lora R] [--fsdp2 | --zero3 [--nproc N] [--arch MODEL]] [--out FILE.json]
 """
@@ -114,7 +115,7 @@ FSDP_CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_r
 
 
 def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bool, env: dict,
-              nproc: int = 2, sharding: str = "fsdp2") -> list[dict]:
+              nproc: int = 2, sharding: str = "fsdp2", lora_r: int = 0) -> list[dict]:
     """One FSDP2 (or ZeRO-3) configuration under torchrun (``scripts/fsdp2_memory.py``); one result per rank.
     The ranks build the model from its config alone (random weights; a shipped config needs no files)."""
     from importlib import resources
@@ -126,17 +127,22 @@ def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bo
     overrides = dict(method="grpo", senior=str(model), dataset="unused.jsonl", dataset_split=None, template="plain",
                      group_size=8, prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=prompt,
                      max_new_tokens=new, micro_batch_rows=micro, gradient_checkpointing=ckpt, dtype="float32",
-                     eval_every=0, kl_every=0, output_dir=str(root / "unused"))
+                     eval_every=0, kl_every=0, output_dir=str(root / "unused"), lora_r=lora_r)
     script = Path(__file__).with_name("fsdp2_memory.py")
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                           str(nproc), str(script), json.dumps(overrides), "512", sharding], env=env, capture_output=True,
                          text=True)
     if out.returncode:
         sys.exit(f"memory_check: {sharding} configuration {arch} failed:\n{out.stderr[-3000:]}")
-    rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    rows, dec = [], json.JSONDecoder()
+    for x in out.stdout.splitlines():  # the ranks' lines can land on one line: decode object after object
+        while x.startswith("{"):
+            r, end = dec.raw_decode(x)
+            rows.append(r)
+            x = x[end:].lstrip()
     for r in rows:
         r.update(arch=arch, prompt=prompt, response=new, micro=micro or 16 // nproc, checkpointing=ckpt,
-                 layout=f"{sharding} x {nproc}",
+                 layout=f"{sharding} x {nproc}" + (f", LoRA r={lora_r}" if lora_r else ""), lora_r=lora_r,
                  ratio=r["predicted"] / r["measured"])
     return sorted(rows, key=lambda r: r["rank"])
 
@@ -162,9 +168,9 @@ def main() -> None:
         sharded = sharded[:1] if a.quick else sharded
         sharding = "zero3" if a.zero3 else "fsdp2"
         for arch, prompt, new, micro, ckpt in sharded if a.fsdp2 or a.zero3 else []:
-            for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc, sharding):
+            for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc, sharding, a.lora):
                 results.append(r)
-                print(f"{arch:5s} {'ZeRO-3' if a.zero3 else 'FSDP2'} x {a.nproc} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} "
+                print(f"{arch:5s} {'ZeRO-3' if a.zero3 else 'FSDP2'} x {a.nproc}{f' LoRA r={a.lora}' if a.lora else ''} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} "
                       f"micro {r['micro']} ckpt {str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB "
                       f"({r['phase']}) | measured {r['measured'] / 2**20:8.1f} MiB | predicted/measured "
                       f"{r['ratio']:.2f} | sync "

@@ -106,7 +106,8 @@ def main(out: Path, argv: list[str]) -> None:
         master, partitions = str(next(senior.parameters()).dtype), None
     base_unchanged = None
     if lora:  # every weight but the adapters' is the senior on disk, bit for bit
-        on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
+        with outside_zero3():  # under a live ZeRO-3 config transformers would load it as partitions
+            on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
         base_unchanged = all(torch.equal(full, on_disk[name]) for name, full in whole_tensors(senior, zero3)
                              if ".lora_" not in name)
     junior = run.prep.pair.junior
@@ -115,6 +116,7 @@ def main(out: Path, argv: list[str]) -> None:
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
     rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": base_unchanged,
            "loaded_partitioned": seen["loaded_partitioned"],
+           "adapter_dtypes": sorted({str(p.dtype) for n, p in senior.named_parameters() if ".lora_" in n}),
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync, "engine": seen.get("engine"),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
@@ -151,10 +153,15 @@ def reference(senior, zero3: bool):
 
 
 def fp32_master(p) -> torch.Tensor:
-    """A ZeRO-3 parameter's whole fp32 master weight, gathered from the optimiser's partitions (collective)."""
+    """A ZeRO-3 parameter's whole fp32 master weight, gathered from the optimiser's partitions (collective);
+    a frozen one (LoRA's base) has no master: its partitions gathered, in fp32."""
+    import deepspeed
     from deepspeed.utils import safe_get_full_fp32_param
 
-    return safe_get_full_fp32_param(p)
+    if p.requires_grad:
+        return safe_get_full_fp32_param(p)
+    with deepspeed.zero.GatheredParameters([p], modifier_rank=None):  # a frozen partition (LoRA's base): no master
+        return p.data.float().clone()
 
 
 def _same(a: dict, b: dict) -> bool:

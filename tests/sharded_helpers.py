@@ -110,17 +110,18 @@ def max_diff(a: dict, b: dict) -> float:
 
 
 def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *extra, rel: float = 1e-5,
-                            weights=lambda a, b: max_diff(a, b) < 1e-4) -> None:
+                            weights=lambda a, b: max_diff(a, b) < 1e-4, file: str = "model.safetensors") -> None:
     """A 2-process run of ``sharding`` (``extra``: more flags, an engine) killed once ``checkpoint-2`` is
     complete, re-run: it resumes there and ends with the uninterrupted 1-process run's (``baseline``,
     4 updates) updates within ``rel`` and final weights that ``weights(baseline's, run's)`` accepts.
-    The killed run's stderr is kept beside ``run`` and shown when it ends before its checkpoint."""
+    The killed run's stderr is kept beside ``run`` and shown when it ends before its checkpoint.
+    ``file``: the weights compared (and awaited in ``checkpoint-2``); a LoRA run's ``adapter_model.safetensors``."""
     cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", sharding, *extra))
     log = run.with_name(run.name + ".err")
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
     deadline = time.time() + 1800
-    while not (run / "checkpoint-2" / "model.safetensors").exists():
+    while not (run / "checkpoint-2" / file).exists():
         assert time.time() < deadline and proc.poll() is None, \
             f"run ended or stalled before checkpoint-2:\n{log.read_text()[-3000:]}"
         time.sleep(0.1)
@@ -129,7 +130,7 @@ def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *ex
     assert not (run / "summary.json").exists(), "killed too late: the run had finished"
     assert "resuming from checkpoint-2" in run_ok(cmd)
     assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4), rel=rel)
-    assert weights(load_file(baseline / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors"))
+    assert weights(load_file(baseline / "final" / file), load_file(run / "final" / file))
     assert json.loads((run / "summary.json").read_text())["steps"] == 4
 
 

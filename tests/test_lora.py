@@ -184,7 +184,6 @@ def test_klreg_reference_under_lora_stays_the_junior(setup, tmp_path):  # noqa: 
     (["--lora-r", "4", "--lora-dropout", "1"], "lora_dropout"),
     (["--lora-r", "4", "--lora-targets", "q_proj,qkv_fused"], "qkv_fused"),
     (["--lora-r", "4", "--lora-targets", "lm_head"], "lm_head"),
-    (["--lora-r", "4", "--sharding", "zero3"], "zero3"),
 ])
 def test_bad_lora_settings_are_one_line_errors_before_any_model_loads(setup, tmp_path, capsys, monkeypatch,
                                                                       flags, named):  # noqa: F811

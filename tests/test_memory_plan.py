@@ -99,12 +99,21 @@ def test_lora_under_fsdp2_shards_the_bf16_base_and_the_fp32_adapters_and_their_s
     assert items["weight sync: one gathered bucket"].nbytes == 512 * 2**20
 
 
-def test_lora_is_refused_under_zero3_in_the_plan(paper):
-    from tandem_rlvr.errors import TandemError
-    from tandem_rlvr.rl.memory_plan import Layout
+def test_lora_under_zero3_partitions_the_bf16_base_and_adapters_and_the_fp32_state(paper):
+    """The same adapters (57,344 per layer and unit of rank, r = 8, 36 layers) over 2 processes under
+    ZeRO-3: the frozen base as bf16 partitions (2 B, / 2; loaded under zero.Init), PEFT's adapters as fp32
+    partitions (4 B, / 2; DeepSpeed casts no parameter of a zero.Init model), the optimiser's fp32 masters
+    and two moments (12 B) and fp32 gradients (4 B) for the adapters alone, / 2; the merged stream forms one layer's W + (alpha / r) B A at a time: its largest matrix
+    (9,728 x 2,560) gathered in bf16 and summed in fp32, beside the bucket."""
+    from tandem_rlvr.rl.memory_plan import Layout, plan
 
-    with pytest.raises(TandemError, match="zero3"):
-        Layout(2, "zero3", lora_r=8)
+    adapters = 8 * 36 * 57_344
+    items = _items(plan(paper, gpu_gib=80, layout=Layout(2, "zero3", lora_r=8)), "cuda:0")
+    assert items["bf16 parameter partitions"].nbytes == (P * 2 + adapters * 4) / 2
+    assert items["fp32 master + AdamW moment partitions"].nbytes == 12 * adapters / 2
+    assert items["fp32 gradient partitions"].nbytes == 4 * adapters / 2
+    assert items["weight sync: one layer's gathered W and its merged sum in fp32"].nbytes == 9_728 * 2_560 * (2 + 4)
+    assert items["weight sync: one gathered bucket"].nbytes == 512 * 2**20
 
 
 def test_lora_on_named_targets_counts_only_those_layers(paper):

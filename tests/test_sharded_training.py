@@ -12,7 +12,7 @@ Tolerances: losses and step metrics rel 1e-5 (the two layouts sum the same gradi
 order); weights after the updates within 1e-4 absolute at lr 1e-2 (AdamW divides by the root of
 the second moment, which magnifies rounding on near-zero gradients: measured 7.8e-6 under FSDP2).
 
-LoRA under FSDP2 (PEFT adapters on the sharded senior) is checked the same way, and against the
+LoRA under FSDP2 and under ZeRO-3 (PEFT adapters on the sharded senior) is checked the same way, and against the
 initial senior on disk (only the adapters may change) and the merged weights worked out by hand.
 
 Run: ``python -m pytest -m slow tests/test_sharded_training.py``.
@@ -63,17 +63,49 @@ def _entry(world, run: Path, flags: list[str], **env) -> tuple[Path, list[dict]]
 LORA = ("--lora-r", "4", "--lora-alpha", "8", "--save-merged", "true")  # scaling alpha / r = 2
 
 
-def test_two_process_fsdp2_lora_trains_like_one_process_and_only_the_adapters_change(world, tmp_path):
+@pytest.fixture(scope="module")
+def lora_one(world):
+    """One process, no sharding, LoRA, two updates."""
+    out = world / "lora-one"
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, out, 2, *LORA)])
+    return out
+
+
+def test_two_process_fsdp2_lora_trains_like_one_process_and_only_the_adapters_change(world, lora_one, tmp_path):
     """PEFT adapters on an FSDP2-sharded senior: the base and the adapters are split in half, the
     updates and the final adapter are the one-process run's, every weight but the adapters' stays
     the senior on disk bit for bit, every process's rollout copy is the gathered base + (alpha / r) B A
     by hand, and final/merged holds that sum, worked out here from final/'s adapter in plain torch."""
-    one = tmp_path / "one"
-    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, one, 2, *LORA)])
     run, ranks = _entry(world, tmp_path / "lora", ["--sharding", "fsdp2", *LORA])
     assert_sharded(ranks)
-    assert [r["summary"]["processes"] for r in ranks] == [2, 2]
     assert any(".lora_A." in n for n in ranks[0]["fractions"])  # the adapters are shards too
+    _lora_like_one_process(world, lora_one, run, ranks)
+
+
+def test_two_process_zero3_lora_trains_like_one_process_and_only_the_adapters_change(world, lora_one, tmp_path):
+    """PEFT adapters on a ZeRO-3-partitioned senior: every base matrix is split in halves (the
+    adapters, 128 elements each, are under DeepSpeed's persistence threshold of 10 x hidden = 320 and
+    stay whole as DeepSpeed keeps such parameters); then the same as under FSDP2: the one-process
+    run's updates and final adapter, the base unchanged bit for bit, every rollout copy the gathered
+    base + (alpha / r) B A by hand, final/merged that sum from final/'s adapter; and the
+    checkpoint is DeepSpeed's partitions."""
+    run, ranks = _entry(world, tmp_path / "z3lora", ["--sharding", "zero3", *LORA])
+    lora = [n for n in ranks[0]["partitions"] if ".lora_" in n]
+    assert len(lora) == 2 * 2 * 7  # A and B of the seven linear layers of both decoder layers
+    for name, parts in ranks[0]["partitions"].items():
+        both = [r["partitions"][name] for r in ranks]
+        if parts["dims"] == 2 and ".lora_" not in name:  # a base matrix: halves, its gathered storage released
+            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
+        else:
+            assert parts["whole"] < 10 * HIDDEN and [r["fractions"][name] for r in ranks] == [1.0, 1.0], name
+    assert all(r["loaded_partitioned"] for r in ranks)
+    _lora_like_one_process(world, lora_one, run, ranks)
+    assert sorted(p.name for p in (run / "checkpoint-2" / "global_step2").glob("zero_pp_rank_*_optim_states.pt")) == \
+        ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+
+
+def _lora_like_one_process(world, one, run, ranks):
+    assert [r["summary"]["processes"] for r in ranks] == [2, 2]
     assert_same_updates(update_rows(one), update_rows(run), (1, 2))
     adapter = load_file(run / "final" / "adapter_model.safetensors")
     assert max_diff(load_file(one / "final" / "adapter_model.safetensors"), adapter) < 1e-4
@@ -210,3 +242,12 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
 
 def test_killed_zero3_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
     kill_resume_and_compare(world, baseline, tmp_path / "z3killed", "zero3")
+
+
+def test_killed_zero3_lora_run_resumes_to_the_uninterrupted_run(world, tmp_path):
+    """A 2-process ZeRO-3 LoRA run killed after checkpoint-2 resumes from DeepSpeed's partitions of the
+    adapters' masters and moments: four updates and the final adapter of an uninterrupted 1-process LoRA run."""
+    one = tmp_path / "lora-one-4"
+    lora = [f for f in LORA if f not in ("--save-merged", "true")]
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, one, 4, *lora)])
+    kill_resume_and_compare(world, one, tmp_path / "z3lora-killed", "zero3", *lora, file="adapter_model.safetensors")

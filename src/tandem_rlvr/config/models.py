@@ -95,7 +95,7 @@ class ModelsPart:
 
     def _check_lora(self) -> None:
         """r >= 0 (0 = full fine-tuning), alpha > 0 and dropout in [0, 1) (their ranges), targets a
-        non-empty list of names (comma-separated on the command line), not under ZeRO-3, merged/ only for LoRA."""
+        non-empty list of names (comma-separated on the command line), merged/ only for LoRA."""
         targets = self.lora_targets
         if isinstance(targets, str):
             targets = [t.strip() for t in targets.split(",") if t.strip()]
@@ -104,10 +104,6 @@ class ModelsPart:
             raise TandemError(f"lora_targets must be module names (comma-separated), got {targets!r}")
         if self.lora_dropout >= 1.0:
             raise TandemError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
-        if self.lora_r and self.sharding == "zero3":
-            raise TandemError(f"LoRA (lora_r={self.lora_r}) does not train under --sharding zero3: its merged weight "
-                              "stream and adapter saves gather FSDP2 shards, not ZeRO-3 partitions; use --sharding "
-                              "fsdp2 or none (docs/sharding.md)")
         if self.save_merged and not self.lora_r:
             raise TandemError("save_merged needs lora_r > 0 (a full fine-tuning run saves whole weights already)")
 

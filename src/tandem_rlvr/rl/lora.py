@@ -27,7 +27,9 @@ What changes under LoRA, and why:
   ``merged/`` when it has one, else merges on load (``adapters.py``).
 - Under ``--sharding fsdp2`` the base and the adapters are FSDP2 shards: the merged stream adds each
   process's rows of B A to its rows of W and gathers the sum as any sharded tensor (``_sharded_merge``),
-  and saves gather the adapter collectively. Not under ``--sharding zero3`` (docs/sharding.md, "LoRA").
+  and saves gather the adapter collectively. Under ``--sharding zero3`` the base and the adapters are
+  DeepSpeed partitions: the merged stream gathers each targeted layer's W, A and B together, one layer
+  at a time (``Zero3Merge``), and saves gather the adapter's fp32 masters (docs/sharding.md, "LoRA").
 
 TRL disables dropout in the trained model (``disable_dropout``, as the paper's runs have none), which
 would silently zero the adapter's dropout too; ``prepare_trainer`` puts ``--lora-dropout`` back.
@@ -169,11 +171,44 @@ def _sharded_merge(layer, w):
     return DTensor.from_local(local, w.device_mesh, w.placements, shape=w.shape, stride=w.stride())
 
 
+class Zero3Merge:
+    """A ZeRO-3 LoRA layer's merged weight W + (alpha / r) B A, worked out only when its bucket is
+    gathered (``rl.zero3.gathered_bucket`` calls ``merged_in``): W, A and B are partitions, so the walk
+    that plans the buckets (from sizes) must not gather them. ``ds_numel`` is W's, as the plan counts."""
+
+    def __init__(self, layer, weight):
+        self.layer, self.weight, self.ds_numel = layer, weight, weight.ds_numel
+
+    @torch.no_grad()
+    def merged_in(self, dtype: torch.dtype) -> torch.Tensor:
+        """The merged tensor in ``dtype`` (collective: every rank, the same layers in the same order).
+        The layer's W and its adapters' A and B are gathered together (``GatheredParameters`` on the
+        three), the sum formed in fp32 out of place, and released before the next layer; adapters held
+        as bf16 partitions (DeepSpeed's bf16 mode) contribute their fp32 masters instead."""
+        import deepspeed
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        layer = self.layer
+        adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+        if getattr(layer, "merged", False) or getattr(layer, "disable_adapters", False):
+            adapters = []
+        pairs = [(layer.lora_A[a].weight, layer.lora_B[a].weight, layer.scaling[a]) for a in adapters]
+        masters = [(safe_get_full_fp32_param(a), safe_get_full_fp32_param(b), s) for a, b, s in pairs
+                   if a.dtype != torch.float32]  # the optimiser's fp32 masters (collective), before the gather
+        params = [self.weight] + ([] if masters else [t for a, b, _ in pairs for t in (a, b)])
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            out = self.weight.data.float()
+            for a, b, s in masters or pairs:
+                out = out + s * (b.data.float() @ a.data.float())  # (out, r) @ (r, in)
+            return out.to(dtype)
+
+
 @torch.no_grad()
 def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
     """(name, merged tensor) over ``base``'s parameters (the transformers model PEFT injected into):
     adapter tensors skipped, ``x.base_layer.weight`` yielded as ``x.weight`` = W + (alpha / r) B A.
-    Under FSDP2 a merged weight stays a DTensor of W's shards (``_sharded_merge``; the stream gathers it)."""
+    Under FSDP2 a merged weight stays a DTensor of W's shards (``_sharded_merge``; the stream gathers it);
+    under ZeRO-3 it is a ``Zero3Merge`` the stream gathers (with the base's partitions as they are)."""
     from peft.tuners.lora import LoraLayer
     from torch.distributed.tensor import DTensor
 
@@ -184,14 +219,19 @@ def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
         if _adapter_param(name):
             continue
         t = p.detach()
+        if hasattr(p, "ds_id"):  # a ZeRO-3 partition: the parameter itself, which its bucket gathers (detach drops ds_id)
+            t = p
         owner, sep, leaf = name.rpartition(".base_layer.")
         if sep:
             name = f"{owner}.{leaf}"
+            if leaf == "weight" and owner in layers and hasattr(p, "ds_id"):
+                yield clean_name(name), Zero3Merge(layers[owner], p)  # gathered with its bucket (dtype: the bucket's)
+                continue
             if leaf == "weight" and owner in layers and isinstance(t, DTensor):
                 t = _sharded_merge(layers[owner], t)
             elif (delta := _delta(layers[owner]) if leaf == "weight" and owner in layers else None) is not None:
                 t = t.float() + delta
-        yield clean_name(name), t if dtype is None else t.to(dtype)
+        yield clean_name(name), t if dtype is None or t is p else t.to(dtype)
 
 
 def merged_weights(model, dtype: torch.dtype | None = None):
@@ -232,8 +272,19 @@ def _save_gathered_adapter(model, out, main: bool) -> None:
     from .sharding import clean_name, gathered
 
     name = model.active_adapter
-    adapter = {clean_name(n).replace(f".{name}.", "."): gathered(t, t.dtype).cpu().contiguous()
-               for n, t in model.state_dict().items() if _adapter_param(n)}
+
+    def whole(t):  # ZeRO-3: the adapter's fp32 master (collective; a partition's state_dict entry is empty)
+        if hasattr(t, "ds_id"):
+            from deepspeed.utils import safe_get_full_fp32_param
+
+            return safe_get_full_fp32_param(t)
+        return gathered(t, t.dtype)
+
+    from .zero3 import is_partitioned
+
+    items = model.named_parameters() if is_partitioned(model) else model.state_dict().items()
+    adapter = {clean_name(n).replace(f".{name}.", "."): whole(t).cpu().contiguous()
+               for n, t in items if _adapter_param(n)}
     if not main:
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +297,7 @@ def _save_gathered_adapter(model, out, main: bool) -> None:
 def save_lora(model, out, dtype: torch.dtype, tokenizer=None, merged: bool = False, bucket_bytes: int = 512 << 20):
     """The adapter in PEFT's format under ``out`` (as held: fp32 masters) and, with ``merged``, plain
     HF weights of the merged senior in ``dtype`` with the tokenizer under ``out/merged``. Call it on
-    every process when the senior is sharded (FSDP2): the adapter is gathered whole (it is small),
+    every process when the senior is sharded (FSDP2, ZeRO-3): the adapter is gathered whole (it is small),
     the merged weights bucket by bucket; the main process writes."""
     from pathlib import Path
 

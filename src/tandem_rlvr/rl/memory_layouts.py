@@ -124,9 +124,8 @@ def cheapest_fit(cfg, requested: Layout, gib: float) -> Layout | None:
 
 
 def _candidates(cfg, lora_r: int | None = None):
-    """``CANDIDATES`` the run can train with: LoRA trains whole (DDP) or under FSDP2, not ZeRO-3 (config/models.py)."""
-    lora = cfg.models.lora_r if lora_r is None else lora_r
-    return [c for c in CANDIDATES if not (lora and c[0] == "zero3")]
+    """``CANDIDATES`` the run can train with (LoRA trains under each: DDP, FSDP2, ZeRO-3)."""
+    return list(CANDIDATES)
 
 
 def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:

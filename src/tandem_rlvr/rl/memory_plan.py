@@ -124,7 +124,7 @@ class Layout:
     fp32 master shards, ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``) or zero3
     (DeepSpeed), ``offload`` of shards to host memory (fsdp2: all = ``CPUOffloadPolicy``; zero3:
     optimizer = ``offload_optimizer``, all = with ``offload_param``), ``lora_r`` > 0: only LoRA
-    adapters of that rank on every linear layer of the body train (ddp or fsdp2), and the weight-sync bucket."""
+    adapters of that rank on every linear layer of the body train, and the weight-sync bucket."""
 
     processes: int = 1
     sharding: str = "ddp"
@@ -144,8 +144,6 @@ class Layout:
         if self.sharding == "fsdp2" and self.offload == "optimizer":
             raise TandemError("plan offload: FSDP2 offloads parameters, gradients and optimiser states together "
                               "(CPUOffloadPolicy): use offload all")
-        if self.lora_r and self.sharding == "zero3":
-            raise TandemError("plan: LoRA does not train under zero3 (tandem train refuses it; docs/sharding.md)")
         if self.lora_r < 0 or self.sync_bucket_mib <= 0:
             raise TandemError(f"plan lora_r must be >= 0 and the sync bucket > 0 MiB, got {self.lora_r}, "
                               f"{self.sync_bucket_mib}")
@@ -200,7 +198,12 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
     # zero3: DeepSpeed's own accounting (estimate_zero3_model_states_mem_needs): 2 B bf16 partition,
     # 4 B fp32 master, 8 B moments, 4 B fp32 gradients per weight over the ranks, plus gathered layers
     short = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(compute, "fp32")  # the compute dtype's
-    p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
+    if lay.lora_r:  # the frozen base loaded (zero.Init) as compute-dtype partitions; PEFT's fp32 adapters stay fp32
+        # (DeepSpeed casts no parameter of a zero.Init model; measured: docs/sharding.md, "LoRA")
+        p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(S.params)} frozen base + "
+                                         f"{bm} B x {_count(trained)} adapters, / {n})", (S.params * bc + trained * bm) / n)
+    else:
+        p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
     p.add(off(("optimizer", "all")), "resident", f"fp32 master + AdamW moment partitions (12 B x {what} / {n})",
           12 * trained / n)
     p.add(off(("optimizer", "all")), "update", f"fp32 gradient partitions (4 B / {n} per trained weight)",
@@ -301,6 +304,9 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if cfg.loop.eval_every:
         phases.append(("validation", min(cfg.rollout.rollout_batch_rows or VALIDATION_ROWS, cfg.data.val_size * cfg.loop.eval_n),
                        cfg.validation_schedule))
+    if lay.lora_r and lay.sharding == "zero3":  # one layer's W + (alpha / r) B A formed in fp32 as its bucket gathers
+        p.add(d0, "sync", "weight sync: one layer's gathered W and its merged sum in fp32",
+              S.intermediate * S.hidden * (bc + 4))
     if lora_base:  # the merged stream: one W + (alpha / r) B A at a time (fp32 W, fp32 delta, the cast result)
         p.add(d0, "sync", "weight sync: one merged matrix at a time (fp32 base and update, cast copy)",
               S.intermediate * S.hidden * (4 + 4 + bc))

@@ -37,7 +37,10 @@ parameters gathered together with ``deepspeed.zero.GatheredParameters`` (every r
 and released when the consumer asks for the next. The gathered tensors are the bf16 partitions
 themselves (already the compute dtype: half the bytes of fp32); when fp32 is asked of bf16
 partitions (``checkpoint-N``'s masters) each tensor is the optimiser's fp32 master, gathered
-(``safe_get_full_fp32_param``). The junior is never handed to DeepSpeed.
+(``safe_get_full_fp32_param``; a frozen partition, LoRA's base, has none and is gathered as it is).
+A LoRA senior's merged weights (``rl.lora.Zero3Merge``) are worked out as their bucket is gathered:
+each targeted layer's W, A and B gathered together, W + (alpha / r) B A formed, released, the next
+layer. The junior is never handed to DeepSpeed.
 """
 
 from __future__ import annotations
@@ -159,15 +162,24 @@ def gathered_bucket(bucket: list[tuple[str, torch.Tensor]], dtype: torch.dtype):
     (collective: every rank enters it with the same bucket); see the module docstring."""
     import deepspeed
 
+    # a LoRA layer's merged weight (rl.lora.Zero3Merge): its W, A and B gathered together, one layer at a time
+    merged = {i: t.merged_in(dtype) for i, (_, t) in enumerate(bucket) if hasattr(t, "merged_in")}
     params = [t for _, t in bucket if hasattr(t, "ds_id")]  # buffers are whole on every rank
     if dtype == torch.float32 and any(p.dtype != torch.float32 for p in params):
         from deepspeed.utils import safe_get_full_fp32_param
 
-        # the fp32 masters, gathered one by one
-        yield [(n, safe_get_full_fp32_param(t) if hasattr(t, "ds_id") else t.detach().to(dtype)) for n, t in bucket]
+        def whole(t):  # the fp32 master, gathered one by one; a frozen partition (LoRA's base) has none
+            if not hasattr(t, "ds_id"):
+                return t.detach().to(dtype)
+            if t.requires_grad:
+                return safe_get_full_fp32_param(t)
+            with deepspeed.zero.GatheredParameters([t], modifier_rank=None):
+                return t.data.to(dtype)
+
+        yield [(n, merged[i] if i in merged else whole(t)) for i, (n, t) in enumerate(bucket)]
         return
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-        yield [(n, t.data.to(dtype)) for n, t in bucket]
+        yield [(n, merged[i] if i in merged else t.data.to(dtype)) for i, (n, t) in enumerate(bucket)]
 
 
 @contextmanager
