@@ -95,7 +95,7 @@ def test_vllm_processor_picks_the_plain_rules_author(tok, monkeypatch):
     TandemLogitsProcessor = _processor_class_on_stubs(monkeypatch)
     V = len(tok)
     proc = TandemLogitsProcessor.__new__(TandemLogitsProcessor)
-    proc.active, proc.rows, proc.schedules, proc.tokenizer, proc.Vs, proc.Vj = True, {}, {}, tok, V, V
+    proc.active, proc.rows, proc.schedules, proc.tokenizer, proc.Vs, proc.Vj = True, {}, {}, tok, V, [V]  # one junior
     pool = torch.tensor([_id(tok, s) for s in (".\n\n", "\n", "M")])
     streams = pool[torch.randint(0, 3, (3, 30), generator=torch.Generator().manual_seed(1))].tolist()
     outs = [[] for _ in streams]

@@ -168,7 +168,7 @@ def test_vllm_processor_picks_the_plain_rules_author_token_by_token(tok, monkeyp
 
     V = len(tok)
     proc = TandemLogitsProcessor.__new__(TandemLogitsProcessor)
-    proc.active, proc.rows, proc.schedules, proc.tokenizer, proc.Vs, proc.Vj = True, {}, {}, tok, V, V
+    proc.active, proc.rows, proc.schedules, proc.tokenizer, proc.Vs, proc.Vj = True, {}, {}, tok, V, [V]  # one junior
     params = types.SimpleNamespace(extra_args={"tandem": {"schedule": name, "p": 0.5, "K": K}}, seed=None)
     g = torch.Generator().manual_seed(3)
     streams = torch.randint(0, V, (3, 40), generator=g).tolist()
