@@ -72,16 +72,21 @@ def _same_run_figures(rec: dict) -> dict:
             if k != "step_time" and not k.startswith(("wall/", "junior/junior", "val/junior/", "val/best_by"))}
 
 
+def one_junior_pool(setup, tmp_path, pool: str) -> dict:
+    """The settings of a pool that must train as the plain ``--junior setup/junior``: ``yaml-one``, a pool
+    file of that one junior; ``two-copies``, the junior and its byte copy, drawn per rollout."""
+    if pool == "yaml-one":
+        f = tmp_path / "pool.yaml"
+        f.write_text(f"- {{name: {setup / 'junior'}, weight: 1}}\n")
+        return {"junior": str(f)}
+    return {"junior": f"{setup / 'junior'},{setup / 'junior_copy'}", "junior_draw": "rollout"}
+
+
 @pytest.mark.parametrize("pool", ["yaml-one", "two-copies"])
 def test_a_one_junior_pool_trains_bit_for_bit_as_the_plain_junior(setup, tmp_path, pool):
     # yaml-one: the pool file of one junior; two-copies: the junior and its byte copy drawn per rollout, so
     # every batch is decoded in two sub-batches whose rows must come out as the whole batch's did
-    if pool == "yaml-one":
-        f = tmp_path / "pool.yaml"
-        f.write_text(f"- {{name: {setup / 'junior'}, weight: 1}}\n")
-        kw = {"junior": str(f)}
-    else:
-        kw = {"junior": f"{setup / 'junior'},{setup / 'junior_copy'}", "junior_draw": "rollout"}
+    kw = one_junior_pool(setup, tmp_path, pool)
     plain, pooled = _cfg(setup, tmp_path / "plain"), _cfg(setup, tmp_path / "pool", **kw)
     (a, loss_a), (b, loss_b) = _first_batch(plain), _first_batch(pooled)
     for k in a:

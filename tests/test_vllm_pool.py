@@ -31,6 +31,7 @@ from tandem_rlvr.engines.base import EngineSetup, RolloutSpec, open_engine  # no
 from tandem_rlvr.engines.vllm_engine import VLLMSettings  # noqa: E402
 from tandem_rlvr.errors import TandemError  # noqa: E402
 from tandem_rlvr.rl.train import train  # noqa: E402
+from test_pool_train import one_junior_pool  # noqa: E402  (the pools that must train as the plain junior)
 
 REWARDS = "def variety(completions, **kw):\n    return [len(set(c)) / (1 + len(c)) for c in completions]\n"
 
@@ -110,12 +111,7 @@ def plain_run(setup, tmp_path_factory):
 def test_a_one_junior_pool_on_vllm_trains_bit_for_bit_as_the_plain_junior(setup, plain_run, tmp_path, pool):
     # yaml-one: the pool file of one junior; two-copies: the junior and its byte copy drawn per rollout, so
     # every batch names both juniors of one engine and must come out as the one-junior engine's did
-    if pool == "yaml-one":
-        f = tmp_path / "pool.yaml"
-        f.write_text(f"- {{name: {setup / 'junior'}, weight: 1}}\n")
-        kw = {"junior": str(f)}
-    else:
-        kw = {"junior": f"{setup / 'junior'},{setup / 'junior_copy'}", "junior_draw": "rollout"}
+    kw = one_junior_pool(setup, tmp_path, pool)
     out = tmp_path / "pool"
     train(_cfg(setup, out, **kw), print_fn=lambda *_: None)
     wa, wb = load_file(plain_run / "final/model.safetensors"), load_file(out / "final/model.safetensors")
