@@ -66,7 +66,10 @@ def test_demo_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatc
     built = mock.Mock(root=tmp_path / "w", base=tmp_path / "w" / "senior", junior=tmp_path / "w" / "junior",
                       meta={"config": cfg, "accuracy": {}})
     _patch(monkeypatch, demo, "world_paths", pipeline.world_paths, return_value=built)
-    train = _patch(monkeypatch, demo, "train_method", pipeline.train_method,
+    from tandem_rlvr.rl import train as rl_train
+
+    configs = _patch(monkeypatch, demo, "method_config", pipeline.method_config, return_value=mock.sentinel.cfg)
+    train = _patch(monkeypatch, rl_train, "train", rl_train.train,
                    return_value={"steps": 2, "best": {"step": 0, "accuracy": 0.1}})  # as rl.train.train returns
     pass1 = {"pass@1": {"mean": 0.5, "se": 0.1}}
     metrics = {"solo": {"macro": pass1}, "handoff": {"macro": pass1, "senior_share": {"mean": 0.5, "sd": 0.1}}}
@@ -84,11 +87,27 @@ def test_demo_loop_calls_every_step_with_its_real_signature(tmp_path, monkeypatc
 
     drift, code = world == "tiny-drift", world == "code"
     # three methods trained; base, three seniors (and in the drift and code worlds the junior) evaluated; one battery
+    assert configs.call_count == 3 and all(c.args[0] is mock.sentinel.cfg for c in train.call_args_list)
     assert train.call_count == 3 and evaluate.call_count == 4 + (drift or code) and battery.call_count == 1
     # the code world: each senior probed (base and three), the reward terms tabled, both in summary.md
     assert probe.call_count == 4 * code and terms.call_count == code
     if code:
         md = (tmp_path / "d" / "summary.md").read_text()
         assert "0.500 [0.200, 0.800]; 3 of 4" in md and "| tandem | 0.500 / 0.600 |" in md
-        assert {c.args[0] for c in train.call_args_list} == {"tiny-code"}  # the code preset
+        assert {c.args[0] for c in configs.call_args_list} == {"tiny-code"}  # the code preset
     assert (tmp_path / "d" / "summary.md").is_file() and (tmp_path / "d" / "summary.json").is_file()
+
+
+def test_a_demo_directory_holding_another_run_is_refused_before_any_work(tmp_path, monkeypatch):
+    """Every method's run is checked before the first trains: a clash in the last method's run
+    (klreg) ends the demo before it prints a step or trains grpo."""
+    import json
+
+    from tandem_rlvr.errors import TandemError
+
+    (tmp_path / "d" / "runs" / "klreg").mkdir(parents=True)
+    (tmp_path / "d" / "runs" / "klreg" / "config.json").write_text(json.dumps({"method": "klreg", "lr": 1.0}))
+    printed = []
+    with pytest.raises(TandemError, match="runs/klreg/config.json: existing run has a different"):
+        demo.run_demo(tmp_path / "d", quick=True, print_fn=printed.append, world="tiny")
+    assert printed == [] and not (tmp_path / "d" / "runs" / "grpo").exists()

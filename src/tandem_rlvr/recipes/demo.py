@@ -57,7 +57,7 @@ from ..io import atomic_write, write_json
 from ..runtime import DEMO_THREADS, configure_cpu_threads
 from ..outdir import output_dir
 from .demo_headline import headline
-from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, train_method, world_paths
+from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, method_config, world_paths
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -137,6 +137,8 @@ def checkpoint_note(ckpt: str, trained: dict[str, dict], runs: dict[str, Path]) 
 
 def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, world: str = "tiny-drift") -> dict:
     """Run the demo into ``out`` (see the module docstring); return the summary."""
+    from ..rl.train import train
+
     t0 = time.perf_counter()
     world = WORLD_ALIASES.get(world, world)
     if world not in WORLDS:
@@ -145,16 +147,17 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
     threads = configure_cpu_threads(fixed=DEMO_THREADS)  # not from the load: the figures must reproduce
     drift, code = world == "tiny-drift", world == "tiny-code"
     s = _settings(quick, world)
-    print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
     built = world_paths(world)
     base = str(built.base)
     junior = str(built.junior) if drift or code else base
+    runs = {method: out / "runs" / method for method in METHODS}
+    cfgs = {m: method_config(world, m, base, junior, runs[m], s["train"]) for m in METHODS}  # every clash before work
+    print_fn(f"[1/4] {world} world ({'quick' if quick else 'default'}; {threads} CPU thread(s))")
 
-    runs, trained = {}, {}
+    trained = {}
     for i, method in enumerate(METHODS, 1):
         print_fn(f"[2/4] training {method} ({i}/{len(METHODS)})")
-        runs[method] = out / "runs" / method
-        trained[method] = train_method(world, method, base, junior, runs[method], s["train"], print_fn=print_fn)
+        trained[method] = train(cfgs[method], print_fn=print_fn)
 
     print_fn(f"[3/4] evaluating base{', junior' if drift else ''} and seniors: solo and paragraph-handoff "
              "pass@k on held-out problems")

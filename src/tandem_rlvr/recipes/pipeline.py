@@ -42,21 +42,27 @@ def eval_settings(limit: int, n: int, max_tokens: int, temperature: float = 1.0,
                                 sampling=SamplingParams(temperature=temperature, max_new_tokens=max_tokens))
 
 
-def train_method(preset: str, method: str, senior: str, junior: str | None, run_dir: Path, overrides: dict,
-                 print_fn: Callable = print) -> dict:
-    """Train one senior with ``method`` into ``run_dir``; ``overrides`` go over the preset.
-
-    A run already in ``run_dir`` with other settings is refused here, naming the recipes' own
-    flag (``--out``; ``tandem train``'s check would point the user to ``--output-dir``)."""
+def method_config(preset: str, method: str, senior: str, junior: str | None, run_dir: Path, overrides: dict):
+    """The ``TrainConfig`` of one senior trained with ``method`` into ``run_dir`` (``overrides`` over the
+    preset), once a run already in ``run_dir`` with other settings is refused, naming the recipes' own
+    flag (``--out``; ``tandem train``'s check would point the user to ``--output-dir``). No model loads:
+    a recipe checks every run this way before it starts the first."""
     from ..config import load_train_config
-    from ..rl.run_identity import stored_config
-    from ..rl.train import train
     from ..outdir import refuse_other_config
+    from ..rl.run_identity import stored_config
 
     cfg = load_train_config(preset, overrides=dict(method=method, senior=senior, junior=junior,
                                                    output_dir=str(run_dir), **overrides))
     refuse_other_config(Path(run_dir) / "config.json", stored_config(cfg), "use another --out", ignore=("output_dir",))
-    return train(cfg, print_fn=print_fn)
+    return cfg
+
+
+def train_method(preset: str, method: str, senior: str, junior: str | None, run_dir: Path, overrides: dict,
+                 print_fn: Callable = print) -> dict:
+    """Train one senior with ``method`` into ``run_dir`` (``method_config``'s settings and check)."""
+    from ..rl.train import train
+
+    return train(method_config(preset, method, senior, junior, run_dir, overrides), print_fn=print_fn)
 
 
 def checkpoint(run_dir: Path, prefer: str) -> Path:
