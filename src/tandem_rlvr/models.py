@@ -108,23 +108,27 @@ def recorded_model(spec: str | None) -> str | None:
     return abs_spec(spec, NAMED_MODELS)
 
 
+def recorded_pool(pool):
+    """``pool`` (a ``JuniorPool``) with each junior named by ``recorded_model``, its weights as they are."""
+    from .pool import JuniorPool
+
+    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights)
+
+
 def recorded_pool_spec(spec: str | None) -> str | None:
     """``recorded_model`` of each junior of a recorded (canonical) junior spec or pool spec, as its spec."""
     if not spec:
         return spec
     from .pool import JuniorPool
 
-    pool = JuniorPool.parse(spec)
-    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).spec()
+    return recorded_pool(JuniorPool.parse(spec)).spec()
 
 
 def recorded_labels(pool) -> tuple[str, ...]:
     """The labels (``JuniorPool.labels``) of ``pool``'s juniors by their recorded names: a built-in model's
     label is its built-in name however it was given (a path into the shipped worlds: ``tiny-junior``, not
     ``junior``), as the run's config.json and an evaluation's rows name it."""
-    from .pool import JuniorPool
-
-    return JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).labels
+    return recorded_pool(pool).labels
 
 
 def resolve_model_path(spec: str) -> str:
@@ -328,7 +332,7 @@ def load_pool_juniors(pair: Pair, names, devices, dtype, tokenizers: tuple | Non
     ``other_tokenizer``: then one of another tokenizer gets its ``XJunior`` in ``pair.xjuniors`` (text-level
     handoff, ``decoding.xtandem``) once the caller has checked what it can train with (``rl.xjunior``)."""
     s_dev = next(pair.senior.parameters()).device
-    toks = tokenizers[1:] if tokenizers is not None else tuple(load_tokenizer(n) for n in names[1:])
+    toks = tokenizers[1:] if tokenizers is not None else load_pool_tokenizers(names[1:])
     xjuniors = [pair.xjunior]
     for name, j_tok in zip(names[1:], toks):
         if other_tokenizer and j_tok.get_vocab() != pair.tokenizer.get_vocab():

@@ -72,6 +72,9 @@ class TandemRollout:
         self.juniors = tuple(None if x is not None else j for j, x in zip(pair.juniors or (pair.junior,), xjuniors))
         self.junior = self.juniors[0]  # a pool's juniors, in pool order; ``junior`` the first (one junior: it)
         self.pool = cfg.models.pool
+        from ..models import recorded_labels
+
+        self.labels = recorded_labels(self.pool)  # a built-in junior by its name, as config.json records it
         self.problem_ids = problem_ids or {}  # prompt text -> the problem's stable id (the pool's draw key)
         self.rollout_log = rollout_log  # rl.pool_log.RolloutLog of a pool run
         self.drawn = None  # the last pool batch's global rows, until TRL has scored them
@@ -153,9 +156,7 @@ class TandemRollout:
         d, self.drawn = self.drawn, None
         if d is None:
             return
-        from ..models import recorded_labels
-
-        labels = recorded_labels(self.pool)  # a built-in junior by its name, as config.json records it
+        labels = self.labels
         record_metrics(trainer, junior_figures(labels, d["juniors"], rewards, d["shares"], d["lengths"]))
         if self.rollout_log is not None:
             rollout_step = self.cfg.loop.rollout_steps(d["step"] + 1)

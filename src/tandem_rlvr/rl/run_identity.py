@@ -16,7 +16,6 @@ from pathlib import Path
 from ..config import RewardsPart, TrainConfig
 from ..io import read_json
 from ..outdir import abs_spec, output_dir, refuse_other_config
-from ..pool import JuniorPool
 
 # config.json keys that are not the run's identity: where it lives, where its server is, transport sizes
 NOT_IDENTITY = ("output_dir", "server", "sync_bucket_mb", "dist_timeout_s")
@@ -26,7 +25,7 @@ def stored_config(cfg: TrainConfig) -> dict:
     """config.json's content: local model and data paths made absolute, so the run is recognised
     and its files work from any directory."""
     from ..data.benchmarks import benchmark_names
-    from ..models import recorded_model
+    from ..models import recorded_model, recorded_pool
 
     d = cfg.to_dict()
     d["senior"] = recorded_model(d["senior"])  # a built-in model by its name, another local path absolute
@@ -34,7 +33,7 @@ def stored_config(cfg: TrainConfig) -> dict:
     if pool.single:
         d["junior"] = recorded_model(d["junior"])
     else:  # the pool's canonical spec, each junior recorded so (a resume with another pool is refused)
-        d["junior"] = JuniorPool(tuple(recorded_model(n) for n in pool.names), pool.weights).spec()
+        d["junior"] = recorded_pool(pool).spec()
     for key in ("dataset", "val_dataset"):
         d[key] = abs_spec(d[key], benchmark_names())
     d["output_dir"] = str(Path(cfg.loop.output_dir).expanduser().resolve())
