@@ -338,3 +338,53 @@ def test_deepscaler_sample_solutions_verify():
     rate = sum(verified) / len(checkable)
     print(f"deepscaler_sample: {sum(letter_only)} letter-only boxes; {rate:.1%} of the other {len(checkable)} verify")
     assert sum(letter_only) == 98 and rate >= 0.96
+
+
+def _hog(cpu: int, stop) -> None:
+    os.sched_setaffinity(0, {cpu})
+    while not stop.is_set():
+        pass
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "sched_setaffinity"),
+                    reason="needs /proc and CPU affinity")
+def test_a_worker_waiting_for_a_core_is_not_cut_by_the_wall_clock_bound(monkeypatch):
+    """The wall-clock bound leaves out the time the worker waits on the run queue: pinned at nice 19 to one
+    core that two busy processes hold, the worker takes seconds of wall-clock for a verdict of milliseconds
+    of CPU, past a wall-clock bound of 0.5 s, and still gives it (a plain wall-clock bound scored it 0)."""
+    assert verifier.equivalent("1/2", "0.5")  # a ready worker
+    pid = verifier._WORKER.proc.pid
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(pid, {cpu})
+    os.setpriority(os.PRIO_PROCESS, pid, 19)
+    monkeypatch.setattr(verifier, "WALL_FACTOR", 1.0)  # the not-runnable wall-clock bound = timeout = 0.5 s
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    hogs = [ctx.Process(target=_hog, args=(cpu, stop), daemon=True) for _ in range(2)]
+    for h in hogs:
+        h.start()
+    try:
+        time.sleep(0.2)
+        start = time.monotonic()
+        assert verifier.equivalent("2/4", "0.5", timeout=0.5) is True
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        for h in hogs:
+            h.join(10)
+    assert elapsed > 0.5, elapsed  # a plain wall-clock bound of 0.5 s would have cut it
+    assert verifier._WORKER.proc.pid == pid  # not replaced
+
+
+def test_a_worker_that_does_not_start_is_an_error_not_a_verdict_of_0(monkeypatch):
+    """A worker that cannot start (here: its module is missing) is retried once, then ``equivalent`` and
+    ``score`` raise one line naming the worker's command; no answer is scored 0 for it."""
+    verifier._WORKER.stop()
+    monkeypatch.setattr(verifier, "WORKER_MODULE", "tandem_rlvr.rewards._no_such_worker")
+    with pytest.raises(verifier.VerifierUnavailable, match=r"does not start \(worker exited \(status 1\) during start;") as e:
+        verifier.equivalent("1/2", "0.5")
+    assert "\n" not in str(e.value) and "_no_such_worker" in str(e.value)
+    with pytest.raises(verifier.VerifierUnavailable):
+        score(r"\boxed{1/2}", "0.5")
+    monkeypatch.undo()
+    assert verifier.equivalent("1/2", "0.5") is True  # a working module: the next call starts a worker again

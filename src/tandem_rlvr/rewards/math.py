@@ -22,14 +22,17 @@ any thread, in a ``multiprocessing`` pool worker (daemonic processes may not sta
 multiprocessing children, but may ``Popen``), in a TRL reward function. On a timeout the worker
 is SIGKILLed, a fresh one is started at once (its ~0.4 s of imports overlap the caller's work), and
 the call returns 0.0. The timeout counts the worker's CPU seconds (Linux /proc; wall-clock elsewhere),
-with a wall-clock bound of ``WALL_FACTOR`` times it, so a verdict is the same on a loaded machine as
-on an idle one: a worker waiting for a core is not cut for it.
+with a bound of ``WALL_FACTOR`` times it on the wall-clock the worker spends *not runnable* (stopped,
+sleeping, blocked: its /proc state is polled; where there is no /proc, plain wall-clock), so a verdict
+is the same on a loaded machine as on an idle one: a worker running or waiting for a core, however
+long, is not cut for it.
 
 Costs and limits: one worker per process; calls from several threads are serialised by a lock
 (time spent waiting for the lock is not part of a call's limit; use processes for parallel
-scoring). Starting a worker (once per process, again after each timeout) is bounded separately
-by ``STARTUP_TIMEOUT``. Measured figures are in ``docs/verifier_and_data.md``. POSIX only
-(``select`` on pipes).
+scoring). Starting a worker (once per process, again after each timeout) is bounded separately,
+by ``STARTUP_TIMEOUT`` seconds of its CPU time (and the same not-runnable bound); a worker that cannot start
+twice running is an error (``TandemError``), not a verdict: a broken install must not score every
+answer 0. Measured figures are in ``docs/verifier_and_data.md``. POSIX only (``select`` on pipes).
 
     >>> score("so the answer is \\\\boxed{\\\\frac12}", "0.5")
     1.0
@@ -54,11 +57,13 @@ from typing import Callable
 from ..errors import TandemError
 
 DEFAULT_TIMEOUT = 5.0
-STARTUP_TIMEOUT = 60.0
+STARTUP_TIMEOUT = 60.0  # seconds of the starting worker's CPU time (its imports: about 0.4 s idle)
 # A call's ``timeout`` is seconds of the worker's CPU time (where /proc gives it), so that a verdict does
 # not depend on the machine's load: a worker that waits for a core is not timed out for it. Wall-clock
-# bounds a call too, at WALL_FACTOR x ``timeout`` (a worker stopped or blocked uses no CPU).
+# while the worker is not runnable bounds a call too, at WALL_FACTOR x ``timeout`` (a worker stopped or
+# blocked uses no CPU and does not wait for one).
 WALL_FACTOR = 20.0
+WORKER_MODULE = "tandem_rlvr.rewards._worker"
 _POLL_S = 0.05  # how often a call waiting on the worker reads its CPU time
 logger = logging.getLogger("tandem_rlvr")
 
@@ -191,7 +196,7 @@ class _Worker:
         src = str(Path(__file__).resolve().parents[2])
         if src not in {str(Path(p).resolve()) for p in sys.path if p}:  # e.g. an editable install
             env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, "-m", "tandem_rlvr.rewards._worker"]
+        cmd = [sys.executable, "-m", WORKER_MODULE]
         # The kernel's parent-death signal fires when the spawning *thread* exits; only the
         # main thread lives as long as the process.
         if threading.current_thread() is threading.main_thread():
@@ -223,12 +228,15 @@ class _Worker:
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         if not self._ready:
-            if json.loads(self._read_line(STARTUP_TIMEOUT, "start")).get("ready") is not True:
-                raise _WorkerFailure("worker did not announce itself")
+            try:
+                if json.loads(self._read_line(STARTUP_TIMEOUT, "start", _clock(self.proc.pid)[0])).get("ready") is not True:
+                    raise _WorkerFailure("worker did not announce itself")
+            except (_WorkerFailure, ValueError) as e:
+                raise _StartFailure(str(e)) from None
             self._ready = True
         self._next_id += 1
         request = {"id": self._next_id, "pred": pred, "gold": gold, **({"grader": grader} if grader != "ours" else {})}
-        cpu0 = _cpu_seconds(self.proc.pid)
+        cpu0 = _clock(self.proc.pid)[0]
         self._send(json.dumps(request).encode() + b"\n")
         reply = json.loads(self._read_line(timeout, "verify", cpu0))
         if reply.get("id") != self._next_id:
@@ -244,19 +252,27 @@ class _Worker:
             raise _WorkerFailure(f"worker pipe closed ({e})") from None
 
     def _read_line(self, timeout: float, what: str, cpu0: float | None = None) -> bytes:
-        """The worker's next line within ``timeout`` seconds: of its CPU time from ``cpu0`` on (its reading
-        when the request was sent), with a wall-clock bound of WALL_FACTOR x ``timeout``; without ``cpu0``
-        (start-up, or no /proc) of wall-clock."""
+        """The worker's next line within ``timeout`` seconds of its CPU time from ``cpu0`` on (its reading
+        when the request was sent), and within WALL_FACTOR x ``timeout`` of wall-clock while it is not
+        runnable (stopped, sleeping, blocked: a worker running or waiting for a core is in state R, and
+        those polls do not count); without a CPU reading (no /proc), of plain wall-clock."""
         wall = timeout * WALL_FACTOR if cpu0 is not None else timeout
-        deadline, fd = time.monotonic() + wall, self.proc.stdout.fileno()
+        idle, last, fd = 0.0, time.monotonic(), self.proc.stdout.fileno()
         while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _WorkerFailure(f"{what} timed out after {wall:g} s of wall-clock")
-            if not select.select([fd], [], [], min(left, _POLL_S) if cpu0 is not None else left)[0]:
-                used = _cpu_seconds(self.proc.pid) if cpu0 is not None else None
-                if used is not None and used - cpu0 > timeout:
+            if cpu0 is not None:
+                cpu, state = _clock(self.proc.pid)
+                now = time.monotonic()
+                if state != "R":
+                    idle += now - last
+                last = now
+                if cpu is not None and cpu - cpu0 > timeout:
                     raise _WorkerFailure(f"{what} used more than {timeout:g} s of CPU")
+            else:
+                idle = time.monotonic() - last
+            if idle >= wall:
+                raise _WorkerFailure(f"{what} timed out after {wall:g} s of wall-clock"
+                                     + (" not runnable" if cpu0 is not None else ""))
+            if not select.select([fd], [], [], min(wall - idle, _POLL_S) if cpu0 is not None else wall - idle)[0]:
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -266,13 +282,22 @@ class _Worker:
         return line
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds of process ``pid`` from /proc (Linux); None where it cannot be read."""
+class VerifierUnavailable(TandemError):
+    """The worker cannot be started (twice running): raised by ``equivalent`` and ``score``, never scored."""
+
+
+class _StartFailure(_WorkerFailure):
+    """The worker did not start (or did not announce itself) within its start-up bound."""
+
+
+def _clock(pid: int) -> tuple[float | None, str | None]:
+    """(user plus system CPU seconds, scheduler state letter) of process ``pid`` from /proc/<pid>/stat
+    (Linux); (None, None) where it cannot be read."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), fields[0]  # utime, stime; state
     except (OSError, IndexError, ValueError):
-        return None
+        return None, None
 
 
 _LOCK = threading.Lock()
@@ -283,11 +308,24 @@ def equivalent(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT, grader
     """The worker's verdict on two bare answers (no extraction, no fast path), time-limited:
     math-verify with our repairs (``ours``) or the paper's stages 2-3 (``paper``, ``paper_grader``).
 
-    False on a timeout or a worker failure (logged as a warning; the worker is replaced).
+    False on a timeout or a worker failure (logged as a warning; the worker is replaced);
+    ``VerifierUnavailable`` when a worker fails to start twice running.
     """
     with _LOCK:
         try:
-            return _WORKER.ask(pred, gold, timeout, grader)
+            try:
+                return _WORKER.ask(pred, gold, timeout, grader)
+            except _StartFailure as e:  # once more with a fresh worker; twice is a broken worker, not a verdict
+                logger.warning("math verifier: %s; starting another worker", e)
+                _WORKER.stop()
+                try:
+                    return _WORKER.ask(pred, gold, timeout, grader)
+                except _StartFailure as again:
+                    _WORKER.stop()
+                    raise VerifierUnavailable(f"math verifier: its worker process does not start ({again}; "
+                                      f"`{sys.executable} -m {WORKER_MODULE}` shows why)") from None
+        except VerifierUnavailable:
+            raise
         except (_WorkerFailure, OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             logger.warning("math verifier: %s on %.80r vs gold %.80r; scored 0, worker restarted", e, pred, gold)
             _WORKER.stop()
@@ -300,7 +338,8 @@ def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT, answe
           grader: str = "ours") -> float:
     """1.0 if the last ``\\boxed{}`` of ``response`` is equivalent to ``answer``, else 0.0.
 
-    Never raises (an unknown ``answer_mode`` or ``grader`` scores 0.0 and logs an error). ``timeout``
+    Never raises (an unknown ``answer_mode`` or ``grader`` scores 0.0 and logs an error), but for
+    ``VerifierUnavailable`` when the worker cannot be started: no verdict then is 0.0. ``timeout``
     (seconds) bounds the worker's call; past it the answer is 0.0. ``answer_mode``: ``last-box``
     (the paper's, the default) grades the last box; ``final-boxes`` (opt-in, beyond the paper)
     grades the final run of boxes joined with ", " (``extract_boxed_run``), for multi-answer
@@ -324,7 +363,9 @@ def score(response: str, answer: str, *, timeout: float = DEFAULT_TIMEOUT, answe
         if _normalise(pred) == _normalise(gold):
             return 1.0
         return 1.0 if equivalent(pred, gold, timeout=float(timeout)) else 0.0
-    except Exception:  # the contract is "never raises"; a bug here must not kill a training run
+    except VerifierUnavailable:  # the verifier cannot run at all (its worker does not start): not a verdict
+        raise
+    except Exception:  # otherwise "never raises": a bug here must not kill a training run
         logger.exception("math verifier: unexpected error; scored 0")
         return 0.0
 
