@@ -132,3 +132,31 @@ def test_a_one_junior_pool_on_vllm_trains_bit_for_bit_as_the_plain_junior(setup,
                             r["val/accuracy"] for r in vals)
     else:
         assert not (out / "rollouts.jsonl").exists()
+
+
+def test_eval_handoff_with_a_pool_on_vllm_opens_one_engine_and_each_row_is_the_reference_with_its_junior(
+        setup, tok, tmp_path, monkeypatch):
+    """``tandem eval handoff --engine vllm --junior A,B`` (in-stream): one vLLM engine is opened, holding both
+    juniors, and every greedy row equals the reference decoder with the junior its seed draws (names, tokens,
+    senior mask; tests/pool_reference.py)."""
+    from pool_reference import check_rows_against_reference, write_bench
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.engines.vllm_engine import VLLMEngine
+
+    opened = []
+    real = VLLMEngine.__init__
+    monkeypatch.setattr(VLLMEngine, "__init__", lambda self, senior, junior, *a, **k: opened.append(junior) or real(
+        self, senior, junior, *a, **k))
+    juniors = [str(setup / "junior"), str(setup / "other")]
+    out = tmp_path / "ev"
+    assert main(["eval", "handoff", "--senior", str(setup / "senior"), "--junior", ",".join(juniors), "--benchmarks",
+                 str(write_bench(tmp_path / "b.jsonl")), "--n", "4", "--max-tokens", "12", "--temperature", "0",
+                 "--template", "plain", "--protocol", "stream", "--schedule", "word", "--K", "3", "--engine", "vllm",
+                 "--dtype", "float32", "--vllm-kv-cache-gib", "0.1", "--vllm-max-num-seqs", "16",
+                 "--out", str(out)]) == 0
+    assert opened == [juniors]  # one engine, whose model holds the pool in order
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 12
+    check_rows_against_reference(rows, tok, str(setup / "senior"), juniors, K=3, max_tokens=12)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["engine"] == "vllm" and cfg["schedule"]["pool"]["juniors"] == juniors
