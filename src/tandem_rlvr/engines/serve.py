@@ -171,7 +171,7 @@ def run_server(cfg: ServeSettings) -> None:
                        dtype=dtype, on_cpu=on_cpu, kv_cache_gib=cfg.kv_cache_gib, extra=list(cfg.vllm_args),
                        weight_sync=sync)
     env = dict(os.environ, **{POOL_SIZE_ENV: str(len(juniors)),  # the server refuses a junior index it lacks
-                              REPORT_ENV: json.dumps(pool_report(specs))})  # what GET /v1/tandem/pool answers
+                              REPORT_ENV: json.dumps(pool_report(specs, juniors))})  # what GET /v1/tandem/pool answers
     if cfg.api_key:  # the key the report's endpoint checks, as vLLM checks --api-key (served_pool)
         env[KEY_ENV] = cfg.api_key
     if sync:

@@ -43,13 +43,15 @@ KEY_ENV = "VLLM_API_KEY"  # the key vLLM's server checks when --api-key is not g
 MIDDLEWARE = f"{__name__}.PoolEndpoint"  # vLLM's --middleware value
 
 
-def pool_report(specs: Sequence[str]) -> dict:
-    """The report of a server holding juniors ``specs`` (as given to ``tandem serve``), in that order."""
+def pool_report(specs: Sequence[str], paths: Sequence[str] | None = None) -> dict:
+    """The report of a server holding juniors ``specs`` (as given to ``tandem serve``), in that order;
+    ``paths``: their resolved checkpoints (``models.resolve_model_path``), when the caller has them."""
     from ..fingerprint import model_fingerprint
     from ..models import recorded_model, resolve_model_path
 
-    return {"juniors": [{"index": i, "name": recorded_model(s), "fingerprint": model_fingerprint(resolve_model_path(s))}
-                        for i, s in enumerate(specs)]}
+    paths = [resolve_model_path(s) for s in specs] if paths is None else list(paths)
+    return {"juniors": [{"index": i, "name": recorded_model(s), "fingerprint": model_fingerprint(path)}
+                        for i, (s, path) in enumerate(zip(specs, paths, strict=True))]}
 
 
 class PoolEndpoint:

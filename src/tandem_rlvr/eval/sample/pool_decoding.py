@@ -16,9 +16,10 @@ batch by junior, decodes each part with that junior's decoder (all share one loa
 the rows back in order. On ``vllm`` and ``vllm-server`` one engine holds the whole pool (the tandem
 model's juniors, ``engines.vllm_model``; a server started with ``tandem serve SENIOR --junior A,B``,
 whose juniors ``engines.served_pool`` checked first): the batch goes to it in one call, each row's
-request naming its junior's index, as training's rollouts do. config.json records the pool in ``schedule.pool`` (juniors by built-in name or
-absolute path, ``recorded_pool``; weights, draw), so a resume with another pool, or a ``compare`` of runs of different pools, is
-refused as any other schedule difference is.
+request naming its junior's index, as training's rollouts do. config.json records the pool in
+``schedule.pool`` (juniors by built-in name or absolute path, ``recorded_pool``; weights, draw), so a
+resume with another pool, or a ``compare`` of runs of different pools, is refused as any other schedule
+difference is.
 """
 
 from __future__ import annotations
