@@ -71,25 +71,6 @@ def test_a_served_pool_writes_each_requests_junior_turns_with_the_junior_it_name
         engine.close()
 
 
-def test_a_pool_trains_on_the_server_and_records_each_rollouts_junior(served):
-    root, url = served
-    out = root / "run"
-    cfg = load_train_config(None, None, dict(
-        senior=str(root / "senior"), junior=f"{root / 'junior'},{root / 'other'}", junior_draw="rollout",
-        dataset=str(root / "data.jsonl"), dataset_split=None, val_size=4, template="plain", lr=5e-2, group_size=4,
-        prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=64, max_new_tokens=12, temperature=1.0,
-        max_steps=1, eval_every=1, save_every=1, kl_every=1, output_dir=str(out), reward_terms="user",
-        reward=f"{root / 'rewards.py'}:variety", engine="vllm-server", server=url, dtype="float32"))
-    train(cfg, print_fn=lambda *_: None)
-    rows = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
-    assert len(rows) == 8 and {r["junior"] for r in rows} == {"junior", "other"}
-    recs = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
-    step = next(r for r in recs if "reward/mean" in r)
-    for label in ("junior", "other"):
-        assert step[f"junior/{label}/count"] == sum(r["junior"] == label for r in rows)
-    assert any("val/junior/other/accuracy" in r for r in recs)
-
-
 def test_the_server_reports_its_pool_in_order_with_each_juniors_weight_fingerprint(served):
     import requests
 
@@ -156,3 +137,24 @@ def test_a_client_whose_pool_is_not_the_servers_is_refused_in_one_line_before_an
     err = capsys.readouterr().err
     assert err.startswith(f"tandem: error: {url} holds other juniors than this run:") and err.count("\n") == 1, err
     assert not ev.exists()
+
+
+def test_a_pool_trains_on_the_server_and_records_each_rollouts_junior(served):
+    # last in the module: its weight pushes change the served senior, which the tests above read as on disk
+    root, url = served
+    out = root / "run"
+    cfg = load_train_config(None, None, dict(
+        senior=str(root / "senior"), junior=f"{root / 'junior'},{root / 'other'}", junior_draw="rollout",
+        dataset=str(root / "data.jsonl"), dataset_split=None, val_size=4, template="plain", lr=5e-2, group_size=4,
+        prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=64, max_new_tokens=12, temperature=1.0,
+        max_steps=1, eval_every=1, save_every=1, kl_every=1, output_dir=str(out), reward_terms="user",
+        reward=f"{root / 'rewards.py'}:variety", engine="vllm-server", server=url, dtype="float32"))
+    train(cfg, print_fn=lambda *_: None)
+    rows = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {r["junior"] for r in rows} == {"junior", "other"}
+    recs = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    step = next(r for r in recs if "reward/mean" in r)
+    for label in ("junior", "other"):
+        assert step[f"junior/{label}/count"] == sum(r["junior"] == label for r in rows)
+    assert any("val/junior/other/accuracy" in r for r in recs)
+
