@@ -128,7 +128,10 @@ def test_server_flags_choose_the_server_engine_and_bad_ones_are_one_line_errors(
     assert "--server URL" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--server", "http://127.0.0.1:1", "--engine", "vllm"]) == 2
     assert "choose one" in capsys.readouterr().err
-    assert main(["eval", "handoff", "--server", "http://127.0.0.1:1", "--junior", "j", "--out", "/nonexistent/x"]) == 2
+    assert main(["eval", "handoff", "--server", "http://127.0.0.1:1", "--junior-device", "cpu", "--out",
+                 "/nonexistent/x"]) == 2
+    assert "the server holds its juniors" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--server", "http://127.0.0.1:1", "--junior", "j"]) == 2
     assert "the server holds its junior" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--server", "127.0.0.1:1"]) == 2
     assert "http(s) URL" in capsys.readouterr().err

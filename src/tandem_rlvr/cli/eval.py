@@ -17,7 +17,7 @@ def cmd_eval(a, mode: str):
                                split=a.split, limit=a.limit, n=a.n, sampling=sampling_from_args(a), template=a.template,
                                instruction=a.instruction, answer_mode=a.answer_mode, grader=a.grader, task=a.task, seed=a.seed, p=a.p, K=a.K,
                                device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
-                               batch_size=a.batch_size, engine=engine_of(a), vllm_settings=vllm_settings(a),
+                               batch_size=a.batch_size, engine=engine_of(a, mode == "handoff"), vllm_settings=vllm_settings(a),
                                server=server_settings(a), protocol=getattr(a, "protocol", None))
     configure_cpu_threads()
     metrics = evaluate(cfg, a.out)

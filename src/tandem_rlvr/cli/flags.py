@@ -121,8 +121,10 @@ def server_flags(p: argparse.ArgumentParser) -> None:
                    help="the served model's tokenizer here (default: the checkpoint path the server reports)")
 
 
-def engine_of(a) -> str:
-    """The engine the flags choose: --server means vllm-server."""
+def engine_of(a, junior_with_server: bool = False) -> str:
+    """The engine the flags choose: --server means vllm-server. ``junior_with_server``: --junior may name the
+    juniors a server must hold (``tandem eval handoff``: checked against the server's report, a pool routed by
+    index; engines/served_pool.py); elsewhere --junior with --server is refused."""
     from ..engines.base import DEFAULT_ENGINE, ENGINES, REMOTE_ENGINE
 
     engine, server = getattr(a, "engine", DEFAULT_ENGINE), getattr(a, "server", None)
@@ -131,8 +133,11 @@ def engine_of(a) -> str:
                           "process: choose one")
     if ENGINES[engine].remote and not server:
         raise TandemError(f"--engine {engine} needs --server URL (a running `tandem serve`)")
-    if server and (getattr(a, "junior", None) or getattr(a, "junior_device", None)):
-        raise TandemError("--junior/--junior-device do not apply with --server: the server holds its junior "
+    if server and getattr(a, "junior_device", None):
+        raise TandemError("--junior-device does not apply with --server: the server holds its juniors "
+                          "(tandem serve SENIOR --junior JUNIOR)")
+    if server and getattr(a, "junior", None) and not junior_with_server:
+        raise TandemError("--junior does not apply with --server here: the server holds its junior "
                           "(tandem serve SENIOR --junior JUNIOR)")
     return REMOTE_ENGINE if server else engine
 

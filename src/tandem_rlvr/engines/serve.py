@@ -8,7 +8,8 @@ It runs ``python -m vllm.entrypoints.openai.api_server`` (the module form: vllm-
   senior's architectures), self-pairing when ``--junior`` is not given; ``--junior A,B`` (a pool, as
   ``tandem train --junior`` writes it; weights are ignored here) serves every junior in one model, and
   a request names its junior by index (``tandem_junior``, default 0; the server refuses an index it
-  does not hold: ``request_args.POOL_SIZE_ENV``);
+  does not hold: ``request_args.POOL_SIZE_ENV``); the server reports its juniors (names and weight
+  fingerprints, in order) at ``GET /v1/tandem/pool``, which the clients check (``served_pool``);
 - ``--logprobs-mode processed_logprobs`` (a token's log-prob is its author's; the raw mode
   normalises over both output layers), ``--generation-config vllm`` (the request's sampling
   settings, not the checkpoint's defaults), the dtype ``--dtype`` resolves to;
@@ -37,6 +38,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from ..errors import TandemError
+from .served_pool import KEY_ENV, MIDDLEWARE, REPORT_ENV, pool_report
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # flags whose value the tandem engine depends on: set here, never passed through
@@ -89,7 +91,7 @@ def server_argv(senior_path: str, junior_path: str | list[str], senior_archs: li
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", senior_path,
             "--tokenizer", senior_path, "--hf-overrides", json.dumps(overrides),
             "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm", "--dtype", dtype,
-            "--host", host, "--port", str(port)]
+            "--host", host, "--port", str(port), "--middleware", MIDDLEWARE]
     if api_key:
         argv += ["--api-key", api_key]
     if weight_sync:  # vLLM's weight-transfer engine (engines/weight_sync.py); its endpoints need dev mode
@@ -155,7 +157,8 @@ def run_server(cfg: ServeSettings) -> None:
     from .vllm_engine import VLLMSettings, senior_architectures, platform_is_cpu, require_vllm, with_dtype
 
     senior = resolve_model_path(cfg.senior)
-    juniors = [resolve_model_path(n) for n in JuniorPool.parse(cfg.junior).names] if cfg.junior else [senior]
+    specs = list(JuniorPool.parse(cfg.junior).names) if cfg.junior else [cfg.senior]
+    juniors = [resolve_model_path(n) for n in specs]
     senior_tok = load_tokenizer(senior)
     for j in juniors:
         check_same_tokenizer(senior_tok, load_tokenizer(j))
@@ -167,7 +170,10 @@ def run_server(cfg: ServeSettings) -> None:
     argv = server_argv(senior, junior, senior_architectures(senior), host=cfg.host, port=cfg.port, api_key=cfg.api_key,
                        dtype=dtype, on_cpu=on_cpu, kv_cache_gib=cfg.kv_cache_gib, extra=list(cfg.vllm_args),
                        weight_sync=sync)
-    env = dict(os.environ, **{POOL_SIZE_ENV: str(len(juniors))})  # the server refuses a junior index it lacks
+    env = dict(os.environ, **{POOL_SIZE_ENV: str(len(juniors)),  # the server refuses a junior index it lacks
+                              REPORT_ENV: json.dumps(pool_report(specs, juniors))})  # what GET /v1/tandem/pool answers
+    if cfg.api_key:  # the key the report's endpoint checks, as vLLM checks --api-key (served_pool)
+        env[KEY_ENV] = cfg.api_key
     if sync:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     shown = "[::1]" if cfg.host == "::1" else ("127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host)

@@ -27,9 +27,10 @@ A junior pool: the server is ``tandem serve SENIOR --junior A,B,...`` with the r
 order; each request names its row's junior by index (``tandem_junior``), and a server that holds fewer
 juniors refuses the request (HTTP 400, a one-line error here).
 
-Limits: the server's junior (or pool, in order) must be the run's (the server does not say which juniors
-it holds; the run records the server's checkpoint). The server serves other clients meanwhile, and
-their requests during a push see a mix of old and new weights.
+The server's junior (or pool, in order) must be the run's: the server reports what it holds and the
+run checks it before any model loads (``served_pool.check_served_juniors``, called by training's
+``rl.assemble`` and by ``tandem eval handoff --junior``). Limits: the server serves other clients
+meanwhile, and their requests during a push see a mix of old and new weights.
 """
 
 from __future__ import annotations

@@ -93,6 +93,7 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     check_run_dir(cfg)  # refuse a different config before loading anything
     _check_launch(cfg)
     check_lora_targets(cfg)  # from the senior's config alone, before its weights load
+    check_server_juniors(cfg)  # a server's juniors are the run's, before any model loads
     on_cpu = resolve_device(cfg.models.senior_device).type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
     # (gloo) when told the run is on CPU; without it every process trains alone.
@@ -164,6 +165,24 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
     return Run(trainer, prep, rollout, runlog, validation, resume_step, start, judge)
 
 
+def server_settings(cfg: TrainConfig):
+    """The ``engines.server_client.ServerSettings`` of a run on ``--engine vllm-server`` (key: $VLLM_API_KEY), else None."""
+    from ..engines.server_client import ServerSettings
+
+    return ServerSettings(cfg.rollout.server, api_key=os.environ.get("VLLM_API_KEY")) if cfg.rollout.server else None
+
+
+def check_server_juniors(cfg: TrainConfig) -> None:
+    """On ``--engine vllm-server`` with a junior: the server holds the run's juniors in the run's order, or a
+    one-line error naming the server and the juniors that differ (``engines.served_pool``)."""
+    from ..engines.base import engine_kind
+
+    if engine_kind(cfg.rollout.engine).remote and cfg.rollout_schedule != "senior":
+        from ..engines.served_pool import check_served_juniors
+
+        check_served_juniors(server_settings(cfg), cfg.models.pool.names)
+
+
 def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
     """The run's rollout engine (``engines.base.ENGINES[cfg.rollout.engine]``) on its loaded pair: the
     junior (a pool's spec: the vLLM engine holds every junior) only for a tandem schedule, the hf engine's
@@ -173,10 +192,9 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
 
     m, r = cfg.models, cfg.rollout
     kind = engine_kind(r.engine)
-    from ..engines.server_client import ServerSettings
     from ..engines.vllm_engine import VLLMSettings
 
-    server = ServerSettings(r.server, api_key=os.environ.get("VLLM_API_KEY")) if r.server else None
+    server = server_settings(cfg)
     vllm = VLLMSettings(gpu_memory_utilization=r.vllm_gpu_memory_utilization, kv_cache_gib=r.vllm_kv_cache_gib,
                         max_model_len=cfg.data.max_prompt_tokens + r.max_new_tokens) if kind.vllm_settings else None
     tandem = cfg.rollout_schedule != "senior"

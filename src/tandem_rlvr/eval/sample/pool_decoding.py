@@ -11,21 +11,22 @@ cost of a one-junior evaluation (docs/evaluation.md, "a junior pool").
 
 The text protocol (paragraph schedules, the default) runs the pool inside ``text_handoff`` (one
 turn model per junior, each junior's turns one batched call). The in-stream protocol runs here:
-``PoolStreamDecoder`` splits a batch by junior, decodes each part with that junior's decoder (on
-the hf engine all share one loaded senior; other engines open one engine per junior) and puts the
-rows back in order. config.json records the pool in ``schedule.pool`` (juniors by built-in name or
-absolute path, ``recorded_pool``; weights, draw), so a resume with another pool, or a ``compare`` of runs of different pools, is
-refused as any other schedule difference is.
+``PoolStreamDecoder`` decodes each row with the junior its seed draws. On the hf engine it splits a
+batch by junior, decodes each part with that junior's decoder (all share one loaded senior) and puts
+the rows back in order. On ``vllm`` and ``vllm-server`` one engine holds the whole pool (the tandem
+model's juniors, ``engines.vllm_model``; a server started with ``tandem serve SENIOR --junior A,B``,
+whose juniors ``engines.served_pool`` checked first): the batch goes to it in one call, each row's
+request naming its junior's index, as training's rollouts do. config.json records the pool in
+``schedule.pool`` (juniors by built-in name or absolute path, ``recorded_pool``; weights, draw), so a
+resume with another pool, or a ``compare`` of runs of different pools, is refused as any other schedule
+difference is.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from ...decoding.tandem import Rollout
-from ...errors import TandemError
 from ...pool import JuniorPool
 
 DRAW = "sample"  # one junior per sample, drawn from its row seed
@@ -60,11 +61,16 @@ def record_juniors(rows: list[dict], pool: JuniorPool) -> list[dict]:
 
 class PoolStreamDecoder:
     """The in-stream decoder of a pool: ``generate(prompts, seeds)`` as a ``TandemDecoder``'s, each row
-    decoded with the junior its seed draws. ``decoders[j]`` decodes with junior ``j`` of ``pool``."""
+    decoded with the junior its seed draws. Either ``decoders[j]`` decodes with junior ``j`` of ``pool``
+    (hf), or ``engine`` holds every junior and ``engine.generate(prompts, seeds, spec, juniors=[index per
+    row])`` routes each row (vllm, vllm-server; ``engines.base.RolloutEngine``)."""
 
-    def __init__(self, decoders: list, pool: JuniorPool, pad_id: int):
-        self.decoders, self.pool, self.pad_id = decoders, pool, pad_id
+    def __init__(self, decoders: list, pool: JuniorPool, pad_id: int, engine=None, spec=None):
+        self.decoders, self.pool, self.pad_id, self.engine, self.spec = decoders, pool, pad_id, engine, spec
         self.base = decoders[0].schedule
+        served = getattr(decoders[0], "models", None)  # a server decoder names the checkpoint it serves
+        if served is not None:
+            self.models = dict(served)
 
     @property
     def schedule(self):
@@ -79,6 +85,8 @@ class PoolStreamDecoder:
 
     def generate(self, prompts, seeds) -> Rollout:
         which = [sample_junior(self.pool, int(s)) for s in seeds]
+        if self.engine is not None:  # one engine holds the pool: one call, each request names its junior
+            return self.engine.generate(prompts, seeds, self.spec, juniors=which)
         parts = {}
         for j in dict.fromkeys(which):
             rows = [i for i, w in enumerate(which) if w == j]
@@ -105,17 +113,16 @@ def open_pool_stream(cfg):
     """(PoolStreamDecoder, tokenizer, close) of an ``EvalConfig`` whose junior is a pool (``cfg.pool``).
 
     Every junior shares the senior's tokenizer (``sampler._check_stream_vocab`` refuses one of another
-    before this: the in-stream protocol hands off ids). hf: the senior is loaded once and every junior beside it;
-    another engine opens one engine per junior (``engines.open_decoder``)."""
-    from ...engines import open_decoder
+    before this: the in-stream protocol hands off ids). hf: the senior is loaded once and every junior beside
+    it. vllm: one engine whose model holds every junior (``cfg.engine_setup.junior`` is the pool's spec);
+    vllm-server: the server's pool, which ``sampler.evaluate`` checked is the run's, in order."""
+    from ...engines import open_engine
     from ...engines.base import engine_kind
     from ...models import Pair, load_model, load_tokenizer, resolve_device
 
     pool, m, d = cfg.pool, cfg.models, cfg.decoding
-    if engine_kind(d.engine).remote:
-        raise TandemError(f"--engine {d.engine} hands off to the junior its server holds; a junior pool needs the "
-                          "juniors' checkpoints here (--engine hf or vllm)")
-    if engine_kind(d.engine).transformers:
+    kind = engine_kind(d.engine)
+    if kind.transformers:
         tok = load_tokenizer(m.senior)
         dev = resolve_device(m.device)
         jdev = resolve_device(m.junior_device) if m.junior_device else dev
@@ -123,18 +130,13 @@ def open_pool_stream(cfg):
         decoders = [Pair(senior, load_model(name, jdev, m.dtype), tok).decoder(cfg.schedule_name, d.sampling, d.p, d.K)
                     for name in pool.names]
         return PoolStreamDecoder(decoders, recorded_pool(pool), tok.pad_token_id), tok, lambda: None
-    opened = []
+    kind.check_schedule(cfg.schedule_name)
+    engine = open_engine(d.engine, cfg.engine_setup)
     try:
-        for name in pool.names:
-            opened.append(open_decoder(d.engine, replace(cfg.engine_setup, junior=name), cfg.rollout_spec))
+        tok = engine.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else engine.eos_ids[0]
+        dec = PoolStreamDecoder([engine.decoder(cfg.rollout_spec)], recorded_pool(pool), pad, engine, cfg.rollout_spec)
     except BaseException:
-        for _, _, close in opened:
-            close()
+        engine.close()
         raise
-
-    def close_all():
-        for _, _, close in opened:
-            close()
-
-    tok = opened[0][1]
-    return PoolStreamDecoder([dec for dec, _, _ in opened], recorded_pool(pool), tok.pad_token_id), tok, close_all
+    return dec, tok, engine.close

@@ -184,13 +184,14 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
     from ...engines import open_decoder
     from ...engines.base import engine_kind
     from ...fingerprint import model_fingerprint
-    from ...models import resolve_device, resolve_dtype, resolve_model_path
+    from ...models import recorded_model, resolve_device, resolve_dtype, resolve_model_path
 
     output_dir(out, "--out", create=False)  # a bad --out fails before any model loads or world builds
     cfg = as_recorded(cfg, out)
     if cfg.handoff_protocol == "text" and not engine_kind(cfg.decoding.engine).text_turns:
         raise TandemError(f"--engine {cfg.decoding.engine} serves in-stream handoffs only, and a paragraph schedule's default "
                           "protocol is text (the paper's, on every engine): pass --protocol stream")
+    served_juniors = _check_server_juniors(cfg)  # a server's juniors are the run's, before any sampling
     problems = _problems(cfg)
     name = cfg.schedule_name
     if cfg.handoff_protocol == "text":
@@ -208,15 +209,34 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
         if served is None:
             roles = cfg.model_roles
-        else:  # a client cannot see the server's junior; its senior is fingerprinted where its files are here
+        else:  # a server's senior is fingerprinted where its files are here; its juniors as checked
             roles = {"senior": served["senior"]} if Path(served["senior"]).is_dir() else {}
         fingerprints = {role: model_fingerprint(resolve_model_path(spec)) for role, spec in roles.items()}
+        if served_juniors is not None:  # --junior on a server: record the juniors it was checked to hold
+            dec.models["junior"] = recorded_pool(cfg.pool).spec() if cfg.pool else recorded_model(cfg.models.junior)
+            junior_roles = [r for r in cfg.model_roles if r != "senior"]  # "junior", or "junior/NAME" in pool order
+            fingerprints.update({r: j["fingerprint"] for r, j in zip(junior_roles, served_juniors) if j["fingerprint"]})
         dtype = str(resolve_dtype(cfg.models.dtype, resolve_device(cfg.models.device))).removeprefix("torch.")
         metrics = run_eval(cfg, dec, tok, problems, out, progress, fingerprints=fingerprints, dtype=dtype)
     finally:
         close()
     write_sources(out, cfg.problems.benchmarks, cfg.problems.split)
     return metrics
+
+
+def _check_server_juniors(cfg: EvalConfig) -> list[dict] | None:
+    """``tandem eval handoff --server URL --junior A[,B]``: the server holds those juniors in that order, or a
+    one-line error naming the server and the juniors that differ (``engines.served_pool``); returns each
+    junior's recorded name and fingerprint (the served weights' where the server reports them). None without
+    ``--junior`` (the server's first junior writes, as it always did) or off a server."""
+    from ...engines.base import engine_kind
+
+    if not engine_kind(cfg.decoding.engine).remote or cfg.models.junior is None or cfg.schedule_name == "senior":
+        return None
+    from ...engines.served_pool import check_served_juniors
+
+    names = cfg.pool.names if cfg.pool is not None else (cfg.models.junior,)
+    return check_served_juniors(cfg.decoding.server, names)
 
 
 def _problems(cfg: EvalConfig) -> dict[str, list[Problem]]:

@@ -29,8 +29,9 @@ How: the chain bookkeeping here is shared by both engines; only a model's ``turn
 (``TurnEngine``). ``--engine hf``: one ``TandemDecoder`` per model with the solo schedule and
 a paragraph stop (``decoding.tandem``, ``stop=``); each turn is one batched call over every
 live chain whose author it is (split only where one call's padded length would bind a row's
-cap below what it is owed; rarely). ``--engine vllm``: one stock vLLM engine per model, each
-turn one ``generate`` call over all those chains (``text_handoff_vllm``). The sample row keeps each turn's text, author, tokens and end, so
+cap below what it is owed; rarely). ``--engine vllm``: one stock vLLM engine per model (a pool of the
+senior's tokenizer: one tandem engine holding them all), each turn one ``generate`` call over all those
+chains (``text_handoff_vllm``). The sample row keeps each turn's text, author, tokens and end, so
 authorship is exact per character; ``token_ids`` / ``senior_mask`` are the turns re-encoded
 with the senior's tokenizer, turn by turn, so the in-stream readers work unchanged.
 """
@@ -264,7 +265,7 @@ def _share(a: int, total: int) -> float:
 
 def open_text_handoff(cfg, schedule: str):
     """(TextHandoff, senior tokenizer, close) for an ``EvalConfig`` on an engine that runs text turns
-    (``engines.base.EngineKind.text_turns``): our transformers models, or one vLLM engine per model
+    (``engines.base.EngineKind.text_turns``): our transformers models, or vLLM engines
     (``text_handoff_vllm``)."""
     from ...engines.base import ENGINES, engine_kind
     from ...models import load_model, load_tokenizer, resolve_device
