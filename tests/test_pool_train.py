@@ -96,8 +96,12 @@ def test_a_one_junior_pool_trains_bit_for_bit_as_the_plain_junior(setup, tmp_pat
     train(pooled, print_fn=lambda *_: None)
     wa, wb = load_file(tmp_path / "plain/final/model.safetensors"), load_file(tmp_path / "pool/final/model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert [_same_run_figures(r) for r in _records(tmp_path / "plain")] == \
-        [_same_run_figures(r) for r in _records(tmp_path / "pool")]
+    ra, rb = _records(tmp_path / "plain"), _records(tmp_path / "pool")
+    if pool == "two-copies":  # the KL monitor scores each junior's rows in its own forward pass (rows and padding
+        # of another shape): its figure may round differently in the last bits; it enters no loss or update
+        assert [r.get("kl/junior") for r in ra] == pytest.approx([r.get("kl/junior") for r in rb], rel=1e-6)
+        ra, rb = ([{k: v for k, v in r.items() if k != "kl/junior"} for r in x] for x in (ra, rb))
+    assert [_same_run_figures(r) for r in ra] == [_same_run_figures(r) for r in rb]
     if pool == "two-copies":  # both copies drew rows, so the batch really was split
         drawn = {r["junior"] for r in map(json.loads, (tmp_path / "pool/rollouts.jsonl").read_text().splitlines())}
         assert drawn == {"junior", "junior_copy"}
