@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -115,7 +115,40 @@ def configure(args, on_cpu: bool) -> None:
     if on_cpu:
         force_on_cpu(args)
     if dist.is_initialized():
+        build_ops()
         deepspeed.init_distributed(dist_backend=dist.get_backend())
+
+
+def build_ops() -> None:
+    """Build (or load) the op DeepSpeed's communication layer JIT-compiles on joining (``shm_comm`` on a
+    CPU accelerator) so that no process ever waits on a dead one. torch builds it under a lock *file*
+    (``FileBaton``): a process killed while holding it (a SIGKILLed run, a test's teardown) leaves the
+    file, and every later ZeRO-3 process on the machine waits for it forever. And environments that
+    share torch's default build folder but differ in flags (two venvs) rebuild it in turn, each under
+    that lock. So: a build folder per environment (``TORCH_EXTENSIONS_DIR`` under the tandem cache,
+    keyed by the interpreter's prefix and torch's version; one the user set is kept), and the build
+    under an ``flock`` of our own, which the kernel releases when its holder dies; holding it, no tandem
+    process can be building, so a lock file left in a folder of ours is a dead one's and is removed."""
+    import fcntl
+    import hashlib
+    import sys
+
+    from deepspeed.comm.torch import build_shm_op
+
+    from ..paths import cache_dir
+
+    ours = "TORCH_EXTENSIONS_DIR" not in os.environ
+    if ours:
+        key = hashlib.sha256(f"{sys.prefix}\0{torch.__version__}".encode()).hexdigest()[:12]
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(cache_dir() / "torch_extensions" / key)
+    root = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".tandem-build.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if ours:
+            for baton in root.glob("*/lock"):
+                baton.unlink(missing_ok=True)
+        build_shm_op()
 
 
 def force_on_cpu(args) -> None:
