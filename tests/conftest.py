@@ -105,3 +105,18 @@ def save_vllm_pair(tok, root) -> list[str]:
         tok.save_pretrained(root / name)
         dirs.append(str(root / name))
     return dirs
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory, tok):
+    """The session's one single-junior ``tandem serve`` (``serve_helpers.SharedServer``), started on first use."""
+    from serve_helpers import SharedServer
+
+    server = SharedServer(save_training_inputs(tmp_path_factory.mktemp("shared_server"), tok, layers=2, hidden=128), tok)
+    yield server
+    server.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that kill the shared server run after every other test, so it starts once a session."""
+    items.sort(key=lambda item: item.get_closest_marker("kills_shared_server") is not None)

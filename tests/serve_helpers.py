@@ -90,3 +90,67 @@ def running_server(args: list[str], log_path, env: dict | None = None):
         yield url
     finally:
         _stop(proc)
+
+
+class SharedServer:
+    """One ``tandem serve`` for every vLLM test module that needs a single-junior server (issue 32:
+    each start costs a minute or two of CPU in CI): the senior (seed 0) and junior (seed 1) of
+    ``save_training_inputs(root, tok, layers=2, hidden=128)``, float32, weight sync on, with the
+    digest extension. Training tests push weights into it, so a module that needs the served senior
+    to be the checkpoint asks ``fresh()``, which pushes the checkpoint's tensors back (and checks the
+    digest says so); a module that kills it (``kills_shared_server``: conftest runs those last) leaves
+    the next ``fresh()`` to start another."""
+
+    def __init__(self, root, tok):
+        self.root, self.tok = root, tok
+        self._stack = contextlib.ExitStack()
+        self._url = None
+        self._digest = None  # the checkpoint's digest, as the first start serves it
+
+    @property
+    def senior(self) -> str:
+        return str(self.root / "senior")
+
+    @property
+    def junior(self) -> str:
+        return str(self.root / "junior")
+
+    def _start(self) -> str:
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        tests = os.path.dirname(os.path.abspath(__file__))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+        args = [self.senior, "--junior", self.junior, "--dtype", "float32", "--kv-cache-gib", "0.25",
+                "--max-num-seqs", "16", "--weight-sync", "--worker-extension-cls", "serve_helpers.WeightDigest"]
+        self.log = self.root / "server.log"
+        self._url = self._stack.enter_context(running_server(args, self.log, env=env))
+        assert "ready at" in self.log.read_text(), "tandem serve printed no URL"
+        return self._url
+
+    def url(self) -> str:
+        """The running server's URL (a new server if the last one is gone)."""
+        if self._url is None or not healthy(self._url):
+            self._start()
+            if self._digest is None:
+                self._digest = server_digest(self._url)
+        return self._url
+
+    def fresh(self) -> str:
+        """The URL of a server whose senior is the checkpoint's again, bit for bit."""
+        url = self.url()
+        if server_digest(url) != self._digest:
+            from safetensors.torch import load_file
+
+            from tandem_rlvr.engines import EngineSetup, open_engine
+            from tandem_rlvr.engines.server_client import ServerSettings
+
+            eng = open_engine("vllm-server", EngineSetup(self.senior, server=ServerSettings(url)))
+            try:
+                eng.load_weights(list(load_file(self.root / "senior" / "model.safetensors").items()))
+            finally:
+                eng.close()
+            assert server_digest(url) == self._digest, "the pushed checkpoint is not what the server first served"
+        return url
+
+    def close(self) -> None:
+        self._stack.close()

