@@ -226,3 +226,18 @@ def test_summary_opens_with_what_the_run_shows_of_each_property(tmp_path):
     results["tandem"]["handoff"] = pm(0.08, 0.008)  # 0.03 below GRPO: the wrong way
     assert headline(tmp_path, results, quick=False)[1].startswith("1. handoff robustness: does not show (")
     assert headline(tmp_path, results, quick=True)[0].startswith("What this run shows: nothing about the method")
+
+
+def test_a_tandem_best_at_step_0_is_said_to_be_the_base_and_small_kls_keep_their_digits(tmp_path):
+    from tandem_rlvr.recipes.demo_headline import headline
+
+    pm = lambda m: {"pass@1": {"mean": m, "se": 0.01}}  # noqa: E731
+    results = {m: {"solo": pm(0.6), "handoff": pm(0.6)} for m in ("base", "grpo", "tandem")}
+    _write_json(tmp_path / "eval" / "drift" / "drift.json",
+                {"models": {"grpo": {"kl_to_junior": 2.4e-4}, "tandem": {"kl_to_junior": 0.0}}, "recovery": {}})
+    lines = headline(tmp_path, results, quick=False, best_steps={"grpo": 60, "tandem": 0, "klreg": 50})
+    assert lines[1].startswith("Tandem RLVR's validation-best checkpoint is its step 0, the base model itself")
+    drift = next(x for x in lines if x.startswith("3."))
+    assert "Tandem 0.000 vs GRPO 0.00024" in drift  # not "0.000 vs 0.000"
+    assert not any("step 0" in x for x in headline(tmp_path, results, quick=False, best_steps={"tandem": 30}))
+    assert not any("step 0" in x for x in headline(tmp_path, results, quick=False))  # final checkpoints evaluated

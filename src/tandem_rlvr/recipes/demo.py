@@ -191,7 +191,8 @@ def run_demo(out: str | Path = "demo_out", quick: bool = False, print_fn=print, 
         notes.append(code_note())
     drift_ref = out / "eval" / "junior" / "solo" if drift or code else None
     battery_tables(out, list(seniors), junior_samples=drift_ref)
-    summary["shows"] = headline(out, results, quick)  # the summary's first lines: what this run shows
+    best_steps = {m: t["best"]["step"] for m, t in trained.items() if t.get("best")} if ckpt == "best" else None
+    summary["shows"] = headline(out, results, quick, best_steps)  # the summary's first lines: what this run shows
     summary["notes"] = notes
     _write_summary(out, summary)
     summary["report"] = str(report_of(out, runs, [*summary["shows"], *notes]))

@@ -31,8 +31,10 @@ def verdict(diff: float, se: float, higher_is_better: bool) -> str:
     return "shows" if good > 0 else "does not show"
 
 
-def headline(out: Path, results: dict, quick: bool) -> list[str]:
-    """The summary's opening lines (see the module docstring)."""
+def headline(out: Path, results: dict, quick: bool, best_steps: dict | None = None) -> list[str]:
+    """The summary's opening lines (see the module docstring). ``best_steps``: ``{method: step}`` of the
+    checkpoints evaluated when they are the validation-best ones; a Tandem best at step 0 is the base
+    model itself, which the second line then says (its figures are the base's, not training's)."""
     if quick:
         return ["What this run shows: nothing about the method. `--quick` is a smoke test of the wiring "
                 "(2 training steps, 6 problems x 2 samples); run `tandem demo` for the figures."]
@@ -40,6 +42,9 @@ def headline(out: Path, results: dict, quick: bool) -> list[str]:
         return []
     lines = ["What this run shows (Tandem RLVR against vanilla GRPO, this run's numbers; a difference counts "
              f"when it exceeds {Z:g} standard errors):"]
+    if (best_steps or {}).get("tandem") == 0:
+        lines.append("Tandem RLVR's validation-best checkpoint is its step 0, the base model itself: every Tandem "
+                     "figure below is the base's, so this run shows nothing of what Tandem training does.")
     hand = {m: results[m].get("handoff", {}).get("pass@1") for m in ("grpo", "tandem", "base")}
     if hand["grpo"] and hand["tandem"]:
         lines.append(_line("1. handoff robustness", "handoff pass@1 with the junior", hand, True))
@@ -88,4 +93,9 @@ def _drift(path: Path) -> str | None:
              "back toward the junior" if rec.get("defined") and rec.get("share_moved_back") is not None else "")
     v = "shows" if kl["tandem"] < kl["grpo"] else "does not show"
     return (f"3. less drift from the junior: {v} (KL of the solo token distribution to the junior's: Tandem "
-            f"{kl['tandem']:.3f} vs GRPO {kl['grpo']:.3f}{moved}).")
+            f"{_kl(kl['tandem'])} vs GRPO {_kl(kl['grpo'])}{moved}).")
+
+
+def _kl(x: float) -> str:
+    """Three decimals, or three significant digits below 0.001 (a KL of 2e-5 is not "0.000")."""
+    return f"{x:.3f}" if x == 0 or abs(x) >= 1e-3 else f"{x:.3g}"
