@@ -46,6 +46,8 @@ ADDED_COMMANDS = [
      "--split", "test", "--n", "8", "--out", "ev/handoff-pool"],
     ["train", "--preset", "tiny", "--method", "tandem", "--junior", "tiny:0.5,tiny-junior:0.5", "--best-by-junior",
      "tiny-junior", "--output-dir", "runs/tiny-pool"],  # a junior pool (issue 36)
+    ["eval", "handoff", "--server", "http://127.0.0.1:8002", "--junior", "tiny,tiny-junior", "--protocol", "stream",
+     "--schedule", "word", "--benchmarks", "tiny", "--split", "test", "--n", "8", "--out", "ev/served-pool"],  # served pool
 ]
 
 
@@ -156,7 +158,8 @@ def test_a_readme_command_added_since_builds_the_settings_its_flags_say(argv, mo
     _assert_flags_say(argv, got)
     if argv[0] == "eval":
         flag = dict(zip(argv, argv[1:]))
-        assert (got["senior"], got["benchmarks"], got["n"]) == (flag["--senior"], ["tiny"], 8)
+        assert (got["server"]["url"] if "--server" in flag else got["senior"], got["benchmarks"], got["n"]) == \
+            (flag.get("--server", flag.get("--senior")), ["tiny"], 8)
         assert got["junior"] == flag.get("--junior")  # a pool as written (its spec; parsed where it is sampled)
 
 

@@ -350,23 +350,24 @@ def _hog(cpu: int, stop) -> None:
                     reason="needs /proc and CPU affinity")
 def test_a_worker_waiting_for_a_core_is_not_cut_by_the_wall_clock_bound(monkeypatch):
     """The wall-clock bound leaves out the time the worker waits on the run queue: pinned at nice 19 to one
-    core that two busy processes hold, the worker takes seconds of wall-clock for a verdict of milliseconds
-    of CPU, past a wall-clock bound of 0.5 s, and still gives it (a plain wall-clock bound scored it 0)."""
+    core that a busy process holds, the worker takes seconds of wall-clock for a verdict of a tenth of a second of CPU, past a
+    wall-clock bound of 0.5 s, and still gives it (a plain wall-clock bound scored it 0)."""
     assert verifier.equivalent("1/2", "0.5")  # a ready worker
     pid = verifier._WORKER.proc.pid
     cpu = min(os.sched_getaffinity(0))
     os.sched_setaffinity(pid, {cpu})
-    os.setpriority(os.PRIO_PROCESS, pid, 19)
-    monkeypatch.setattr(verifier, "WALL_FACTOR", 1.0)  # the not-runnable wall-clock bound = timeout = 0.5 s
+    os.setpriority(os.PRIO_PROCESS, pid, 19)  # a 1.5% share of a core a busy process holds
+    monkeypatch.setattr(verifier, "WALL_FACTOR", 0.25)  # the not-runnable wall-clock bound: 0.25 x 2 s = 0.5 s
     ctx = multiprocessing.get_context("fork")
     stop = ctx.Event()
-    hogs = [ctx.Process(target=_hog, args=(cpu, stop), daemon=True) for _ in range(2)]
+    hogs = [ctx.Process(target=_hog, args=(cpu, stop), daemon=True)]
     for h in hogs:
         h.start()
     try:
         time.sleep(0.2)
         start = time.monotonic()
-        assert verifier.equivalent("2/4", "0.5", timeout=0.5) is True
+        # about 0.08 s of sympy on an idle core (a verdict of a few ms fits in one scheduler slice: shows nothing)
+        assert verifier.equivalent(r"\sin^2 x+\cos^2 x", "1", timeout=2.0) is True
         elapsed = time.monotonic() - start
     finally:
         stop.set()
