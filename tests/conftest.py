@@ -112,7 +112,7 @@ def shared_server(tmp_path_factory, tok):
     """The session's one single-junior ``tandem serve`` (``serve_helpers.SharedServer``), started on first use."""
     from serve_helpers import SharedServer
 
-    server = SharedServer(save_training_inputs(tmp_path_factory.mktemp("shared_server"), tok, layers=2, hidden=128), tok)
+    server = SharedServer(save_training_inputs(tmp_path_factory.mktemp("shared_server"), tok, layers=2, hidden=128))
     yield server
     server.close()
 

@@ -101,8 +101,8 @@ class SharedServer:
     digest says so); a module that kills it (``kills_shared_server``: conftest runs those last) leaves
     the next ``fresh()`` to start another."""
 
-    def __init__(self, root, tok):
-        self.root, self.tok = root, tok
+    def __init__(self, root):
+        self.root = root
         self._stack = contextlib.ExitStack()
         self._url = None
         self._digest = None  # the checkpoint's digest, as the first start serves it
@@ -115,7 +115,7 @@ class SharedServer:
     def junior(self) -> str:
         return str(self.root / "junior")
 
-    def _start(self) -> str:
+    def _start(self) -> None:
         self._stack.close()
         self._stack = contextlib.ExitStack()
         tests = os.path.dirname(os.path.abspath(__file__))
@@ -125,7 +125,6 @@ class SharedServer:
         self.log = self.root / "server.log"
         self._url = self._stack.enter_context(running_server(args, self.log, env=env))
         assert "ready at" in self.log.read_text(), "tandem serve printed no URL"
-        return self._url
 
     def url(self) -> str:
         """The running server's URL (a new server if the last one is gone)."""
