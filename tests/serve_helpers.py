@@ -123,8 +123,16 @@ class SharedServer:
         args = [self.senior, "--junior", self.junior, "--dtype", "float32", "--kv-cache-gib", "0.25",
                 "--max-num-seqs", "16", "--weight-sync", "--worker-extension-cls", "serve_helpers.WeightDigest"]
         self.log = self.root / "server.log"
-        self._url = self._stack.enter_context(running_server(args, self.log, env=env))
+        self._url = None
+        url = self._stack.enter_context(running_server(args, self.log, env=env))
+        # tandem serve polls /health once a second before it prints its URL, so the test's own poll can
+        # see the server healthy a moment before that line is written (CI lost this race once)
+        for _ in range(READY_POLLS):
+            if "ready at" in self.log.read_text():
+                break
+            time.sleep(0.2)
         assert "ready at" in self.log.read_text(), "tandem serve printed no URL"
+        self._url = url
 
     def url(self) -> str:
         """The running server's URL (a new server if the last one is gone)."""
