@@ -10,7 +10,7 @@ Run: MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=0 MALLOC_ARENA_MAX=2 \
 (OVERRIDES_JSON: a `tandem train` config as `scripts/memory_check.py` builds it for the sharded loop;
 ZERO_OPTIMIZATION_JSON: keys merged into DeepSpeed's `zero_optimization`, e.g. {"stage3_max_reuse_distance": 0}.)
 """
-import json, os, sys, time
+import json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM
@@ -35,7 +35,6 @@ def main():
         get_peft_model(lm, peft_config(cfg))
         if cfg.models.gradient_checkpointing:
             lm.enable_input_require_grads()
-    import deepspeed
     from tandem_rlvr.rl import zero3
     orig = zero3.ds_settings
     def patched(*a, **k):
