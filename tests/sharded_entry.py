@@ -14,7 +14,9 @@ last weight sync's seconds and bytes, and its peak resident memory.
 With a vLLM engine (``engine_check``, run on every process as the run closes): the engine's
 senior after the run's last sync, and after a bf16 push of the same stream, each against what
 the engine holds once it is fed the reference (the senior gathered with plain
-``full_tensor()``, ZeRO-3: the fp32 masters, then cast, as one list). vllm: each process compares its own engine's
+``full_tensor()``, ZeRO-3: the fp32 masters, then cast, as one list; a LoRA senior's reference is
+worked out by hand in plain torch from the senior on disk and ``final/``'s saved adapter,
+W + (alpha / r) B A, ``hand_merged``). vllm: each process compares its own engine's
 parameters; vllm-server: the main process records the server's digests
 (``serve_helpers.server_digest``) and writes the reference as ``OUT/reference.safetensors`` for
 the test to feed the server.
@@ -59,7 +61,9 @@ def main(out: Path, argv: list[str]) -> None:
             def checked_close():
                 if seen.get("trained"):  # on every process alike (not closing after an error)
                     seen["engine"] = engine_check(run, out, seen["engine0"], cfg.models.sync_bucket_mb << 20)
-                close()
+                    senior = run.trainer.accelerator.unwrap_model(run.trainer.model)
+                    seen["base_unchanged"] = base_unchanged(senior, cfg)  # gathers: before vLLM's close ends
+                close()  # the process group DeepSpeed's partitions gather over (vLLM's external launcher)
 
             run.close = checked_close
         return run
@@ -85,7 +89,6 @@ def main(out: Path, argv: list[str]) -> None:
     copy = rm.copy if rm is not None else None
     copy_equal = None
     zero3 = hasattr(next(senior.parameters()), "ds_id")
-    lora = hasattr(senior, "get_base_model")  # a PEFT senior
     if copy is not None:
         mine = dict(copy.named_parameters())
         copy_equal = True
@@ -104,22 +107,31 @@ def main(out: Path, argv: list[str]) -> None:
             ((param, reduce),) = policies
             mixed = {"param": param, "reduce": reduce}
         master, partitions = str(next(senior.parameters()).dtype), None
-    base_unchanged = None
-    if lora:  # every weight but the adapters' is the senior on disk, bit for bit
-        with outside_zero3():  # under a live ZeRO-3 config transformers would load it as partitions
-            on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
-        base_unchanged = all(torch.equal(full, on_disk[name]) for name, full in whole_tensors(senior, zero3)
-                             if ".lora_" not in name)
+    unchanged = seen["base_unchanged"] if "base_unchanged" in seen else base_unchanged(senior, cfg)
     junior = run.prep.pair.junior
     with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
         on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu", next(junior.parameters()).dtype)
     junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
-    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": base_unchanged,
+    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": unchanged,
            "loaded_partitioned": seen["loaded_partitioned"],
            "adapter_dtypes": sorted({str(p.dtype) for n, p in senior.named_parameters() if ".lora_" in n}),
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync, "engine": seen.get("engine"),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
+
+
+def base_unchanged(senior, cfg):
+    """A LoRA senior: whether every weight but the adapters' is the senior on disk, bit for bit (collective
+    under sharding); None for any other senior."""
+    from tandem_rlvr.models import load_model
+    from tandem_rlvr.rl.zero3 import outside_zero3
+
+    if not hasattr(senior, "get_base_model"):
+        return None
+    with outside_zero3():  # under a live ZeRO-3 config transformers would load it as partitions
+        on_disk = dict(load_model(cfg.models.senior, "cpu", torch.float32).named_parameters())
+    zero3 = hasattr(next(senior.parameters()), "ds_id")
+    return all(torch.equal(full, on_disk[name]) for name, full in whole_tensors(senior, zero3) if ".lora_" not in name)
 
 
 def whole_tensors(model, zero3: bool):
@@ -164,6 +176,24 @@ def fp32_master(p) -> torch.Tensor:
         return p.data.float().clone()
 
 
+def hand_merged(senior: Path, saved: Path) -> dict:
+    """The merged senior by hand, in plain torch and fp32: each weight W of the senior on disk, plus
+    (alpha / r) B A where ``saved`` (a LoRA save: PEFT's ``adapter_model.safetensors`` and
+    ``adapter_config.json``) holds an adapter for it; every other tensor as on disk."""
+    from safetensors.torch import load_file
+
+    base = load_file(str(senior / "model.safetensors"))
+    adapter = load_file(str(saved / "adapter_model.safetensors"))
+    conf = json.loads((saved / "adapter_config.json").read_text())
+    scale = conf["lora_alpha"] / conf["r"]
+    out = {}
+    for name, w in base.items():
+        owner = name.removesuffix(".weight")
+        a = adapter.get(f"base_model.model.{owner}.lora_A.weight")  # (r, in)
+        out[name] = w.float() if a is None else w.float() + scale * (adapter[f"base_model.model.{owner}.lora_B.weight"] @ a)
+    return out
+
+
 def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -175,12 +205,19 @@ def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
 
     from tandem_rlvr.rl.sharding import clean_name, push
 
+    from tandem_rlvr.rl.lora import is_lora, stream_source
+
     trainer, eng, sync = run.trainer, run.rollout.engine, run.rollout.sync
     senior = trainer.accelerator.unwrap_model(trainer.model)
     sync(senior, trainer.state.global_step)  # nothing when the engine holds this update already
-    ref = {clean_name(n): (p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if hasattr(p, "ds_id")
-                           else p.detach()).clone()
-           for n, p in senior.named_parameters(remove_duplicate=False)}  # gathered in fp32 (collective)
+    if is_lora(senior):  # final/ is complete: the main process wrote it before its close
+        dist.barrier()
+        ref = hand_merged(Path(run.prep.cfg.models.senior), Path(run.prep.cfg.loop.output_dir) / "final")
+    else:
+        ref = {clean_name(n): (p.full_tensor() if isinstance(p, DTensor) else fp32_master(p) if hasattr(p, "ds_id")
+                               else p.detach()).clone()
+               for n, p in senior.named_parameters(remove_duplicate=False)}  # gathered in fp32 (collective)
+    model, named = stream_source(senior)  # a LoRA senior's merged stream, as the run's syncs send it
     main = dist.get_rank() == 0
     rec = {"weight_dtype": str(eng.weight_dtype)}
     if eng.name == "vllm":
@@ -188,7 +225,7 @@ def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
         rec["changed"] = not _same(engine0, synced)  # training reached the engine
         eng.load_weights([(n, t.to(eng.weight_dtype)) for n, t in ref.items()])
         rec["equal"] = _same(synced, eng.engine_params("senior"))
-        push(senior, eng.load_weights, torch.bfloat16, bucket_bytes)
+        push(model, eng.load_weights, torch.bfloat16, bucket_bytes, named=named)
         pushed = eng.engine_params("senior")
         eng.load_weights([(n, t.to(torch.bfloat16)) for n, t in ref.items()])
         rec["equal_bf16"] = _same(pushed, eng.engine_params("senior"))
@@ -202,7 +239,7 @@ def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
 
         save_file(ref, str(out / "reference.safetensors"))
         rec["digest"] = server_digest(url)
-    push(senior, eng.load_weights, torch.bfloat16, bucket_bytes, every_rank=False)
+    push(model, eng.load_weights, torch.bfloat16, bucket_bytes, every_rank=False, named=named)
     dist.barrier()
     if main:
         rec["digest_bf16"] = server_digest(url)

@@ -89,6 +89,21 @@ def assert_partitioned(ranks, hidden: int):
     assert all(r["fractions"]["lm_head.weight"] == 0.5 for r in ranks)
 
 
+def assert_lora_partitioned(ranks, hidden: int, adapters: int):
+    """ZeRO-3 partitioned a LoRA senior: ``adapters`` adapter tensors (A and B of each targeted layer), every
+    base matrix split in halves with its gathered storage released, and only tensors under DeepSpeed's
+    persistence threshold (10 x ``hidden`` elements: the adapters of these tiny models, the norms) whole on
+    both ranks; the senior was loaded straight into partitions (``zero.Init``)."""
+    assert len([n for n in ranks[0]["partitions"] if ".lora_" in n]) == adapters
+    for name, parts in ranks[0]["partitions"].items():
+        both = [r["partitions"][name] for r in ranks]
+        if parts["dims"] == 2 and ".lora_" not in name:
+            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
+        else:
+            assert parts["whole"] < 10 * hidden and [r["fractions"][name] for r in ranks] == [1.0, 1.0], name
+    assert all(r["loaded_partitioned"] for r in ranks)
+
+
 def assert_split(ranks, sharding: str, hidden: int):
     """Each process holds half of the senior: FSDP2's shards (``assert_sharded``), ZeRO-3's partitions."""
     if sharding == "zero3":

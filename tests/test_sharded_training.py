@@ -28,9 +28,9 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import save_training_inputs
-from sharded_helpers import (ENTRY, REWARD, assert_partitioned, assert_same_updates, assert_sharded, free_port,
-                             kill_resume_and_compare, max_diff, rank_records, run_ok, signal_all, start_nodes, stop_nodes,
-                             torchrun, train_flags, update_rows, wait_for)
+from sharded_helpers import (ENTRY, REWARD, assert_lora_partitioned, assert_partitioned, assert_same_updates,
+                             assert_sharded, free_port, kill_resume_and_compare, max_diff, rank_records, run_ok,
+                             signal_all, start_nodes, stop_nodes, torchrun, train_flags, update_rows, wait_for)
 
 pytestmark = pytest.mark.slow
 HIDDEN = 32  # conftest.save_training_inputs' default width
@@ -90,15 +90,7 @@ def test_two_process_zero3_lora_trains_like_one_process_and_only_the_adapters_ch
     base + (alpha / r) B A by hand, final/merged that sum from final/'s adapter; and the
     checkpoint is DeepSpeed's partitions."""
     run, ranks = _entry(world, tmp_path / "z3lora", ["--sharding", "zero3", *LORA])
-    lora = [n for n in ranks[0]["partitions"] if ".lora_" in n]
-    assert len(lora) == 2 * 2 * 7  # A and B of the seven linear layers of both decoder layers
-    for name, parts in ranks[0]["partitions"].items():
-        both = [r["partitions"][name] for r in ranks]
-        if parts["dims"] == 2 and ".lora_" not in name:  # a base matrix: halves, its gathered storage released
-            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
-        else:
-            assert parts["whole"] < 10 * HIDDEN and [r["fractions"][name] for r in ranks] == [1.0, 1.0], name
-    assert all(r["loaded_partitioned"] for r in ranks)
+    assert_lora_partitioned(ranks, HIDDEN, 2 * 2 * 7)  # A and B of the seven linear layers of both decoder layers
     _lora_like_one_process(world, lora_one, run, ranks)
     assert sorted(p.name for p in (run / "checkpoint-2" / "global_step2").glob("zero_pp_rank_*_optim_states.pt")) == \
         ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]

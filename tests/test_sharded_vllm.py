@@ -44,8 +44,9 @@ import torch
 from safetensors.torch import load_file
 
 from serve_helpers import server_digest
-from sharded_helpers import (ENTRY, REWARD, assert_same_updates, assert_split, free_port, kill_resume_and_compare,
-                             rank_records, run_ok, start_nodes, stop_nodes, torchrun, train_flags, update_rows, wait_for)
+from sharded_helpers import (ENTRY, REWARD, assert_lora_partitioned, assert_same_updates, assert_split, free_port,
+                             kill_resume_and_compare, max_diff, rank_records, run_ok, start_nodes, stop_nodes, torchrun,
+                             train_flags, update_rows, wait_for)
 
 pytestmark = pytest.mark.vllm
 
@@ -160,6 +161,38 @@ def test_two_nodes_sharded_on_a_server_train_like_one_process_and_the_server_hol
         assert server_digest(server) == e["digest_bf16"]
     finally:
         eng.close()
+
+
+LORA = ("--lora-r", "4", "--lora-alpha", "8")  # scaling alpha / r = 2
+
+
+def test_two_process_zero3_lora_on_vllm_trains_like_one_process_and_each_engine_holds_the_merged_senior(world, tmp_path):
+    """PEFT adapters on a ZeRO-3-partitioned senior, rollouts on each process's colocated vLLM engine: the
+    one-process LoRA run's updates at steps 1 and 2 and its final adapter; every base tensor the senior on
+    disk bit for bit (only the adapters train); and each engine, after the run's last sync, holds exactly
+    what it holds once fed W + (alpha / r) B A worked out by hand in plain torch from the senior on disk and
+    final/'s saved adapter, cast to the engine's dtype (and, after a bf16 push of the merged stream, that
+    sum cast to bf16): the merged senior reached vLLM through the ZeRO-3 stream, layer by layer."""
+    one, two, out = tmp_path / "one", tmp_path / "two", tmp_path / "ranks"
+    out.mkdir()
+    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, one, 2, *LORA, *VLLM)])
+    run_ok(torchrun(ENTRY, str(out), *train_flags(world, two, 2, "--sharding", "zero3", *LORA, *VLLM)))
+    records = rank_records(out)
+    assert_lora_partitioned(records, HIDDEN, 2 * 2 * 7)  # A and B of the seven linear layers of both decoder layers
+    assert [r["summary"]["processes"] for r in records] == [2, 2]
+    assert_same_updates(update_rows(one), update_rows(two), (1, 2))
+    adapter = load_file(two / "final" / "adapter_model.safetensors")
+    assert max_diff(load_file(one / "final" / "adapter_model.safetensors"), adapter) < 1e-4
+    assert all(r["base_unchanged"] for r in records)
+    base = load_file(world / "senior" / "model.safetensors")
+    b_of = [f"base_model.model.{n.removesuffix('.weight')}.lora_B.weight" for n in base]
+    assert sum(k in adapter and bool(adapter[k].any()) for k in b_of) == 2 * 7  # B starts at zero: every merged
+    # weight differs from its base, so the engine's equality with the hand-merged sum is not the base's
+    for r in records:  # each process's own engine
+        e = r["engine"]
+        assert e["weight_dtype"] == "torch.float32" and e["changed"], e
+        assert e["equal"] and e["equal_bf16"] and e["bf16_rounded"], e
+        assert r["last_sync"]["buckets"] >= 1 and r["last_sync"]["bytes"] > 0
 
 
 # Kill and resume: each engine once and each sharding once (pairwise, not the full product: issue 32's CI
