@@ -139,6 +139,44 @@ def test_word_atomic_is_a_one_line_error(tok, engine):
         engine.decoder("word-atomic", SamplingParams(0.0))
 
 
+def _on_disk_as_vllm_holds_it(directory: str, name: str):
+    """The checkpoint's tensor for vLLM's parameter ``name``, by hand: q, k, v stacked into qkv_proj,
+    gate and up into gate_up_proj (vLLM's fused layers); other names as saved."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    disk = load_file(str(Path(directory) / "model.safetensors"))
+    if ".qkv_proj." in name:
+        return torch.cat([disk[name.replace("qkv_proj", f"{x}_proj")] for x in "qkv"])
+    if ".gate_up_proj." in name:
+        return torch.cat([disk[name.replace("gate_up_proj", x)] for x in ("gate_proj", "up_proj")])
+    return disk[name]
+
+
+def test_engine_params_are_the_checkpoints_weights_even_where_vllm_packed_them_away(engine, pair_dirs):
+    """vLLM on CPU hands float32 linear weights to oneDNN and leaves empty tensors behind; a check that
+    read ``named_parameters()`` would compare empty tensors. ``half_params`` must give, for both halves,
+    exactly the saved weights (fused by hand as vLLM fuses them; the vocabulary rows vLLM pads are cut)."""
+    from vllm import _custom_ops
+
+    from tandem_rlvr.engines.vllm_rollouts import half_params
+
+    raw = engine.llm.apply_model(lambda m: {k: v.numel() for k, v in m.senior.named_parameters()})[0]
+    packed = sorted(k for k, n in raw.items() if n == 0)
+    if _custom_ops._supports_onednn:  # this project's machines: the read-back path is what is under test
+        assert any("qkv_proj" in k for k in packed), packed
+    for half, directory in (("senior", pair_dirs[0]), ("junior", pair_dirs[1])):
+        got = half_params(engine.llm, half)
+        assert got and all(v.numel() > 0 for v in got.values())
+        for name, value in got.items():
+            want = _on_disk_as_vllm_holds_it(directory, name)
+            value = value[: want.shape[0]] if name.endswith(("embed_tokens.weight", "lm_head.weight")) else value
+            assert torch.equal(value, want.to(value.dtype)), f"{half} {name}"
+    with pytest.raises(Exception, match="unknown half"):
+        half_params(engine.llm, "teacher")
+
+
 # --------------------------------------------------------------------------- the battery on vLLM runs
 def _bench_file(tmp_path):
     path = tmp_path / "mini.jsonl"

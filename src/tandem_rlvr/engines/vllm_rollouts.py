@@ -97,21 +97,42 @@ class VLLMRollouts:
 
     def engine_params(self, half: str) -> dict[str, torch.Tensor]:
         """Copies of the engine's parameters of one half (``senior`` / ``junior``, a pool's others
-        ``junior_1``, ...; tests)."""
-        if half != "senior" and not (half == "junior" or half.startswith("junior_") and half[7:].isdigit()):
-            raise TandemError(f"unknown half {half!r}")
-
-        def grab(model):
-            sub = getattr(model, half, None) if self.tandem else (model if half == "senior" else None)
-            return {} if sub is None else {k: v.detach().clone() for k, v in sub.named_parameters()}
-
+        ``junior_1``, ...; tests), as the engine computes with them (``half_params``)."""
         self.open()
-        return self.engine.llm.apply_model(grab)[0]
+        return half_params(self.engine.llm, half, self.tandem)
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+
+
+def half_params(llm, half: str, tandem: bool = True) -> dict[str, torch.Tensor]:
+    """Copies of the parameters of one half of vLLM engine ``llm``'s model (``senior``, ``junior``,
+    ``junior_1``, ...; ``tandem`` False: a stock engine, whose whole model is the senior), as the
+    engine computes with them.
+
+    On CPU, vLLM may hand a linear layer's weight to a packed kernel (oneDNN, sgl) and leave an empty
+    tensor in its place (``dispatch_cpu_unquantized_gemm(remove_weight=True)``: float32 on this
+    project's machines). Such a weight is read back through the layer's own kernel: the layer applied
+    to the identity gives W^T exactly (each output is one weight times 1 plus zeros). Without that, a
+    check of the engine's weights would compare empty tensors and pass whatever the engine held."""
+    if half != "senior" and not (half == "junior" or half.startswith("junior_") and half[7:].isdigit()):
+        raise TandemError(f"unknown half {half!r}")
+
+    def grab(model):
+        sub = getattr(model, half, None) if tandem else (model if half == "senior" else None)
+        if sub is None:
+            return {}
+        out = {k: v.detach().clone() for k, v in sub.named_parameters()}
+        for name, mod in sub.named_modules():
+            w = getattr(mod, "weight", None)
+            if hasattr(mod, "cpu_linear") and isinstance(w, torch.Tensor) and w.numel() == 0:
+                eye = torch.eye(mod.input_size_per_partition, dtype=w.dtype, device=w.device)
+                out[f"{name}.weight" if name else "weight"] = mod.cpu_linear(eye, w, None).t().contiguous()
+        return out
+
+    return llm.apply_model(grab)[0]
 
 
 def open_vllm(setup: EngineSetup) -> VLLMRollouts:
