@@ -56,6 +56,23 @@ def test_zero3_follows_deepspeeds_18_bytes_per_weight(paper):
     assert state == 18 * P / 4  # 2 (bf16) + 4 (master) + 8 (moments) + 4 (gradients) bytes, over 4 ranks
 
 
+def test_zero3_gradient_partitions_are_resident_and_a_cpu_plan_gathers_the_whole_model(paper):
+    """DeepSpeed allocates the fp32 gradient partitions at initialize (4 B x P / 2, held through rollouts);
+    on GPUs it gathers two layers and the largest module in bf16 (2 x LAYER + 2 x the 151,936 x 2,560
+    embedding, 2 B each); on its cpu accelerator every parameter stays gathered from forward to
+    backward: P weights in the preset's compute dtype (bf16, 2 B: ZeRO-3 gathers its bf16 partitions)."""
+    from tandem_rlvr.rl.memory_plan import Layout, plan
+
+    gpu = plan(paper, gpu_gib=80, layout=Layout(2, "zero3"))
+    g = _items(gpu, "cuda:0")
+    assert g["fp32 gradient partitions"].phase == "resident" and g["fp32 gradient partitions"].nbytes == 4 * P / 2
+    assert g["gathered: current + prefetched layers and the largest module"].nbytes == (2 * LAYER + 2 * 388_956_160) * 2
+    cpu = plan(paper.with_keys(senior_device="cpu", junior_device="cpu"), layout=Layout(2, "zero3"))
+    c = _items(cpu, "cpu")
+    assert c["gathered: the whole model from forward to backward"].nbytes == P * 2
+    assert "gathered: current + prefetched layers and the largest module" not in c
+
+
 @pytest.mark.parametrize("sharding,offload,host_bytes,moved", [
     ("fsdp2", "all", 16, {"senior weight shards", "AdamW moment shards", "gradient shards"}),
     ("zero3", "optimizer", 16, {"fp32 master + AdamW moment partitions", "fp32 gradient partitions"}),

@@ -83,3 +83,64 @@ def test_decoder_runs_a_hybrid_qwen3_5_body_like_the_reference():
         tokens, flags, _ = reference_generate(senior, junior, "token", sampling, prompt, seed, [96], set(), p=0.5,
                                               K=4, surfaces=None)
         assert out.row_tokens(b) == tokens and out.row_mask(b) == [int(f) for f in flags]
+
+
+def _graph_saved_bytes(config, kinds, rows, tokens):
+    """Bytes the autograd graph of a body with layers ``kinds`` holds after a forward, found by
+    walking the graph from its output and reading each node's saved tensors (parameters left out;
+    each storage once). A slow reference for the plan's saved-tensor hook count: the model is built
+    here from the config's dict with its layer types written out."""
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    data = {**config.to_dict(), "layer_types": list(kinds), "num_hidden_layers": len(kinds), "vocab_size": 64,
+            "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+    data.pop("model_type", None)
+    cfg = config.__class__(**data)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).train()
+    assert list(model.config.layer_types) == list(kinds)  # built as asked
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    ids = torch.randint(0, 64, (rows, tokens))
+    attn = torch.ones(rows, tokens, dtype=torch.long)
+    attn[0, : tokens // 4] = 0
+    out = model.model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+    seen, todo, storages = set(), [out.grad_fn], {}
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            if name.startswith("_saved_"):
+                value = getattr(node, name)
+                for t in value if isinstance(value, (tuple, list)) else [value]:
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in params:
+                        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        todo += [f for f, _ in node.next_functions]
+    return sum(storages.values())
+
+
+def test_hybrid_activation_profile_counts_each_layer_type_in_a_layer_of_that_type():
+    """Per token, a full-attention and a linear-attention layer of the 2B junior save what the
+    autograd graph of a one- and two-layer body of that type holds (a graph walk over the saved
+    tensors). The walk cannot see what an in-place slice write (CopySlices) saves inside the
+    chunked gated delta rule, a few KiB per layer, hence the 0.5% tolerance."""
+    from tandem_rlvr.rl.memory_shapes import _hybrid_profile, model_config
+
+    config = model_config("Qwen/Qwen3.5-2B")
+    rows, tokens = 2, 64
+    per_type = {}
+    for kind in ("linear_attention", "full_attention"):
+        one = _graph_saved_bytes(config, [kind], rows, tokens)
+        two = _graph_saved_bytes(config, [kind] * 2, rows, tokens)
+        per_type[kind] = (two - one) / (rows * tokens)
+    assert per_type["full_attention"] != pytest.approx(per_type["linear_attention"], rel=0.01)
+    from collections import Counter
+
+    prof = _hybrid_profile(config, Counter(config.layer_types), torch.float32, torch.float32)
+    assert prof.max_layer == pytest.approx(max(per_type.values()), rel=0.005)
+    mean = (18 * per_type["linear_attention"] + 6 * per_type["full_attention"]) / 24  # 2B: 18 + 6 layers
+    assert prof.per_layer == pytest.approx(mean, rel=0.005)

@@ -206,10 +206,17 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
         p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
     p.add(off(("optimizer", "all")), "resident", f"fp32 master + AdamW moment partitions (12 B x {what} / {n})",
           12 * trained / n)
-    p.add(off(("optimizer", "all")), "update", f"fp32 gradient partitions (4 B / {n} per trained weight)",
-          4 * trained / n)
-    p.add(dev, "update", "gathered: current + prefetched layers and the largest module (embedding or output layer)",
-          2 * S.layer_params * bc + S.vocab * S.hidden * 2 * bc)
+    # DeepSpeed allocates the fp32 gradient partitions once, in deepspeed.initialize
+    # (DeepSpeedZeroOptimizer_Stage3._setup_for_real_optimizer), and keeps them: resident, not per update
+    p.add(off(("optimizer", "all")), "resident", f"fp32 gradient partitions (4 B / {n} per trained weight, "
+                                                 f"allocated at initialize)", 4 * trained / n)
+    if dev.startswith("cuda"):
+        p.add(dev, "update", "gathered: current + prefetched layers and the largest module (embedding or output layer)",
+              2 * S.layer_params * bc + S.vocab * S.hidden * 2 * bc)
+    else:  # traced on DeepSpeed's cpu accelerator: every parameter stays gathered from its forward until its
+        # backward re-partitions it (docs/results.md, "ZeRO-3 + LoRA on SmolLM2"), whatever the reuse distance
+        p.add(dev, "update", "gathered: the whole model from forward to backward (DeepSpeed's cpu accelerator)",
+              S.params * bc + (trained * bm if lay.lora_r else 0))
 
 
 def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layout | None = None) -> Plan:

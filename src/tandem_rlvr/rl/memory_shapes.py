@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
@@ -127,22 +128,41 @@ def saved_bytes(config, layers: int, master: torch.dtype, compute: torch.dtype, 
     # autocast's compute-dtype copies of the weights are saved too: the plan counts them as weights
     # (its "autocast copies"), so they are left out here; no activation has a weight's shape (rows = 2)
     shapes = {tuple(p.shape) for p in model.parameters()} | {tuple(p.shape[::-1]) for p in model.parameters()}
-    seen: dict[int, int] = {}
+    # The graph keeps what ``pack`` returns: a holder per saved tensor, watched by a weak reference.
+    # A branch of the graph that the forward drops (an intermediate nobody uses) frees its holders,
+    # and its storage may be handed to a later tensor at the same address; so only the holders still
+    # alive once the forward is done, with its output held, are counted, each storage once. (Keying
+    # every saved storage by its address alone counted by chance: 2 MiB either way between runs of the
+    # Qwen3.5 layers' reference gated delta rule.)
+    held: list = []
+
+    class _Saved:
+        __slots__ = ("t", "__weakref__")
+
+        def __init__(self, t):
+            self.t = t
 
     def pack(t):
-        st = t.untyped_storage()
         copy = compute != master and t.dtype == compute and tuple(t.shape) in shapes
-        if st.data_ptr() not in params and not copy:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
+        h = _Saved(t)
+        if t.untyped_storage().data_ptr() not in params and not copy:
+            held.append(weakref.ref(h))
+        return h
 
     ids = torch.randint(0, 64, (rows, tokens))
     attn = torch.ones(rows, tokens, dtype=torch.long)
     attn[0, : tokens // 4] = 0  # left padding, as batched prompts have
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda h: h.t):
         with torch.autocast("cpu", dtype=compute, enabled=compute != master):
-            model.model(input_ids=ids, attention_mask=attn, use_cache=False)
-    return sum(seen.values())
+            out = model.model(input_ids=ids, attention_mask=attn, use_cache=False)
+    live = {}
+    for ref in held:
+        h = ref()
+        if h is not None:
+            st = h.t.untyped_storage()
+            live[st.data_ptr()] = st.nbytes()
+    del out
+    return sum(live.values())
 
 
 @dataclass(frozen=True)
@@ -210,12 +230,15 @@ def _hybrid_profile(config, types: Counter, master: torch.dtype, compute: torch.
 
 
 def _variant(config, **changes):
-    """``config`` with some widths changed (per-layer lists such as ``layer_types`` follow the
-    depth unless given; a given ``layer_types`` sets the depth)."""
+    """``config`` with some widths changed. A given ``layer_types`` sets the depth; otherwise the
+    config's own layer types stay while they match the depth, and are rebuilt from the config's
+    defaults when the depth changes. (Dropping them on every depth change made a one-layer
+    full-attention variant of Qwen3.5 a linear-attention layer: its default puts full attention
+    at every fourth layer, so the hybrid profile counted the linear layer for both types.)"""
     data = {**config.to_dict(), **changes}
     if "layer_types" in changes:
         data["num_hidden_layers"] = len(changes["layer_types"])
-    else:
+    elif len(data.get("layer_types") or []) != data["num_hidden_layers"]:
         data.pop("layer_types", None)
     data.pop("max_window_layers", None)
     data.pop("model_type", None)
