@@ -86,3 +86,28 @@ def test_the_cli_refuses_cross_tokenizer_training_on_vllm_in_one_line(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tandem: error: junior tiny-xjunior has another tokenizer")
     assert "--engine hf only for now, not vllm" in err[0] and not out.exists()
+
+
+@pytest.mark.parametrize("flags,why", [
+    (["--engine", "vllm"], "--engine hf only for now, not vllm"),
+    (["--method", "klreg"], "KL-Reg scores the senior's ids under the junior"),
+])
+def test_a_dry_run_refuses_what_the_run_would_refuse_for_a_junior_of_another_tokenizer(tmp_path, capsys, flags, why):
+    """--dry-run printed a memory plan for a pair the run then refused; now it says the run's one line."""
+    from tandem_rlvr.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--junior", "tiny-xjunior", *flags, "--output-dir", str(out),
+                 "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tandem: error: junior tiny-xjunior has another tokenizer")
+    assert why in err[0] and "peak" not in captured.out and not out.exists()
+
+
+def test_a_dry_run_of_a_cross_tokenizer_pair_it_can_train_still_prints_its_plan(tmp_path, capsys):
+    from tandem_rlvr.cli import main
+
+    assert main(["train", "--preset", "tiny", "--junior", "tiny-xjunior", "--output-dir", str(tmp_path / "run"),
+                 "--dry-run"]) in (0, None)
+    assert "peak" in capsys.readouterr().out

@@ -68,6 +68,7 @@ def cmd_train(a):
         from ..rl.memory_layouts import dry_run_report, requested_layout
         from ..rl.memory_plan import disk_plan
 
+        tokenizer_refusals(cfg)
         print(json.dumps(cfg.to_dict(), indent=2))
         gib = a.plan_gpu_gib
         if gib is None and torch_cuda_gib() is not None:
@@ -80,6 +81,24 @@ def cmd_train(a):
     configure_cpu_threads()
     summary = train(cfg)
     print(json.dumps(summary, indent=2))
+
+
+def tokenizer_refusals(cfg) -> None:
+    """What ``tandem train`` refuses from the pair's tokenizers (a junior of another tokenizer on a vLLM
+    engine, under KL-Reg, with a schedule that cannot hand off between tokenizers: ``rl.xjunior``), said by
+    ``--dry-run`` too, where every model of the run is a built-in name or a directory here. A hub id is not
+    fetched for a plan (the plan reads the configs shipped in presets/models), so its run is checked when it
+    starts."""
+    from pathlib import Path
+
+    from ..models import NAMED_MODELS, load_pool_tokenizers, load_tokenizers
+    from ..rl.xjunior import other_tokenizers
+
+    m = cfg.models
+    if not m.junior or not all(n in NAMED_MODELS or Path(n).expanduser().is_dir() for n in (m.senior, *m.pool.names)):
+        return
+    tokenizers = load_tokenizers(m.senior, m.pool.names[0])
+    other_tokenizers(cfg, tokenizers[0], (tokenizers[1], *load_pool_tokenizers(m.pool.names[1:])))
 
 
 def register(sub) -> None:
