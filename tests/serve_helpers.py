@@ -23,10 +23,14 @@ class WeightDigest:
     def senior_digest(self) -> dict[str, str]:
         import hashlib
 
+        from tandem_rlvr.engines.vllm_rollouts import module_weights
+
         model = self.model_runner.get_model()
         half = getattr(model, "senior", model)
-        return {n: hashlib.sha256(p.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()
-                for n, p in half.named_parameters()}
+        # the weights as the engine computes with them: on CPU in float32 vLLM packs the linear layers'
+        # matrices into oneDNN and leaves empty tensors, whose digest would not change with the weights
+        return {n: hashlib.sha256(p.to("cpu").contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()
+                for n, p in module_weights(half).items()}
 
 
 def server_digest(url: str) -> dict[str, str]:

@@ -149,3 +149,67 @@ def test_push_stream_sends_one_update_in_rounds_that_each_declare_their_own_tens
     # buckets close once they reach 64 bytes: 20+60 | 10+80 | 2
     assert calls == ["start", ["w0", "w1"], ["w2", "w3"], ["w4"], "finish"]
     assert transfer.client is client and transfer.source.pairs == []
+
+
+def test_the_servers_digest_changes_with_a_decoder_matrix_and_only_with_it(shared_server):
+    """The digest the server tests compare reads each weight as the engine computes with it. vLLM on
+    CPU in float32 packs the decoder's linear matrices into oneDNN and leaves empty tensors: a digest
+    of those would not move when a pushed matrix does, and every "the server holds the senior" check
+    would pass whatever it held. Push the checkpoint with one MLP matrix doubled: exactly the fused
+    tensor that holds it changes."""
+    from safetensors.torch import load_file
+
+    from serve_helpers import server_digest
+    from tandem_rlvr.engines import EngineSetup, open_engine
+    from tandem_rlvr.engines.server_client import ServerSettings
+
+    url = shared_server.fresh()
+    before = server_digest(url)
+    weights = load_file(shared_server.root / "senior" / "model.safetensors")
+    weights["model.layers.0.mlp.down_proj.weight"] = weights["model.layers.0.mlp.down_proj.weight"] * 2
+    eng = open_engine("vllm-server", EngineSetup(shared_server.senior, server=ServerSettings(url)))
+    try:
+        eng.load_weights(list(weights.items()))
+    finally:
+        eng.close()
+    after = server_digest(url)
+    assert set(after) == set(before)
+    assert sorted(n for n in after if after[n] != before[n]) == ["model.layers.0.mlp.down_proj.weight"]
+    assert shared_server.fresh() and server_digest(url) == before  # the next test's server is the checkpoint's
+
+
+def test_a_lora_run_pushes_its_merged_senior_to_the_server(setup, shared_server, tmp_path, tok):
+    """LoRA with rollouts from the server: the merged stream (base names, W + (alpha / r) B A) is what
+    the trainer pushes, so after an update the server's senior gives the PEFT model's log-probs (base
+    plus adapter, as PEFT computes it), not the base's."""
+    pytest.importorskip("peft")
+    dirs, data, _ = setup
+    url = shared_server.fresh()  # the checkpoint's senior again, whatever ran before
+    cfg = load_train_config(None, None, dict(
+        method="grpo", senior=dirs["senior"], junior=dirs["junior"], dataset=str(data), dataset_split=None,
+        val_size=4, template="plain", lr=5e-2, group_size=4, prompts_per_step=2, prompts_per_minibatch=2,
+        max_prompt_tokens=64, max_new_tokens=12, temperature=1.0, max_steps=1, eval_every=0, save_every=1,
+        kl_every=0, output_dir=str(tmp_path / "run"), engine="vllm-server", server=url, dtype="float32",
+        lora_r=4, lora_alpha=8.0))
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", timeout=300, max_retries=2)
+    run = build_run(cfg, print_fn=lambda *_: None)
+    try:
+        trainer = run.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)  # the PeftModel
+        trainer.reward_funcs[0] = parity_reward
+        trainer.train()
+        assert trainer.state.global_step == 1
+        run.rollout.sync(model, 1)
+        served = _served(client, tok, "senior")
+        prompts, resps = [p for p, _, _ in served], [r for _, r, _ in served]
+        expect = teacher_forced(model.eval(), prompts, resps)
+        for (_, _, lp), e in zip(served, expect):
+            torch.testing.assert_close(lp, e, atol=1e-4, rtol=1e-4)
+        with model.disable_adapter():
+            base = teacher_forced(model, prompts, resps)
+        assert any(not torch.allclose(b, e, atol=1e-3) for b, e in zip(base, expect)), \
+            "the update did not move the merged senior off its base; the check is vacuous"
+    finally:
+        run.close()
+        client.close()
+    shared_server.fresh()

@@ -107,30 +107,32 @@ class VLLMRollouts:
             self.engine = None
 
 
-def half_params(llm, half: str, tandem: bool = True) -> dict[str, torch.Tensor]:
-    """Copies of the parameters of one half of vLLM engine ``llm``'s model (``senior``, ``junior``,
-    ``junior_1``, ...; ``tandem`` False: a stock engine, whose whole model is the senior), as the
-    engine computes with them.
+def module_weights(module) -> dict[str, torch.Tensor]:
+    """Copies of the parameters of a vLLM model (or one half of it) as the engine computes with them.
 
     On CPU, vLLM may hand a linear layer's weight to a packed kernel (oneDNN, sgl) and leave an empty
     tensor in its place (``dispatch_cpu_unquantized_gemm(remove_weight=True)``: float32 on this
     project's machines). Such a weight is read back through the layer's own kernel: the layer applied
     to the identity gives W^T exactly (each output is one weight times 1 plus zeros). Without that, a
     check of the engine's weights would compare empty tensors and pass whatever the engine held."""
+    out = {k: v.detach().clone() for k, v in module.named_parameters()}
+    for name, mod in module.named_modules():
+        w = getattr(mod, "weight", None)
+        if hasattr(mod, "cpu_linear") and isinstance(w, torch.Tensor) and w.numel() == 0:
+            eye = torch.eye(mod.input_size_per_partition, dtype=w.dtype, device=w.device)
+            out[f"{name}.weight" if name else "weight"] = mod.cpu_linear(eye, w, None).t().contiguous()
+    return out
+
+
+def half_params(llm, half: str, tandem: bool = True) -> dict[str, torch.Tensor]:
+    """``module_weights`` of one half of vLLM engine ``llm``'s model (``senior``, ``junior``,
+    ``junior_1``, ...; ``tandem`` False: a stock engine, whose whole model is the senior)."""
     if half != "senior" and not (half == "junior" or half.startswith("junior_") and half[7:].isdigit()):
         raise TandemError(f"unknown half {half!r}")
 
     def grab(model):
         sub = getattr(model, half, None) if tandem else (model if half == "senior" else None)
-        if sub is None:
-            return {}
-        out = {k: v.detach().clone() for k, v in sub.named_parameters()}
-        for name, mod in sub.named_modules():
-            w = getattr(mod, "weight", None)
-            if hasattr(mod, "cpu_linear") and isinstance(w, torch.Tensor) and w.numel() == 0:
-                eye = torch.eye(mod.input_size_per_partition, dtype=w.dtype, device=w.device)
-                out[f"{name}.weight" if name else "weight"] = mod.cpu_linear(eye, w, None).t().contiguous()
-        return out
+        return {} if sub is None else module_weights(sub)
 
     return llm.apply_model(grab)[0]
 
