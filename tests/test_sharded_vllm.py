@@ -195,6 +195,41 @@ def test_two_process_zero3_lora_on_vllm_trains_like_one_process_and_each_engine_
         assert r["last_sync"]["buckets"] >= 1 and r["last_sync"]["bytes"] > 0
 
 
+
+def test_two_nodes_zero3_lora_on_a_server_push_the_merged_senior(world, server, tmp_path):
+    """ZeRO-3 + LoRA with rollouts from the server, the trainer as two one-process nodes: each node gathers
+    every layer's W, A and B, the main one pushes W + (alpha / r) B A, so after the run the server holds
+    exactly what it holds once fed the merged senior worked out by hand from the senior on disk and
+    final/'s adapter (tests/sharded_entry.py), in float32 and after a bf16 push. That ZeRO-3 + LoRA trains
+    like one process is the vllm test above's; what this adds is the merged stream's way to a server."""
+    from tandem_rlvr.engines import EngineSetup, open_engine
+    from tandem_rlvr.engines.server_client import ServerSettings
+
+    d0 = server_digest(server)
+    two, out = tmp_path / "two", tmp_path / "ranks"
+    out.mkdir()
+    nodes = start_nodes(free_port(), tmp_path, ENTRY, str(out),
+                        *train_flags(world, two, 2, "--sharding", "zero3", *LORA, "--dist-timeout-s", "300",
+                                     "--engine", "vllm-server", "--server", server))
+    for r, node in enumerate(nodes):
+        assert node.wait(timeout=1800) == 0, (tmp_path / f"node{r}.err").read_text()[-3000:]
+    records = rank_records(out)
+    assert_lora_partitioned(records, HIDDEN, 2 * 2 * 7)
+    assert all(r["base_unchanged"] for r in records)
+    e = records[0]["engine"]
+    assert e["weight_dtype"] == "torch.float32" and e["digest"] != d0 and e["digest_bf16"] != e["digest"]
+    ref = load_file(out / "reference.safetensors")  # hand-merged from the senior on disk and final/'s adapter
+    changed = [n for n in ref if not torch.equal(ref[n], load_file(world / "senior" / "model.safetensors")[n].float())]
+    assert len(changed) == 2 * 7  # every adapted matrix moved off its base: the equality below is not the base's
+    eng = open_engine("vllm-server", EngineSetup(str(world / "senior"), server=ServerSettings(server)))
+    try:
+        eng.load_weights(list(ref.items()))
+        assert server_digest(server) == e["digest"]
+        eng.load_weights([(n, t.to(torch.bfloat16)) for n, t in ref.items()])
+        assert server_digest(server) == e["digest_bf16"]
+    finally:
+        eng.close()
+
 # Kill and resume: each engine once and each sharding once (pairwise, not the full product: issue 32's CI
 # time). Both shardings are killed and resumed on hf too (tests/test_sharded_training.py), and the restore
 # path a resumed run takes does not depend on the engine; what does (the engine fed the restored senior
