@@ -91,14 +91,12 @@ def tokenizer_refusals(cfg) -> None:
     starts."""
     from pathlib import Path
 
-    from ..models import NAMED_MODELS, load_pool_tokenizers, load_tokenizers
-    from ..rl.xjunior import other_tokenizers
+    from ..models import NAMED_MODELS
+    from ..rl.xjunior import checked_tokenizers
 
     m = cfg.models
-    if not m.junior or not all(n in NAMED_MODELS or Path(n).expanduser().is_dir() for n in (m.senior, *m.pool.names)):
-        return
-    tokenizers = load_tokenizers(m.senior, m.pool.names[0])
-    other_tokenizers(cfg, tokenizers[0], (tokenizers[1], *load_pool_tokenizers(m.pool.names[1:])))
+    if m.junior and all(n in NAMED_MODELS or Path(n).expanduser().is_dir() for n in (m.senior, *m.pool.names)):
+        checked_tokenizers(cfg)
 
 
 def register(sub) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from ..config import PAPER_TEST_SETS, TrainConfig
 from ..data.benchmarks import Problem
 from ..errors import TandemError
-from ..models import Pair, load_pair, load_pool_juniors, load_pool_tokenizers, load_tokenizers
+from ..models import Pair, load_pair, load_pool_juniors
 from ..prompting import encode_prompt, resolve_template
 
 log = logging.getLogger("tandem_rlvr")
@@ -113,13 +113,12 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
 def prepare(cfg: TrainConfig) -> Prepared:
     """The run's problems and loaded pair (the senior trainable, in the master dtype), overlong prompts dropped.
     Under ZeRO-3 call it once the run's GRPOConfig exists: the senior then loads as partitions."""
-    from .xjunior import attach_junior_prompts, other_tokenizers
+    from .xjunior import attach_junior_prompts, checked_tokenizers
 
     m = cfg.models
-    tokenizers = load_tokenizers(m.senior, m.pool.names[0])  # once: read by the checks below and by load_pair
-    junior_tokenizers = (tokenizers[1], *load_pool_tokenizers(m.pool.names[1:]))  # a pool's: each once too
-    # refuses what a junior of another tokenizer cannot train, before the data
-    other = other_tokenizers(cfg, tokenizers[0], junior_tokenizers)
+    # each tokenizer once, read by load_pair and load_pool_juniors; refuses what a junior of another
+    # tokenizer cannot train, before the data
+    tokenizers, junior_tokenizers, other = checked_tokenizers(cfg)
     train, val = split_problems(cfg)
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
     whole = nullcontext

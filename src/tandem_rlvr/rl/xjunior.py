@@ -18,6 +18,18 @@ from ..errors import TandemError
 log = logging.getLogger("tandem_rlvr")
 
 
+def checked_tokenizers(cfg) -> tuple[tuple, tuple, tuple[bool, ...]]:
+    """(the pair's tokenizers as ``load_tokenizers`` gives them, each junior's in pool order, whether each
+    junior has another tokenizer than the senior): every tokenizer loaded once, then ``other_tokenizers``'
+    refusals. ``rl.prepare`` reads them on; ``tandem train --dry-run`` only checks."""
+    from ..models import load_pool_tokenizers, load_tokenizers
+
+    m = cfg.models
+    tokenizers = load_tokenizers(m.senior, m.pool.names[0])
+    juniors = (tokenizers[1], *load_pool_tokenizers(m.pool.names[1:]))
+    return tokenizers, juniors, other_tokenizers(cfg, tokenizers[0], juniors)
+
+
 def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[bool, ...]:
     """Whether each junior of the run's pool (``junior_tokenizers``: each junior's tokenizer in pool order,
     loaded once by ``rl.prepare``, which ``load_pair`` and ``load_pool_juniors`` then read) has a tokenizer
