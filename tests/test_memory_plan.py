@@ -143,6 +143,33 @@ def test_lora_on_named_targets_counts_only_those_layers(paper):
     assert _items(plan(cfg, gpu_gib=80), "cuda:0")["gradients"].nbytes == 8 * 36 * 10_240 * 4
 
 
+@pytest.mark.parametrize("targets", [("all-linear",), ("q_proj", "v_proj")])
+def test_lora_activation_profile_counts_what_autograd_saves_with_the_base_frozen(targets):
+    """Under LoRA the plan's activations are those of the layer as it trains: PEFT's adapters on a frozen
+    base (a frozen norm or matrix saves nothing for its own gradient). At a width the profile never saw,
+    its per-layer and outside-the-layers bytes equal a walk of the autograd graph of a PEFT model (one and
+    two layers), and they differ from full fine-tuning's, which the plan counted for LoRA before."""
+    import torch
+    from graph_saved import graph_saved_bytes
+    from transformers import Qwen3Config
+
+    from tandem_rlvr.rl.memory_shapes import LoraSpec, activation_profile
+
+    cfg = Qwen3Config(vocab_size=64, hidden_size=112, intermediate_size=272, num_hidden_layers=2, num_attention_heads=6,
+                      num_key_value_heads=2, head_dim=32)
+    rows, tokens = 2, 32
+    peft = dict(r=4, lora_alpha=8, lora_dropout=0.0, bias="none",
+                target_modules="all-linear" if targets == ("all-linear",) else list(targets))
+    one, two = (graph_saved_bytes(cfg, [None] * n, rows, tokens, init=True, lora=peft) for n in (1, 2))
+    full_one, full_two = (graph_saved_bytes(cfg, [None] * n, rows, tokens, init=True) for n in (1, 2))
+    per_layer, model_level = (two - one) / (rows * tokens), (2 * one - two) / (rows * tokens)
+    prof = activation_profile(cfg, torch.float32, torch.float32, LoraSpec(4, targets))
+    assert prof.per_layer == pytest.approx(per_layer, rel=0.02)
+    assert prof.max_layer == prof.per_layer
+    assert prof.model_level == pytest.approx(model_level, abs=0.02 * per_layer)
+    assert per_layer < 0.9 * (full_two - full_one) / (rows * tokens)  # what the old plan counted is 10%+ off
+
+
 @pytest.mark.parametrize("bad", [dict(processes=0), dict(processes=-2), dict(sharding="fsdp"),
                                  dict(offload="all"), dict(sharding="fsdp2", offload="optimizer"), dict(lora_r=-1)])
 def test_bad_layouts_are_refused(bad):

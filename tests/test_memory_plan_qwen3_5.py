@@ -86,41 +86,9 @@ def test_decoder_runs_a_hybrid_qwen3_5_body_like_the_reference():
 
 
 def _graph_saved_bytes(config, kinds, rows, tokens):
-    """Bytes the autograd graph of a body with layers ``kinds`` holds after a forward, found by
-    walking the graph from its output and reading each node's saved tensors (parameters left out;
-    each storage once). A slow reference for the plan's saved-tensor hook count: the model is built
-    here from the config's dict with its layer types written out."""
-    from transformers import AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
+    from graph_saved import graph_saved_bytes
 
-    data = {**config.to_dict(), "layer_types": list(kinds), "num_hidden_layers": len(kinds), "vocab_size": 64,
-            "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
-    data.pop("model_type", None)
-    cfg = config.__class__(**data)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with no_init_weights():
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).train()
-    assert list(model.config.layer_types) == list(kinds)  # built as asked
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    ids = torch.randint(0, 64, (rows, tokens))
-    attn = torch.ones(rows, tokens, dtype=torch.long)
-    attn[0, : tokens // 4] = 0
-    out = model.model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-    seen, todo, storages = set(), [out.grad_fn], {}
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        for name in dir(node):
-            if name.startswith("_saved_"):
-                value = getattr(node, name)
-                for t in value if isinstance(value, (tuple, list)) else [value]:
-                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in params:
-                        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        todo += [f for f, _ in node.next_functions]
-    return sum(storages.values())
+    return graph_saved_bytes(config, kinds, rows, tokens)
 
 
 def test_hybrid_activation_profile_counts_each_layer_type_in_a_layer_of_that_type():

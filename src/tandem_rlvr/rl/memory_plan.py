@@ -18,6 +18,10 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
   those bytes are linear in the widths (hidden, q, kv, intermediate, heads), a least-squares
   fit over a few widths gives the bytes at the real widths. With gradient checkpointing each
   layer keeps only its input (hidden x residual dtype) and one layer is recomputed at a time.
+  Under LoRA the layer is counted as it trains (PEFT's adapters on the frozen base): a frozen
+  matrix or norm saves nothing for its own gradient, the adapters save their inputs and the
+  rank-wide middle (fp32, every linear layer adapted: SmolLM2-135M 9% less per layer than full
+  fine-tuning, the tiny world's Qwen3 15%).
   The backward pass's working set (the gradients of one layer's tensors while it runs) is
   taken as one layer's activations with checkpointing and two without: a rule read off the
   CPU measurements of ``scripts/memory_check.py`` (docs/results.md), not derived.
@@ -52,7 +56,7 @@ import torch
 
 from ..errors import TandemError
 from .lora import adapter_weights_per_rank
-from .memory_shapes import Shape, activation_profile, model_config
+from .memory_shapes import LoraSpec, Shape, activation_profile, model_config
 from .memory_shapes import dtype_bytes as _bytes
 
 GiB = 1 << 30
@@ -251,7 +255,8 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     grad_dtype = compute if lay.sharding == "fsdp2" and mixed else master  # FSDP2 computes gradients in param_dtype
     if mixed and lay.sharding == "ddp" and not lora_base:  # FSDP2's policy and ZeRO-3 gather bf16: no autocast copies
         p.add(d0, "update", f"autocast copies of the matrices ({bc} B per weight)", S.matrix_params * bc)
-    prof = activation_profile(s_cfg, compute if lora_base else master, compute)
+    lora = LoraSpec(lay.lora_r, tuple(cfg.models.lora_targets), cfg.models.lora_dropout) if lay.lora_r else None
+    prof = activation_profile(s_cfg, compute if lora_base else master, compute, lora)
     tokens = micro * seq
     # The backward pass holds the update's shared items throughout, and at any moment either the
     # head's backward (first) or one layer's (then, layer by layer): two sub-phases, not a sum.

@@ -10,6 +10,8 @@
   architecture's own layer at small widths and extended linearly (see its docstring). A hybrid
   body (Qwen3.5: three gated-delta-net linear-attention layers to one full-attention layer) is
   counted per layer type at its real widths and weighted by how many layers of each type it has.
+  Under LoRA (``LoraSpec``) the layer is counted as it trains: PEFT's adapters injected, the base
+  frozen, so a frozen matrix saves nothing for its own gradient and the adapters save their inputs.
 """
 
 from __future__ import annotations
@@ -108,10 +110,33 @@ class Shape:
         return self.attention_layers * 2 * self.kv_heads * self.head_dim * dtype_bytes(dtype)
 
 
+@dataclass(frozen=True)
+class LoraSpec:
+    """The adapters a LoRA run trains (``rl/lora.py``): what changes the activations autograd saves."""
+
+    r: int
+    targets: tuple[str, ...]
+    dropout: float = 0.0
+
+    def inject(self, model):
+        """PEFT's adapters in ``model`` (in place), its base frozen, as ``rl.lora.peft_config`` makes them."""
+        try:
+            from peft import LoraConfig, inject_adapter_in_model
+        except ImportError as e:
+            raise TandemError("planning a LoRA run counts PEFT's adapters: pip install 'tandem-rlvr[lora]'") from e
+        from .lora import ALL_LINEAR
+
+        targets = ALL_LINEAR if self.targets == (ALL_LINEAR,) else list(self.targets)
+        model.requires_grad_(False)
+        return inject_adapter_in_model(LoraConfig(r=self.r, lora_alpha=2 * self.r, lora_dropout=self.dropout,
+                                                  target_modules=targets, bias="none"), model)
+
+
 def saved_bytes(config, layers: int, master: torch.dtype, compute: torch.dtype, rows: int, tokens: int,
-                init: bool = True) -> int:
+                init: bool = True, lora: LoraSpec | None = None) -> int:
     """Bytes autograd saves in one forward of ``rows`` x ``tokens`` through the model's body
-    (parameters themselves excluded: they are counted as weights)."""
+    (parameters themselves excluded: they are counted as weights); with ``lora``, through the body
+    with those adapters on a frozen base."""
     from transformers import AutoModelForCausalLM
 
     cfg = _variant(config, num_hidden_layers=layers, vocab_size=64, attn_implementation="sdpa", bos_token_id=None,
@@ -124,6 +149,8 @@ def saved_bytes(config, layers: int, master: torch.dtype, compute: torch.dtype, 
     else:
         with no_init_weights():
             model = AutoModelForCausalLM.from_config(cfg, dtype=master).train()
+    if lora is not None:
+        model = lora.inject(model).train()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     # autocast's compute-dtype copies of the weights are saved too: the plan counts them as weights
     # (its "autocast copies"), so they are left out here; no activation has a weight's shape (rows = 2)
@@ -172,15 +199,16 @@ class ActivationProfile:
     max_layer: float = 0.0  # bytes per token of the heaviest layer type (one layer's backward works on it)
 
 
-def activation_profile(config, master: torch.dtype, compute: torch.dtype) -> ActivationProfile:
-    """``_profile`` once per architecture and precision (layout searches plan many times)."""
-    key = (type(config).__name__, config.to_json_string(), master, compute)
+def activation_profile(config, master: torch.dtype, compute: torch.dtype,
+                       lora: LoraSpec | None = None) -> ActivationProfile:
+    """``_profile`` once per architecture, precision and LoRA setting (layout searches plan many times)."""
+    key = (type(config).__name__, config.to_json_string(), master, compute, lora)
     if key not in _PROFILES:
-        _PROFILES[key] = _profile(config, master, compute)
+        _PROFILES[key] = _profile(config, master, compute, lora)
     return _PROFILES[key]
 
 
-def _profile(config, master: torch.dtype, compute: torch.dtype) -> ActivationProfile:
+def _profile(config, master: torch.dtype, compute: torch.dtype, lora: LoraSpec | None = None) -> ActivationProfile:
     """Saved activation bytes per token at ``config``'s widths (see module docstring): counted at
     nine small widths of the same architecture and extended linearly to the real ones. Exact at
     held-out widths in tests; one key/value head (multi-query attention) saves about 8% less than
@@ -192,14 +220,14 @@ def _profile(config, master: torch.dtype, compute: torch.dtype) -> ActivationPro
               (64, 4, 2, 32, 160), (64, 8, 4, 32, 224), (128, 8, 4, 16, 224), (96, 6, 2, 24, 192)]
     types = Counter(_layer_types(config))
     if len(types) > 1 or "linear_attention" in types:
-        return _hybrid_profile(config, types, master, compute)
+        return _hybrid_profile(config, types, master, compute, lora)
     rows, tokens = 2, 32
     X, y_layer, y_model = [], [], []
     for h, nh, nkv, hd, i in widths:
         cfg = _variant(config, hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd,
                        intermediate_size=i)
-        one = saved_bytes(cfg, 1, master, compute, rows, tokens)
-        two = saved_bytes(cfg, 2, master, compute, rows, tokens)
+        one = saved_bytes(cfg, 1, master, compute, rows, tokens, lora=lora)
+        two = saved_bytes(cfg, 2, master, compute, rows, tokens, lora=lora)
         X.append([h, nh * hd, nkv * hd, i, nh, nkv, 1.0])
         y_layer.append((two - one) / (rows * tokens))
         y_model.append((2 * one - two) / (rows * tokens))
@@ -213,7 +241,8 @@ def _profile(config, master: torch.dtype, compute: torch.dtype) -> ActivationPro
     return ActivationProfile(per_layer, float(real @ coef_model), per_layer)
 
 
-def _hybrid_profile(config, types: Counter, master: torch.dtype, compute: torch.dtype) -> ActivationProfile:
+def _hybrid_profile(config, types: Counter, master: torch.dtype, compute: torch.dtype,
+                    lora: LoraSpec | None = None) -> ActivationProfile:
     """A body with linear-attention layers, counted at its real widths (one and two layers of each
     type, weights left uninitialised: bytes do not depend on values), 2 rows x 64 tokens (one chunk
     of the gated delta rule). The small-width extension does not hold for these layers: their own
@@ -221,8 +250,9 @@ def _hybrid_profile(config, types: Counter, master: torch.dtype, compute: torch.
     rows, tokens = 2, 64
     per_type, model_level = {}, []
     for kind in types:
-        one = saved_bytes(_variant(config, layer_types=[kind]), 1, master, compute, rows, tokens, init=False)
-        two = saved_bytes(_variant(config, layer_types=[kind] * 2), 2, master, compute, rows, tokens, init=False)
+        one = saved_bytes(_variant(config, layer_types=[kind]), 1, master, compute, rows, tokens, init=False, lora=lora)
+        two = saved_bytes(_variant(config, layer_types=[kind] * 2), 2, master, compute, rows, tokens, init=False,
+                          lora=lora)
         per_type[kind] = (two - one) / (rows * tokens)
         model_level.append((2 * one - two) / (rows * tokens))
     mean = sum(per_type[k] * n for k, n in types.items()) / sum(types.values())
