@@ -45,6 +45,20 @@ def server_digest(url: str) -> dict[str, str]:
 START_TRIES, READY_POLLS = 3, 600  # ports tried; 1-second health polls per try (a slow CI start-up is minutes)
 
 
+def push_weights(url: str, senior, weights) -> None:
+    """Push ``weights`` ((name, tensor) pairs, or a name -> tensor dict) to the server at ``url`` as the
+    trainer does: through the ``vllm-server`` engine's ``load_weights``, the engine opened for ``senior``
+    (its tokenizer and config) and closed again."""
+    from tandem_rlvr.engines import EngineSetup, open_engine
+    from tandem_rlvr.engines.server_client import ServerSettings
+
+    eng = open_engine("vllm-server", EngineSetup(str(senior), server=ServerSettings(url)))
+    try:
+        eng.load_weights(list(weights.items()) if isinstance(weights, dict) else list(weights))
+    finally:
+        eng.close()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -152,14 +166,7 @@ class SharedServer:
         if server_digest(url) != self._digest:
             from safetensors.torch import load_file
 
-            from tandem_rlvr.engines import EngineSetup, open_engine
-            from tandem_rlvr.engines.server_client import ServerSettings
-
-            eng = open_engine("vllm-server", EngineSetup(self.senior, server=ServerSettings(url)))
-            try:
-                eng.load_weights(list(load_file(self.root / "senior" / "model.safetensors").items()))
-            finally:
-                eng.close()
+            push_weights(url, self.senior, load_file(self.root / "senior" / "model.safetensors"))
             assert server_digest(url) == self._digest, "the pushed checkpoint is not what the server first served"
         return url
 

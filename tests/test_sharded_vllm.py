@@ -43,7 +43,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from serve_helpers import server_digest
+from serve_helpers import push_weights, server_digest
 from sharded_helpers import (ENTRY, REWARD, assert_lora_partitioned, assert_same_updates, assert_split, free_port,
                              kill_resume_and_compare, max_diff, rank_records, run_ok, start_nodes, stop_nodes, torchrun,
                              train_flags, update_rows, wait_for)
@@ -138,9 +138,6 @@ def _two_nodes_on_server(world, server, tmp_path, run: Path, *flags) -> list[dic
     record (tests/sharded_entry.py), after checking that the run's pushes moved the server's senior
     (float32, then a bf16 push) and that the server then holds exactly what it holds once fed the
     entry's reference (``OUT/reference.safetensors``) cast to each dtype."""
-    from tandem_rlvr.engines import EngineSetup, open_engine
-    from tandem_rlvr.engines.server_client import ServerSettings
-
     d0 = server_digest(server)
     out = tmp_path / "ranks"
     out.mkdir()
@@ -154,14 +151,11 @@ def _two_nodes_on_server(world, server, tmp_path, run: Path, *flags) -> list[dic
     assert e["weight_dtype"] == "torch.float32"  # the server's, from /server_info
     assert e["digest"] != d0 and e["digest_bf16"] != e["digest"]
     ref = load_file(out / "reference.safetensors")
-    eng = open_engine("vllm-server", EngineSetup(str(world / "senior"), server=ServerSettings(server)))
-    try:  # feed the server the reference; it then holds exactly what the run's pushes gave it
-        eng.load_weights(list(ref.items()))
-        assert server_digest(server) == e["digest"]
-        eng.load_weights([(n, t.to(torch.bfloat16)) for n, t in ref.items()])
-        assert server_digest(server) == e["digest_bf16"]
-    finally:
-        eng.close()
+    # feed the server the reference; it then holds exactly what the run's pushes gave it
+    push_weights(server, world / "senior", ref)
+    assert server_digest(server) == e["digest"]
+    push_weights(server, world / "senior", {n: t.to(torch.bfloat16) for n, t in ref.items()})
+    assert server_digest(server) == e["digest_bf16"]
     return records
 
 

@@ -159,19 +159,13 @@ def test_the_servers_digest_changes_with_a_decoder_matrix_and_only_with_it(share
     tensor that holds it changes."""
     from safetensors.torch import load_file
 
-    from serve_helpers import server_digest
-    from tandem_rlvr.engines import EngineSetup, open_engine
-    from tandem_rlvr.engines.server_client import ServerSettings
+    from serve_helpers import push_weights, server_digest
 
     url = shared_server.fresh()
     before = server_digest(url)
     weights = load_file(shared_server.root / "senior" / "model.safetensors")
     weights["model.layers.0.mlp.down_proj.weight"] = weights["model.layers.0.mlp.down_proj.weight"] * 2
-    eng = open_engine("vllm-server", EngineSetup(shared_server.senior, server=ServerSettings(url)))
-    try:
-        eng.load_weights(list(weights.items()))
-    finally:
-        eng.close()
+    push_weights(url, shared_server.senior, weights)
     after = server_digest(url)
     assert set(after) == set(before)
     assert sorted(n for n in after if after[n] != before[n]) == ["model.layers.0.mlp.down_proj.weight"]
