@@ -7,11 +7,13 @@ from __future__ import annotations
 import torch
 
 
-def graph_saved_bytes(config, kinds, rows: int, tokens: int, init: bool = False, lora: dict | None = None) -> int:
+def graph_saved_bytes(config, kinds, rows: int, tokens: int, init: bool = False, lora: dict | None = None,
+                      input_grads: bool = False) -> int:
     """Saved bytes of one forward of ``rows`` x ``tokens`` through a body of ``len(kinds)`` layers
     (``kinds``: the layer types written out, or None entries for a config without layer types). The
     model is built here from the config's dict; ``lora``: ``peft.LoraConfig`` keywords, the adapters
-    put on with ``peft.get_peft_model`` (which freezes the base)."""
+    put on with ``peft.get_peft_model`` (which freezes the base); ``input_grads``: the embedding's output
+    made to require grad (``enable_input_require_grads``, as transformers does for checkpointing)."""
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
@@ -38,6 +40,8 @@ def graph_saved_bytes(config, kinds, rows: int, tokens: int, init: bool = False,
 
         get_peft_model(model, LoraConfig(**lora)).train()  # injects into model (body included) in place
         assert not any(p.requires_grad for n, p in body.named_parameters() if "lora_" not in n)
+    if input_grads:
+        model.enable_input_require_grads()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     ids = torch.randint(0, 64, (rows, tokens))
     attn = torch.ones(rows, tokens, dtype=torch.long)

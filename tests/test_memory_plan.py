@@ -170,6 +170,48 @@ def test_lora_activation_profile_counts_what_autograd_saves_with_the_base_frozen
     assert per_layer < 0.9 * (full_two - full_one) / (rows * tokens)  # what the old plan counted is 10%+ off
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_lora_plan_saves_the_trained_layers_activations_and_works_on_full_fine_tunings(tmp_path, checkpointing):
+    """A LoRA plan's update items from the graph walks of tests/graph_saved.py, at a width no profile saw:
+    the forward saves what PEFT's layer saves (under checkpointing, the embedding's output requires grad,
+    as transformers makes it), while the backward's working set is full fine-tuning's layer, twice without
+    checkpointing, once beside the recomputed LoRA layer with it. Tokens: 4 rows x (16 + 48)."""
+    import torch
+    from graph_saved import graph_saved_bytes
+    from transformers import Qwen3Config
+
+    from tandem_rlvr.rl.memory_plan import plan
+
+    cfg = Qwen3Config(vocab_size=64, hidden_size=112, intermediate_size=272, num_hidden_layers=3, num_attention_heads=6,
+                      num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)  # the plan reads its config.json
+    peft = dict(r=4, lora_alpha=8, lora_dropout=0.0, bias="none", target_modules="all-linear")
+    rows, tokens = 2, 32
+
+    def per_token(**kw):
+        one, two = (graph_saved_bytes(cfg, [None] * n, rows, tokens, init=True, **kw) for n in (1, 2))
+        return (two - one) / (rows * tokens), (2 * one - two) / (rows * tokens)
+
+    lora_layer, lora_model = per_token(lora=peft, input_grads=checkpointing)
+    full_layer, _ = per_token()
+    run = load_train_config(None, None, dict(method="tandem", senior=str(tmp_path), junior=str(tmp_path), lora_r=4,
+                                             lora_alpha=8, dtype="float32", gradient_checkpointing=checkpointing,
+                                             max_prompt_tokens=16, max_new_tokens=48, micro_batch_rows=4,
+                                             group_size=4, prompts_per_step=1, prompts_per_minibatch=1))
+    items = _items(plan(run), "cpu")
+    n = 4 * (16 + 48)
+    if checkpointing:
+        assert items["one layer recomputed + its backward's working set"].nbytes == pytest.approx(
+            n * (lora_layer + full_layer), rel=0.02)
+        layer_inputs = items["activations, checkpointed: layer inputs"].nbytes
+        assert layer_inputs == pytest.approx(n * (3 * 112 * 4 + lora_model), rel=0.02)
+    else:
+        assert items["one layer's backward working set"].nbytes == pytest.approx(n * 2 * full_layer, rel=0.02)
+        assert items["activations"].nbytes == pytest.approx(n * (3 * lora_layer + lora_model), rel=0.02)
+
+
 @pytest.mark.parametrize("bad", [dict(processes=0), dict(processes=-2), dict(sharding="fsdp"),
                                  dict(offload="all"), dict(sharding="fsdp2", offload="optimizer"), dict(lora_r=-1)])
 def test_bad_layouts_are_refused(bad):

@@ -171,7 +171,7 @@ def check_model_dir(p: Path, spec: str) -> None:
         use = " or ".join(f"{spec.rstrip('/')}/{n}" for n in [n for n in inner if n in ("best", "final")] or inner[:1])
         raise TandemError(f"{spec} is not a model directory (a training run's?); it holds the model folders "
                           f"{', '.join(n + '/' for n in inner)}: use e.g. {use}")
-    missing = "config.json" if not (p / "config.json").is_file() else f"a weights file ({', '.join(WEIGHT_FILES)})"
+    missing = "config.json" if not (p / "config.json").is_file() else f"weights file ({', '.join(WEIGHT_FILES)})"
     raise TandemError(f"model directory {spec} has no {missing}")
 
 

@@ -255,20 +255,27 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     grad_dtype = compute if lay.sharding == "fsdp2" and mixed else master  # FSDP2 computes gradients in param_dtype
     if mixed and lay.sharding == "ddp" and not lora_base:  # FSDP2's policy and ZeRO-3 gather bf16: no autocast copies
         p.add(d0, "update", f"autocast copies of the matrices ({bc} B per weight)", S.matrix_params * bc)
-    lora = LoraSpec(lay.lora_r, tuple(cfg.models.lora_targets), cfg.models.lora_dropout) if lay.lora_r else None
-    prof = activation_profile(s_cfg, compute if lora_base else master, compute, lora)
+    ckpt = cfg.models.gradient_checkpointing
+    act_dtype = compute if lora_base else master
+    lora = LoraSpec(lay.lora_r, tuple(cfg.models.lora_targets), cfg.models.lora_dropout, input_grads=ckpt) \
+        if lay.lora_r else None
+    prof = activation_profile(s_cfg, act_dtype, compute, lora)  # what the forward saves (LoRA: as it trains)
+    # The backward's working set is the gradients of a layer's activations, whose shapes do not depend on
+    # which weights train: full fine-tuning's layer, under LoRA too (measured: docs/results.md, "LoRA activations").
+    work = activation_profile(s_cfg, act_dtype, compute) if lora else prof
     tokens = micro * seq
     # The backward pass holds the update's shared items throughout, and at any moment either the
     # head's backward (first) or one layer's (then, layer by layer): two sub-phases, not a sum.
-    if cfg.models.gradient_checkpointing:
+    if ckpt:
         p.add(d0, "update", f"activations, checkpointed: layer inputs ({micro} rows x {seq} tokens)",
               tokens * (S.layers * S.hidden * (bm if mixed and not lora_base else bc) + prof.model_level))
-        p.add(d0, "update/layers", "one layer recomputed + its backward's working set", tokens * 2 * prof.max_layer)
+        p.add(d0, "update/layers", "one layer recomputed + its backward's working set",
+              tokens * (prof.max_layer + work.max_layer))
     else:  # all layers saved, plus the backward pass's working set: about two layers' worth (measured on CPU)
         p.add(d0, "update", f"activations ({micro} rows x {seq} tokens, {prof.per_layer / 1024:.1f} KiB per token "
                             f"and layer)", tokens * (S.layers * prof.per_layer + prof.model_level))
         p.add(d0, "update/layers", "one layer's backward working set (two layers' activations)",
-              tokens * 2 * prof.max_layer)
+              tokens * 2 * work.max_layer)
     # TRL's chunked head scores only the labelled (response) positions with Triton, every position without
     head_tokens = micro * cfg.rollout.max_new_tokens if on_gpu else micro * (seq - 1)
     tile = min(head_tokens, TILE_TOKENS) * min(S.vocab, TILE_VOCAB)

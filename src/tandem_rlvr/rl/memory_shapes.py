@@ -117,9 +117,12 @@ class LoraSpec:
     r: int
     targets: tuple[str, ...]
     dropout: float = 0.0
+    input_grads: bool = False  # the embedding's output requires grad: transformers' checkpointing under PEFT
 
     def inject(self, model):
-        """PEFT's adapters in ``model`` (in place), its base frozen, as ``rl.lora.peft_config`` makes them."""
+        """PEFT's adapters in ``model`` (in place), its base frozen, as ``rl.lora.peft_config`` makes them;
+        with ``input_grads``, the embedding's output made to require grad as transformers does when
+        checkpointing is on (``enable_input_require_grads``), so the first layer saves what the others do."""
         try:
             from peft import LoraConfig, inject_adapter_in_model
         except ImportError as e:
@@ -128,8 +131,11 @@ class LoraSpec:
 
         targets = ALL_LINEAR if self.targets == (ALL_LINEAR,) else list(self.targets)
         model.requires_grad_(False)
-        return inject_adapter_in_model(LoraConfig(r=self.r, lora_alpha=2 * self.r, lora_dropout=self.dropout,
-                                                  target_modules=targets, bias="none"), model)
+        model = inject_adapter_in_model(LoraConfig(r=self.r, lora_alpha=2 * self.r, lora_dropout=self.dropout,
+                                                   target_modules=targets, bias="none"), model)
+        if self.input_grads:
+            model.enable_input_require_grads()
+        return model
 
 
 def saved_bytes(config, layers: int, master: torch.dtype, compute: torch.dtype, rows: int, tokens: int,
