@@ -42,10 +42,10 @@ import logging
 import torch
 
 from ..errors import TandemError
+from .memory_shapes import ALL_LINEAR  # PEFT's keyword, defined where the memory plan reads it
 
 log = logging.getLogger("tandem_rlvr")
 
-ALL_LINEAR = "all-linear"  # PEFT's keyword: every nn.Linear but the output layer
 OUTPUT_LAYERS = ("lm_head",)  # TRL refuses an adapter there (its chunked head reads lm_head.weight directly)
 
 

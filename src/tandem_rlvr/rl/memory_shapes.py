@@ -110,6 +110,9 @@ class Shape:
         return self.attention_layers * 2 * self.kv_heads * self.head_dim * dtype_bytes(dtype)
 
 
+ALL_LINEAR = "all-linear"  # PEFT's keyword: every nn.Linear but the output layer (rl.lora's too)
+
+
 @dataclass(frozen=True)
 class LoraSpec:
     """The adapters a LoRA run trains (``rl/lora.py``): what changes the activations autograd saves."""
@@ -127,8 +130,6 @@ class LoraSpec:
             from peft import LoraConfig, inject_adapter_in_model
         except ImportError as e:
             raise TandemError("planning a LoRA run counts PEFT's adapters: pip install 'tandem-rlvr[lora]'") from e
-        from .lora import ALL_LINEAR
-
         targets = ALL_LINEAR if self.targets == (ALL_LINEAR,) else list(self.targets)
         model.requires_grad_(False)
         model = inject_adapter_in_model(LoraConfig(r=self.r, lora_alpha=2 * self.r, lora_dropout=self.dropout,
