@@ -42,7 +42,7 @@ import logging
 import torch
 
 from ..errors import TandemError
-from .memory_shapes import ALL_LINEAR  # PEFT's keyword, defined where the memory plan reads it
+from .memory_shapes import ALL_LINEAR, peft_targets  # PEFT's keyword, defined where the memory plan reads it
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -107,9 +107,8 @@ def peft_config(cfg):
         return None
     from peft import LoraConfig
 
-    targets = ALL_LINEAR if cfg.models.lora_targets == [ALL_LINEAR] else list(cfg.models.lora_targets)
-    return LoraConfig(r=cfg.models.lora_r, lora_alpha=cfg.models.lora_alpha, lora_dropout=cfg.models.lora_dropout, target_modules=targets,
-                      bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(r=cfg.models.lora_r, lora_alpha=cfg.models.lora_alpha, lora_dropout=cfg.models.lora_dropout,
+                      target_modules=peft_targets(cfg.models.lora_targets), bias="none", task_type="CAUSAL_LM")
 
 
 def is_lora(model) -> bool:

@@ -113,6 +113,12 @@ class Shape:
 ALL_LINEAR = "all-linear"  # PEFT's keyword: every nn.Linear but the output layer (rl.lora's too)
 
 
+def peft_targets(targets) -> str | list[str]:
+    """``LoraConfig.target_modules`` for a run's ``--lora-targets``: PEFT takes its all-linear keyword as a
+    bare string (in a list it would be a module name); module names as a list."""
+    return ALL_LINEAR if list(targets) == [ALL_LINEAR] else list(targets)
+
+
 @dataclass(frozen=True)
 class LoraSpec:
     """The adapters a LoRA run trains (``rl/lora.py``): what changes the activations autograd saves."""
@@ -130,10 +136,9 @@ class LoraSpec:
             from peft import LoraConfig, inject_adapter_in_model
         except ImportError as e:
             raise TandemError("planning a LoRA run counts PEFT's adapters: pip install 'tandem-rlvr[lora]'") from e
-        targets = ALL_LINEAR if self.targets == (ALL_LINEAR,) else list(self.targets)
         model.requires_grad_(False)
         model = inject_adapter_in_model(LoraConfig(r=self.r, lora_alpha=2 * self.r, lora_dropout=self.dropout,
-                                                   target_modules=targets, bias="none"), model)
+                                                   target_modules=peft_targets(self.targets), bias="none"), model)
         if self.input_grads:
             model.enable_input_require_grads()
         return model
