@@ -76,7 +76,8 @@ def main(out: Path, argv: list[str]) -> None:
         seen["trained"] = True
 
     train_mod._save_final = saved
-    summary = train_mod.train(cfg, print_fn=lambda *_: None)
+    # quiet but for the resume line, which tests/sharded_helpers.kill_resume_and_compare looks for
+    summary = train_mod.train(cfg, print_fn=lambda msg, *_: print(msg) if "resuming from" in str(msg) else None)
     run = seen["run"]
     trainer = run.trainer
     senior = trainer.accelerator.unwrap_model(trainer.model)

@@ -125,13 +125,19 @@ def max_diff(a: dict, b: dict) -> float:
 
 
 def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *extra, rel: float = 1e-5,
-                            weights=lambda a, b: max_diff(a, b) < 1e-4, file: str = "model.safetensors") -> None:
+                            weights=lambda a, b: max_diff(a, b) < 1e-4, file: str = "model.safetensors",
+                            ranks: Path | None = None) -> list[dict] | None:
     """A 2-process run of ``sharding`` (``extra``: more flags, an engine) killed once ``checkpoint-2`` is
     complete, re-run: it resumes there and ends with the uninterrupted 1-process run's (``baseline``,
     4 updates) updates within ``rel`` and final weights that ``weights(baseline's, run's)`` accepts.
     The killed run's stderr is kept beside ``run`` and shown when it ends before its checkpoint.
-    ``file``: the weights compared (and awaited in ``checkpoint-2``); a LoRA run's ``adapter_model.safetensors``."""
-    cmd = torchrun("-m", "tandem_rlvr.cli", "train", *train_flags(world, run, 4, "--sharding", sharding, *extra))
+    ``file``: the weights compared (and awaited in ``checkpoint-2``); a LoRA run's ``adapter_model.safetensors``.
+    With ``ranks`` (a folder), both runs go through ``tests/sharded_entry.py`` and the resumed run's
+    rank records are returned, so one killed run also answers what a 2-process run of its own would."""
+    flags = train_flags(world, run, 4, "--sharding", sharding, *extra)
+    if ranks is not None:
+        ranks.mkdir(exist_ok=True)
+    cmd = torchrun(*(("-m", "tandem_rlvr.cli", "train") if ranks is None else (ENTRY, str(ranks))), *flags)
     log = run.with_name(run.name + ".err")
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
@@ -147,6 +153,7 @@ def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *ex
     assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4), rel=rel)
     assert weights(load_file(baseline / "final" / file), load_file(run / "final" / file))
     assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    return None if ranks is None else rank_records(ranks)
 
 
 def free_port() -> int:

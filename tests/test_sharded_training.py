@@ -118,23 +118,26 @@ def _lora_like_one_process(world, one, run, ranks):
         assert (run / save / "adapter_model.safetensors").is_file() and (run / save / "merged" / "model.safetensors").is_file()
 
 
-def _two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[Path, list[dict]]:
-    """A 2-process ``sharding`` run of 2 updates against the 1-process baseline: its updates, its
-    final/ and its checkpoint-2 HF weights, and every process's rollout copy; (run dir, rank reports)."""
-    run, ranks = _entry(world, tmp_path / sharding, ["--sharding", sharding])
+def _killed_two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[Path, list[dict]]:
+    """A 2-process ``sharding`` run of 4 updates, killed once checkpoint-2 is complete and re-run (one run
+    answers both questions, issue 32's CI time), against the 1-process baseline: it resumes at
+    checkpoint-2 and gives the baseline's updates 1-4 and final/ (``kill_resume_and_compare``), its
+    checkpoint-2 HF weights are the baseline's masters at step 2, and every process of the resumed run
+    decoded with a copy refreshed by gathering; (run dir, the resumed run's rank reports)."""
+    run = tmp_path / sharding
+    ranks = kill_resume_and_compare(world, baseline, run, sharding, ranks=tmp_path / "ranks")
     assert [r["summary"]["processes"] for r in ranks] == [2, 2]
-    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2))
-    # final/ (gathered, compute dtype = fp32 on CPU) and checkpoint-2's HF weights against the one-process masters
+    # checkpoint-2's HF weights (gathered, compute dtype = fp32 on CPU), written before the kill
     masters = load_file(baseline / "checkpoint-2" / "model.safetensors")
-    assert max_diff(masters, load_file(run / "final" / "model.safetensors")) < 1e-4
     assert max_diff(masters, load_file(run / "checkpoint-2" / "model.safetensors")) < 1e-4
-    # every process decoded its rollouts and validation with a copy refreshed by gathering
+    # the resumed run's syncs: the restored senior before rollout 3, the update-3 senior before
+    # rollout 4, the update-4 senior before step 4's validation
     assert all(r["copy_equal"] for r in ranks) and all(r["copy_syncs"] == 3 for r in ranks)
     return run, ranks
 
 
-def test_two_process_fsdp2_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
-    run, ranks = _two_processes_like_one(world, baseline, tmp_path, "fsdp2")
+def test_two_process_fsdp2_killed_and_resumed_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
+    run, ranks = _killed_two_processes_like_one(world, baseline, tmp_path, "fsdp2")
     assert_sharded(ranks)
     assert (run / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()  # FSDP's per-rank shards beside the HF weights
 
@@ -169,10 +172,6 @@ def test_an_accelerate_fsdp_launch_shards_reduces_in_fp32_and_keeps_the_klreg_ju
     assert update_rows(run)[2]["kl/beta_term"] > 0  # the junior was the reference of a real KL term
 
 
-def test_killed_sharded_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
-    kill_resume_and_compare(world, baseline, tmp_path / "killed", "fsdp2")
-
-
 def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
     run, out = tmp_path / "nodes", tmp_path / "ranks"
     out.mkdir()
@@ -197,9 +196,9 @@ def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(w
         stop_nodes(nodes)
 
 
-def test_two_process_zero3_loads_into_partitions_and_gives_the_one_process_losses_metrics_and_weights(
+def test_two_process_zero3_killed_and_resumed_loads_into_partitions_and_gives_the_one_process_losses_metrics_and_weights(
         world, baseline, tmp_path):
-    run, ranks = _two_processes_like_one(world, baseline, tmp_path, "zero3")
+    run, ranks = _killed_two_processes_like_one(world, baseline, tmp_path, "zero3")
     assert_partitioned(ranks, HIDDEN)
     assert all(r["loaded_partitioned"] for r in ranks)  # zero.Init: never whole, even before DeepSpeed's engine
     # DeepSpeed's per-rank partitions beside the HF weights of the masters
@@ -230,10 +229,6 @@ def test_an_accelerate_zero3_launch_in_bf16_reduces_in_fp32_decodes_the_gathered
     for name in ("best", "final"):  # loadable, in the compute dtype
         m = AutoModelForCausalLM.from_pretrained(run / name)
         assert next(m.parameters()).dtype == torch.bfloat16
-
-
-def test_killed_zero3_run_resumes_to_the_uninterrupted_run(world, baseline, tmp_path):
-    kill_resume_and_compare(world, baseline, tmp_path / "z3killed", "zero3")
 
 
 def test_killed_zero3_lora_run_resumes_to_the_uninterrupted_run(world, tmp_path):
