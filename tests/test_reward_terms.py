@@ -184,3 +184,20 @@ def test_code_task_terms_run_the_tests_once_and_log_the_pass_fraction():
     # the canonical solution passes every test; prose is "the whole completion", which fails to run
     assert per == [[1.0, 0.0], [1.0, 0.0]]
     assert logged["correct/pass_fraction"] == pytest.approx(0.5)  # (1 + 0) / 2
+
+
+def test_correct_term_survives_problems_that_repeat_across_calls_after_the_memo_fills():
+    """A small data set seen for several epochs: later batches hold (problem, response) pairs already
+    graded next to new ones, after the batch memo has grown past its bound (4 batches' worth)."""
+    task = CountingTask()
+    funcs, _ = build_terms(parse_terms("correct"), task, ceiling=10)
+    golds = ["7", "8"]  # two problems, two completions a call
+    calls = [["\\boxed{7}", "\\boxed{8}"], ["\\boxed{1}", "\\boxed{8}"], ["\\boxed{7}", "\\boxed{2}"],
+             ["\\boxed{3}", "\\boxed{4}"], ["\\boxed{5}", "\\boxed{6}"], ["\\boxed{0}", "\\boxed{0}"],
+             # 6 calls, 10 distinct pairs memoised: over the bound of 4 calls' worth (8)
+             ["\\boxed{7}", "\\boxed{9}"],  # first pair seen in call 1, second new
+             ["\\boxed{7}", "\\boxed{8}"]]  # call 1 again
+    # by hand: a completion scores 1 iff its box equals its problem's gold (7 for the first, 8 for the second)
+    want = [[1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 1.0]]
+    got = [funcs[0](prompts=["Q0", "Q1"], completions=c, task_row=_rows(golds)) for c in calls]
+    assert got == want

@@ -149,10 +149,10 @@ class Grades:
 
     def __call__(self, texts: list[str], rows_json: list[str]) -> list:
         keys = list(zip(rows_json, texts))
+        if len(self._memo) > 4 * len(keys):  # bound the memo: keep only the batch at hand's grades
+            self._memo = {k: self._memo[k] for k in keys if k in self._memo}
         todo = [i for i, k in enumerate(keys) if k not in self._memo]
         if todo:
-            if len(self._memo) > 4 * len(keys):  # keep only the batch at hand
-                self._memo.clear()
             grades = self.task.grade([texts[i] for i in todo], [json.loads(rows_json[i]) for i in todo])
             self._memo.update({keys[i]: g for i, g in zip(todo, grades)})
         return [self._memo[k] for k in keys]
