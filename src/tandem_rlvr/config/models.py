@@ -6,7 +6,7 @@ which training, the rollout copy, validation, the saves and the model card all r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from functools import cached_property
 from typing import NamedTuple
 
@@ -63,7 +63,9 @@ class ModelsPart:
                                   "the CPU); the optimiser step runs on the CPU")
     dist_timeout_s: int = setting(1800, "seconds a training process waits at a collective for the others (gradient "
                                   "reduction, weight gathers) before it fails: a lost process or node is an error, "
-                                  "not a hang (transformers' ddp_timeout)")
+                                  "not a hang (transformers' ddp_timeout); at most 30 days (torch.distributed counts "
+                                  "it in int64 nanoseconds, so beyond about 292 years it wraps to an instant timeout)",
+                                  range=(1, 30 * 86400, False))
     sync_bucket_mb: int = setting(512, "MiB of full tensors gathered at a time when the senior's weights go to the "
                                   "rollout copy, an engine or a save (bounds the gather's memory on every rank)")
     # LoRA (rl/lora.py): r = 0 is full fine-tuning
@@ -106,6 +108,12 @@ class ModelsPart:
             raise TandemError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.save_merged and not self.lora_r:
             raise TandemError("save_merged needs lora_r > 0 (a full fine-tuning run saves whole weights already)")
+        if not self.lora_r:  # a LoRA setting without a rank would train the whole model without a word
+            given = [f.name for f in fields(self) if f.name in ("lora_alpha", "lora_dropout", "lora_targets")
+                     and getattr(self, f.name) != (f.default_factory() if f.default is MISSING else f.default)]
+            if given:
+                raise TandemError(f"{', '.join(given)} set without lora_r: LoRA needs a rank (--lora-r R, e.g. 16); "
+                                  "lora_r 0 is full fine-tuning")
 
     @property
     def junior_spec(self) -> str:
