@@ -4,7 +4,8 @@
 - ``tandem eval regrade RUN_DIR [--grader ours|paper] [--replace]``
 - ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
 - ``tandem eval replay RUN_DIR [--tokenizer M] [--out DIR]``: check every saved trace's authorship
-- ``tandem compare RUN... [--solo|--handoff|--legibility NAME=DIR] [--drift DIR] --out DIR``
+- ``tandem compare RUN... [--solo|--handoff|--<measure> NAME=DIR] [--drift DIR] --out DIR`` (a flag per
+  registered measure, ``eval.measure.registry``: ``--legibility``, ``--cot-rating``, ...)
 - ``tandem report (RUN... | --compare DIR) [--train-log [NAME=]log.jsonl] [--note TEXT] --out DIR``
 
 Thin, like ``cli/__init__.py``: parse, call ``eval.measure.legibility/drift/compare/report``, print
@@ -14,10 +15,12 @@ Thin, like ``cli/__init__.py``: parse, call ``eval.measure.legibility/drift/comp
 from __future__ import annotations
 
 from ..errors import TandemError
+from ..eval.measure.registry import measures
 from .flags import COUNT, grader_flag, number
 
 RUN_HELP = ("[NAME=]DIR of one senior's results: an eval dir, or a dir whose subdirs are eval dirs (solo run = "
-            "schedule 'senior'; other sampling runs = handoff, labelled by dir name; legibility.json; drift.json)")
+            "schedule 'senior'; other sampling runs = handoff, labelled by dir name; a measure's result file such as "
+            "legibility.json; drift.json)")
 
 
 def _ks(text: str | None) -> list[int] | None:
@@ -112,8 +115,9 @@ def _compare_flags(p) -> None:
     p.add_argument("--solo", action="append", default=[], metavar="NAME=DIR", help="a senior's solo run (repeatable)")
     p.add_argument("--handoff", action="append", default=[], metavar="NAME[:LABEL]=DIR",
                    help="a senior's handoff run; LABEL defaults to DIR's name (repeatable)")
-    p.add_argument("--legibility", action="append", default=[], metavar="NAME=DIR",
-                   help="a senior's legibility dir (repeatable)")
+    for m in measures():  # --legibility, --cot-rating, a plug-in's measure: one flag per registered row
+        p.add_argument(f"--{m.name}", action="append", default=[], metavar="NAME=DIR", dest=_dest(m.name),
+                       help=f"a senior's {m.name} dir, with {m.result_file} (repeatable)")
     p.add_argument("--drift", default=None, metavar="DIR", help="a `tandem eval drift` output dir")
     p.add_argument("--baseline", default=None, metavar="NAME", help="senior the t-tests compare against (default: the first)")
     p.add_argument("--ks", default=None, metavar="K,K,...", help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
@@ -128,8 +132,13 @@ def _compare_flags(p) -> None:
                         "under one id are refused regardless)")
 
 
+def _dest(measure: str) -> str:
+    return "measure_" + measure.replace("-", "_")
+
+
 def _compare_kw(a) -> dict:
-    return dict(solo=a.solo, handoff=a.handoff, legibility=a.legibility, drift=a.drift, baseline=a.baseline,
+    found = {m.name: getattr(a, _dest(m.name)) for m in measures() if getattr(a, _dest(m.name), None)}
+    return dict(solo=a.solo, handoff=a.handoff, measures=found, drift=a.drift, baseline=a.baseline,
                 ks=_ks(a.ks), n_boot=a.n_boot, allow_mixed=a.allow_mixed, macro=a.macro)
 
 

@@ -21,7 +21,8 @@ file without them. Any other defect is a ``TandemError`` naming file and line.
 
 Also here: the outputs beside runs that commands read back (``read_legibility``,
 ``read_drift``) and the discovery of a senior's runs (``discover``: solo, handoff by label,
-legibility, drift) for ``compare`` and ``report``.
+a result dir per measure by the result file its registry row names, drift) for ``compare`` and
+``report``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -417,12 +418,13 @@ def read_drift(path: str | os.PathLike) -> dict:
 # --------------------------------------------------------------------------- discovery
 @dataclass
 class Senior:
-    """Where one senior's results live: solo run, handoff runs by label, legibility dir."""
+    """Where one senior's results live: solo run, handoff runs by label, and a result dir per measure
+    (``eval.measure.registry``: {measure name: dir})."""
 
     name: str
     solo: Path | None = None
     handoff: dict[str, Path] = field(default_factory=dict)
-    legibility: Path | None = None
+    measures: dict[str, Path] = field(default_factory=dict)
 
 
 def split_named(spec: str, what: str = "RUN") -> tuple[str, Path]:
@@ -435,18 +437,21 @@ def split_named(spec: str, what: str = "RUN") -> tuple[str, Path]:
     return name, Path(d)
 
 
-def classify(path: Path) -> tuple[str, str] | None:
-    """('solo'|'handoff'|'legibility'|'drift', label) of an eval directory, None if none."""
+def classify(path: Path, results: Mapping[str, str] = {}) -> tuple[str, str] | None:
+    """('solo'|'handoff'|'drift'|a measure's name, label) of an eval directory, None if none; ``results``
+    maps a measure's result file to its name (``registry.result_files``)."""
     if (path / SAMPLES).is_file() and (path / CONFIG).is_file():
         return ("solo", "solo") if schedule_name(read_config(path / CONFIG)) == "senior" else ("handoff", path.name)
-    for kind in ("legibility", "drift"):
-        if (path / f"{kind}.json").is_file():
+    for file, kind in {**results, "drift.json": "drift"}.items():
+        if (path / file).is_file():
             return kind, path.name
     return None
 
 
-def discover(run_specs: Sequence[str], solo=(), handoff=(), legibility=()) -> tuple[dict[str, Senior], Path | None]:
-    """Seniors from RUN specs plus explicit entries; also the drift dir found among them (or None)."""
+def discover(run_specs: Sequence[str], solo=(), handoff=(), measures: Mapping[str, Sequence[str]] = {},
+             results: Mapping[str, str] = {}) -> tuple[dict[str, Senior], Path | None]:
+    """Seniors from RUN specs plus explicit entries (``measures``: {measure: [NAME=DIR, ...]}); also the drift
+    dir found among them (or None). ``results``: {result file: measure name} that marks a measure's dir."""
     seniors: dict[str, Senior] = {}
     drift = None
     for spec in run_specs:
@@ -456,12 +461,12 @@ def discover(run_specs: Sequence[str], solo=(), handoff=(), legibility=()) -> tu
         if not any(d.iterdir()):
             raise TandemError(f"{d}: empty run directory")
         s = seniors.setdefault(name, Senior(name))
-        own = classify(d)
-        found = [(d, own)] if own else [(c, classify(c)) for c in sorted(d.iterdir()) if c.is_dir()]
+        own = classify(d, results)
+        found = [(d, own)] if own else [(c, classify(c, results)) for c in sorted(d.iterdir()) if c.is_dir()]
         found = [(p, k) for p, k in found if k]
         if not found:
-            raise TandemError(f"{d}: no eval results (no samples.jsonl, legibility.json or drift.json in it or "
-                              "its subdirectories)")
+            files = ", ".join(["samples.jsonl", *results, "drift.json"])
+            raise TandemError(f"{d}: no eval results (none of {files} in it or its subdirectories)")
         for p, (kind, label) in found:
             if kind == "solo":
                 if s.solo is not None:
@@ -469,10 +474,10 @@ def discover(run_specs: Sequence[str], solo=(), handoff=(), legibility=()) -> tu
                 s.solo = p
             elif kind == "handoff":
                 s.handoff[label] = p
-            elif kind == "legibility":
-                s.legibility = p
-            else:
+            elif kind == "drift":
                 drift = p
+            else:
+                s.measures[kind] = p
     for spec in solo:
         name, d = split_named(spec, "--solo")
         seniors.setdefault(name, Senior(name)).solo = d
@@ -480,9 +485,10 @@ def discover(run_specs: Sequence[str], solo=(), handoff=(), legibility=()) -> tu
         name, d = split_named(spec, "--handoff")
         name, _, label = name.partition(":")
         seniors.setdefault(name, Senior(name)).handoff[label or d.resolve().name] = d
-    for spec in legibility:
-        name, d = split_named(spec, "--legibility")
-        seniors.setdefault(name, Senior(name)).legibility = d
+    for kind, specs in measures.items():
+        for spec in specs:
+            name, d = split_named(spec, f"--{kind}")
+            seniors.setdefault(name, Senior(name)).measures[kind] = d
     if not seniors:
-        raise TandemError("nothing to compare: give RUN directories or --solo/--handoff/--legibility NAME=DIR")
+        raise TandemError("nothing to compare: give RUN directories or --solo/--handoff/--<measure> NAME=DIR")
     return seniors, drift

@@ -2,8 +2,9 @@
 
 What: ``tandem compare RUN... --out DIR`` reads each senior's evaluation directories and
 writes DIR/compare.json (``run_compare``): solo pass@k with SE per benchmark and macro (paper
-Table 1, Figure 2), handoff pass@k per handoff set-up (Table 2, Figure 3), junior legibility,
-drift (section 5) and paired one-sided t-tests on per-problem statistics pooled over
+Table 1, Figure 2), handoff pass@k per handoff set-up (Table 2, Figure 3), every registered
+measure of the seniors' solo samples (``registry``: junior legibility, a judge's chain-of-thought
+rating, plug-ins' measures; each under its name), drift (section 5) and paired one-sided t-tests on per-problem statistics pooled over
 benchmarks (Table 3). Runs are found and read through ``run_files`` (``discover``,
 ``read_run``). This module measures; presenting is the report layer's: the command then writes
 DIR/compare.md and prints the tables (``report.tables.write_compare_md``).
@@ -11,10 +12,10 @@ DIR/compare.md and prints the tables (``report.tables.write_compare_md``).
 How RUN is read: ``[NAME=]DIR`` (NAME defaults to DIR's base name). DIR is an eval
 directory itself or holds them as subdirectories: one with ``samples.jsonl`` and a
 config.json whose schedule is ``senior`` is the solo run; any other sampling run is a
-handoff run, labelled by its directory name (``handoff``, ``handoff-ood``, ...); one with
-``legibility.json`` is the legibility result; one with ``drift.json`` is the drift result
-(``--drift`` names it explicitly). ``--solo/--handoff/--legibility NAME=DIR`` add or
-replace single entries (``--handoff NAME:LABEL=DIR`` sets the label).
+handoff run, labelled by its directory name (``handoff``, ``handoff-ood``, ...); one with a
+measure's result file (``legibility.json``, ``cot_rating.json``, ...) is that measure's result; one
+with ``drift.json`` is the drift result (``--drift`` names it explicitly). ``--solo/--handoff/--<measure>
+NAME=DIR`` add or replace single entries (``--handoff NAME:LABEL=DIR`` sets the label).
 
 What may be compared (``comparable``): runs in one table and one t-test must agree on every
 setting that changes what is measured (schedule, p, K, sampling, n, template, instruction,
@@ -27,8 +28,9 @@ a benchmark) is always refused.
 Statistics: pass@k is recomputed from samples.jsonl (so metrics.json is not trusted and k
 can be chosen; a k larger than the samples per problem is an error). The t-tests pair the
 problems two seniors share, pooled over all benchmarks: pass@1 (the per-problem fraction
-correct; H1 candidate > baseline), junior CE (H1 candidate < baseline) and alpha (H1
-candidate > baseline); every senior is tested against ``--baseline`` (default: the first).
+correct; H1 candidate > baseline) and each measure's paired stats in the direction its row
+claims (junior CE: candidate < baseline; alpha and the judge's ratings: candidate > baseline;
+results scored by different juniors or judges are refused as settings differences); every senior is tested against ``--baseline`` (default: the first).
 Beside each t-test, the paired bootstrap 95% interval of the same difference per benchmark
 and macro (``metrics.paired_bootstrap``, seed 0). Every run also carries its diagnostics
 (``metrics.sample_diagnostics``): truncation rate, distinct problems solved, and for handoff
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -47,11 +49,11 @@ from ...errors import TandemError
 from ...io import write_json
 from ...outdir import output_dir
 from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summary, sample_diagnostics
-from .comparable import (check_same_problems, legibility_differences, refuse_mixed_verdicts, refuse_or_warn,
-                         settings_differences)
+from .comparable import check_same_problems, refuse_mixed_verdicts, refuse_or_warn, settings_differences
 from .pool_metrics import junior_pass_at_k, per_junior_correct, run_juniors
 from .regrade import apply_regrade
-from ..run_files import EvalRun, Senior, check_same_benchmarks, discover, read_drift, read_legibility, read_run
+from .registry import measures, result_files
+from ..run_files import EvalRun, Senior, check_same_benchmarks, discover, read_drift, read_run
 
 
 MACROS = ("ours", "paper")
@@ -138,9 +140,15 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
     refuse_mixed_verdicts(every)
     mixed = [d for what, group, handoff in groups if group
              for d in refuse_or_warn(settings_differences(group, what, handoff), allow_mixed)]
-    leg = {n: read_legibility(s.legibility) for n, s in seniors.items() if s.legibility}
-    if leg:
-        mixed += refuse_or_warn(legibility_differences({n: res["config"] for n, (res, _) in leg.items()}), allow_mixed)
+    rows = {m.name: m for m in measures()}
+    unknown = next((k for s in seniors.values() for k in s.measures if k not in rows), None)
+    if unknown:
+        raise TandemError(f"unknown measure {unknown!r}; valid: {', '.join(rows)}")
+    results = {m.name: {n: m.read(s.measures[m.name]) for n, s in seniors.items() if m.name in s.measures}
+               for m in rows.values()}
+    for m in rows.values():
+        if results[m.name]:
+            mixed += refuse_or_warn(m.differences({n: res for n, (res, _) in results[m.name].items()}), allow_mixed)
     drift = read_drift(drift_dir) if drift_dir else None
 
     ttests, bootstrap = [], []
@@ -154,12 +162,14 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
                 tests.append((f"handoff pass@1 ({lb})", "greater", runs[cand].per_problem_correct(),
                               runs[baseline].per_problem_correct()))
                 tests += pool_tests(lb, runs[cand].rows, runs[baseline].rows)
-        if cand in leg and baseline in leg:
-            for stat, alt in (("ce", "less"), ("alpha", "greater")):
-                if any(r.get(stat) is None for res in (leg[cand], leg[baseline]) for r in res[1].values()):
-                    continue  # alpha needs one vocabulary; --ce-protocol paper leaves it out for another junior
-                tests.append((f"junior {'CE' if stat == 'ce' else 'alpha'}", alt,
-                              {k: r[stat] for k, r in leg[cand][1].items()}, {k: r[stat] for k, r in leg[baseline][1].items()}))
+        for m in rows.values():
+            got = results[m.name]
+            if cand in got and baseline in got:
+                for st in m.stats:
+                    a, b = ({k: r[st.key] for k, r in got[who][1].items() if r.get(st.key) is not None}
+                            for who in (cand, baseline))
+                    if a and b:  # a stat a result lacks (alpha across vocabularies; an unrated problem) is left out
+                        tests.append((st.label, st.alternative, a, b))
         for stat, alt, a, b in tests:
             x, y, keys = pair_by_key(a, b)
             if not keys and ", junior " in stat:
@@ -173,12 +183,11 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
     return {"baseline": baseline,
             # absolute, so `report --compare DIR` finds the runs from any working directory
             "runs": {n: {"solo": _abs(s.solo), "handoff": {lb: _abs(p) for lb, p in s.handoff.items()},
-                         "legibility": _abs(s.legibility)} for n, s in seniors.items()},
+                         **{k: _abs(p) for k, p in s.measures.items()}} for n, s in seniors.items()},
             "solo": {n: run_pass_at_k(r, ks, n_boot, macro) for n, r in solo_runs.items()},
             "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot, macro) for n, r in runs.items()}
                         for lb, runs in handoff_runs.items()},
-            "legibility": {n: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]}
-                           for n, (res, _) in leg.items()},
+            **{name: {n: rows[name].summary(res) for n, (res, _) in got.items()} for name, got in results.items()},
             "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "bootstrap": bootstrap, "mixed": mixed,
             "regraded": regraded}
 
@@ -197,14 +206,16 @@ def _abs(path: Path | None) -> str | None:
     return str(Path(path).resolve()) if path else None
 
 
-def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=(), legibility=(), drift: str | None = None,
+def run_compare(runs: Sequence[str], out: str | os.PathLike, solo=(), handoff=(),
+                measures: Mapping[str, Sequence[str]] | None = None, drift: str | None = None,
                 baseline: str | None = None, ks: Sequence[int] | None = None, n_boot: int = 10_000,
                 allow_mixed: bool = False, macro: str = "ours") -> dict:
-    """Discover, compute, write out/compare.json and return its content."""
+    """Discover, compute, write out/compare.json and return its content. ``measures``: {measure name:
+    [NAME=DIR, ...]}, the explicit result dirs of registered measures (``--legibility NAME=DIR``, ...)."""
     if n_boot < 2:  # a bootstrap SE is the sd of >= 2 resampled means; 0 or 1 would print "± nan"
         raise TandemError(f"--n-boot must be >= 2 bootstrap resamples, got {n_boot}")
     output_dir(out, create=False)
-    seniors, found_drift = discover(runs, solo, handoff, legibility)
+    seniors, found_drift = discover(runs, solo, handoff, measures or {}, result_files())
     if macro not in MACROS:
         raise TandemError(f"unknown --macro {macro!r}; valid: {', '.join(MACROS)}")
     comp = build_comparison(seniors, Path(drift) if drift else found_drift, baseline, ks, n_boot, allow_mixed, macro)

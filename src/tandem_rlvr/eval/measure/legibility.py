@@ -51,7 +51,9 @@ from ...io import write_json
 from ...outdir import output_dir
 from ...runtime import invocation
 from ..run_files import INPUTS, EvalRun, check_problems, read_legibility, read_run, recorded_task, run_problems  # noqa: F401 (read_legibility: re-exported)
+from .comparable import legibility_differences
 from .metrics import mean_se_summary
+from .registry import Column, HeadlineColumn, Measure, MeasureInputs, PairedStat, mean_se, register_measure
 from .legibility_text import check_tokenizer, f as _f, run_paper_legibility, write_jsonl as _write_jsonl  # noqa: F401 (check_tokenizer: drift)
 from ...decoding.teacher_forcing import pack_batches, score_sequences, token_ce_alpha  # noqa: F401 (re-exported: the scoring lives there)
 
@@ -179,3 +181,43 @@ def _per_problem(per_sample: list[dict]) -> list[dict]:
     return [{"benchmark": b, "problem_id": pid, "samples": len(ss), "tokens": sum(s["tokens"] for s in ss),
              "ce": float(np.mean([s["ce"] for s in ss])), "alpha": float(np.mean([s["alpha"] for s in ss]))}
             for (b, pid), ss in groups.items()]
+
+
+# --------------------------------------------------------------------------- the registry row
+def legibility_current(d: Path, inputs: MeasureInputs) -> bool:
+    """Whether ``d`` holds a finished legibility run of ``inputs.junior``'s files as they are now (the caller
+    checked its solo samples); a changed junior is refused, naming it."""
+    from ...fingerprint import model_fingerprint
+    from ...io import read_json
+    from ...models import resolve_model_path
+
+    old = (read_json(d / "legibility.json").get("config") or {}).get(INPUTS) or {}
+    now = model_fingerprint(resolve_model_path(inputs.junior))
+    if old.get("junior") != now:
+        raise TandemError(f"{d / 'legibility.json'}: the junior model's files changed since it was scored "
+                          f"(fingerprint {old.get('junior')} -> {now}); remove it to score again")
+    return True
+
+
+def _junior_name(x: dict) -> str:
+    from ...models import model_name
+
+    return model_name(x["junior"])
+
+
+LEGIBILITY = register_measure(Measure(
+    name="legibility", title="Junior legibility (macro over benchmarks)", result_file="legibility.json",
+    read=read_legibility,
+    summary=lambda res: {"summary": res["summary"], "junior": res["config"]["junior"], "samples": res["samples"]},
+    compute=lambda i: run_legibility(i.solo, i.junior, i.out, benchmarks=list(i.benchmarks) if i.benchmarks else None,
+                                     split=i.split, progress=i.progress),
+    stats=(PairedStat("ce", "junior CE", "less"), PairedStat("alpha", "junior alpha", "greater")),
+    columns=(Column("junior", _junior_name), Column("CE (nats)", lambda x: mean_se(x["summary"]["ce"]["macro"])),
+             Column("alpha", lambda x: mean_se(x["summary"]["alpha"]["macro"]) if "alpha" in x["summary"] else "n/a"),
+             Column("samples", lambda x: str(x["samples"]))),
+    headline=(HeadlineColumn("junior CE (nats)", ".2f", lambda x: x["summary"]["ce"]["macro"]["mean"],
+                             stat="junior CE", claim="legibility",
+                             what="the junior's cross-entropy on the senior's solo text (nats/token)"),),
+    differences=lambda results: legibility_differences({n: res["config"] for n, res in results.items()}),
+    needs=frozenset({"junior"}), current=legibility_current,
+    about=lambda cfg: {"junior": cfg.get("junior")}))

@@ -13,6 +13,7 @@ of a mean, scipy on the same arrays).
   the paper. ``mean_se_summary`` applies this to any per-problem statistic (CE, alpha).
 - Paired one-sided t-tests (paper Table 3): per-problem statistics of two models, matched
   by (benchmark, problem id) and pooled over benchmarks, into ``scipy.stats.ttest_rel``.
+  ``paired_verdict`` is the one rule every headline states: such a test at ``ALPHA``.
 - Paired bootstrap intervals (``paired_bootstrap``): the 95% percentile interval of the mean
   per-problem difference candidate - baseline, per benchmark and for the macro (problems
   resampled within each benchmark, ``scipy.stats.bootstrap``), seeded.
@@ -37,6 +38,9 @@ from scipy import stats
 from ...decoding.render import author_switches
 
 from ...errors import TandemError
+
+ALPHA = 0.05  # the level of every headline verdict (``paired_verdict``)
+VERDICTS = ("shows", "does not separate", "does not show")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -149,6 +153,26 @@ def paired_ttest(candidate: Sequence[float], baseline: Sequence[float], alternat
         res = stats.ttest_rel(a, b, alternative=alternative)
         out["t"], out["p"] = _num(res.statistic), _num(res.pvalue)
     return out
+
+
+def paired_verdict(test: dict, alpha: float = ALPHA) -> str:
+    """The headline verdict of a ``paired_ttest`` result, whose ``alternative`` is the claimed direction.
+
+    "shows": its one-sided p < ``alpha``; "does not show": the opposite one-sided test (p' = 1 - p, the
+    t distribution being continuous) has p' < ``alpha``, the difference goes the other way; else "does not
+    separate" (this many problems cannot tell the two apart). Differences that are all equal (p None,
+    zero variance) over at least two problems decide by their sign (t is infinite); identical statistics,
+    or fewer than two problems, do not separate.
+    """
+    p, diff, n = test.get("p"), test.get("mean_diff"), test.get("n", 0)
+    if p is None:
+        if n < 2 or not diff:
+            return "does not separate"
+        good = diff > 0 if test["alternative"] == "greater" else diff < 0
+        return "shows" if good else "does not show"
+    if p < alpha:
+        return "shows"
+    return "does not show" if 1.0 - p < alpha else "does not separate"
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> dict:

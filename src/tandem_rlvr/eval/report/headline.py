@@ -1,11 +1,13 @@
 """The report's headline: a compact table and the few sentences a researcher reads first.
 
 What: ``headline(comp)`` turns a comparison (``compare.json``'s content) into one ``Table``, a
-row per senior with solo pass@1, handoff pass@1 for each handoff set-up, the junior's
-cross-entropy on the senior's solo text and the KL of its solo token distribution to the
-junior's, each beside its difference from the base model when one of the seniors is called
-``base``; and two or three sentences: every senior's solo and handoff pass@1 against the
-base, and which paired one-sided t-tests against the comparison's baseline reach p < 0.05.
+row per senior with solo pass@1, handoff pass@1 for each handoff set-up, each registered
+measure's headline columns (``registry``: the junior's cross-entropy on the senior's solo text,
+a judge's ratings, ...) and the KL of its solo token distribution to the junior's, each beside
+its difference from the base model when one of the seniors is called ``base``; and two or
+three sentences: every senior's solo and handoff pass@1 against the base, and which paired
+one-sided t-tests against the comparison's baseline show their claim under the one headline
+rule (``metrics.paired_verdict``: p < ``metrics.ALPHA``).
 
 Why: a report that opens with figures leaves the reader to find the answer; the headline
 states it, with the base model as the reference a reader needs (a method that beats GRPO but
@@ -14,9 +16,9 @@ not its own starting point has not helped). Only numbers of the comparison enter
 
 from __future__ import annotations
 
+from ..measure.metrics import ALPHA, paired_verdict
+from ..measure.registry import measures
 from .tables import Table
-
-ALPHA = 0.05  # the t-tests the sentences name
 
 
 def _macro(m: dict | None) -> float | None:
@@ -41,9 +43,9 @@ def _columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]]:
         cfg = next(iter(metrics.values()))["config"]
         who = f"with {model_name(cfg['models'].get('junior'))}, {(cfg['schedule'] or {}).get('name')}"
         cols.append((f"handoff pass@1 ({who})", ".3f", {n: _macro(m) for n, m in metrics.items()}))
-    if comp["legibility"]:
-        cols.append(("junior CE (nats)", ".2f",
-                     {n: x["summary"]["ce"]["macro"]["mean"] for n, x in comp["legibility"].items()}))
+    for m in measures():  # each registered measure's headline columns, from its section of compare.json
+        for col in m.headline if comp.get(m.name) else ():
+            cols.append((col.title, col.fmt, {n: col.value(x) for n, x in comp[m.name].items()}))
     if comp.get("drift"):
         cols.append(("KL to junior", ".3f", {n: m["kl_to_junior"] for n, m in comp["drift"]["models"].items()}))
     return cols
@@ -79,12 +81,17 @@ def headline_sentences(comp: dict) -> list[str]:
     """Solo and handoff pass@1 of every senior against the base; the t-tests that reach p < ``ALPHA``."""
     out = [_against_base(title[0].upper() + title[1:], vals) for title, _, vals in _columns(comp) if "pass@1" in title]
     if comp.get("ttests"):
-        sig = [t for t in comp["ttests"] if t["p"] is not None and t["p"] < ALPHA and t["candidate"] != "base"]
+        sig = [t for t in comp["ttests"] if paired_verdict(t) == "shows" and t["candidate"] != "base"]
         base = comp["baseline"]
         if sig:
             out.append(f"Paired one-sided t-tests against {base} at p < {ALPHA}: " + "; ".join(
                 f"{t['candidate']} {t['statistic']} {'higher' if t['alternative'] == 'greater' else 'lower'} "
-                f"({t['mean_diff']:+.3f}, p = {t['p']:.2g})" for t in sig) + ".")
+                f"({t['mean_diff']:+.3f}, {p_text(t)})" for t in sig) + ".")
         else:
             out.append(f"No paired one-sided t-test against {base} reaches p < {ALPHA}.")
     return out
+
+
+def p_text(test: dict) -> str:
+    """"p = 0.0012", or why a test has no p (every paired difference the same: ``metrics.paired_verdict``)."""
+    return f"p = {test['p']:.2g}" if test.get("p") is not None else f"every one of {test['n']} paired differences alike"

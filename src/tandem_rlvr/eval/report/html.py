@@ -350,7 +350,7 @@ def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Seq
     if compare_dir:
         comp = read_json(Path(compare_dir) / "compare.json",
                          f"{compare_dir}: not a compare directory (no compare.json); run `tandem compare` first")
-    elif runs or any(compare_kw.get(k) for k in ("solo", "handoff", "legibility")):
+    elif runs or any(compare_kw.get(k) for k in ("solo", "handoff", "measures")):
         comp = run_compare(runs, out, **compare_kw)
         write_compare_md(out, comp)
     else:

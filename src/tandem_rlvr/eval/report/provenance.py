@@ -8,8 +8,9 @@ the report, says exactly what each result came from:
 - per senior, each run directory with its full senior and junior specs, the fingerprints of
   their files and of the benchmark problem sets (``fingerprint``; "not recorded" for runs
   made before that), and the command that made it (``argv`` and ``cwd``, recorded by ``runtime.invocation`` in sources.json,
-  legibility.json, drift.json and a training run's summary.json; "not recorded" for runs
-  made before that);
+  each measure's result file (legibility.json, cot_rating.json, ...), drift.json and a training run's
+  summary.json; "not recorded" for runs made before that); a measure's result says what made it
+  through its registry row's ``about`` (the junior; the judge);
 - the drift directory and the training runs, the same way.
 
 Lists and code spans, not tables: the report's tables hold short names only.
@@ -21,6 +22,8 @@ import html
 import json
 import shlex
 from pathlib import Path
+
+from ..measure.registry import measures
 
 
 def _read(path: Path) -> dict:
@@ -86,11 +89,13 @@ def provenance_html(comp: dict, train_dirs: dict[str, Path]) -> str:
                 split = f", split {src['split']}" if src.get("split") else ""
                 items.append(f"<li>{html.escape(kind)}: {_code(path)}: {_models(cfg.get('models'))}{split}{extra}; "
                              f"{_fingerprints(cfg)}; {_command(src)}</li>")
-        if dirs.get("legibility"):
-            cfg = _read(Path(dirs["legibility"]) / "legibility.json").get("config", {})
-            fps = ", ".join(f"{role} {_code(fp)}" for role, fp in (cfg.get("inputs") or {}).items() if fp)
-            items.append(f"<li>legibility: {_code(dirs['legibility'])}: junior {_code(cfg.get('junior'))}; "
-                         f"{'fingerprints: ' + fps if fps else 'fingerprints not recorded'}; {_command(cfg)}</li>")
+        for m in measures():  # each registered measure's result: what made it (its row's ``about``) and how
+            if dirs.get(m.name):
+                cfg = _read(Path(dirs[m.name]) / m.result_file).get("config", {})
+                fps = ", ".join(f"{role} {_code(fp)}" for role, fp in (cfg.get("inputs") or {}).items() if fp)
+                made = "; ".join(f"{k} {_code(v)}" for k, v in m.about(cfg).items())
+                items.append(f"<li>{html.escape(m.name)}: {_code(dirs[m.name])}: {made}; "
+                             f"{'fingerprints: ' + fps if fps else 'fingerprints not recorded'}; {_command(cfg)}</li>")
         out.append(f"<h3>{html.escape(name)}</h3><ul>{''.join(items)}</ul>")
     if comp.get("drift"):
         cfg = comp["drift"].get("config", {})

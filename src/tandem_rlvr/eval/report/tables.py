@@ -2,7 +2,8 @@
 
 ``Table`` (title, columns, rows of strings) is what ``compare``, ``drift`` and the report
 share; ``comparison_tables`` builds the paper's tables from compare.json's content in the
-paper's order, ``drift_tables`` those of a drift result. Rendered as GitHub markdown
+paper's order, a registered measure's from its row (``measure_table``), ``drift_tables`` those
+of a drift result. Rendered as GitHub markdown
 (``to_markdown``; the files compare.md and drift.md beside the measured results:
 ``write_compare_md``, ``write_drift_md``), on the terminal (``print_tables``, rich) and as
 HTML (``html.py``).
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ...io import atomic_write
+from ..measure.registry import measures
 
 
 @dataclass
@@ -146,8 +148,6 @@ def _pool_tables(label: str, metrics: dict[str, dict]) -> list[Table]:
 def comparison_tables(comp: dict) -> list[Table]:
     """All tables of a comparison, in the paper's order. Models appear by ``models.model_name``
     (never a full path; the report's provenance section has those)."""
-    from ...models import model_name
-
     tables = [Table("Compared with --allow-mixed: these runs differ in settings", ["difference"],
                     [[d] for d in comp["mixed"]])] if comp.get("mixed") else []
     tables += [regraded_table(comp["regraded"])] if comp.get("regraded") else []
@@ -160,11 +160,7 @@ def comparison_tables(comp: dict) -> list[Table]:
         schedule = _distinct(metrics, lambda c: str((c["schedule"] or {}).get("name")))
         tables += _pass_tables(f"{label} ({junior}, {schedule})", metrics)
         tables += _pool_tables(label, metrics)
-    if comp["legibility"]:
-        tables.append(Table("Junior legibility (macro over benchmarks)", ["senior", "junior", "CE (nats)", "alpha", "samples"],
-                            [[n, model_name(x["junior"]), _pm(x["summary"]["ce"]["macro"]),
-                              _pm(x["summary"]["alpha"]["macro"]) if "alpha" in x["summary"] else "n/a",
-                              str(x["samples"])] for n, x in comp["legibility"].items()]))
+    tables += [measure_table(m, comp[m.name]) for m in measures() if comp.get(m.name)]
     if comp["drift"]:
         tables += drift_tables(comp["drift"])
     if comp["ttests"]:
@@ -174,6 +170,13 @@ def comparison_tables(comp: dict) -> list[Table]:
                               str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
                               _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
     return tables + diagnostics_tables(comp)
+
+
+def measure_table(m, section: dict[str, dict]) -> Table:
+    """A registered measure's table (``registry.Measure.columns``): a row per senior of its section of
+    compare.json ({senior: the row's summary})."""
+    return Table(m.title, ["senior", *[c.title for c in m.columns]],
+                 [[n, *[c.cell(x) for c in m.columns]] for n, x in section.items()])
 
 
 _BOOT_META = ("n_boot", "seed", "level")
