@@ -8,7 +8,8 @@ they share in ``flags``; this module builds the parser from them and runs ``main
 Plug-ins (``tandem_rlvr.plugins``: entry points, ``$TANDEM_PLUGINS``, ``--plugins``) are imported
 before the parser is built, in every process that runs a command (torchrun workers included).
 Bad input raises ``TandemError`` somewhere below; ``main`` prints it as one line
-(``tandem: error: ...``) and exits with status 2, without a traceback.
+(``tandem: error: ...``) and exits with status 2, without a traceback. Output into a closed pipe
+(``tandem world ls --json | head -1``) ends quietly with status 141, as Unix tools do.
 Run: ``tandem --help`` or ``python -m tandem_rlvr.cli --help``.
 """
 
@@ -93,6 +94,10 @@ def main(argv=None) -> int:
     try:
         env_threads()  # a bad $TANDEM_THREADS fails here, before any work
         a.fn(a)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:  # stdout's reader left (`| head`): end quietly, as Unix tools do
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, a shell's status for a tool the pipe closed on
     except TandemError as e:
         print(f"tandem: error: {e}", file=sys.stderr)
         return 2
@@ -116,6 +121,16 @@ def main(argv=None) -> int:
               f"{_RERUN}", file=sys.stderr)
         return 2
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit meets no closed pipe."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file behind stdout (captured): nothing left to flush
+        pass
 
 
 _RERUN = "; free space and re-run the same command (it resumes from the last complete checkpoint or sample)"

@@ -69,7 +69,7 @@ def parse_levels(text: str) -> tuple[float, ...]:
             value = float(part[:-1]) / 100 if part.endswith("%") else float(part)
         except ValueError:
             value = float("nan")
-        pct = round(value * 100) if value == value else -1
+        pct = round(value * 100) if math.isfinite(value) else -1
         if not 0 < pct < 100 or abs(value * 100 - pct) > 1e-6:
             raise TandemError(f"--juniors: {part!r} is not a skill level; give accuracies in (0, 1) in whole "
                               "percents, e.g. 0.3,0.5,0.7 or 30%,50%,70%")
