@@ -55,7 +55,7 @@ def legacy_defaults() -> dict:
     lora = {k: base[k] for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "save_merged")}  # before LoRA
     pool = {k: base[k] for k in ("junior_draw", "best_by_junior")}  # before junior pools: one junior, drawn alike
     return {**{k: base[k] for k in keys}, "verifier": "math@1:last-box", "sharding": "none", "shard_offload": False,
-            **lora, **pool, "plugins": []}  # before plug-in modules
+            **lora, **pool, "plugins": [], "trl": {}}  # before plug-in modules and GRPOConfig fields
 
 
 def recorded_names(old: dict) -> dict:
@@ -75,36 +75,38 @@ def recorded_names(old: dict) -> dict:
     return out
 
 
-def check_run_dir(cfg: TrainConfig) -> int:
+def check_run_dir(cfg: TrainConfig, extra: dict | None = None) -> int:
     """The step of the last checkpoint to resume from (0 = fresh); a TandemError if the directory
-    holds another run's config."""
+    holds another run's config. ``extra``: config.json entries beyond the config's (the Python API's
+    dataset fingerprint and reward functions), which must match too."""
     out = output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # before any model loads or world builds
-    refuse_other_config(out / "config.json", stored_config(cfg), "use another --output-dir",
+    refuse_other_config(out / "config.json", {**stored_config(cfg), **(extra or {})}, "use another --output-dir",
                         defaults=legacy_defaults(), ignore=NOT_IDENTITY, canonical=recorded_names)
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
 
 
-def completed(cfg: TrainConfig) -> dict | None:
+def completed(cfg: TrainConfig, extra: dict | None = None) -> dict | None:
     """summary.json of a finished run in ``cfg.loop.output_dir`` (same config), else None."""
     out = Path(cfg.loop.output_dir).expanduser()
     if (out / "summary.json").is_file() and (out / "final").is_dir():
-        check_run_dir(cfg)
+        check_run_dir(cfg, extra)
         return read_json(out / "summary.json")
     return None
 
 
-def said_complete(cfg: TrainConfig, print_fn) -> dict | None:
+def said_complete(cfg: TrainConfig, print_fn, extra: dict | None = None) -> dict | None:
     """``completed(cfg)``, said once (by the first process) when the run is finished."""
-    done = completed(cfg)
+    done = completed(cfg, extra)
     if done is not None and int(os.environ.get("RANK", "0") or 0) == 0:
         print_fn(f"{cfg.loop.output_dir}: run already complete ({done['steps']} steps); nothing to do")
     return done
 
 
-def model_card(cfg: TrainConfig, steps: int) -> str:
-    """README.md of a run and of its final/ weights (instead of TRL's placeholder card)."""
+def model_card(cfg: TrainConfig, steps: int, rewards: str | None = None) -> str:
+    """README.md of a run and of its final/ weights (instead of TRL's placeholder card); ``rewards``: the
+    reward's words when they are not the config's terms (the Python API's reward functions)."""
     from ..rewards.terms import describe_terms  # each term's words from its registry row
 
     stored, r, d, loop, loss = stored_config(cfg), cfg.rollout, cfg.data, cfg.loop, cfg.loss
@@ -123,7 +125,7 @@ def model_card(cfg: TrainConfig, steps: int) -> str:
         f"- optimiser steps: {steps} (updates; {loop.rollout_steps(steps)} rollout steps of "
         f"{loop.updates_per_batch}; max_steps {loop.max_steps} {loop.step_unit}s); {loop.prompts_per_minibatch} "
         f"prompts x {r.group_size} rollouts per update, lr {loss.lr}, clip {loss.clip}, temperature {r.temperature}",
-        f"- task: `{d.task}` (verifier `{stored['verifier']}`); reward: {describe_terms(cfg)}; seed {loop.seed}",
+        f"- task: `{d.task}` (verifier `{stored['verifier']}`); reward: {rewards or describe_terms(cfg)}; seed {loop.seed}",
         f"- weights: {_weights_note(cfg)}", "",
         "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
 
