@@ -65,3 +65,17 @@ def format_prompt(tokenizer, problem: str, template: str = "auto", instruction: 
 def encode_prompt(tokenizer, text: str) -> list[int]:
     """Token ids of an already formatted prompt (no extra special tokens: templates carry their own)."""
     return tokenizer.encode(text, add_special_tokens=False)
+
+
+def render_prompt(tokenizer, prompt) -> str:
+    """The text a model reads for a dataset ``prompt``: a string as it is; a list of chat messages through
+    ``tokenizer``'s chat template with the generation prompt (TRL's rendering of a conversational prompt)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+        if not getattr(tokenizer, "chat_template", None):
+            raise TandemError(f"a conversational prompt needs a tokenizer with a chat template; "
+                              f"{getattr(tokenizer, 'name_or_path', '?')} has none")
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    raise TandemError(f"a prompt must be text or a list of chat messages ({{'role', 'content'}}), got "
+                      f"{type(prompt).__name__}: {str(prompt)[:60]!r}")
