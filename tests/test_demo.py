@@ -202,29 +202,44 @@ def _write_json(path, obj):
     path.write_text(json.dumps(obj))
 
 
+def _ttest(stat, alternative, p, diff, n=500):
+    return {"candidate": "tandem", "baseline": "grpo", "statistic": stat, "alternative": alternative, "n": n,
+            "mean_diff": diff, "t": None, "df": n - 1, "p": p}
+
+
 def test_summary_opens_with_what_the_run_shows_of_each_property(tmp_path):
+    """Each property's verdict is the paired one-sided t-test of compare.json at p < 0.05 (the one rule of
+    metrics.paired_verdict), never a rule of standard errors: a difference of 0.015 with SEs of 0.008, which
+    a 2-SE rule would call "does not separate", shows when its paired test has p = 0.01."""
     from tandem_rlvr.recipes.demo_headline import headline
 
     pm = lambda m, se: {"pass@1": {"mean": m, "se": se}}  # noqa: E731
     results = {"base": {"solo": pm(0.24, 0.01), "handoff": pm(0.135, 0.008)},
                "grpo": {"solo": pm(0.27, 0.01), "handoff": pm(0.11, 0.008)},
                "tandem": {"solo": pm(0.17, 0.01), "handoff": pm(0.125, 0.008)}}
-    for name, ce, se in (("grpo", 9.6, 0.3), ("tandem", 1.8, 0.1), ("base", 6.3, 0.2)):
-        _write_json(tmp_path / "eval" / name / "legibility" / "legibility.json",
-                    {"summary": {"ce": {"macro": {"mean": ce, "se": se}}}})
+    leg = lambda ce: {"summary": {"ce": {"macro": {"mean": ce, "se": 0.1}}}, "junior": "jr", "samples": 9}  # noqa: E731
+    comp = {"legibility": {"grpo": leg(9.6), "tandem": leg(1.8), "base": leg(6.3)},
+            "ttests": [_ttest("handoff pass@1 (handoff)", "greater", 0.01, 0.015),
+                       _ttest("junior CE", "less", 0.30, -7.8)]}
+    _write_json(tmp_path / "compare" / "compare.json", comp)
     _write_json(tmp_path / "eval" / "drift" / "drift.json",
                 {"models": {"grpo": {"kl_to_junior": 1.78}, "tandem": {"kl_to_junior": 0.10}},
                  "recovery": {"defined": True, "share_moved_back": 0.89, "qualifying": 366}})
     lines = headline(tmp_path, results, quick=False)
-    # handoff: 0.125 - 0.110 = 0.015 < 2 x hypot(0.008, 0.008) = 0.0226: not separated at this budget
-    assert lines[1].startswith("1. handoff robustness: does not separate (")
-    assert "Tandem 0.125 ± 0.008 vs GRPO 0.110 ± 0.008, base 0.135" in lines[1]
-    # legibility: lower CE is better; 1.8 - 9.6 = -7.8, far beyond 2 x hypot(0.1, 0.3)
-    assert lines[2].startswith("2. legibility: shows (")
-    assert lines[3].startswith("3. less drift from the junior: shows (") and "89% of GRPO's 366" in lines[3]
+    assert "paired one-sided t-test over the problems reaches p < 0.05" in lines[0]
+    assert lines[1] == ("1. handoff robustness: shows (handoff pass@1 with the junior: Tandem 0.125 vs GRPO 0.110, "
+                        "base 0.135; paired one-sided t-test over 500 problems, p = 0.01).")
+    # a large difference whose paired test does not reach 0.05 does not separate
+    assert lines[2].startswith("2. legibility: does not separate (the junior's cross-entropy on the senior's solo text "
+                               "(nats/token): Tandem 1.80 vs GRPO 9.60, base 6.30;")
+    assert lines[3].startswith("3. less drift from the junior: no paired test") and "89% of GRPO's 366" in lines[3]
     assert lines[4] == "Solo pass@1: Tandem 0.170 vs GRPO 0.270 (-0.100), base 0.240."
-    results["tandem"]["handoff"] = pm(0.08, 0.008)  # 0.03 below GRPO: the wrong way
+    comp["ttests"][0]["p"] = 0.99  # the opposite one-sided test has p = 0.01: the other way
+    _write_json(tmp_path / "compare" / "compare.json", comp)
     assert headline(tmp_path, results, quick=False)[1].startswith("1. handoff robustness: does not show (")
+    comp["ttests"][0]["p"] = 0.5
+    _write_json(tmp_path / "compare" / "compare.json", comp)
+    assert headline(tmp_path, results, quick=False)[1].startswith("1. handoff robustness: does not separate (")
     assert headline(tmp_path, results, quick=True)[0].startswith("What this run shows: nothing about the method")
 
 
@@ -238,6 +253,6 @@ def test_a_tandem_best_at_step_0_is_said_to_be_the_base_and_small_kls_keep_their
     lines = headline(tmp_path, results, quick=False, best_steps={"grpo": 60, "tandem": 0, "klreg": 50})
     assert lines[1].startswith("Tandem RLVR's validation-best checkpoint is its step 0, the base model itself")
     drift = next(x for x in lines if x.startswith("3."))
-    assert "Tandem 0.000 vs GRPO 0.00024" in drift  # not "0.000 vs 0.000"
+    assert "Tandem 0.000 vs GRPO 0.00024, lower for Tandem" in drift  # not "0.000 vs 0.000"
     assert not any("step 0" in x for x in headline(tmp_path, results, quick=False, best_steps={"tandem": 30}))
     assert not any("step 0" in x for x in headline(tmp_path, results, quick=False))  # final checkpoints evaluated

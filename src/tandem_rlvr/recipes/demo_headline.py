@@ -4,31 +4,28 @@ The paper's claims for Tandem RLVR against vanilla GRPO (arXiv 2606.28166, secti
 trained senior stays robust to handoffs with the junior, (2) its solo reasoning stays legible to the
 junior, (3) it drifts less from the junior's token distribution. A demo's budget (minutes on a laptop
 CPU) may be too small to show them, so the summary opens with one line per property saying, from
-this run's own numbers, whether it shows it: a difference of more than twice its standard error in
-the claimed direction "shows", within that "does not separate" the two at this budget, the other way
-"does not show". Drift has no standard error here (one KL of two token marginals), so its line gives
-the numbers, and Tandem's share of GRPO's over-emitted tokens moved back when that is defined. A last
-line gives solo pass@1, the price or not. ``--quick`` opens with a line saying its numbers show nothing.
+this run's own numbers, whether it shows it, by the one headline rule (``metrics.paired_verdict``):
+the paired one-sided t-test of Tandem against GRPO over the problems (the comparison's, in
+``compare/compare.json``) "shows" the claim at p < ``metrics.ALPHA``, "does not show" it when the
+opposite test reaches that level, and else "does not separate" the two at this budget. Property 1
+is handoff pass@1; property 2 is each headline claim of the registered measures of the solo text
+(``eval.measure.registry``: the junior's cross-entropy; a judge's ratings when the run had a judge).
+Drift has no paired test (one KL of two token marginals), so its line gives the numbers, and
+Tandem's share of GRPO's over-emitted tokens moved back when that is defined. A last line gives solo
+pass@1, the price or not. ``--quick`` opens with a line saying its numbers show nothing.
 
 Inputs: the demo's ``results`` (solo and handoff pass@1 per senior) and its output folder's
-``eval/<senior>/legibility/legibility.json`` and ``eval/drift/drift.json``.
+``compare/compare.json`` and ``eval/drift/drift.json``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-Z = 2.0  # standard errors a difference must exceed to count as shown
-
-
-def verdict(diff: float, se: float, higher_is_better: bool) -> str:
-    """"shows", "does not separate" or "does not show" for Tandem minus GRPO ``diff`` with standard error ``se``."""
-    good = diff if higher_is_better else -diff
-    if se > 0 and abs(diff) <= Z * se or se == 0 and diff == 0:
-        return "does not separate"
-    return "shows" if good > 0 else "does not show"
+from ..eval.measure.metrics import ALPHA, paired_verdict
+from ..eval.measure.registry import measures
+from ..eval.report.headline import p_text
 
 
 def headline(out: Path, results: dict, quick: bool, best_steps: dict | None = None) -> list[str]:
@@ -41,17 +38,23 @@ def headline(out: Path, results: dict, quick: bool, best_steps: dict | None = No
     if not {"grpo", "tandem"} <= set(results):
         return []
     lines = ["What this run shows (Tandem RLVR against vanilla GRPO, this run's numbers; a difference counts "
-             f"when it exceeds {Z:g} standard errors):"]
+             f"when a paired one-sided t-test over the problems reaches p < {ALPHA:g}):"]
     if (best_steps or {}).get("tandem") == 0:
         lines.append("Tandem RLVR's validation-best checkpoint is its step 0, the base model itself: every Tandem "
                      "figure below is the base's, so this run shows nothing of what Tandem training does.")
-    hand = {m: results[m].get("handoff", {}).get("pass@1") for m in ("grpo", "tandem", "base")}
-    if hand["grpo"] and hand["tandem"]:
-        lines.append(_line("1. handoff robustness", "handoff pass@1 with the junior", hand, True))
-    ce = {m: _ce(out / "eval" / m / "legibility" / "legibility.json") for m in ("grpo", "tandem", "base")}
-    if ce["grpo"] and ce["tandem"]:
-        lines.append(_line("2. legibility", "the junior's cross-entropy on the senior's solo text (nats/token)", ce,
-                           False))
+    path = out / "compare" / "compare.json"
+    comp = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    tests = {t["statistic"]: t for t in comp.get("ttests", ())
+             if t["candidate"] == "tandem" and t["baseline"] == "grpo"}
+    hand = {m: (results[m].get("handoff", {}).get("pass@1") or {}).get("mean") for m in ("grpo", "tandem", "base")}
+    if "handoff pass@1 (handoff)" in tests:
+        lines.append(_line("1. handoff robustness", "handoff pass@1 with the junior", hand, tests["handoff pass@1 (handoff)"],
+                           ".3f"))
+    for m in measures():
+        for col in m.headline if comp.get(m.name) else ():
+            if col.claim and col.stat in tests:
+                vals = {n: col.value(x) for n, x in comp[m.name].items()}
+                lines.append(_line(f"2. {col.claim}", col.what or col.title, vals, tests[col.stat], col.fmt))
     drift = _drift(out / "eval" / "drift" / "drift.json")
     if drift:
         lines.append(drift)
@@ -59,26 +62,18 @@ def headline(out: Path, results: dict, quick: bool, best_steps: dict | None = No
     if solo["grpo"] and solo["tandem"]:
         d = solo["tandem"]["mean"] - solo["grpo"]["mean"]
         lines.append(f"Solo pass@1: Tandem {solo['tandem']['mean']:.3f} vs GRPO {solo['grpo']['mean']:.3f} "
-                     f"({d:+.3f}){_base(solo)}.")
+                     f"({d:+.3f}){_base({k: v and v['mean'] for k, v in solo.items()})}.")
     return lines
 
 
-def _line(name: str, what: str, fig: dict, higher: bool) -> str:
-    t, g = fig["tandem"], fig["grpo"]
-    diff, se = t["mean"] - g["mean"], math.hypot(t["se"], g["se"])
-    v = verdict(diff, se, higher)
-    return (f"{name}: {v} ({what}: Tandem {t['mean']:.3f} ± {t['se']:.3f} vs GRPO {g['mean']:.3f} ± {g['se']:.3f}"
-            f"{_base(fig)}).")
+def _line(name: str, what: str, vals: dict, test: dict, fmt: str) -> str:
+    """"NAME: VERDICT (WHAT: Tandem x vs GRPO y, base z; paired one-sided t-test over n problems, p = ...)"."""
+    return (f"{name}: {paired_verdict(test)} ({what}: Tandem {vals['tandem']:{fmt}} vs GRPO {vals['grpo']:{fmt}}"
+            f"{_base(vals, fmt)}; paired one-sided t-test over {test['n']} problems, {p_text(test)}).")
 
 
-def _base(fig: dict) -> str:
-    return f", base {fig['base']['mean']:.3f}" if fig.get("base") else ""
-
-
-def _ce(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))["summary"]["ce"]["macro"]
+def _base(vals: dict, fmt: str = ".3f") -> str:
+    return f", base {vals['base']:{fmt}}" if vals.get("base") is not None else ""
 
 
 def _drift(path: Path) -> str | None:
@@ -91,9 +86,9 @@ def _drift(path: Path) -> str | None:
     rec = d.get("recovery") or {}
     moved = (f"; Tandem moves {rec['share_moved_back']:.0%} of GRPO's {rec['qualifying']} most over-emitted tokens "
              "back toward the junior" if rec.get("defined") and rec.get("share_moved_back") is not None else "")
-    v = "shows" if kl["tandem"] < kl["grpo"] else "does not show"
-    return (f"3. less drift from the junior: {v} (KL of the solo token distribution to the junior's: Tandem "
-            f"{_kl(kl['tandem'])} vs GRPO {_kl(kl['grpo'])}{moved}).")
+    lower = "lower" if kl["tandem"] < kl["grpo"] else "not lower"
+    return (f"3. less drift from the junior: no paired test, one KL per model (KL of the solo token distribution to "
+            f"the junior's: Tandem {_kl(kl['tandem'])} vs GRPO {_kl(kl['grpo'])}, {lower} for Tandem{moved}).")
 
 
 def _kl(x: float) -> str:

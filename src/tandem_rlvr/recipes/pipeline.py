@@ -2,11 +2,12 @@
 
 - ``train_method``: one senior trained from a preset (``rl.train``; a finished run with the
   same config is not trained again);
-- ``evaluate_senior``: a senior's evaluation directory: ``solo/``, and per junior a
-  ``handoff[-LABEL]/`` run (paragraph round-robin) and the junior's ``legibility[-LABEL]/``
-  of the solo samples;
+- ``evaluate_senior``: a senior's evaluation directory: ``solo/``, per junior a ``handoff[-LABEL]/``
+  run (paragraph round-robin), and every registered measure of the solo samples
+  (``eval.measure.registry``) whose inputs are given: the junior's ``legibility[-LABEL]/``, with a
+  judge ``cot-rating/``;
 - ``battery``: drift of seniors' solo samples from a junior's, then the comparison tables
-  (``compare``: pass@k, legibility, drift, paired one-sided t-tests against a baseline).
+  (``compare``: pass@k, every measure found, drift, paired one-sided t-tests against a baseline).
 
 ``QUICK_TRAIN`` is the training of every recipe's ``--quick`` mode (a smoke test of the wiring).
 """
@@ -75,16 +76,19 @@ def _named(kind: str, label: str) -> str:
 
 
 def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done: bool = False,
-                    progress: bool = True) -> dict[str, dict]:
+                    progress: bool = True, judge=None) -> dict[str, dict]:
     """Evaluate ``model`` into ``d``: solo, then per junior (``{label: model}``; label "" = no
-    suffix) a handoff run and the junior's legibility of the solo samples.
+    suffix) a handoff run, then every registered measure of the solo samples whose inputs are given
+    (``eval.measure.registry``): one needing a junior once per junior (``legibility[-LABEL]/``), one
+    needing a judge (``judge``, a ``rewards.judge.JudgeSettings``) only with one (``cot-rating/``).
 
     ``ev``: ``eval_settings``'s EvalConfig. With ``skip_done`` a finished run is kept once its inputs are
     checked, without loading a model (``sampler.finished_metrics``: the models' and problems' fingerprints;
     a changed input is refused, naming it; the caller guarantees the sampling settings are the same), and
-    a finished legibility dir is kept when its solo run was. Returns metrics per run name.
+    a finished measure dir is kept when its row says it is current (``Measure.is_current``). Returns
+    metrics per run name.
     """
-    from ..eval.measure.legibility import run_legibility
+    from ..eval.measure.registry import MeasureInputs, measures
     from ..eval.sample.sampler import evaluate, finished_metrics
 
     def sample(name: str, junior: str | None) -> dict:
@@ -96,30 +100,13 @@ def evaluate_senior(model: str, d: Path, juniors: dict[str, str], ev, skip_done:
     metrics = {"solo": sample("solo", None)}
     for label, junior in juniors.items():
         metrics[_named("handoff", label)] = sample(_named("handoff", label), junior)
-        leg = d / _named("legibility", label)
-        if not (skip_done and _legibility_current(leg, junior)):
-            run_legibility(d / "solo", junior, leg, benchmarks=list(ev.problems.benchmarks), split=ev.problems.split,
-                           progress=progress)
+    for m in measures():
+        for label, junior in (juniors.items() if "junior" in m.needs else [("", None)]):
+            inputs = MeasureInputs(d / "solo", d / m.dir_name(label), junior=junior, judge=judge,
+                                   benchmarks=tuple(ev.problems.benchmarks), split=ev.problems.split, progress=progress)
+            if m.ready(inputs) and not (skip_done and m.is_current(inputs.out, inputs)):
+                m.compute(inputs)
     return metrics
-
-
-def _legibility_current(leg: Path, junior: str) -> bool:
-    """Whether ``leg`` holds a finished legibility run of ``junior``'s files as they are now (its solo samples
-    were checked by ``finished_metrics`` just before); a changed junior is refused, naming it."""
-    from ..errors import TandemError
-    from ..eval.run_files import INPUTS
-    from ..fingerprint import model_fingerprint
-    from ..io import read_json
-    from ..models import resolve_model_path
-
-    if not (leg / "legibility.json").is_file():
-        return False
-    old = (read_json(leg / "legibility.json").get("config") or {}).get(INPUTS) or {}
-    now = model_fingerprint(resolve_model_path(junior))
-    if old.get("junior") != now:
-        raise TandemError(f"{leg / 'legibility.json'}: the junior model's files changed since it was scored "
-                          f"(fingerprint {old.get('junior')} -> {now}); remove it to score again")
-    return True
 
 
 def battery(seniors: dict[str, Path], handoffs: Sequence[str], legibility: str, junior_samples: Path,
@@ -129,19 +116,25 @@ def battery(seniors: dict[str, Path], handoffs: Sequence[str], legibility: str, 
 
     Drift: the solo samples of the ``drifted`` seniors against ``junior_samples`` (a solo run of
     the junior), tracking GRPO's over-emitted tokens and Tandem's recovery when they are among
-    them. Comparison: each senior's solo run, its ``handoffs`` runs and its ``legibility`` dir,
+    them. Comparison: each senior's solo run, its ``handoffs`` runs and the result dir of every
+    registered measure it has (``Measure.dir_name``; ``legibility``, the legibility dir's name,
+    says which junior's: ``legibility-LABEL`` picks LABEL for every measure scored per junior),
     with paired t-tests against ``baseline``. ``skip_done`` keeps results already written.
     """
     from ..eval.measure.compare import run_compare
     from ..eval.measure.drift import run_drift
+    from ..eval.measure.registry import measures
     from ..eval.report.tables import write_compare_md, write_drift_md
 
     if not (skip_done and (drift_dir / "drift.json").is_file()):
         write_drift_md(drift_dir, run_drift(junior_samples, {n: seniors[n] / "solo" for n in drifted}, drift_dir,
                                             reference="grpo" if "grpo" in drifted else None,
                                             candidate="tandem" if "tandem" in drifted else None))
+    label = legibility.partition("-")[2]
+    found = {m.name: [f"{n}={d / m.dir_name(label)}" for n, d in seniors.items()
+                      if (d / m.dir_name(label) / m.result_file).is_file()] for m in measures()}
     if not (skip_done and (compare_dir / "compare.json").is_file()):
         write_compare_md(compare_dir, run_compare(
             [], compare_dir, solo=[f"{n}={d / 'solo'}" for n, d in seniors.items()],
             handoff=[f"{n}:{h}={d / h}" for n, d in seniors.items() for h in handoffs],
-            legibility=[f"{n}={d / legibility}" for n, d in seniors.items()], drift=str(drift_dir), baseline=baseline))
+            measures={k: v for k, v in found.items() if v}, drift=str(drift_dir), baseline=baseline))
