@@ -297,6 +297,17 @@ TERMS: dict[str, TermKind] = {
 }
 
 
+def register_reward_term(name: str, kind: TermKind, *, overwrite: bool = False) -> TermKind:
+    """Add a reward term ``name`` (a ``TermKind`` row) to ``TERMS``, usable in ``reward_terms`` as ``name[:COEF]``;
+    an existing name is an error unless ``overwrite``."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TandemError(f"reward term name must be an identifier, got {name!r}")
+    if name in TERMS and not overwrite:
+        raise TandemError(f"reward term {name!r} is already registered")
+    TERMS[name] = kind
+    return kind
+
+
 def terms_help() -> str:
     """``NAME (about, coef C)`` of every registered term, for the help of ``reward_terms``."""
     return ", ".join(f"{name} ({k.about + ', ' if k.about else ''}coef {k.coef:g})" for name, k in TERMS.items())
