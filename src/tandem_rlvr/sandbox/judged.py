@@ -20,9 +20,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .runner import HERE, PROGRAM_ENV, SLOT_UID_BASE, Launch, Limits, Outcome, feed, drain, sandbox_python
+from .runner import HERE, PROGRAM_ENV, Launch, Limits, Outcome, feed, drain, run_uid, sandbox_python
 
-JUDGE_UID_BASE = SLOT_UID_BASE + 1_000_000  # the judge of slot s runs as JUDGE_UID_BASE + s (as root)
 _JUDGE_FILES = ("_judge.py", "_wire.py")
 
 
@@ -42,15 +41,30 @@ def run_judged(source: str, spec: dict, limits: Limits, slot: int = 0) -> Judged
     fds: dict[str, int] = {}  # each closed once, by _close: a number closed twice may be another thread's file
     fds["req_r"], fds["req_w"] = os.pipe()  # judge -> program: requests
     fds["rep_r"], fds["rep_w"] = os.pipe()  # program -> judge: replies
-    home = tempfile.mkdtemp(prefix="tandem-judge-")
+    home, judge = tempfile.mkdtemp(prefix="tandem-judge-"), None
     try:
         judge = _start_judge(home, fds["req_w"], fds["rep_r"], limits, slot)
         _close(fds, "req_w", "rep_r")
-        with judge:
-            return _judged(judge, source, {**spec, "cap": limits.output_bytes}, limits, slot, fds, deadline)
-    finally:
+        return _judged(judge, source, {**spec, "cap": limits.output_bytes}, limits, slot, fds, deadline)
+    finally:  # whatever happened: the judge is killed before anything waits for it, and no pipe end stays open
         _close(fds, *list(fds))
+        if judge is not None:
+            judge.kill()
+            _reap(judge)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            if f is not None:
+                f.close()
+        except OSError:  # a feeder thread's unflushed spec to a killed judge
+            pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a killed process that does not go: leave it to the kernel
+        pass
 
 
 def _close(fds: dict, *names: str) -> None:
@@ -63,7 +77,7 @@ def _start_judge(home: str, req_w: int, rep_r: int, limits: Limits, slot: int) -
         shutil.copyfile(HERE / name, os.path.join(home, name))
     ids = {}
     if os.getuid() == 0:
-        uid = JUDGE_UID_BASE + slot
+        uid = run_uid(slot, judge=True)
         for p in (home, *(os.path.join(home, n) for n in _JUDGE_FILES)):
             os.chown(p, uid, uid)
         ids = {"user": uid, "group": uid, "extra_groups": []}

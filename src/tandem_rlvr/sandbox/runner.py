@@ -13,9 +13,9 @@ limit), ``output limit``, ``process limit`` (fork refused by RLIMIT_NPROC), ``ne
 ``write refused`` (outside the work directory), ``crashed`` (any other non-zero exit or signal).
 
 ``run_pool(jobs, workers)`` runs ``job(slot)`` callables on at most ``workers`` threads, each job
-holding one slot (so at most ``workers`` programs run at once); as root each slot runs programs
-under its own unprivileged uid (``SLOT_UID_BASE + slot``), so the process limit counts one slot's
-processes only.
+holding one slot (so at most ``workers`` programs run at once). As root a program runs under an
+unprivileged uid of its grader process and slot (``run_uid``), inside a user namespace of its own:
+no two graders on a machine share one, and the process limit counts one slot's processes only.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ..errors import TandemError
+from ._view import view
 
 HERE = Path(__file__).resolve().parent
-SLOT_UID_BASE = 1_990_000_000  # unprivileged uids no account uses; one per pool slot
+UID_BASE = 1_990_000_000  # unprivileged uids no account uses: 2 per (grader pid, slot), below 2**32 - 1
 PROGRAM_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
                "PYTHONIOENCODING": "utf-8", "PYTHONHASHSEED": "0", "HOME": "/nonexistent", "TMPDIR": "/tmp"}
 _FALLBACK_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
@@ -57,9 +58,10 @@ class Limits:
     nproc: int = 32
     file_mb: int = 16
     output_bytes: int = 1 << 20
+    disk_mb: int = 64  # every writable place of a run together (its private tmpfs)
 
     def __post_init__(self):
-        if min(self.wall_s, self.cpu_s, self.memory_mb, self.nproc, self.file_mb, self.output_bytes) <= 0:
+        if min(self.wall_s, self.cpu_s, self.memory_mb, self.nproc, self.file_mb, self.output_bytes, self.disk_mb) <= 0:
             raise TandemError(f"sandbox limits must be positive, got {self}")
 
 
@@ -74,6 +76,11 @@ class Outcome:
     stderr: str
     wall_s: float
     isolation: dict = field(default_factory=dict)
+
+
+def run_uid(slot: int, judge: bool = False) -> int:
+    """The host uid of slot ``slot``'s programs (``judge``: of its judges) in this grader process."""
+    return UID_BASE + (os.getpid() % (1 << 22)) * 512 + (slot % 256) * 2 + int(judge)
 
 
 def _world_runnable(path: str) -> bool:
@@ -153,20 +160,24 @@ class Launch:
     def __init__(self, source: str, limits: Limits, slot: int, guard: bool = True, files: tuple = (),
                  argv: tuple = ("program.py",), stdin=subprocess.PIPE, stdout=subprocess.PIPE):
         python, self.limits = sandbox_python(), limits
-        self.work = Path(tempfile.mkdtemp(prefix="tandem-sbx-"))
+        self.work = Path(tempfile.mkdtemp(prefix="tandem-sbx-"))  # staging: the launcher copies it to /program
         try:
-            (self.work / "program.py").write_text(source, encoding="utf-8")
-            names = ["_guard.py", *files]
-            for name in names:
+            # a lone surrogate is written as-is (surrogatepass): the interpreter then refuses the file
+            (self.work / "program.py").write_bytes(source.encode("utf-8", "surrogatepass"))
+            names = ["program.py", "_guard.py", *files]
+            for name in names[1:]:
                 shutil.copyfile(HERE / name, self.work / name)
-            uid = SLOT_UID_BASE + slot if os.getuid() == 0 else None
-            if uid is not None:
-                for p in (self.work, self.work / "program.py", *(self.work / n for n in names)):
+            uid = run_uid(slot) if os.getuid() == 0 else None
+            (self.work / "root").mkdir()
+            if uid is not None:  # where no namespace is possible the program runs here, as uid
+                for p in (self.work, *(self.work / n for n in names)):
                     os.chown(p, uid, uid)
             read_fd, write_fd = os.pipe()
             cmd = [python, "-I", "-B", *(["_guard.py"] if guard else []), *argv]
-            spec = {"work": str(self.work), "argv": cmd, "env": PROGRAM_ENV, "uid": uid, "status_fd": write_fd,
-                    "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb, "nproc": limits.nproc, "file_mb": limits.file_mb}
+            spec = {"stage": str(self.work), "root": str(self.work / "root"), "files": names, "view": view(python),
+                    "argv": cmd, "env": PROGRAM_ENV, "uid": uid, "status_fd": write_fd, "cpu_s": limits.cpu_s,
+                    "memory_mb": limits.memory_mb, "nproc": limits.nproc, "file_mb": limits.file_mb,
+                    "disk_mb": limits.disk_mb}
             self.start = time.monotonic()
             self.deadline = self.start + limits.wall_s
             self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "_launch.py"), json.dumps(spec)],
@@ -186,7 +197,7 @@ class Launch:
         try:
             if self.proc.poll() is None:
                 _stop(self.proc, bytes(self.bufs[self.status]))
-            self.proc.wait()
+            _wait(self.proc, self.bufs[self.status])
             for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr, self.status):
                 if f is not None:
                     f.close()
@@ -198,7 +209,7 @@ class Launch:
         time or output; ``stdout`` empty where this process does not read it)."""
         if why is not None:
             _stop(self.proc, bytes(self.bufs[self.status]))
-        self.proc.wait()
+        _wait(self.proc, self.bufs[self.status], max(0.0, self.deadline - time.monotonic()))
         cap = self.limits.output_bytes
         stdout = self.bufs.get(self.proc.stdout, b"")
         stderr = self.bufs[self.proc.stderr]
@@ -253,6 +264,18 @@ def drain(bufs: dict, capped: set, cap: int, deadline: float, done=None) -> str 
         sel.close()
 
 
+def _wait(proc: subprocess.Popen, status: bytes, grace: float = 0.0) -> None:
+    """Wait for the launcher to exit: within ``grace`` + 5 s, else it and its program are stopped first."""
+    try:
+        proc.wait(timeout=grace + 5)
+    except subprocess.TimeoutExpired:
+        _stop(proc, bytes(status))
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def _stop(proc: subprocess.Popen, status: bytes) -> None:
     """End a program and everything it started, and return once they are gone.
 
@@ -262,7 +285,12 @@ def _stop(proc: subprocess.Popen, status: bytes) -> None:
     the launcher does not finish, SIGKILL the launcher's process group (a process that left the
     group with ``setsid`` escapes this; docs/tasks.md).
     """
-    lines = [json.loads(x) for x in status.decode().splitlines() if x.strip()]
+    lines = []
+    for x in status.decode("utf-8", "replace").splitlines():
+        try:
+            lines.append(json.loads(x))
+        except ValueError:
+            pass
     init = next((x["init"] for x in lines if "init" in x), None)
     if init is not None and "pid" in (lines[0].get("namespaces") or ""):
         try:
