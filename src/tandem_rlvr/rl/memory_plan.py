@@ -32,7 +32,8 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
   decodes like a rollout batch of ``rollout_batch_rows`` (or 256) rows.
 - a junior pool: every junior's weights on its device; the juniors decode one sub-batch each in turn
   (and the KL monitor scores one junior at a time), so a device's rollout and monitor transients are
-  those of the largest junior on it, sized for the whole batch (a draw may give it every row).
+  the largest of its juniors' (per phase: the most parameters need not hold the largest KV cache), sized
+  for the whole batch (a draw may give one junior every row).
 - KL-Reg: the junior's reference forward (no gradient) per micro-batch; the KL monitor: one
   teacher-forced junior forward of 16,384 tokens with a 4,096 x vocabulary fp32 logit chunk.
 - engine vllm: ``vllm_gpu_memory_utilization`` x the device's memory while awake (freed
@@ -305,7 +306,6 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     for label, dev, shape in juniors:
         p.add(dev, "resident", f"junior {label + ' ' if len(juniors) > 1 else ''}weights ({_count(shape.params)} x "
               f"{bc} B)", shape.params * bc)
-    largest = _largest_per_device(juniors)
     if cfg.method == "klreg":
         p.add(dj, "scoring", f"reference (junior) forward ({micro} rows, no gradient)",
               micro * seq * (4 * J.hidden + 2 * J.intermediate) * bc
@@ -313,10 +313,14 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     batch_rows = cfg.loop.prompts_per_step * cfg.rollout.group_size // num_processes
     if cfg.loop.kl_every and (cfg.method == "tandem" or cfg.models.junior):
         kl_tokens = min(KL_BATCH_TOKENS, batch_rows * seq)
-        for dev, Jd in largest.items():
+
+        def kl_bytes(Jd: Shape) -> int:
+            return (kl_tokens * (4 * Jd.hidden + 2 * Jd.intermediate) * bc
+                    + 2 * min(KL_CHUNK, batch_rows * cfg.rollout.max_new_tokens) * Jd.vocab * 4)
+
+        for dev, Jd in _largest_per_device(juniors, kl_bytes).items():
             p.add(dev, "kl-monitor", f"KL monitor: teacher-forced junior forward ({kl_tokens} tokens, fp32 logit chunk)",
-                  kl_tokens * (4 * Jd.hidden + 2 * Jd.intermediate) * bc
-                  + 2 * min(KL_CHUNK, batch_rows * cfg.rollout.max_new_tokens) * Jd.vocab * 4)
+                  kl_bytes(Jd))
 
     # rollouts and validation
     phases = [("rollout", cfg.rollout.rollout_batch_rows or batch_rows, cfg.rollout_schedule)]
@@ -354,6 +358,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
         if not cfg.rollout.vllm_sleep:
             p.add(d0, "update", "vLLM engine (awake during updates; vllm_sleep frees it)", share)
         return p
+    largest = _largest_per_device(juniors, lambda Jd: seq * Jd.kv_bytes_per_token(compute) + Jd.state_bytes_per_row)
     if mixed or droll != d0 or lay.sharding != "ddp" or lay.lora_r:  # a sharded or LoRA senior: a plain merged copy
         p.add(droll, "resident", f"senior copy the rollouts decode ({str(compute)[6:]})", S.params * bc)
     for phase, rows, schedule in phases:
@@ -378,11 +383,12 @@ def _juniors(cfg, gpu: bool, d0: str, S: Shape) -> list[tuple[str, str, Shape]]:
             for label, name, dev in zip(m.pool.labels, m.pool.names, m.junior_devices)]
 
 
-def _largest_per_device(juniors) -> dict[str, Shape]:
-    """The junior whose rollout transients are largest (most parameters) on each device."""
+def _largest_per_device(juniors, size) -> dict[str, Shape]:
+    """The junior of each device whose transient ``size(shape)`` is largest (its juniors run one at a time;
+    the most parameters need not mean the largest KV cache)."""
     out: dict[str, Shape] = {}
     for _, dev, shape in juniors:
-        if dev not in out or shape.params > out[dev].params:
+        if dev not in out or size(shape) > size(out[dev]):
             out[dev] = shape
     return out
 
