@@ -15,7 +15,8 @@ import types
 import torch
 
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.decoding.schedule import boundary_mask, make_schedule, replay
+from tandem_rlvr.decoding.boundary import boundary_mask
+from tandem_rlvr.decoding.schedule import make_schedule, replay
 from tandem_rlvr.decoding.tandem import TandemDecoder
 
 from test_chunk_schedules import plain_generate_by
@@ -115,7 +116,9 @@ def test_vllm_processor_picks_the_plain_rules_author(tok, monkeypatch):
 
 
 def test_registered_for_every_engine_and_needs_no_seed():
-    from tandem_rlvr.decoding.schedule import SCHEDULES
-    from tandem_rlvr.engines.request_args import NO_COINS, NOT_ON_VLLM
+    from tandem_rlvr.decoding.schedule import schedule_kind
+    from tandem_rlvr.engines.request_args import parse
 
-    assert NAME in SCHEDULES and NAME not in NOT_ON_VLLM and NAME in NO_COINS
+    kind = schedule_kind(NAME)
+    assert kind.replays and not kind.draws_coins
+    assert parse({"tandem_schedule": NAME}).seed == 0  # a request without a seed is served

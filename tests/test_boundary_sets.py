@@ -13,7 +13,7 @@ from tokenizers import Tokenizer, decoders, models
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from tandem_rlvr.decoding.reference import reference_boundary_ids
-from tandem_rlvr.decoding.schedule import ParagraphBoundary, boundary_mask
+from tandem_rlvr.decoding.boundary import ParagraphBoundary, boundary_mask
 
 
 def _ids(mask: torch.Tensor) -> set[int]:

@@ -77,11 +77,16 @@ def plain_generate(senior, junior, name, K, words, sampling, prompt, seed, eos):
     return plain_generate_by(senior, junior, author_of, sampling, prompt, seed, eos)
 
 
-def test_registered_for_every_engine():
-    from tandem_rlvr.engines.request_args import NOT_ON_VLLM
+def test_registered_for_every_engine_and_served_without_a_seed():
+    """Position alone decides chunk and alternating authors (chunk-word: the words too): no coin, so a
+    server request needs no seed (it was refused with "its authorship is recovered from that seed")."""
+    from tandem_rlvr.decoding.schedule import schedule_kind
+    from tandem_rlvr.engines.request_args import parse
 
     for name in ("chunk", "chunk-word", "alternating"):
-        assert name in SCHEDULES and name not in NOT_ON_VLLM
+        kind = schedule_kind(name)
+        assert name in SCHEDULES and kind.replays and not kind.draws_coins
+        assert parse({"tandem_schedule": name}) == parse({"tandem_schedule": name, "tandem_seed": 0})
 
 
 @pytest.mark.parametrize("name,K", CASES)

@@ -26,7 +26,7 @@ SCHEDULE, TASK, TERM, ENGINE, BENCH = "junior-first-2", "digit-match", "even-len
 @pytest.fixture
 def plugins(monkeypatch):
     """The five registry lines (undone after the test: each table is restored)."""
-    from tandem_rlvr.decoding.schedule import REGISTRY
+    from tandem_rlvr.decoding.schedule import REGISTRY, ScheduleKind
     from tandem_rlvr.engines.base import ENGINES, EngineKind
     from tandem_rlvr.rewards.terms import TERMS, TermKind
 
@@ -35,7 +35,7 @@ def plugins(monkeypatch):
     plug.OPENED.clear()
     plug.REWARDED.clear()
 
-    monkeypatch.setitem(REGISTRY, SCHEDULE, lambda tok, p, K, V: plug.JuniorFirstTwo())
+    monkeypatch.setitem(REGISTRY, SCHEDULE, ScheduleKind(SCHEDULE, build=lambda tok, p, K, V: plug.JuniorFirstTwo()))
     tasks.register_task(plug.DigitTask())
     monkeypatch.setitem(TERMS, TERM, TermKind(0.5, lambda ctx: plug.even_length, lambda cfg: "even-length bonus"))
     monkeypatch.setitem(ENGINES, ENGINE, EngineKind(ENGINE, "contrib_plugin:open_counting", transformers=True,

@@ -5,18 +5,27 @@ import torch
 
 from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_generate, reference_surfaces
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.decoding.schedule import BernoulliRedraw, make_schedule
+from tandem_rlvr.decoding.schedule import REGISTRY, BernoulliRedraw, make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
-SCHEDULES = ["senior", "junior", "token", "word", "word-atomic", "sentence", "paragraph-bernoulli", "paragraph-roundrobin"]
+EXEMPT: dict[str, str] = {}  # registered schedules the reference does not decode, each with its reason
+SCHEDULES = [name for name in REGISTRY if name not in EXEMPT]
+
+
+def test_every_registered_schedule_is_checked_against_the_reference_or_exempt_by_name():
+    """A schedule added to the registry joins the tests below (its rule decoded by the reference) unless it
+    is named in EXEMPT; today every built-in one is a rule, so none is exempt."""
+    assert set(SCHEDULES) | set(EXEMPT) == set(REGISTRY) and not set(SCHEDULES) & set(EXEMPT)
+    assert EXEMPT == {}
+    assert {"senior", "word", "word-atomic", "paragraph-roundrobin", "blankline-token-roundrobin", "chunk-word",
+            "alternating"} <= set(SCHEDULES)  # the twelve of the module docstring, spot-checked by name
 
 
 def _boundary_ids(tok, name):
-    """The reference's own boundary set (paragraph breaks: found on the text itself)."""
-    if name in ("word", "word-atomic"):
-        return reference_boundary_ids(tok, "word")
-    return reference_boundary_ids(tok, "sentence") if name == "sentence" else set()
+    """The reference's own boundary set for the rule of ``name`` (paragraph breaks: found on the text itself)."""
+    fires = REGISTRY[name].rule.fires
+    return reference_boundary_ids(tok, fires) if fires in ("word", "sentence", "blank-line-end") else set()
 
 
 def _run_both(tok, pair, name, sampling, p=0.5, K=4):

@@ -172,19 +172,76 @@ def test_engine_sync_pushes_once_per_update_cast_to_the_engines_dtype(pair):
     assert [n for n, _ in eng.updates[0]] == names and {d for _, d in eng.updates[0]} == {torch.bfloat16}
 
 
-def test_no_module_above_engines_compares_engine_names():
-    """The registry table replaced every `engine == ...` check; what differs between engines is a
-    field of their row (the memory plan too prices each engine by its row's capabilities)."""
-    pattern = re.compile(r"""engine\s*(==|!=|\s(not\s+)?in\s*\()\s*["']|[=!]=\s*["'](vllm|vllm-server|hf)["']""")
+def _scan(patterns, skip) -> list[str]:
+    """``file:line: text`` of every source line (outside the folders/files ``skip``) a pattern matches."""
     hits = []
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
-        if rel.startswith("engines/"):
+        if rel.startswith(skip):
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if pattern.search(line):
+            if any(p.search(line) for p in patterns):
                 hits.append(f"{rel}:{i}: {line.strip()}")
+    return hits
+
+
+def _schedule_name_patterns(names) -> list[re.Pattern]:
+    """Lines that decide by a schedule's name: a comparison or literal membership test with a registered
+    name, a prefix test on one, or a literal list of two or more. ``senior`` and ``junior`` are also the
+    two roles (``author == "senior"``), so they count in lists only beside another schedule's name; the
+    solo schedule ``senior`` is the one name code may compare with (it means "no handoff", as records say).
+    ``word``, ``sentence`` and ``token`` are also boundary kinds (a rule's ``fires``), so comparisons with
+    them count only where the line speaks of a schedule."""
+    plain = [n for n in names if n not in ("senior", "junior", "word", "sentence", "token")]
+    shared = [n for n in names if n in ("word", "sentence", "token")]
+    alt = lambda ns: "|".join(re.escape(n) for n in ns)  # noqa: E731
+    q = r"""["']"""
+    others = alt([n for n in names if n not in ("senior", "junior")])
+    prefixes = alt(sorted({n.split("-")[0] for n in names if "-" in n} | {n.split("-")[0] + "-" for n in names if "-" in n}))
+    return [
+        re.compile(rf"(==|!=)\s*{q}({alt(plain)}){q}|{q}({alt(plain)}){q}\s*(==|!=)"),
+        re.compile(rf"\bin\s*[\(\[\{{][^)\]}}]*{q}({alt(plain)}){q}"),
+        re.compile(rf"sched\w*(\.name|\[{q}name{q}\])?\s*(==|!=|(not\s+)?in\s*[\(\[\{{])\s*{q}({alt(shared)}){q}"),
+        re.compile(rf"startswith\(\s*{q}({prefixes}){q}"),
+        re.compile(rf"=\s*[\(\[\{{]\s*{q}({alt(plain)}){q}\s*,"),  # a literal list (of one, too) assigned
+        re.compile(rf"{q}({others}){q}\s*[,:]\s*[\(\[]?\s*{q}({alt(names)}){q}"
+                   rf"|{q}({alt(names)}){q}\s*[,:]\s*[\(\[]?\s*{q}({others}){q}"),
+    ]
+
+
+def test_no_module_above_the_registries_compares_engine_or_schedule_names():
+    """The registry tables replaced every `engine == ...` check and every list of schedule names
+    (which needed a tokenizer, drew coins, could run on vLLM, had text turns, crossed tokenizers):
+    what differs between engines or schedules is a field of their row (``EngineKind``,
+    ``ScheduleKind``), asked of the row; the memory plan too prices each engine by its capabilities.
+    Only the registries themselves name their rows (``engines/``, ``decoding/schedule.py``; and
+    ``decoding/boundary.py``, whose boundary kinds ``word`` and ``sentence`` share schedules' names)."""
+    from tandem_rlvr.decoding.schedule import SCHEDULES
+
+    engine = re.compile(r"""engine\s*(==|!=|\s(not\s+)?in\s*\()\s*["']|[=!]=\s*["'](vllm|vllm-server|hf)["']""")
+    hits = _scan([engine], ("engines/",))
+    hits += _scan(_schedule_name_patterns(list(SCHEDULES)), ("decoding/schedule.py", "decoding/boundary.py"))
     assert not hits, "\n".join(hits)
+
+
+@pytest.mark.parametrize("line", [
+    'if schedule in ("paragraph-roundrobin", "paragraph-bernoulli"):', 'if self.name == "paragraph-bernoulli":',
+    'NO_COINS = ("senior", "junior", "chunk")', 'paragraph = schedule.startswith("paragraph")',
+    'if r.schedule not in ("word", "token"):', 'CROSS = {"word": ("word", True), "sentence": ("sentence", False)}',
+    'use_K = schedule == "word"', 'NOT_ON_VLLM = ("word-atomic",)', '_NO_TOKENIZER = ("senior", "junior", "token", "chunk", "alternating")'])
+def test_the_schedule_name_scan_catches_each_way_code_decided_by_name(line):
+    """Each line is one of the forms the scan replaced (name lists, name comparisons, prefix tests)."""
+    from tandem_rlvr.decoding.schedule import SCHEDULES
+
+    assert any(p.search(line) for p in _schedule_name_patterns(list(SCHEDULES))), line
+
+
+@pytest.mark.parametrize("line", ['if author == "senior":', 'ROLES = ("senior", "junior")', 'if kind == "word":',
+                                  'hit = rule.fires == "token" or tok in boundary', 'if cfg.schedule_name == "senior":'])
+def test_the_schedule_name_scan_leaves_roles_and_boundary_kinds_alone(line):
+    from tandem_rlvr.decoding.schedule import SCHEDULES
+
+    assert not any(p.search(line) for p in _schedule_name_patterns(list(SCHEDULES))), line
 
 
 def test_a_tied_head_streams_under_both_names_and_reaches_the_copy(tmp_path, tok):

@@ -29,10 +29,10 @@ from pathlib import Path
 
 from contrib_plugin import JuniorFirstTwo  # the contributor-path test's schedule: junior for tokens 0 and 1
 
-from tandem_rlvr.decoding.schedule import REGISTRY
+from tandem_rlvr.decoding.schedule import ScheduleKind, register_schedule
 
 Path(os.environ["PLUG_MARKS"], f"schedule.{os.getpid()}.{os.environ.get('RANK', 'none')}").touch()
-REGISTRY["junior-first-2"] = lambda tok, p, K, V: JuniorFirstTwo()
+register_schedule(ScheduleKind("junior-first-2", build=lambda tok, p, K, V: JuniorFirstTwo(), draws_coins=False))
 """
 
 TERM_PLUGIN = """

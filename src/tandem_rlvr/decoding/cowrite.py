@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import TandemError
-from .schedule import byte_decoder
+from .boundary import byte_decoder
 
 SENIOR, JUNIOR = 0, 1
 

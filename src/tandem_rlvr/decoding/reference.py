@@ -1,10 +1,12 @@
 """A slow, obviously-correct tandem decoder: one row at a time, full prefix every step.
 
 No KV cache, no padding, no batching, both output layers computed, and the schedules
-re-implemented as plain Python loops straight from the paper's Algorithm 1. Sampling
-(temperature, top-k, top-p, inverse CDF) and the boundary sets are re-implemented here too,
-plainly and in float64, so the reference shares nothing with the fast decoder but the
-counter-based uniforms of ``rng`` and the ``SamplingParams`` container; agreement token for
+re-implemented as one plain Python loop that reads a registered schedule's ``Rule`` (who writes
+first, what fires, what a firing does; ``decoding.schedule``), never its name, so every schedule
+written as a rule is checked here. Sampling (temperature, top-k, top-p, inverse CDF) and the
+boundary sets are re-implemented too, plainly and in float64, so the reference shares nothing with
+the fast decoder but the rule's few words, the counter-based uniforms of ``rng`` and the
+``SamplingParams`` container; agreement token for
 token then checks the fast sampler, the boundary tables, the caches, padding, position ids,
 row selection of output layers and the vectorised schedules. Used by the tests and by
 ``scripts/gpu_check.sh``.
@@ -63,13 +65,16 @@ def reference_surfaces(tokenizer) -> list[str]:
 def reference_boundary_ids(tokenizer, kind: str) -> set[int]:
     """Boundary ids from the tokenizer's own pieces: ``word``, a non-special piece that begins with
     'Ġ' (byte-level BPE) or '▁' (SentencePiece); ``sentence``, a piece whose text has '.', '!', '?'
-    or a newline. (Paragraph breaks are found on the response text, see ``_ends_paragraph``.)"""
+    or a newline; ``blank-line-end``, a piece whose text ends with a blank line. (Paragraph breaks are
+    found on the response text, see ``_ends_paragraph``.)"""
     special = set(tokenizer.all_special_ids)
     if kind == "word":
         pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         return {i for i, t in enumerate(pieces) if i not in special and t and t[0] in "Ġ▁"}
     if kind == "sentence":
         return {i for i, s in enumerate(reference_surfaces(tokenizer)) if any(c in s for c in ".!?\n")}
+    if kind == "blank-line-end":
+        return {i for i, s in enumerate(reference_surfaces(tokenizer)) if s.endswith("\n\n")}
     raise ValueError(f"no reference boundary set {kind!r}")
 
 
@@ -89,30 +94,37 @@ def _ends_paragraph(before: str, surface: str) -> bool:
                for j in range(max(len(before), 1), len(text)))
 
 
+def reference_rule(schedule: str):
+    """The ``Rule`` of registered schedule ``schedule``: the plain terms this decoder re-implements."""
+    from .schedule import schedule_kind
+
+    rule = schedule_kind(schedule).rule
+    if rule is None:
+        raise ValueError(f"schedule {schedule!r} brings its own Schedule class and no rule: the reference cannot "
+                         "decode it")
+    return rule
+
+
 @torch.no_grad()
 def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, prompt: list[int], seed: int,
                        eos_ids, boundary: set[int] = frozenset(), p: float = 0.5, K: int | None = 32,
                        surfaces: list[str] | None = None):
-    """Generate one response. ``boundary``: ids that trigger a redraw / alternation (word and
-    sentence schedules). Paragraph schedules detect blank lines on the decoded response text
-    instead and need ``surfaces`` (the text of every id, see ``schedule.token_surfaces``).
+    """Generate one response under the rule of ``schedule`` (``reference_rule``). ``boundary``: the
+    ids that fire for rules firing at ``word``, ``sentence`` or ``blank-line-end`` (the reference's own
+    sets: ``reference_boundary_ids``). Rules firing at paragraph breaks detect blank lines on the
+    decoded response text instead and need ``surfaces`` (the text of every id, ``reference_surfaces``).
 
     Returns (tokens, senior_flags, logprobs) as Python lists.
     """
+    rule = reference_rule(schedule)
     eos_ids = set(int(e) for e in eos_ids)
-    paragraph = schedule.startswith("paragraph")
+    paragraph = rule.fires == "paragraph"
     if paragraph and surfaces is None:
         raise ValueError(f"schedule {schedule!r} needs the token surfaces")
+    K = rule.K or K
     text = ""
-    if schedule in ("senior", "junior"):
-        author = schedule == "senior"
-    elif schedule == "paragraph-roundrobin":
-        author = True
-    else:
-        author = _coin(seed, 0, p)
-    redraw_every = schedule == "token"
-    use_K = schedule in ("word", "word-atomic")
-    since = 0
+    author = _coin(seed, 0, p) if rule.first == "coin" else rule.first == "senior"
+    since = 0  # redraw: the paper's c, tokens written since the last redraw; count: firings in this chunk
     ids = list(prompt)
     toks, flags, lps = [], [], []
 
@@ -124,7 +136,7 @@ def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, 
     for t in range(sampling.max_new_tokens):
         logits = logits_of(author)[0]  # (V,)
         tok = reference_sample(logits, float(_u(seed, t, rng.SAMPLE)[0]), sampling)
-        if schedule == "word-atomic":
+        if rule.atomic:  # the redraw comes before the token: a word-initial token, or K tokens written
             if t == 0:
                 since += 1
             elif tok in boundary or since >= K:
@@ -145,20 +157,23 @@ def reference_generate(senior, junior, schedule: str, sampling: SamplingParams, 
         if tok in eos_ids:
             break
         ids.append(tok)
+        if rule.fires is None or rule.atomic:
+            continue
         if paragraph:
             surface = surfaces[tok] if tok < len(surfaces) else ""
             hit = _ends_paragraph(text, surface)
             text += surface
         else:
-            hit = tok in boundary
-        if schedule in ("senior", "junior", "word-atomic"):
-            pass
-        elif schedule == "paragraph-roundrobin":
-            if hit:
-                author = not author
+            hit = rule.fires == "token" or tok in boundary
+        if rule.then == "flip":
+            author = author if not hit else not author
+        elif rule.then == "count":
+            since += hit
+            if since >= K:
+                author, since = not author, 0
         else:
             since += 1  # the paper's c: tokens written since the last redraw, this one included
-            if redraw_every or hit or (use_K and since >= K):
+            if hit or (rule.backstop and since >= K):
                 author = _coin(seed, t + 1, p)
                 since = 0
     return toks, flags, lps

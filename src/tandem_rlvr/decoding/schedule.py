@@ -5,7 +5,14 @@ A schedule is vectorised over rows: ``start`` draws the first author of every ro
 ``rng.uniform(seed, step, COIN)``, so authorship is a pure function of the row's seed and
 the tokens it emitted. ``author`` is a (B,) bool tensor, True = senior.
 
-Registry (``make_schedule(name, ...)``):
+Registry: ``REGISTRY`` maps a name to a ``ScheduleKind`` row, and everything a caller needs to
+know about a schedule is a field of its row, never its name: whether it needs a tokenizer (a
+boundary set), draws coins (a server request then needs a seed), can be replayed from emitted ids
+(the vLLM engines and servers), writes paragraph turns under the text protocol, and hands off
+between two tokenizers. Built-in rows are written as a ``Rule`` (who writes first, what fires, what
+happens then), from which the schedule object and every capability follow, and which the slow
+reference decoder (``decoding.reference``) re-implements on its own; a contributor's schedule may
+instead bring its own ``Schedule`` subclass (``build``) and state its capabilities.
 
 - ``senior`` / ``junior``: one model writes everything (vanilla GRPO = ``senior``).
 - ``token``: Bernoulli(p) redraw after every token.
@@ -39,176 +46,21 @@ Registry (``make_schedule(name, ...)``):
 - ``alternating``: strict alternation token by token, senior first (the paper's sampler,
   strategy ``alternating``: the senior writes the even positions). ``chunk`` with K = 1.
 
-A paragraph break is a blank line: the token that writes the second newline of a run of
-newlines fires, whether the run is one token (Qwen's ``.\\n\\n``) or two (SmolLM2 writes a
-blank line as two single-newline tokens). A longer run fires once. This needs one piece of
-per-row state, the number of newlines the response currently ends with (0, 1, 2+); see
-``ParagraphBoundary``.
+Boundary sets and the paragraph-break automaton: ``decoding.boundary``.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from ..errors import TandemError
 from . import rng
-
-log = logging.getLogger("tandem_rlvr")
-
-BOUNDARY_KINDS = ("word", "sentence", "paragraph", "blank-line-end")
+from .boundary import BOUNDARY_KINDS, as_boundary, boundary_of
 
 
-# --------------------------------------------------------------------------- boundary sets
-def byte_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's bytes_to_unicode: printable stand-in char -> byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-def token_surfaces(tokenizer) -> list[str]:
-    """The text each vocabulary id stands for (special tokens -> ''), indexed by id.
-
-    Byte-level BPE tokens are mapped back through the byte alphabet; SentencePiece pieces
-    get '▁' -> ' ' and '<0x0A>'-style byte pieces -> their byte.
-    """
-    vocab = tokenizer.get_vocab()
-    toks = [""] * (max(vocab.values()) + 1)
-    for tok, i in vocab.items():
-        toks[i] = tok
-    special = set(tokenizer.all_special_ids) | {
-        i for i, t in enumerate(toks) if t in getattr(tokenizer, "added_tokens_encoder", {})
-    }
-    byte_level = any(t.startswith("Ġ") for t in toks)
-    bd = byte_decoder() if byte_level else None
-    out = []
-    for i, t in enumerate(toks):
-        if i in special or not t:
-            out.append("")
-        elif byte_level:
-            try:
-                out.append(bytes(bd[c] for c in t).decode("utf-8", errors="replace"))
-            except KeyError:  # an added non-byte token
-                out.append(t)
-        elif len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
-            out.append(chr(int(t[3:5], 16)))
-        else:
-            out.append(t.replace("▁", " "))
-    return out
-
-
-def boundary_mask(tokenizer, kind: str, vocab_size: int | None = None) -> torch.Tensor:
-    """(V,) bool: ids that trigger a handoff for ``kind`` in BOUNDARY_KINDS.
-
-    word: the raw token begins with 'Ġ' (byte-level BPE) or '▁' (SentencePiece).
-    sentence: the surface contains '.', '!', '?' or a newline. paragraph: contains "\\n\\n".
-    blank-line-end: the surface ends with "\\n\\n" (the release's in-stream boundary set).
-    ``vocab_size`` pads with False up to the model's embedding size.
-    """
-    if kind not in BOUNDARY_KINDS:
-        raise TandemError(f"unknown boundary kind {kind!r}; valid: {', '.join(BOUNDARY_KINDS)}")
-    mask = _boundary_list(tokenizer, kind)
-    V = max(vocab_size or 0, len(mask))
-    out = torch.zeros(V, dtype=torch.bool)
-    out[: len(mask)] = torch.tensor(mask, dtype=torch.bool)
-    return out
-
-
-def _boundary_list(tokenizer, kind: str) -> list[bool]:
-    """Compute (once per tokenizer object, cached on it) the boundary flags of every id."""
-    cache = tokenizer.__dict__.setdefault("_tandem_boundary_cache", {})
-    if kind in cache:
-        return cache[kind]
-    surfaces = token_surfaces(tokenizer)
-    if kind == "word":
-        raw = [""] * len(surfaces)
-        for tok, i in tokenizer.get_vocab().items():
-            raw[i] = tok
-        mask = [bool(s) and r[:1] in ("Ġ", "▁") for r, s in zip(raw, surfaces)]
-    elif kind == "sentence":
-        mask = [any(c in s for c in ".!?\n") for s in surfaces]
-    elif kind == "blank-line-end":
-        mask = [s.endswith("\n\n") for s in surfaces]
-    else:  # the stateless part of the paragraph rule (see ParagraphBoundary)
-        mask = ["\n\n" in s for s in surfaces]
-    log.info("boundary set %r: %d of %d ids", kind, sum(mask), len(mask))
-    cache[kind] = mask
-    return mask
-
-
-class TokenBoundary:
-    """A stateless boundary: the ids in ``mask`` (V,) bool fire wherever they are emitted."""
-
-    def __init__(self, mask: torch.Tensor):
-        self.mask = mask
-
-    def hits(self, state: "ScheduleState", tokens: torch.Tensor) -> torch.Tensor:
-        """(B,) bool: rows whose emitted ``tokens`` are in the set."""
-        if self.mask.device != tokens.device:
-            self.mask = self.mask.to(tokens.device)
-        return self.mask[tokens]
-
-
-class ParagraphBoundary:
-    """Paragraph breaks as a two-table automaton over the newlines a response ends with.
-
-    ``tail`` in {0, 1, 2} is how many newlines the text emitted so far ends with (2 = two or
-    more). A token fires when one of its characters is the second newline of a run, i.e. a
-    newline arriving while the running count is 1. ``fire[tail, id]`` and ``next[tail, id]``
-    tabulate that for every id; empty surfaces (special tokens, padding ids) leave the tail
-    as it is and never fire. ``mask`` is ``fire[0]``: the ids containing "\\n\\n".
-    """
-
-    def __init__(self, tokenizer, vocab_size: int | None = None):
-        cache = tokenizer.__dict__.setdefault("_tandem_boundary_cache", {})
-        if "paragraph-automaton" not in cache:
-            surfaces = token_surfaces(tokenizer)
-            n = len(surfaces)
-            fire = torch.zeros(3, n, dtype=torch.bool)
-            nxt = torch.zeros(3, n, dtype=torch.int64)
-            for i, s in enumerate(surfaces):
-                if not s:
-                    nxt[:, i] = torch.arange(3)
-                elif "\n" in s:
-                    for tail in range(3):
-                        t, f = tail, False
-                        for c in s:
-                            if c == "\n":
-                                f = f or t == 1
-                                t = min(t + 1, 2)
-                            else:
-                                t = 0
-                        fire[tail, i], nxt[tail, i] = f, t
-            cache["paragraph-automaton"] = (fire, nxt)
-            log.info("boundary set 'paragraph': %d ids contain a blank line, %d more end one begun by "
-                     "the previous token", int(fire[0].sum()), int((fire[1] & ~fire[0]).sum()))
-        fire, nxt = cache["paragraph-automaton"]
-        V = max(vocab_size or 0, fire.shape[1])
-        self.fire = torch.zeros(3, V, dtype=torch.bool)
-        self.fire[:, : fire.shape[1]] = fire
-        self.next = torch.arange(3).unsqueeze(1).repeat(1, V)  # padding ids: tail unchanged
-        self.next[:, : nxt.shape[1]] = nxt
-        self.mask = self.fire[0]
-
-    def hits(self, state: "ScheduleState", tokens: torch.Tensor) -> torch.Tensor:
-        """(B,) bool: rows whose emitted ``tokens`` end a paragraph; advances ``state.tail``."""
-        if self.fire.device != tokens.device:
-            self.fire, self.next = self.fire.to(tokens.device), self.next.to(tokens.device)
-        hit = self.fire[state.tail, tokens]
-        state.tail = self.next[state.tail, tokens]
-        return hit
-
-
-# --------------------------------------------------------------------------- schedules
 @dataclass
 class ScheduleState:
     """Per-row schedule state. author: (B,) bool, True = senior writes the next token.
@@ -251,9 +103,10 @@ class Schedule:
 
 
 class Solo(Schedule):
-    def __init__(self, senior: bool):
-        self.senior = senior
-        self.name = "senior" if senior else "junior"
+    """One model writes every token (``senior`` True: the senior)."""
+
+    def __init__(self, name: str, senior: bool):
+        self.name, self.senior = name, senior
         self.uses_senior, self.uses_junior = senior, not senior
 
     def start(self, seeds, steps=None):
@@ -333,15 +186,14 @@ class BernoulliRedraw(Schedule):
 
 
 class RoundRobin(Schedule):
-    """Authors alternate after every boundary (mask or ParagraphBoundary), senior first."""
+    """Authors alternate after every boundary (mask or ParagraphBoundary); ``first`` True: the senior
+    writes first."""
 
-    def __init__(self, name: str, boundary):
-        self.name, self.boundary = name, as_boundary(boundary)
+    def __init__(self, name: str, boundary, first: bool = True):
+        self.name, self.boundary, self.first = name, as_boundary(boundary), first
 
     def start(self, seeds, steps=None):
-        B = seeds.shape[0]
-        zeros = torch.zeros(B, dtype=torch.int64, device=seeds.device)
-        return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device), zeros, seeds, None, zeros.clone())
+        return _fixed_start(seeds, self.first)
 
     def advance(self, state, tokens, step):
         hit = self.boundary.hits(state, tokens)
@@ -350,21 +202,21 @@ class RoundRobin(Schedule):
 
 
 class Chunk(Schedule):
-    """Fixed-size chunks, senior first: the author flips after every ``K`` tokens (``boundary``
-    None) or after every ``K``-th boundary token (``chunk-word``). ``state.since`` counts the
-    tokens (or boundary tokens) of the current chunk; deterministic, so ``p`` plays no part."""
+    """Fixed-size chunks: the author flips after every ``K`` tokens (``boundary`` None) or after every
+    ``K``-th boundary token (``chunk-word``); ``first`` True: the senior writes the first chunk.
+    ``state.since`` counts the tokens (or boundary tokens) of the current chunk; deterministic, so
+    ``p`` plays no part. ``fixed``: K is the schedule's own (``alternating``), not the run's, so it is
+    not recorded."""
 
-    def __init__(self, name: str, K: int, boundary=None):
+    def __init__(self, name: str, K: int, boundary=None, first: bool = True, fixed: bool = False):
         check_p_K(0.5, K)
-        self.name, self.K, self.boundary = name, K, as_boundary(boundary)
+        self.name, self.K, self.boundary, self.first, self.fixed = name, K, as_boundary(boundary), first, fixed
 
     def describe(self):
-        return {"name": self.name} if self.name == "alternating" else {"name": self.name, "K": self.K}
+        return {"name": self.name} if self.fixed else {"name": self.name, "K": self.K}
 
     def start(self, seeds, steps=None):
-        B = seeds.shape[0]
-        zeros = torch.zeros(B, dtype=torch.int64, device=seeds.device)
-        return ScheduleState(torch.ones(B, dtype=torch.bool, device=seeds.device), zeros, seeds, None, zeros.clone())
+        return _fixed_start(seeds, self.first)
 
     def advance(self, state, tokens, step):
         counted = torch.ones_like(state.since) if self.boundary is None else self.boundary.hits(state, tokens).long()
@@ -382,44 +234,210 @@ def check_p_K(p: float, K: int | None) -> None:
         raise TandemError(f"K (tokens before a forced redraw) must be >= 1, got {K}")
 
 
-def as_boundary(boundary):
-    """A boundary object with ``hits``: masks are wrapped, boundary objects and None pass."""
-    return TokenBoundary(boundary) if isinstance(boundary, torch.Tensor) else boundary
+def _fixed_start(seeds: torch.Tensor, senior: bool) -> ScheduleState:
+    """The state of a schedule whose first author is fixed (no coin): since and tail at 0."""
+    B = seeds.shape[0]
+    zeros = torch.zeros(B, dtype=torch.int64, device=seeds.device)
+    return ScheduleState(torch.full((B,), senior, dtype=torch.bool, device=seeds.device), zeros, seeds, None,
+                         zeros.clone())
+
+# --------------------------------------------------------------------------- the registry
+FIRST = ("senior", "junior", "coin")
+THEN = ("redraw", "flip", "count")
+FIRES = ("token", *BOUNDARY_KINDS)  # "token": every token fires
+TEXT_TURNS = ("alternate", "coin")
+TOKEN_SETS = ("token", "word", "sentence", "blank-line-end")  # stateless: each tokenizer has its own
 
 
-def _word(tok, V):
-    return TokenBoundary(boundary_mask(tok, "word", V))
+@dataclass(frozen=True)
+class Rule:
+    """A schedule in plain terms: who writes the first token, what fires, and what a firing does.
+
+    first: "senior", "junior" or "coin" (Bernoulli(p) from the row's coin of step 0).
+    fires: None (nothing: one model writes everything), "token" (every token) or a boundary kind
+    (``boundary.BOUNDARY_KINDS``; the token that ends a stretch belongs to the outgoing author).
+    then: "redraw" (the next author is the coin of the next step), "flip" (the other model) or
+    "count" (flip at every K-th firing: fixed-size chunks). backstop: "redraw" also fires once the
+    author wrote K tokens since the last redraw (paper Algorithm 1). K: the schedule's own K
+    (``alternating``: 1) instead of the run's. atomic: the redraw comes before a word-initial token
+    (``word-atomic``; module docstring)."""
+
+    first: str = "coin"
+    fires: str | None = None
+    then: str = "redraw"
+    backstop: bool = False
+    K: int | None = None
+    atomic: bool = False
+
+    def __post_init__(self):
+        for what, value, valid in (("first", self.first, FIRST), ("then", self.then, THEN)):
+            if value not in valid:
+                raise TandemError(f"schedule rule: unknown {what} {value!r}; valid: {', '.join(valid)}")
+        if self.fires is not None and self.fires not in FIRES:
+            raise TandemError(f"schedule rule: unknown fires {self.fires!r}; valid: None, {', '.join(FIRES)}")
+        if self.fires is None and self.first == "coin":
+            raise TandemError("schedule rule: a schedule where nothing fires has a fixed author (first senior or junior)")
+        if self.fires is not None and (self.then == "redraw") != (self.first == "coin"):
+            raise TandemError("schedule rule: a redraw schedule starts with a coin; flip and count start with a "
+                              "fixed author")
+        if (self.backstop or self.atomic) and self.then != "redraw":
+            raise TandemError("schedule rule: backstop and atomic apply to redraw schedules")
+        if self.atomic and self.fires == "paragraph":
+            raise TandemError("schedule rule: atomic redraws need a stateless boundary set, not paragraph")
+        if self.K is not None:
+            check_p_K(0.5, self.K)
+
+    @property
+    def draws_coins(self) -> bool:
+        return self.first == "coin"
+
+    @property
+    def needs_tokenizer(self) -> bool:
+        return self.fires in BOUNDARY_KINDS
+
+    @property
+    def text_turns(self) -> str | None:
+        """Paragraph turns under the text protocol: "alternate" (flip) or "coin" (redraw), else None."""
+        if self.fires != "paragraph" or self.backstop:
+            return None
+        return {"flip": "alternate", "redraw": "coin"}.get(self.then)
+
+    @property
+    def cross_tokenizers(self) -> bool:
+        """A redraw at a stateless set each model resolves from its own tokenizer (``decoding.xtandem``)."""
+        return self.then == "redraw" and self.fires in TOKEN_SETS and not self.atomic
+
+    def build(self, name: str, tokenizer, p: float, K: int, vocab_size: int | None) -> Schedule:
+        """The vectorised schedule of this rule."""
+        if self.fires is None:
+            return Solo(name, self.first == "senior")
+        boundary = None if self.fires == "token" else boundary_of(tokenizer, self.fires, vocab_size)
+        if self.then == "redraw":
+            return BernoulliRedraw(name, p, boundary, K if self.backstop else None, atomic=self.atomic)
+        if self.then == "flip":
+            return RoundRobin(name, boundary, first=self.first == "senior")
+        return Chunk(name, self.K or K, boundary, first=self.first == "senior", fixed=self.K is not None)
 
 
-# name -> builder(tokenizer, p, K, vocab_size) -> Schedule; the one table of schedules (see the module
-# docstring): a new schedule is its class and one line here (docs/contributing.md)
-REGISTRY = {
-    "senior": lambda tok, p, K, V: Solo(True),
-    "junior": lambda tok, p, K, V: Solo(False),
-    "token": lambda tok, p, K, V: BernoulliRedraw("token", p, None, None),
-    "word": lambda tok, p, K, V: BernoulliRedraw("word", p, _word(tok, V), K),
-    "word-atomic": lambda tok, p, K, V: BernoulliRedraw("word-atomic", p, _word(tok, V), K, atomic=True),
-    "sentence": lambda tok, p, K, V: BernoulliRedraw("sentence", p, TokenBoundary(boundary_mask(tok, "sentence", V)), None),
-    "paragraph-bernoulli": lambda tok, p, K, V: BernoulliRedraw("paragraph-bernoulli", p, ParagraphBoundary(tok, V), None),
-    "paragraph-roundrobin": lambda tok, p, K, V: RoundRobin("paragraph-roundrobin", ParagraphBoundary(tok, V)),
-    "blankline-token-roundrobin": lambda tok, p, K, V: RoundRobin(
-        "blankline-token-roundrobin", TokenBoundary(boundary_mask(tok, "blank-line-end", V))),
-    "chunk": lambda tok, p, K, V: Chunk("chunk", K),
-    "chunk-word": lambda tok, p, K, V: Chunk("chunk-word", K, _word(tok, V)),
-    "alternating": lambda tok, p, K, V: Chunk("alternating", 1),
-}
+CAPABILITIES = ("needs_tokenizer", "draws_coins", "replays", "text_turns", "cross_tokenizers")
+
+
+@dataclass(frozen=True)
+class ScheduleKind:
+    """One registry row: a schedule's name, how it is built and what it can do.
+
+    rule: a ``Rule`` (the schedule is built from it and every capability follows from it), or None
+    with ``build``: (tokenizer, p, K, vocab_size) -> a ``Schedule``, the capabilities then as given.
+    needs_tokenizer: resolves a boundary set (``make_schedule`` refuses it without a tokenizer).
+    draws_coins: authors come from the row's seed (a server request needs a seed).
+    replays: the author of token t is a function of the seed and tokens before t, so the vLLM
+    engines and servers recover the mask by replaying it (``replay``); word-atomic is not.
+    text_turns: under the text protocol of handoff evaluations, paragraph turns whose authors
+    "alternate" (senior first) or are a "coin" per turn; None: the schedule runs in-stream only.
+    cross_tokenizers: hands off to a junior of another tokenizer (``decoding.xtandem``).
+    about: a few words for help texts."""
+
+    name: str
+    rule: Rule | None = None
+    build: Callable | None = None
+    needs_tokenizer: bool | None = None
+    draws_coins: bool | None = None
+    replays: bool | None = None
+    text_turns: str | None = None
+    cross_tokenizers: bool | None = None
+    about: str = ""
+
+    def __post_init__(self):
+        if (self.rule is None) == (self.build is None):
+            raise TandemError(f"schedule {self.name!r}: give a rule or a build function (one of the two)")
+        derived = {"needs_tokenizer": True, "draws_coins": True, "replays": True, "text_turns": None,
+                   "cross_tokenizers": False}
+        if self.rule is not None:
+            derived = {c: getattr(self.rule, c) for c in CAPABILITIES if c != "replays"}
+            derived["replays"] = not self.rule.atomic
+            given = {c: getattr(self, c) for c in CAPABILITIES if getattr(self, c) is not None}
+            wrong = [c for c, v in given.items() if v != derived[c]]
+            if wrong:
+                raise TandemError(f"schedule {self.name!r}: {wrong[0]}={given[wrong[0]]!r} contradicts its rule "
+                                  f"({derived[wrong[0]]!r})")
+        for c, v in derived.items():
+            if getattr(self, c) is None:
+                object.__setattr__(self, c, v)
+        if self.text_turns is not None and self.text_turns not in TEXT_TURNS:
+            raise TandemError(f"schedule {self.name!r}: unknown text_turns {self.text_turns!r}; valid: "
+                              f"{', '.join(TEXT_TURNS)}")
+        if self.cross_tokenizers and self.rule is None:
+            raise TandemError(f"schedule {self.name!r}: cross_tokenizers needs a rule (the cross-tokenizer decoder "
+                              "runs rules)")
+
+    def make(self, tokenizer, p: float, K: int, vocab_size: int | None) -> Schedule:
+        if self.rule is not None:
+            return self.rule.build(self.name, tokenizer, p, K, vocab_size)
+        return self.build(tokenizer, p, K, vocab_size)
+
+
+def register_schedule(kind: ScheduleKind) -> ScheduleKind:
+    """Add (or replace) a registry row; plug-ins call it (docs/contributing.md)."""
+    if not isinstance(kind, ScheduleKind):
+        raise TandemError(f"a schedule is registered as a ScheduleKind row, got {type(kind).__name__}")
+    REGISTRY[kind.name] = kind
+    return kind
+
+
+# the one table of schedules (see the module docstring): a new schedule is one row here or a plug-in's
+# ``register_schedule(ScheduleKind(...))`` (docs/contributing.md)
+REGISTRY: dict[str, ScheduleKind] = {k.name: k for k in (
+    ScheduleKind("senior", Rule(first="senior"), about="the senior alone (vanilla GRPO)"),
+    ScheduleKind("junior", Rule(first="junior"), about="the junior alone"),
+    ScheduleKind("token", Rule(fires="token"), about="Bernoulli(p) redraw after every token"),
+    ScheduleKind("word", Rule(fires="word", backstop=True),
+                 about="paper Algorithm 1: redraw after a word-initial token or K tokens"),
+    ScheduleKind("word-atomic", Rule(fires="word", backstop=True, atomic=True),
+                 about="redraw before a word-initial token: one author per word"),
+    ScheduleKind("sentence", Rule(fires="sentence"), about="redraw after '.', '!', '?' or a newline"),
+    ScheduleKind("paragraph-bernoulli", Rule(fires="paragraph"), about="redraw at each paragraph break"),
+    ScheduleKind("paragraph-roundrobin", Rule(first="senior", fires="paragraph", then="flip"),
+                 about="alternate at each paragraph break, senior first (paper section 4)"),
+    ScheduleKind("blankline-token-roundrobin", Rule(first="senior", fires="blank-line-end", then="flip"),
+                 about="alternate after each token ending in a blank line (the release's in-stream handoff)"),
+    ScheduleKind("chunk", Rule(first="senior", fires="token", then="count"), about="chunks of K tokens, senior first"),
+    ScheduleKind("chunk-word", Rule(first="senior", fires="word", then="count"),
+                 about="chunks of K words, senior first"),
+    ScheduleKind("alternating", Rule(first="senior", fires="token", then="count", K=1),
+                 about="token by token, senior first"),
+)}
 SCHEDULES = REGISTRY.keys()  # a live view: config choices, CLI choices and checks see every registered name
-_NO_TOKENIZER = ("senior", "junior", "token", "chunk", "alternating")
+
+
+def schedule_kind(name: str) -> ScheduleKind:
+    """The registry row of ``name``, or a TandemError listing the valid names."""
+    kind = REGISTRY.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise TandemError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
+    if not isinstance(kind, ScheduleKind):
+        raise TandemError(f"schedule {name!r} is registered as a {type(kind).__name__}, not a ScheduleKind row "
+                          "(docs/contributing.md)")
+    return kind
+
+
+def schedule_names(where: Callable[[ScheduleKind], bool] | None = None) -> list[str]:
+    """The registered names (whose row satisfies ``where``), in registry order: for error messages and choices."""
+    return [n for n in REGISTRY if where is None or where(schedule_kind(n))]
+
+
+def schedule_help(names=None) -> str:
+    """``NAME: about`` of each schedule in ``names`` (default: every registered one), for flag help texts."""
+    return "; ".join(f"{n}: {REGISTRY[n].about}" if REGISTRY[n].about else n
+                     for n in (schedule_names() if names is None else names))
 
 
 def make_schedule(name: str, tokenizer=None, *, p: float = 0.5, K: int = 32, vocab_size: int | None = None) -> Schedule:
     """Build a schedule by name (see module docstring). ``tokenizer`` resolves boundary sets."""
     check_p_K(p, K)
-    if name not in REGISTRY:
-        raise TandemError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
-    if tokenizer is None and name not in _NO_TOKENIZER:
+    kind = schedule_kind(name)
+    if tokenizer is None and kind.needs_tokenizer:
         raise TandemError(f"schedule {name!r} needs a tokenizer to resolve its boundary set")
-    return REGISTRY[name](tokenizer, p, K, vocab_size)
+    return kind.make(tokenizer, p, K, vocab_size)
 
 
 def replay(schedule: Schedule, seeds: torch.Tensor, tokens: list[list[int]]) -> list[list[bool]]:

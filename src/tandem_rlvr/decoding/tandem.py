@@ -222,7 +222,7 @@ class TandemDecoder:
     each with all of torch's intra-op threads (measured faster than two threads with half the
     threads each: the GIL serialises the two loops' Python work, docs/results.md). True on a
     CPU splits the intra-op threads between the bodies (N // 2 each: the same cores as solo).
-    ``stop``: a boundary (``schedule.ParagraphBoundary``) whose hit ends a row, the token kept
+    ``stop``: a boundary (``boundary.ParagraphBoundary``) whose hit ends a row, the token kept
     (finished stays False, as at the cap): the turns of the text-level handoff (``eval.sample.text_handoff``).
     """
 

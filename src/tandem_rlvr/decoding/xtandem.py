@@ -25,7 +25,8 @@ character is not applied (the author keeps writing, K counting on), see ``cowrit
 budget counts tokens emitted by either model and caps the senior's sequence at the same number
 (a last junior segment that re-tokenises longer is cut back to a whole character). Finished rows
 leave the batch as in the in-stream decoder (``compact``: both caches, both models' inputs and every
-per-row state shrink). Schedules: ``CROSS_SCHEDULES``.
+per-row state shrink). Schedules: those whose row says ``cross_tokenizers`` (a ``Rule`` that redraws at a
+stateless boundary set: each model's own set of that kind, the K backstop where the rule has it).
 """
 
 from __future__ import annotations
@@ -39,11 +40,9 @@ from ..errors import TandemError
 from . import rng
 from .cowrite import JUNIOR, SENIOR, CoWritten, Segment, Vocab, take_pending
 from .sampling import SamplingParams, sample, scaled_logprobs
-from .schedule import boundary_mask, check_p_K
+from .boundary import boundary_mask
+from .schedule import check_p_K, schedule_kind, schedule_names
 from .tandem import COMPACT, ModelRunner, Rollout, context_limit, left_pad, rollout_from_rows
-
-# name -> (boundary kind of each model's own tokenizer or None = every token, uses the K backstop)
-CROSS_SCHEDULES = {"word": ("word", True), "sentence": ("sentence", False), "token": (None, False)}
 
 
 @dataclass
@@ -91,12 +90,13 @@ class CrossTandemDecoder:
                  sampling: SamplingParams, senior_eos: Sequence[int], junior_eos: Sequence[int],
                  p: float = 0.5, K: int | None = 32, preallocate: bool = True, xjunior: XJunior | None = None,
                  chunk: int | None = 1, compact: float | None = COMPACT):
-        if schedule not in CROSS_SCHEDULES:
+        rule = schedule_kind(schedule).rule
+        if not schedule_kind(schedule).cross_tokenizers:
             raise TandemError(f"schedule {schedule!r} cannot hand off to a junior of another tokenizer; "
-                              f"valid: {', '.join(CROSS_SCHEDULES)}")
+                              f"valid: {', '.join(schedule_names(lambda k: k.cross_tokenizers))}")
         check_p_K(p, K)
-        kind, use_K = CROSS_SCHEDULES[schedule]
-        self.name, self.p, self.K = schedule, p, (K if use_K else None)
+        kind = None if rule.fires == "token" else rule.fires  # each model's own set of this kind; None: every token
+        self.name, self.p, self.K = schedule, p, (K if rule.backstop else None)
         self.runners = (ModelRunner(senior, preallocate), ModelRunner(junior, preallocate))
         self.xjunior = xjunior
         self.vocabs = tuple(Vocab.of(t, m.config.vocab_size, n) for t, m, n in

@@ -11,7 +11,6 @@ in one registry table (``base.ENGINES``), so everything downstream of a rollout 
 """
 
 from .base import ENGINES, EngineSetup, RolloutEngine, RolloutSpec, check_vllm_schedule, engine_kind, open_engine  # noqa: F401
-from .request_args import NOT_ON_VLLM  # noqa: F401  (re-exported: checked before any loading)
 
 
 def open_decoder(engine: str, setup: EngineSetup, spec: RolloutSpec):

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
-from .request_args import NOT_ON_VLLM
-
 if TYPE_CHECKING:
     import torch
 
@@ -100,7 +98,7 @@ class EngineKind:
 
     opener: ``module:function`` (imported on use) taking an ``EngineSetup``.
     replays: the senior mask is recovered by replaying the schedule on the returned ids, so
-    schedules that cannot be replayed (``request_args.NOT_ON_VLLM``) are refused.
+    schedules that cannot be replayed (``ScheduleKind.replays`` false) are refused.
     remote: generation on a running server, which holds its own junior (``--server`` URL).
     vllm_settings: an in-process vLLM engine, set up by the ``--vllm-*`` settings.
     transformers: decodes transformers models loaded in this process (a loaded ``models.Pair``
@@ -129,7 +127,9 @@ class EngineKind:
 
     def check_schedule(self, schedule: str) -> None:
         """TandemError unless this engine can run ``schedule`` (checked before any loading)."""
-        if self.replays and schedule in NOT_ON_VLLM:
+        from ..decoding.schedule import schedule_kind
+
+        if self.replays and not schedule_kind(schedule).replays:
             from ..errors import TandemError
 
             raise TandemError(f"schedule {schedule!r} is not available on the vLLM engine (use engine hf)")

@@ -15,8 +15,9 @@ in-process decoder, and the server's validation: ``POOL_SIZE_ENV``).
 ``parse`` turns either into a ``TandemArgs`` or raises ``RequestArgError`` naming the field, so
 every bad value is refused when the request is validated (HTTP 400 on a server) and never
 reaches the engine step. The coin seed defaults to the request's sampling ``seed``; a
-schedule that draws coins needs one of the two, since authorship is recovered from it by
-replaying the schedule (``schedule.replay``). No vLLM import: clients use this module too.
+schedule that draws coins (``ScheduleKind.draws_coins``) needs one of the two, since authorship
+is recovered from it by replaying the schedule (``schedule.replay``); one that cannot be replayed
+(``ScheduleKind.replays`` false) is refused. No vLLM import: clients use this module too.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ NESTED_KEY = "tandem"
 PREFIX = "tandem_"
 FIELDS = ("schedule", "p", "K", "seed", "junior")  # flat names are PREFIX + field
 POOL_SIZE_ENV = "TANDEM_POOL_JUNIORS"  # juniors a served pool holds (set by tandem serve): request indices below it
-NOT_ON_VLLM = ("word-atomic",)  # decides the author after the token is proposed: a second output layer
-NO_COINS = ("senior", "junior", "paragraph-roundrobin", "blankline-token-roundrobin")  # authors need no seed
 SEED_LIMIT = 1 << 63
 
 
@@ -66,12 +65,12 @@ def _int(name: str, v) -> int:
 
 
 def _check(schedule, p, K, seed, names: dict[str, str], junior=0) -> TandemArgs:
-    from ..decoding.schedule import SCHEDULES
+    from ..decoding.schedule import REGISTRY, schedule_kind, schedule_names
 
-    if not isinstance(schedule, str) or schedule not in SCHEDULES:
+    if not isinstance(schedule, str) or schedule not in REGISTRY:
         raise RequestArgError(f"{names['schedule']}: unknown schedule {schedule!r}; valid: "
-                              f"{', '.join(s for s in SCHEDULES if s not in NOT_ON_VLLM)}", names["schedule"])
-    if schedule in NOT_ON_VLLM:
+                              f"{', '.join(schedule_names(lambda k: k.replays))}", names["schedule"])
+    if not schedule_kind(schedule).replays:
         raise RequestArgError(f"{names['schedule']}: schedule {schedule!r} is not available on the vLLM engine",
                               names["schedule"])
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
@@ -95,6 +94,8 @@ def parse(extra_args: dict | None, request_seed: int | None = None) -> TandemArg
     Raises ``RequestArgError`` (a ``ValueError``) naming the field for an unknown field, a bad value, both forms at
     once, or a coin-drawing schedule without ``tandem_seed`` or ``seed``.
     """
+    from ..decoding.schedule import schedule_kind
+
     extra = extra_args or {}
     flat = {k: v for k, v in extra.items() if k.startswith(PREFIX)}
     nested = extra.get(NESTED_KEY)
@@ -119,7 +120,7 @@ def parse(extra_args: dict | None, request_seed: int | None = None) -> TandemArg
     seed = values.get("seed", request_seed)
     args = _check(values["schedule"], values.get("p", 0.5), values.get("K", 32), 0 if seed is None else seed, names,
                   values.get("junior", 0))
-    if seed is None and args.schedule not in NO_COINS:
+    if seed is None and schedule_kind(args.schedule).draws_coins:
         raise RequestArgError(f"{names['seed']} (or the request's seed) is required for schedule "
                               f"{args.schedule!r}: its authorship is recovered from that seed", names["seed"])
     return args

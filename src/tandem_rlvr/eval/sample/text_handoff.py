@@ -5,9 +5,10 @@ until the model writes a paragraph break ``\\n\\n`` (kept, the text after it in 
 token cut, as vLLM's ``stop`` with ``include_stop_str_in_output`` does), ends its answer
 (EOS), or reaches the turn's cap. The turn's text is decoded and appended to the response;
 the next turn's model reads its own prompt (its own tokenizer and prompt template) followed
-by the response so far, re-tokenised. ``paragraph-roundrobin``: the senior writes the
-first turn, then the two alternate; ``paragraph-bernoulli``: each turn's author is a coin,
-senior with probability p. A chain ends at EOS, when its tokens reach the shared budget
+by the response so far, re-tokenised. Who writes a turn is the schedule's ``text_turns``
+(``decoding.schedule.ScheduleKind``): "alternate" (``paragraph-roundrobin``), the senior writes
+the first turn, then the two alternate; "coin" (``paragraph-bernoulli``), each turn's author is a
+coin, senior with probability p. A chain ends at EOS, when its tokens reach the shared budget
 (each turn's tokens counted in its author's tokenizer, as the paper counts them), when a
 turn hits its cap, when the next prompt leaves no room in the model's context, or after
 ``MAX_ROUNDS`` rounds (a round: every live senior turn, then every live junior turn).
@@ -52,7 +53,6 @@ from .turns import TurnEngine, turn_result
 
 MAX_ROUNDS = 150  # the paper's code (MAX_ROUNDS in eval/handoff.py)
 CONTEXT_RESERVE = 8  # tokens kept free below the context, as the paper's code does
-TEXT_SCHEDULES = ("paragraph-roundrobin", "paragraph-bernoulli")
 SENIOR, JUNIOR = 0, 1
 ROLES = ("senior", "junior")
 
@@ -62,7 +62,8 @@ class TurnModel(TurnEngine):
     decoder that stops at the first paragraph break of each turn."""
 
     def __init__(self, model, tokenizer, sampling, template: str):
-        from ...decoding.schedule import ParagraphBoundary, make_schedule
+        from ...decoding.boundary import ParagraphBoundary
+        from ...decoding.schedule import make_schedule
         from ...decoding.tandem import TandemDecoder, context_limit
         from ...models import eos_ids
 
@@ -134,9 +135,13 @@ class TextHandoff:
 
     def __init__(self, senior: TurnModel, junior: TurnModel, schedule: str, p: float = 0.5,
                  max_new_tokens: int = 3000, max_rounds: int = MAX_ROUNDS, juniors=(), pool=None):
-        if schedule not in TEXT_SCHEDULES:
+        from ...decoding.schedule import schedule_kind, schedule_names
+
+        self.turns = schedule_kind(schedule).text_turns  # "alternate" or "coin"
+        if self.turns is None:
             raise TandemError(f"--protocol text hands off at paragraph breaks: schedule must be one of "
-                              f"{', '.join(TEXT_SCHEDULES)}, got {schedule!r} (use --protocol stream)")
+                              f"{', '.join(schedule_names(lambda k: k.text_turns))}, got {schedule!r} "
+                              "(use --protocol stream)")
         self.pair, self.name, self.p = (senior, junior), schedule, p
         self.juniors, self.pool = tuple(juniors) or (junior,), pool
         self.max_new_tokens, self.max_rounds = max_new_tokens, max_rounds
@@ -157,12 +162,12 @@ class TextHandoff:
 
             d["templates"]["juniors"] = [m.template for m in self.juniors]
             d["pool"] = pool_record(self.pool)
-        return {**d, "p": self.p} if self.name == "paragraph-bernoulli" else d
+        return {**d, "p": self.p} if self.turns == "coin" else d
 
     def _author(self, chain: Chain) -> int:
         """The author of the chain's next turn."""
         i = len(chain.turns)
-        if self.name == "paragraph-roundrobin":
+        if self.turns == "alternate":
             return SENIOR if i == 0 else 1 - chain.turns[-1][0]
         coin = rng.uniform(torch.tensor([chain.seed], dtype=torch.long), i, rng.COIN)
         return SENIOR if bool(coin[0] < self.p) else JUNIOR
