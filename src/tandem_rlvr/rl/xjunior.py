@@ -46,7 +46,7 @@ def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[b
     names = [n for n, o in zip(m.pool.names, other) if o]
     if not names:
         return other
-    from ..decoding.xtandem import CROSS_SCHEDULES
+    from ..decoding.schedule import schedule_kind, schedule_names
 
     who = f"junior {names[0]}" + ("" if m.pool.single else " of the pool")
     if not engine_kind(r.engine).transformers:
@@ -55,9 +55,9 @@ def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[b
     if cfg.method == "klreg":
         raise TandemError(f"{who} has another tokenizer than the senior: KL-Reg scores the senior's "
                           "ids under the junior, which needs one vocabulary")
-    if cfg.method == "tandem" and r.schedule not in CROSS_SCHEDULES:
-        raise TandemError(f"{who} has another tokenizer than the senior: schedule {r.schedule!r} "
-                          f"cannot hand off between tokenizers; valid: {', '.join(CROSS_SCHEDULES)}")
+    if cfg.method == "tandem" and not schedule_kind(r.schedule).cross_tokenizers:
+        raise TandemError(f"{who} has another tokenizer than the senior: schedule {r.schedule!r} cannot hand off "
+                          f"between tokenizers; valid: {', '.join(schedule_names(lambda k: k.cross_tokenizers))}")
     log.info("junior(s) %s have another tokenizer: their rollouts hand off at text level, word by word",
              ", ".join(names))
     return other
