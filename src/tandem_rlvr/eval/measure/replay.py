@@ -44,15 +44,15 @@ def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
     token), recorded and expected author there, and ``kind``: "switch not allowed" (the trace
     changes author where the schedule keeps it), "missing switch" (the schedule changes it, the
     trace does not) or "first author differs"."""
-    from ...decoding.schedule import make_schedule, replay
+    from ...decoding.schedule import make_schedule, replay, schedule_kind
 
     cfg = run.config
     if (cfg.get("schedule") or {}).get("protocol") == "text":  # eval.sample.text_handoff records it there
         return check_text_traces(run, tokenizer)
     sched_cfg = cfg.get("schedule") or {"name": "senior"}
     name = sched_cfg.get("name", "senior")
-    if name == "word-atomic":
-        raise TandemError(f"{run.path}: schedule 'word-atomic' decides each author before it samples the token; "
+    if not schedule_kind(name).replays:
+        raise TandemError(f"{run.path}: schedule {name!r} decides each author before it samples the token; "
                           "its traces cannot be re-derived from the emitted tokens")
     missing = [i for i, r in enumerate(run.rows) if not isinstance(r.get("seed"), int)]
     if missing:
@@ -98,10 +98,12 @@ def _record_invalid(out: dict, run: EvalRun, i: int, r: dict, turn: int, kind: s
 def check_text_traces(run: EvalRun, tokenizer) -> dict:
     """``check_traces`` for text-level handoff rows (module docstring); ``position`` is a turn index."""
     from ...decoding import rng
+    from ...decoding.schedule import REGISTRY
 
     sched = run.config["schedule"]
     name, p = sched.get("name"), float(sched.get("p", 0.5))
-    if name not in ("paragraph-roundrobin", "paragraph-bernoulli"):
+    who = getattr(REGISTRY.get(name), "text_turns", None)  # who writes each turn: "alternate" or "coin"
+    if who is None:
         raise TandemError(f"{run.path}: unknown text-level schedule {name!r}")
     out = {"schedule": sched, "samples": len(run.rows), "invalid": 0, "benchmarks": {}, "examples": []}
     for i, r in enumerate(run.rows):
@@ -111,7 +113,7 @@ def check_text_traces(run: EvalRun, tokenizer) -> dict:
             raise TandemError(f"{run.where(i)}: a text-level row without its turns or seed cannot be checked")
         authors = [t.get("author") for t in turns]
         for k in range(len(turns)):
-            if name == "paragraph-roundrobin":
+            if who == "alternate":
                 want = "senior" if k % 2 == 0 else "junior"
             else:
                 coin = rng.uniform(torch.tensor([r["seed"]], dtype=torch.long), k, rng.COIN)
