@@ -85,10 +85,11 @@ def test_ratings_are_the_judges_scores_per_problem_and_a_rerun_pays_nothing(judg
 
 
 def test_compare_tests_each_rubric_paired_and_the_report_shows_the_section(judge, tmp_path, capsys):
-    settings = JudgeSettings(judge.url, retries=0)
-    for name, responses in (("terse", TERSE), ("plain", PLAIN)):
+    for name, responses in (("terse", TERSE), ("plain", PLAIN)):  # the command, as a user runs it
         _solo(tmp_path / name / "solo", responses)
-        run_cot_rating(tmp_path / name / "solo", settings, tmp_path / name / "cot-rating", progress=False)
+        assert main(["eval", "cot-rating", "--samples", str(tmp_path / name / "solo"), "--judge", judge.url,
+                     "--out", str(tmp_path / name / "cot-rating")]) == 0
+    assert "Chain-of-thought rating by a judge" in capsys.readouterr().out
     out = tmp_path / "cmp"
     assert main(["compare", str(tmp_path / "terse"), str(tmp_path / "plain"), "--out", str(out), "--n-boot", "50"]) == 0
     comp = json.loads((out / "compare.json").read_text())

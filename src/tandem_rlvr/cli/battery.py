@@ -1,6 +1,7 @@
 """Commands of the evaluation battery, added to ``tandem``'s parser by ``cli.build_parser``.
 
 - ``tandem eval legibility --samples RUN_DIR --junior M [--senior M] --out DIR``
+- ``tandem eval cot-rating --samples RUN_DIR --judge URL|MODEL --out DIR``
 - ``tandem eval regrade RUN_DIR [--grader ours|paper] [--replace]``
 - ``tandem eval drift --junior-samples DIR --seniors NAME=DIR,... [--reference N --candidate N] --out DIR``
 - ``tandem eval replay RUN_DIR [--tokenizer M] [--out DIR]``: check every saved trace's authorship
@@ -55,6 +56,25 @@ def cmd_legibility(a) -> None:
     t = res["timing"]
     print(f"scored {res['scored_tokens']} response tokens in {t['seconds']:.2f} s ({t['tokens_per_s']:.0f} tok/s, "
           f"{t['device']}); results in {a.out}")
+
+
+def cmd_cot_rating(a) -> None:
+    from ..eval.measure.cot_rating import run_cot_rating
+    from ..eval.measure.registry import measure, mean_se
+    from ..eval.report.tables import Table, print_tables
+    from ..rewards.judge import JudgeSettings
+
+    benchmarks = [b for b in (a.benchmarks or "").split(",") if b] or None
+    judge = JudgeSettings(a.judge, served_model=a.judge_served_model, max_tokens=a.judge_max_tokens,
+                          batch_size=a.judge_batch_size, device=a.device, dtype=a.dtype)
+    res = run_cot_rating(a.samples, judge, a.out, benchmarks, a.split)
+    s = res["summary"]
+    print_tables([Table(f"{measure('cot-rating').title}: {a.samples} ({res['samples']} samples; unrated: "
+                        f"{res['failed']['legibility']} / {res['failed']['coverage']})",
+                        ["benchmark", "problems", "legibility", "coverage"],
+                        [[b, str(s["legibility"][b]["problems"]), mean_se(s["legibility"][b]), mean_se(s["coverage"][b])]
+                         for b in s["legibility"]])])
+    print(f"results in {a.out}")
 
 
 def cmd_regrade(a) -> None:
@@ -179,6 +199,21 @@ def register(sub, esub) -> None:
     lg.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
     lg.add_argument("--out", required=True, help="output dir: legibility.json, per_problem.jsonl, per_sample.jsonl")
     lg.set_defaults(fn=cmd_legibility)
+
+    cr = esub.add_parser("cot-rating", help="a judge's 0-4 legibility and coverage rating of each solo chain of thought")
+    cr.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
+    cr.add_argument("--judge", required=True, help="the judge: an http(s) URL of an OpenAI-compatible server, or a "
+                    "local model (dir, hub id)")
+    cr.add_argument("--judge-served-model", default=None, help="the model name at the URL (default: the first listed)")
+    cr.add_argument("--judge-max-tokens", type=COUNT, default=512, help="reply budget per rating (default 512)")
+    cr.add_argument("--judge-batch-size", type=COUNT, default=16, help="rows a local judge decodes together (default 16)")
+    cr.add_argument("--benchmarks", default=None, help="comma-separated benchmark specs (default: the run's sources)")
+    cr.add_argument("--split", default=None, help="split of registered/hub benchmarks, as given to `eval solo`")
+    cr.add_argument("--device", default="auto", help="a local judge's device: auto, cpu, cuda:0, ... (default auto)")
+    cr.add_argument("--dtype", default="auto", help="a local judge's dtype: float32, bfloat16, float16 or auto")
+    cr.add_argument("--out", required=True, help="output dir: cot_rating.json, per_problem.jsonl, per_sample.jsonl, "
+                    "judge_cache.sqlite")
+    cr.set_defaults(fn=cmd_cot_rating)
 
     rg = esub.add_parser("regrade", help="rescore a run's saved samples with today's grader (beside the originals)",
                          description="Writes samples.regraded.jsonl and regrade.json (grader version, package versions, "

@@ -24,8 +24,8 @@ samples) -> per benchmark and macro (mean over problems, bootstrap SE, stratifie
 junior legibility. ``compare`` tests each rubric paired by problem (H1: candidate > baseline) and refuses
 results rated by different judges or rubrics.
 
-Run (the pipeline does it for each senior when given a judge):
-    python -c "from tandem_rlvr.eval.measure.cot_rating import run_cot_rating; ..."
+Run (``recipes.pipeline.evaluate_senior`` does it for each senior when given a judge):
+    tandem eval cot-rating --samples RUN_DIR --judge http://127.0.0.1:8000 --out DIR
 Writes DIR/cot_rating.json (summary, failed, config), DIR/per_problem.jsonl, DIR/per_sample.jsonl.
 """
 
