@@ -28,9 +28,14 @@ and compares its return values itself, so nothing the program does in its own pr
 the verdict (docs/tasks.md, "A verdict the program cannot write").
 
 Within one ``grade_programs`` call (one ``CodeTask.grade``) a program is run once per distinct
-(extracted code less trailing whitespace, tests) pair and its grade shared by every response that
+(extracted code, tests) pair, the code compared byte for byte (a trailing ``\\`` then a space is a
+syntax error where ``\\`` then a newline is not), and its grade shared by every response that
 carries it (a program that reads the clock or a random source gets one verdict there, not one per
 copy). A GRPO group often writes one program several times.
+
+Any response text is a row's verdict, never an error: a lone surrogate or a NUL makes a file the
+interpreter refuses (``crashed``), a response of megabytes runs like any other (a program larger
+than the sandbox's ``disk_mb`` cannot be set up: ``crashed``).
 
 ``Grade.score`` is 1.0 iff every test passes (binary, as the replication); ``details`` hold
 ``pass_fraction`` and ``tests``. Reasons: ``passed``, ``failed test K`` (the first failing test,
@@ -185,8 +190,7 @@ def grade_programs(responses: list[str], golds: list, limits: Limits, workers: i
     if len(responses) != len(golds):
         raise ValueError(f"{len(responses)} responses for {len(golds)} rows")
     golds = [json.loads(g) if isinstance(g, str) else g for g in golds]
-    keys = [((extract_code(r) or "").rstrip(), json.dumps(g, sort_keys=True))  # trailing blanks mean nothing
-            for r, g in zip(responses, golds)]
+    keys = [(extract_code(r), json.dumps(g, sort_keys=True)) for r, g in zip(responses, golds)]  # the exact bytes run
     first: dict = {}
     for i, k in enumerate(keys):
         first.setdefault(k, i)

@@ -106,7 +106,7 @@ class Channel:
             name, message = reply["err"]
             if not (isinstance(name, str) and isinstance(message, str)):
                 raise _wire.WireError("a malformed error")
-        except (ValueError, TypeError, RecursionError, MemoryError) as e:
+        except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
             self._end("tampered", f"{type(e).__name__}: {e}"[:200])
         raise _rebuilt(op, name, message)
 

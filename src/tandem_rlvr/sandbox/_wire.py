@@ -80,7 +80,7 @@ def unpack(data, ref):
         return _value(data, ref)
     except WireError:
         raise
-    except (ValueError, TypeError, RecursionError, MemoryError) as e:
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:  # complex(10**400, 0)
         raise WireError(f"{type(e).__name__}: {e}"[:200]) from None
 
 
