@@ -83,3 +83,34 @@ def test_peft_oracle_sees_the_tails_as_no_module(senior):
     wrapped = [n for n, m in model.named_modules() if isinstance(getattr(m, "lora_A", None), torch.nn.ModuleDict)]
     assert wrapped == ["base_model.model.model.layers.0.self_attn.q_proj"]
     assert not _peft_matches(senior / "senior", ["proj"])
+
+
+@pytest.mark.parametrize("argv, setting, widest", [
+    (["--lora-r", "1000000000"], "lora_r 1000000000", "lora_r <= 64"),
+    (["--lora-r", "65"], "lora_r 65", "lora_r <= 64"),
+    (["--plan-lora-r", "100000000"], "--plan-lora-r 100000000", "--plan-lora-r <= 64"),
+    (["--lora-r", "4", "--lora-targets", "bogus"], "'bogus'", "its linear layers: down_proj"),
+])
+def test_a_rank_wider_than_the_seniors_layers_or_a_bogus_target_is_refused_by_dry_run(capsys, monkeypatch, argv,
+                                                                                         setting, widest):
+    """tiny's narrowest adapted layer is k_proj: hidden 128 in, 2 key-value heads x head_dim 32 = 64 out (its
+    config.json), so a rank-r update there has rank at most min(128, 64) = 64. Refused before any adapter is
+    built to measure (PEFT on real tensors would try to allocate r x (in + out) weights per layer)."""
+    from tandem_rlvr.cli import main
+    from tandem_rlvr.rl.memory_shapes import LoraSpec
+
+    def no_adapters(*a, **k):
+        raise AssertionError("an adapter was built before the rank was checked")
+
+    monkeypatch.setattr(LoraSpec, "inject", no_adapters)
+    assert main(["train", "--preset", "tiny", "--dry-run", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("tandem: error:"), err
+    assert setting in err and widest in err, err
+
+
+def test_a_rank_as_wide_as_the_narrowest_layer_is_planned(capsys):
+    from tandem_rlvr.cli import main
+
+    assert main(["train", "--preset", "tiny", "--dry-run", "--lora-r", "64"]) == 0
+    assert "LoRA r=64" in capsys.readouterr().out

@@ -49,18 +49,47 @@ log = logging.getLogger("tandem_rlvr")
 OUTPUT_LAYERS = ("lm_head",)  # TRL refuses an adapter there (its chunked head reads lm_head.weight directly)
 
 
-def linear_names(config) -> list[str]:
-    """Names of the ``nn.Linear`` modules of a transformers config's model (built on the meta device)."""
+def linear_widths(config) -> dict[str, tuple[int, int]]:
+    """{name: (in, out)} of the ``nn.Linear`` modules of a transformers config's model (built on the meta device)."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    return {n: (m.in_features, m.out_features) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def _targeted(name: str, targets) -> bool:
+    """PEFT's match of a body layer: all-linear (the output layer excepted), the module's name or its last dotted parts."""
+    if name.rsplit(".", 1)[-1] in OUTPUT_LAYERS:
+        return any(name == t or name.endswith("." + t) for t in targets if t != ALL_LINEAR)
+    return any(t == ALL_LINEAR or name == t or name.endswith("." + t) for t in targets)
+
+
+def check_lora(senior: str, config, targets, r: int, what: str = "lora_r") -> None:
+    """Every target names a linear layer of the senior's body, not its output layer, and the rank ``r`` fits
+    the layers it adapts: a rank-r update B A of an (out, in) layer has rank at most min(in, out), so a larger
+    r only adds r x (in + out) weights per layer that can raise nothing (a mistyped 1000000000 would try to
+    allocate terabytes). Read from ``config`` on the meta device, before any weights or adapters exist;
+    ``what`` names the setting in the error (``lora_r``, or the plan's ``--plan-lora-r``)."""
+    widths = linear_widths(config)
+    for target in targets:
+        if target == ALL_LINEAR:
+            continue
+        if target in OUTPUT_LAYERS:
+            raise TandemError(f"lora target {target!r} is the output layer: TRL's log-prob head reads its weight "
+                              "directly and would never train an adapter there")
+        if not any(n == target or n.endswith("." + target) for n in widths):
+            leaves = sorted({n.rsplit(".", 1)[-1] for n in widths} - set(OUTPUT_LAYERS))
+            raise TandemError(f"lora target {target!r} names no linear layer of {senior}; its linear layers: "
+                              f"{', '.join(leaves)} (or {ALL_LINEAR})")
+    name, (d_in, d_out) = min(((n, w) for n, w in widths.items() if _targeted(n, targets)), key=lambda nw: min(nw[1]))
+    if r > min(d_in, d_out):
+        raise TandemError(f"{what} {r} is wider than the layers it adapts: {name} of {senior} is {d_in} -> {d_out}, "
+                          f"so a LoRA update there has rank at most {min(d_in, d_out)}; give {what} <= {min(d_in, d_out)}")
 
 
 def check_targets(cfg) -> None:
-    """Every ``lora_targets`` name matches a linear layer of the senior's body (as PEFT matches: the
-    module's name or its last dotted parts), read from its config alone, before any weights load."""
+    """``check_lora`` of the run's settings (PEFT installed), from the senior's config alone."""
     if not cfg.models.lora_r:
         return
     try:
@@ -69,17 +98,8 @@ def check_targets(cfg) -> None:
         raise TandemError("LoRA (lora_r > 0) needs PEFT: pip install -e '.[lora]' (or pip install peft)") from None
     from .memory_shapes import model_config
 
-    names = linear_names(model_config(cfg.models.senior))
-    for target in cfg.models.lora_targets:
-        if target == ALL_LINEAR:
-            continue
-        if target in OUTPUT_LAYERS:
-            raise TandemError(f"lora target {target!r} is the output layer: TRL's log-prob head reads its weight "
-                              "directly and would never train an adapter there")
-        if not any(n == target or n.endswith("." + target) for n in names):
-            leaves = sorted({n.rsplit(".", 1)[-1] for n in names} - set(OUTPUT_LAYERS))
-            raise TandemError(f"lora target {target!r} names no linear layer of {cfg.models.senior}; its linear layers: "
-                              f"{', '.join(leaves)} (or {ALL_LINEAR})")
+    m = cfg.models
+    check_lora(m.senior, model_config(m.senior), m.lora_targets, m.lora_r)
 
 
 _PER_RANK: dict = {}

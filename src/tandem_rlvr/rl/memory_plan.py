@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import TandemError
-from .lora import adapter_weights_per_rank
+from .lora import adapter_weights_per_rank, check_lora
 from .memory_shapes import LoraSpec, Shape, activation_profile, model_config
 from .memory_shapes import dtype_bytes as _bytes
 
@@ -250,6 +250,9 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     p = Plan()
 
     # the trained senior: its weights and optimiser states, then the update's transients
+    if lay.lora_r:  # targets and rank against the senior's layers, before any adapter is built to measure
+        check_lora(cfg.models.senior, s_cfg, cfg.models.lora_targets, lay.lora_r,
+                   "lora_r" if lay.lora_r == cfg.models.lora_r else "--plan-lora-r")
     per_rank = adapter_weights_per_rank(s_cfg, cfg.models.lora_targets) if lay.lora_r else 0
     _senior(p, d0, lay, S, master, compute, per_rank)
     lora_base = lay.lora_r and lay.sharding == "ddp"  # LoRA: the frozen base is held in the compute dtype
