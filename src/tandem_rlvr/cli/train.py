@@ -23,13 +23,14 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
                              "base default shown. `tandem train --preset NAME --dry-run` prints the resolved values.")
     for f in config_fields():
         default = f.default if f.default is not MISSING else None
-        kind = _parse_bool if "bool" in f.type else int if "int" in f.type else float if "float" in f.type else str
+        kind = _parse_bool if "bool" in f.type else int if "int" in f.type else float if "float" in f.type else \
+            _parse_mapping if f.type == "dict" else str
         if "None" in f.type and kind is not str:
             kind = _optional(kind)
         extra = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
         names = f"; registered: {f.metadata['names']()}" if "names" in f.metadata else ""
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, type=kind,
-                       metavar="BOOL" if kind is _parse_bool else None,
+                       metavar="BOOL" if kind is _parse_bool else "NAME=VALUE,..." if kind is _parse_mapping else None,
                        help=f"{f.metadata['help']}{names} (base default {default})", **extra)
 
 
@@ -50,6 +51,19 @@ def torch_cuda_gib() -> float | None:
     return torch.cuda.get_device_properties(0).total_memory / (1 << 30)
 
 
+def _parse_mapping(text: str) -> dict:
+    """``NAME=VALUE,NAME=VALUE`` as a dict, each value read as YAML reads it (0.1, true, cosine, [a, b])."""
+    import yaml
+
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE[,NAME=VALUE...], got {item!r}")
+        out[name.strip()] = yaml.safe_load(value)
+    return out
+
+
 def _parse_bool(x: str) -> bool:
     if x.lower() in ("1", "true", "yes", "on"):
         return True
@@ -68,7 +82,10 @@ def cmd_train(a):
         from ..rl.memory_layouts import dry_run_report, requested_layout
         from ..rl.memory_plan import disk_plan
 
+        from ..rl.grpo_config import check_trl_overrides
+
         tokenizer_refusals(cfg)
+        check_trl_overrides(cfg.loop.trl)  # the run refuses them before any model loads; so does its plan
         print(json.dumps(cfg.to_dict(), indent=2))
         gib = a.plan_gpu_gib
         if gib is None and torch_cuda_gib() is not None:

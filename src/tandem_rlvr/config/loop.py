@@ -14,7 +14,7 @@ Derived once, here: the update counts (``updates_per_batch``, ``max_updates``, `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import TandemError
 from ..plugins import module_list
@@ -49,7 +49,13 @@ class LoopPart:
     kl_every: int = setting(1, "steps between KL-to-junior monitoring forwards (0 = off)")
     seed: int = setting(0, "seed of data order, initial rollouts and authorship coins")
     output_dir: str = setting("runs/tandem", "run directory: checkpoints, log.jsonl, best/")
-    report_to: str = setting("none", "TRL/transformers report_to: none, tensorboard, wandb")
+    report_to: str = setting("none", "trackers that receive the training and validation figures, comma-separated: "
+                             "trackio, tensorboard, wandb, ... (transformers' report_to names; offline modes follow "
+                             "their own variables, e.g. WANDB_MODE=offline), or none")
+    trl: dict = field(default_factory=dict, metadata={"help": (
+        "TRL GRPOConfig fields no key above sets, by TRL's name (YAML: a mapping; flag: NAME=VALUE,...; e.g. "
+        "loss_type=dr_grpo,lr_scheduler_type=cosine,warmup_steps=0.1); the run's defaults are the paper's: loss_type "
+        "dapo, a constant learning rate, no warm-up, max_grad_norm 1")})
     plugins: list[str] = setting([], "modules that register your schedules, tasks, reward terms, engines or benchmarks "
                                  "(comma-separated on the command line), imported before the settings are checked, in "
                                  "every process of the run (docs/contributing.md); installed plug-ins (entry points "
@@ -58,6 +64,10 @@ class LoopPart:
     def __post_init__(self):
         check_part(self)
         object.__setattr__(self, "plugins", module_list(self.plugins))
+        if not isinstance(self.trl, dict) or not all(isinstance(k, str) for k in self.trl):
+            raise TandemError(f"trl must be a mapping of GRPOConfig field names to values, got {self.trl!r}")
+        if not isinstance(self.report_to, str) or not self.report_to.strip():
+            raise TandemError(f"report_to must be tracker names (comma-separated) or none, got {self.report_to!r}")
         at_least(self, 1, "prompts_per_step", "prompts_per_minibatch")
         if self.prompts_per_step % self.prompts_per_minibatch:
             raise TandemError(f"prompts_per_step ({self.prompts_per_step}) must be a multiple of "

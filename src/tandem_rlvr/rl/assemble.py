@@ -29,12 +29,14 @@ from .sharding import configure as configure_sharding, from_launcher
 from .trl_args import grpo_args
 
 
-def reward_functions(cfg: TrainConfig, task, run_dir: Path) -> tuple[list, list[float], object]:
+def reward_functions(cfg: TrainConfig, task, run_dir: Path, given=None) -> tuple[list, list[float], object]:
     """(TRL reward functions, their weights, the judge or None) from the run's reward terms
     (``rewards.terms``); the judge's verdict cache lives in the run directory, so a resumed run
-    pays for no verdict twice."""
+    pays for no verdict twice. ``given``: the Python API's reward functions, weighted by ``reward_weights``."""
     from ..rewards.terms import build_terms, parse_terms
 
+    if given is not None:
+        return list(given.reward_funcs), list(given.reward_weights), None
     judge = user = None
     r = cfg.rewards
     if r.reward:
@@ -82,15 +84,19 @@ def _check_launch(cfg: TrainConfig) -> None:
         zero3.require()  # one line naming what to install
 
 
-def build_run(cfg: TrainConfig, print_fn=print) -> Run:
-    """Validate everything, then create the run directory and the trainer (nothing trained yet)."""
+def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, stored: dict | None = None) -> Run:
+    """Validate everything, then create the run directory and the trainer (nothing trained yet).
+
+    The Python API (``api.TandemGRPOTrainer``) passes ``given`` (``rl.prepare.Given``: its models, data and
+    rewards as objects), ``make_trainer`` (initialises itself with the trainer's arguments) and ``stored``
+    (config.json's extra entries: the dataset's fingerprint, the reward functions' names)."""
     import datasets
     from accelerate import PartialState
 
     from .rollout import TandemRollout
 
     cfg = from_launcher(cfg)
-    check_run_dir(cfg)  # refuse a different config before loading anything
+    check_run_dir(cfg, stored)  # refuse a different config before loading anything
     _check_launch(cfg)
     check_lora_targets(cfg)  # from the senior's config alone, before its weights load
     check_server_juniors(cfg)  # a server's juniors are the run's, before any model loads
@@ -104,31 +110,36 @@ def build_run(cfg: TrainConfig, print_fn=print) -> Run:
     elif cfg.models.sharding == "zero3":
         zero3.configure(args, on_cpu)
     # after args: under ZeRO-3 the senior loads straight into its partitions (rl/zero3.py, "Loading")
-    prep = prepare(cfg)
-    ds = datasets.Dataset.from_list(prep.dataset_rows())
+    prep = prepare(cfg, given)
+    if given is None:
+        ds = datasets.Dataset.from_list(prep.dataset_rows())
+    else:  # the user's rows whose prompt fits (prepare dropped the rest, with a warning)
+        kept = {p.problem_id for p in prep.train}
+        ds = given.dataset.filter(lambda row: str(row["problem_id"]) in kept)
     engine = open_rollout_engine(cfg, prep.pair, state.num_processes)  # fails before the run directory is touched
     start = RunStart.take(cfg.loop.output_dir, state.is_main_process)
     start.closers.append(engine.close)
     try:
-        resume_step = check_run_dir(cfg)  # again, now that no other writer can change the directory
+        resume_step = check_run_dir(cfg, stored)  # again, now that no other writer can change the directory
         if state.is_main_process:
-            write_json(start.out / "config.json", stored_config(cfg))
+            write_json(start.out / "config.json", {**stored_config(cfg), **(stored or {})})
         rollout_log = None
         if not cfg.models.pool.single:  # rollouts.jsonl: each rollout's junior (rl/pool_log.py)
             from .pool_log import RolloutLog
 
             rollout_log = RolloutLog(start.out, resume_step, state.is_main_process)
-        problem_ids = {row["prompt"]: row["problem_id"] for row in prep.dataset_rows()}  # the pool's draw keys
+        problem_ids = {prep.prompt_text(p): p.problem_id for p in prep.train}  # the pool's draw keys
         rollout = TandemRollout(cfg, prep.pair, engine, problem_ids, rollout_log)
-        run = _assemble(cfg, prep, args, ds, rollout, start, resume_step, print_fn)
+        run = _assemble(cfg, prep, args, ds, rollout, start, resume_step, print_fn, make_trainer)
     except BaseException:
         start.close(failed=True)
         raise
     return run
 
 
-def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, print_fn) -> Run:
-    """The callbacks, the reward functions and the trainer over a held run directory."""
+def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, print_fn, make_trainer=None) -> Run:
+    """The callbacks, the reward functions and the trainer over a held run directory (``make_trainer``:
+    how the trainer is made from its arguments; default a new ``rl.trainer.TandemGRPOTrainer``)."""
     from transformers import PrinterCallback, ProgressCallback
 
     from .callbacks import CheckpointWeights, MergedCheckpoint, RunLog, Validation
@@ -139,14 +150,14 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
     runlog = RunLog(out, resume_step, print_fn, cfg.loop.updates_per_batch)
     validation = Validation(prep, out, runlog, rollout, cfg.models.precision.compute)
     weights = CheckpointWeights(out, cfg.models.sync_bucket_mb << 20, cfg.models.precision.master)
-    reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out)
+    reward_funcs, args.reward_weights, judge = reward_functions(cfg, prep.task, out, prep.given)
     if judge is not None:
         start.closers.append(judge.close)
     loss = cfg.loss
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*")
         warnings.filterwarnings("ignore", category=FutureWarning)
-        trainer = TandemGRPOTrainer(
+        trainer = (make_trainer or TandemGRPOTrainer)(
             model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
             processing_class=prep.pair.tokenizer, rollout_func=rollout,
             callbacks=[FiniteGuard(lambda: check_run_dir(cfg)), runlog, validation, weights], junior=prep.pair.junior,

@@ -32,6 +32,7 @@ class Prepared:
     val: list[Problem]
     template: str
     task: object = None  # tasks.Task; default: the run's, derived once by cfg.data
+    given: object = None  # Given: the Python API's data and reward functions (None: the config's)
 
     def __post_init__(self):
         if self.task is None:
@@ -43,12 +44,16 @@ class Prepared:
         that is today's ``format_prompt`` with the run's instruction."""
         from ..tasks import prompt_text
 
+        if self.given is not None:  # a user's dataset: the prompt as rendered from its row (api.data)
+            return p.problem
         return prompt_text(self.pair.tokenizer, self.task, p, self.template)
 
     def grade(self, texts: list[str], problems: list[Problem]) -> list[float]:
         """The task's correctness of each response (validation accuracy)."""
         from ..tasks import task_row
 
+        if self.given is not None:
+            return self.given.grade(list(texts), problems)
         return [float(g.score) for g in self.task.grade(list(texts), [task_row(p) for p in problems])]
 
     def dataset_rows(self) -> list[dict]:
@@ -58,6 +63,20 @@ class Prepared:
 
         return [{"prompt": self.prompt_text(p), "answer": p.answer, "problem_id": str(p.problem_id),
                  "task_row": json.dumps(task_row(p), sort_keys=True, default=str)} for p in self.train]
+
+
+@dataclass
+class Given:
+    """A run's models, data and rewards as Python objects (``api.TandemGRPOTrainer``), instead of the config's
+    names: the loaded pair, the problems (rendered prompts), TRL's training dataset and the reward functions."""
+
+    pair: Pair | None  # None: loaded from the config's senior and junior names, as tandem train loads them
+    train: list[Problem]
+    val: list[Problem]
+    dataset: object  # datasets.Dataset TRL trains on (the user's columns and problem_id)
+    reward_funcs: list
+    reward_weights: list[float]
+    grade: object  # (texts, problems) -> scores: validation's (api.data.RewardGrade)
 
 
 def _load(cfg: TrainConfig, spec: str, split: str | None, limit: int | None) -> list[Problem]:
@@ -110,16 +129,21 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
     return train, val
 
 
-def prepare(cfg: TrainConfig) -> Prepared:
+def prepare(cfg: TrainConfig, given: Given | None = None) -> Prepared:
     """The run's problems and loaded pair (the senior trainable, in the master dtype), overlong prompts dropped.
-    Under ZeRO-3 call it once the run's GRPOConfig exists: the senior then loads as partitions."""
+    Under ZeRO-3 call it once the run's GRPOConfig exists: the senior then loads as partitions. ``given``: the
+    pair and problems as objects (nothing is loaded)."""
     from .xjunior import attach_junior_prompts, checked_tokenizers
 
     m = cfg.models
     # each tokenizer once, read by load_pair and load_pool_juniors; refuses what a junior of another
     # tokenizer cannot train, before the data
-    tokenizers, junior_tokenizers, other = checked_tokenizers(cfg)
-    train, val = split_problems(cfg)
+    tokenizers, junior_tokenizers, other = checked_tokenizers(cfg) if given is None or given.pair is None else [None] * 3
+    train, val = split_problems(cfg) if given is None else (given.train, given.val)
+    if given is not None and given.pair is not None:  # models given as objects: nothing to load
+        prep = Prepared(cfg, given.pair, train, val, "plain", given=given)
+        drop_overlong_prompts(prep)
+        return prep
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
     whole = nullcontext
     if m.sharding == "zero3":  # the senior into ZeRO-3 partitions (zero.Init), the juniors whole (rl/zero3.py)
@@ -132,7 +156,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
         with whole():
             load_pool_juniors(pair, pool.names, m.junior_devices, m.precision.compute, tokenizers=junior_tokenizers,
                               other_tokenizer=any(other))
-    prep = Prepared(cfg, pair, train, val, resolve_template(pair.tokenizer, cfg.data.template))
+    # given data: the rows' own prompts (a junior of another tokenizer re-encodes their text, as under plain)
+    template = "plain" if given is not None else resolve_template(pair.tokenizer, cfg.data.template)
+    prep = Prepared(cfg, pair, train, val, template, given=given)
     attach_junior_prompts(prep)  # a junior of another tokenizer reads each prompt in its own template
     drop_overlong_prompts(prep)
     return prep
@@ -150,7 +176,7 @@ def drop_overlong_prompts(prep: Prepared) -> None:
             log.warning("%s: dropped %d of %d problems whose prompt is over max_prompt_tokens=%d",
                         "training set" if name == "train" else "validation set", dropped, len(getattr(prep, name)),
                         limit)
-        if len(kept) < (prep.cfg.loop.prompts_per_step if name == "train" else 1):
+        if len(kept) < (prep.cfg.loop.prompts_per_step if name == "train" else int(bool(prep.cfg.loop.eval_every))):
             raise TandemError(f"{len(kept)} {name} problems have a prompt within max_prompt_tokens={limit}: too few "
                               "to train")
         setattr(prep, name, kept)

@@ -29,7 +29,7 @@ from ..decoding.render import author_switches
 from ..decoding.rng import row_seed
 from ..engines.base import RolloutSpec
 from ..errors import TandemError
-from ..prompting import encode_prompt
+from ..prompting import encode_prompt, render_prompt
 from .trainer import record_metrics
 from .weights import EngineSync
 
@@ -84,7 +84,8 @@ class TandemRollout:
         self.engine = engine
         self.sync = EngineSync(engine, cfg.models.sync_bucket_mb << 20)  # shared with validation
 
-    def __call__(self, prompts: list[str], trainer) -> dict:
+    def __call__(self, prompts: list, trainer) -> dict:
+        prompts = [render_prompt(self.tok, p) for p in prompts]  # conversational prompts through the chat template
         acc = trainer.accelerator
         senior = acc.unwrap_model(trainer.model)
         step = int(trainer.state.global_step)

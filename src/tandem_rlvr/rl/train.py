@@ -47,14 +47,19 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     cfg = from_launcher(cfg)
     if (done := said_complete(cfg, print_fn)) is not None:
         return done
-    run = build_run(cfg, print_fn)
+    return run_training(build_run(cfg, print_fn), cfg, print_fn)
+
+
+def run_training(run, cfg: TrainConfig, print_fn=print, extra: dict | None = None, rewards: str | None = None) -> dict:
+    """Train a built run (``rl.assemble.build_run``) from its last checkpoint, then write final/ and
+    summary.json; ``extra``, ``rewards``: the Python API's config.json entries and reward words."""
     trainer, out, loop = run.trainer, Path(cfg.loop.output_dir).expanduser(), cfg.loop
     ckpt = str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None
     if ckpt and trainer.accelerator.is_main_process:
         print_fn(f"{loop.output_dir}: resuming from checkpoint-{run.resume_step} (update {run.resume_step}, "
                  f"rollout step {loop.rollout_steps(run.resume_step)})")
     try:
-        if (done := said_complete(cfg, print_fn)) is not None:  # finished by another process meanwhile
+        if (done := said_complete(cfg, print_fn, extra)) is not None:  # finished by another process meanwhile
             run.close()
             return done
         if 0 < loop.max_updates <= run.resume_step:  # killed after the last step, before summary.json
@@ -67,7 +72,7 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
         summary = {"method": cfg.method, "steps": steps, "rollout_steps": loop.rollout_steps(steps),
                    "best": run.validation.best, "processes": trainer.accelerator.num_processes,
                    "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
-        _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, steps), cfg.models.precision.compute,
+        _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, steps, rewards), cfg.models.precision.compute,
                     cfg.models.sync_bucket_mb << 20, cfg.models.save_merged)  # every process: sharded weights are gathered
         if trainer.accelerator.is_main_process:
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
