@@ -28,6 +28,7 @@ REPLIES = [  # what the program's side sends as the value of every call -> the r
     ('{"d":[[1]]}', "tampered"),  # a dict entry that is no pair
     ("[" * 100_000 + "]" * 100_000, "tampered"),  # nesting past any recursion limit
     ('"' + "x" * (2 << 20) + '"', "output limit"),  # a reply over the 1 MiB cap
+    ('{"c":[1' + "0" * 400 + ',0]}', "tampered"),  # a complex number no float holds: complex() overflows
     ("null", "failed test 1"),  # a value, just a wrong one
     ('{"h":99}', "failed test 1"),  # a reference to nothing: an object equal to nothing here
 ]

@@ -33,9 +33,10 @@ syntax error where ``\\`` then a newline is not), and its grade shared by every 
 carries it (a program that reads the clock or a random source gets one verdict there, not one per
 copy). A GRPO group often writes one program several times.
 
-Any response text is a row's verdict, never an error: a lone surrogate or a NUL makes a file the
-interpreter refuses (``crashed``), a response of megabytes runs like any other (a program larger
-than the sandbox's ``disk_mb`` cannot be set up: ``crashed``).
+Any response text is a row's verdict, never an error: code with a lone surrogate is no Python
+source file (``crashed``, not run), a NUL makes a file the interpreter refuses (``crashed``), a
+response of megabytes runs like any other (a program larger than the sandbox's ``disk_mb`` cannot be
+set up: ``crashed``).
 
 ``Grade.score`` is 1.0 iff every test passes (binary, as the replication); ``details`` hold
 ``pass_fraction`` and ``tests``. Reasons: ``passed``, ``failed test K`` (the first failing test,
@@ -205,10 +206,19 @@ def grade_one(response: str, gold: dict, limits: Limits, slot: int = 0) -> Grade
     code = extract_code(response)
     if code is None:
         return Grade(0.0, "no code found", {"pass_fraction": 0.0, "tests": 0})
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: no Python source file holds it
+        return Grade(0.0, "crashed", {"pass_fraction": 0.0, "tests": _n_tests(gold), "error": f"not UTF-8: {e.reason} "
+                                      f"at character {e.start}"})
     if gold["kind"] == "stdio":
         return _stdio(code, gold, limits, slot)
     source, spec = judge_spec(code, gold)
     return judged_grade(run_judged(source, spec, limits, slot), len(spec["tests"]))
+
+
+def _n_tests(gold: dict) -> int:
+    return len(gold["tests"]) if gold["kind"] == "asserts" else 1 if gold["kind"] == "humaneval" else len(gold["inputs"])
 
 
 def judged_grade(run: Judged, n: int) -> Grade:
