@@ -189,7 +189,7 @@ def _exact(line: str) -> str:
 
 def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
     senior, _, data = dirs
-    argv = ["eval", "handoff", "--senior", senior, "--benchmarks", data, "--n", "1", "--max-tokens", "6",
+    argv = ["eval", "handoff", "--senior", senior, "--junior", senior, "--benchmarks", data, "--n", "1", "--max-tokens", "6",
             "--out", str(tmp_path / "ev")]
     assert main(argv) == 0
     assert main(argv + ["--protocol", "stream"]) == 2
@@ -201,7 +201,7 @@ def test_a_stream_run_made_under_the_old_default_resumes_in_stream(dirs, tmp_pat
     # A paragraph run whose config.json records no protocol (made in-stream: the old --engine vllm default, or
     # an explicit --protocol stream) resumes in-stream without --protocol, as it was made, not refused as text.
     senior, _, data = dirs
-    argv = ["eval", "handoff", "--senior", senior, "--benchmarks", data, "--n", "2", "--max-tokens", "6",
+    argv = ["eval", "handoff", "--senior", senior, "--junior", senior, "--benchmarks", data, "--n", "2", "--max-tokens", "6",
             "--out", str(tmp_path / "ev")]
     assert main(argv + ["--protocol", "stream"]) == 0
     assert "protocol" not in json.loads((tmp_path / "ev" / "config.json").read_text())["schedule"]

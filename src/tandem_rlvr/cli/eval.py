@@ -1,24 +1,106 @@
-"""``tandem eval solo|handoff``: n samples per problem into a run directory, pass@k printed."""
+"""``tandem eval solo|handoff``: n samples per problem into a run directory, pass@k printed.
+
+The flags are the ``EvalConfig`` settings (``config/evaluation.py``), made here from each field's help,
+choices and range, so a setting is declared once; sampling and the engine's settings come from the flag
+groups other commands share (``cli/flags.py``). Without ``--junior``, a handoff pairs the senior with the
+junior of its training run when the senior is a checkpoint of one (``best/``, ``final/``,
+``checkpoint-N/`` and the folders inside them: the run's config.json names the junior, the senior's base
+when self-paired), and is refused otherwise: the trained senior paired with itself is rarely what is meant.
+"""
 
 from __future__ import annotations
 
-from ..config.data import task_names
+import argparse
+import json
+import sys
+from dataclasses import MISSING
+from pathlib import Path
+
+from ..errors import TandemError
 from ..runtime import configure_cpu_threads
-from .flags import (COUNT, answer_mode_flag, engine_flags, engine_of, model_flags, protocol_flag, sampling_flags,
-                    sampling_from_args, schedule_flags, seed_type, server_settings, template_flag, vllm_settings)
+from .flags import engine_flags, engine_of, number, sampling_flags, sampling_from_args, server_settings, vllm_settings
+
+NOT_GENERATED = ("shared", "command")  # settings whose flags come from shared groups, or the subcommand itself
 
 
-def cmd_eval(a, mode: str):
+def _default(f):
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(x for x in text.split(",") if x)
+
+
+def _flag_type(f):
+    """argparse type of setting ``f``: numbers through ``flags.number`` (its range), lists comma-separated."""
+    from ..config.fields import kind, optional
+
+    k = kind(f)
+    if k in ("int", "float"):
+        lo, hi, lo_open = f.metadata.get("range", (None, None, False))
+        return number(int if k == "int" else float, lo, hi, lo_open=lo_open, optional=optional(f))
+    return _comma_list if k.startswith("Sequence") else str
+
+
+def setting_flags(p: argparse.ArgumentParser, mode: str) -> list[str]:
+    """A flag for every ``EvalConfig`` setting of ``mode`` (its help, choices and default from the field),
+    grouped by part; returns the settings' names, which ``cmd_eval`` reads back."""
+    from ..config.evaluation import eval_fields
+
+    groups, names = {}, []
+    for part, f in eval_fields():
+        meta = f.metadata
+        if meta.get("flag") in NOT_GENERATED or meta.get("mode", mode) != mode:
+            continue
+        g = groups.get(part) or groups.setdefault(part, p.add_argument_group(part))
+        default = _default(f)
+        shown = "" if default is None else f" (default {','.join(default) if isinstance(default, tuple) else default})"
+        registered = f"; registered: {meta['names']()}" if "names" in meta else ""
+        extra = {"choices": meta["choices"]} if "choices" in meta and "names" not in meta else {}
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=default, type=_flag_type(f),
+                       help=f"{meta['help']}{registered}{shown}", **extra)
+        names.append(f.name)
+    return names
+
+
+def run_junior(senior: str) -> str | None:
+    """The junior of the training run whose checkpoint ``senior`` is (its config.json: the junior, or the
+    senior it started from when self-paired), or None when ``senior`` is not inside a run of ours."""
+    p = Path(senior).expanduser()
+    if not p.is_dir():
+        return None
+    for run in (p.resolve().parent, p.resolve().parent.parent):
+        cfg = run / "config.json"
+        if not cfg.is_file():
+            continue
+        try:
+            rec = json.loads(cfg.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TandemError(f"{cfg}: the training run's config.json cannot be read ({type(e).__name__}); "
+                              "give --junior") from None
+        if isinstance(rec, dict) and "method" in rec and "output_dir" in rec and isinstance(rec.get("senior"), str):
+            junior = rec.get("junior") or rec["senior"]
+            if not isinstance(junior, str):
+                raise TandemError(f"{cfg}: the run's junior is not a model name ({junior!r}); give --junior")
+            return junior
+    return None
+
+
+def cmd_eval(a, mode: str, names: list[str]):
     from ..config import EvalConfig
     from ..eval.sample.sampler import evaluate
 
-    cfg = EvalConfig.from_keys(senior=a.senior, junior=getattr(a, "junior", None), mode=mode,
-                               schedule=getattr(a, "schedule", "senior"), benchmarks=[b for b in a.benchmarks.split(",") if b],
-                               split=a.split, limit=a.limit, n=a.n, sampling=sampling_from_args(a), template=a.template,
-                               instruction=a.instruction, answer_mode=a.answer_mode, grader=a.grader, task=a.task, seed=a.seed, p=a.p, K=a.K,
-                               device=a.device, junior_device=getattr(a, "junior_device", None), dtype=a.dtype,
-                               batch_size=a.batch_size, engine=engine_of(a, mode == "handoff"), vllm_settings=vllm_settings(a),
-                               server=server_settings(a), protocol=getattr(a, "protocol", None))
+    keys = {n: getattr(a, n) for n in names}
+    if mode == "handoff" and keys["junior"] is None and not getattr(a, "server", None):  # a server holds its juniors
+        keys["junior"] = run_junior(a.senior)
+        if keys["junior"] is None:
+            raise TandemError(f"--junior is required: the senior {a.senior} is not a checkpoint of a training run "
+                              "whose config.json names its junior (give --junior, or --junior SENIOR to pair the "
+                              "senior with itself)")
+        print(f"junior: {keys['junior']} (the junior of the senior's training run)", file=sys.stderr)
+    keys.setdefault("schedule", "senior")  # solo: the senior alone
+    cfg = EvalConfig.from_keys(**keys, mode=mode, sampling=sampling_from_args(a), engine=engine_of(a, mode == "handoff"),
+                               vllm_settings=vllm_settings(a), server=server_settings(a))
     configure_cpu_threads()
     metrics = evaluate(cfg, a.out)
     _print_metrics(metrics, a.out)
@@ -66,26 +148,9 @@ def register(sub, parser_class):
     esub = e.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=parser_class)
     for mode, helptext in (("solo", "pass@k of the senior alone"), ("handoff", "pass@k with paragraph/word handoffs to a junior")):
         x = esub.add_parser(mode, help=helptext)
-        x.add_argument("--benchmarks", default="tiny", help="comma-separated names, files or hub ids (default tiny)")
-        x.add_argument("--split", default=None, help="split for registered/hub benchmarks (tiny: test)")
-        x.add_argument("--limit", type=COUNT, default=None, help="first N problems of each benchmark")
-        x.add_argument("--n", type=COUNT, default=8, help="samples per problem (default 8)")
         x.add_argument("--out", required=True, help="run directory (resumes if it exists)")
-        x.add_argument("--seed", type=seed_type, default=0, help="base of every row's seed (default 0)")
-        x.add_argument("--batch-size", type=COUNT, default=64,
-                       help="rows decoded together (vllm: rows handed to the engine at once; finished problems are "
-                            "saved after each batch)")
-        model_flags(x, junior=mode == "handoff")  # solo samples the senior alone: --junior is an error
+        names = setting_flags(x, mode)  # solo samples the senior alone: no --junior, --schedule, --p, --K, --protocol
         sampling_flags(x, temperature=0.7, top_p=0.8, top_k=20, max_tokens=3000)
-        template_flag(x)
-        answer_mode_flag(x)
-        x.add_argument("--task", default="math", help=f"what is asked and how it is graded: {task_names()} (default "
-                       "math; docs/tasks.md); recorded as the run's verifier")
         engine_flags(x, server=True)
-        if mode == "handoff":
-            schedule_flags(x, "paragraph-roundrobin")
-            protocol_flag(x)
-        else:
-            x.set_defaults(p=0.5, K=32)
-        x.set_defaults(fn=lambda a, m=mode: cmd_eval(a, m))
+        x.set_defaults(fn=lambda a, m=mode, names=names: cmd_eval(a, m, names))
     return esub

@@ -6,20 +6,53 @@ task), plus what the evaluation is (mode, schedule, protocol, samples per proble
 built: ``problems.run_task`` (the task that prompts and grades), ``engine_setup`` and ``rollout_spec``
 (what ``engines.open_decoder`` opens). Built from its flat keys (``EvalConfig.from_keys(senior=...,
 n=8)``, the flags' names); ``to_dict`` gives them back.
+
+Each setting is one ``fields.setting`` line with its help, choices and range: ``tandem eval solo|handoff``
+makes its flags from them (``cli/eval.py``), and every part checks each value's type, range and choice
+when it is built (``check_types``, then ``fields.check_part``), so a wrong type from Python or from a
+recorded config.json is one line naming the setting, never a later ``TypeError``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass
 from functools import cached_property
 from typing import Any, Sequence
 
 from ..decoding.sampling import SamplingParams
-from ..decoding.schedule import check_p_K, schedule_kind
+from ..decoding.schedule import SCHEDULES, check_p_K, schedule_help, schedule_kind
+from ..engines.base import DEFAULT_ENGINE, ENGINES, engine_help
 from ..errors import TandemError
-from ..prompting import DEFAULT_INSTRUCTION
-from .fields import check_seed
+from ..prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
+from ..rewards.math import ANSWER_MODES, GRADERS
+from .data import task_names
+from .fields import SEED_MAX, check_part, kind, optional, setting
 
+HANDOFF = {"mode": "handoff"}  # metadata of the settings only a handoff evaluation has (its flags too)
+SHARED_FLAG = {"flag": "shared"}  # given by a flag group shared with other commands (cli/flags.py), not generated
+MODES = ("solo", "handoff")
+PROTOCOLS = ("text", "stream")
+
+
+def check_types(part) -> None:
+    """Every ``str``, ``bool`` and ``Sequence[str]`` field of ``part`` of its type (None where the field is
+    optional); ``fields.check_part`` checks the numbers and choices after it. A TandemError names the setting."""
+    for f in fields(part):
+        value, want = getattr(part, f.name), kind(f)
+        if value is None and optional(f):
+            continue
+        if want == "str":
+            ok = isinstance(value, str)
+        elif want == "bool":
+            ok = isinstance(value, bool)
+        elif want == "Sequence[str]":
+            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+            want = "a list of strings"
+        else:
+            continue
+        if not ok:
+            raise TandemError(f"{f.name} must be {'a string' if want == 'str' else want}"
+                              f"{' or None' if optional(f) else ''}, got {type(value).__name__} {value!r}")
 
 def paper_eval_sampling() -> SamplingParams:
     """The paper's evaluation sampling: temperature 0.7, top-p 0.8, top-k 20, 3000 new tokens."""
@@ -34,13 +67,18 @@ class EvalModels:
     draws its junior (docs/evaluation.md, "a junior pool"). A one-junior pool (``A:1``, a list of one) is
     stored as its one name, so it is today's evaluation exactly."""
 
-    senior: str = "tiny"
-    junior: str | None = None
-    device: str = "auto"
-    junior_device: str | None = None
-    dtype: str = "auto"
+    senior: str = setting("tiny", "senior: directory, .gguf file, hub id, or a built-in name (tiny = the tiny world's "
+                          "base model)")
+    junior: str | None = setting(None, "junior (frozen), same tokenizer as the senior (--protocol text: any "
+                                 "tokenizer); A,B or A:0.5,B:0.5 = a junior pool. Default: the junior of the senior's "
+                                 "training run when the senior is a checkpoint of one (its config.json), else required",
+                                 **HANDOFF)
+    device: str = setting("auto", "device of the senior: auto, cpu, cuda:0, ...")
+    junior_device: str | None = setting(None, "device of the junior (default: the senior's)", **HANDOFF)
+    dtype: str = setting("auto", "float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
 
     def __post_init__(self):
+        check_types(self)
         if self.junior is not None and self.pool.single:
             object.__setattr__(self, "junior", self.pool.names[0])
 
@@ -56,42 +94,52 @@ class EvalModels:
 class EvalDecoding:
     """How samples are drawn: sampling, schedule knobs, seed, rows decoded together, the engine and its settings."""
 
-    sampling: SamplingParams = field(default_factory=paper_eval_sampling)
-    p: float = 0.5
-    K: int = 32
-    seed: int = 0
-    batch_size: int = 64  # rows decoded together
-    engine: str = "hf"  # engines.ENGINES: hf (our decoder, the reference), vllm, vllm-server
-    vllm_settings: Any = None  # engines.vllm_engine.VLLMSettings
-    server: Any = None  # engines.server_client.ServerSettings (engine vllm-server)
+    sampling: SamplingParams = field(default_factory=paper_eval_sampling, metadata={
+        "help": "temperature, top-p, top-k, max new tokens (paper: 0.7, 0.8, 20, 3000)", **SHARED_FLAG})
+    p: float = setting(0.5, "probability that the senior writes after a redraw", range=(0, 1, False), **HANDOFF)
+    K: int = setting(32, "word schedules: tokens before a forced redraw; chunk, chunk-word: tokens or words per chunk",
+                     range=(1, None, False), **HANDOFF)
+    seed: int = setting(0, "base of every row's seed", range=(0, SEED_MAX, False))
+    batch_size: int = setting(64, "rows decoded together (vllm: rows handed to the engine at once; finished problems "
+                              "are saved after each batch)", range=(1, None, False))
+    engine: str = setting(DEFAULT_ENGINE, "the engine that samples", choices=ENGINES.keys(), names=lambda: engine_help(),
+                          **SHARED_FLAG)
+    vllm_settings: Any = field(default=None, metadata={"help": "engine vllm: the --vllm-* settings "
+                                                       "(engines.vllm_engine.VLLMSettings)", **SHARED_FLAG})
+    server: Any = field(default=None, metadata={"help": "engine vllm-server: the --server* settings "
+                                                "(engines.server_client.ServerSettings)", **SHARED_FLAG})
 
     def __post_init__(self):
-        check_seed(self.seed)
+        check_types(self)
+        check_part(self)
+        if not isinstance(self.sampling, SamplingParams):
+            raise TandemError(f"sampling must be SamplingParams, got {type(self.sampling).__name__}")
         check_p_K(self.p, self.K)
-        if self.batch_size < 1:
-            raise TandemError(f"batch size must be >= 1, got {self.batch_size}")
 
 
 @dataclass(frozen=True)
 class EvalProblems:
     """Which problems, how they are prompted and graded. Defaults: the paper's instruction and last-box grading."""
 
-    benchmarks: Sequence[str] = ("tiny",)
-    split: str | None = None
-    limit: int | None = None  # first N problems of each benchmark
-    template: str = "auto"
-    instruction: str = DEFAULT_INSTRUCTION
-    answer_mode: str = "last-box"  # rewards.math.ANSWER_MODES
-    grader: str = "ours"  # rewards.math.GRADERS (math task): ours or the paper's cascade
-    task: str = "math"  # tasks.TASKS: prompt and verifier (docs/tasks.md)
+    benchmarks: Sequence[str] = setting(("tiny",), "benchmark names, files or hub ids (flag: comma-separated)")
+    split: str | None = setting(None, "split for registered/hub benchmarks (tiny: test)")
+    limit: int | None = setting(None, "first N problems of each benchmark", range=(1, None, False))
+    template: str = setting("auto", "prompt template: auto, plain, chat")
+    instruction: str = setting(DEFAULT_INSTRUCTION, "instruction after the problem in chat prompts (paper: the "
+                               "paper's)", choices=tuple(INSTRUCTIONS))
+    answer_mode: str = setting(ANSWER_MODES[0], "graded answer: last-box (the paper's) or final-boxes (the final run "
+                               "of boxes joined, for multi-answer problems answered one box per answer)",
+                               choices=ANSWER_MODES)
+    grader: str = setting("ours", "math grader: ours (math-verify with repairs, choice labels stripped) or paper (the "
+                          "paper's cascade: mathd, sympy, math-verify; docs/paper_fidelity.md)", choices=GRADERS)
+    task: str = setting("math", "what is asked and how it is graded (docs/tasks.md); recorded as the run's verifier",
+                        names=lambda: task_names())
 
     def __post_init__(self):
         from ..prompting import user_message
-        from ..rewards.math import check_answer_mode
 
-        if self.limit is not None and self.limit < 1:
-            raise TandemError(f"limit must be >= 1, got {self.limit}")
-        check_answer_mode(self.answer_mode)
+        check_types(self)
+        check_part(self)
         self.run_task  # a bad task name, or an answer mode or grader it does not take, fails here
         user_message("", self.instruction)  # an unknown instruction name fails here, before any loading
 
@@ -110,29 +158,29 @@ EVAL_PARTS = {"models": EvalModels, "decoding": EvalDecoding, "problems": EvalPr
 class EvalConfig:
     """One evaluation run. mode "solo" samples the senior alone; "handoff" uses ``schedule`` with the junior."""
 
-    mode: str = "solo"
-    schedule: str = "paragraph-roundrobin"  # handoff mode only
-    n: int = 8  # samples per problem
-    # handoff mode: "text" (turns re-tokenised per model, the paper's code; eval/text_handoff.py) or
-    # "stream" (one token stream, one shared tokenizer); None = text for schedules with text turns, else stream
-    protocol: str | None = None
+    mode: str = setting("solo", "solo (the senior alone) or handoff (with the junior)", choices=MODES, flag="command")
+    schedule: str = setting("paragraph-roundrobin", "who writes each token", choices=SCHEDULES,
+                            names=lambda: schedule_help(), **HANDOFF)
+    n: int = setting(8, "samples per problem", range=(1, None, False))
+    protocol: str | None = setting(None, "text: turns end at a paragraph break and the text is re-tokenised for the "
+                                   "other model (the paper's eval/handoff.py; any junior, its own tokenizer and "
+                                   "template); stream: one token stream, authors switch inside it (one shared "
+                                   "tokenizer). Default: text for schedules with paragraph turns (paragraph-roundrobin, "
+                                   "paragraph-bernoulli) on every engine (a resumed run keeps the protocol it was made "
+                                   "with), else stream", choices=PROTOCOLS, **HANDOFF)
     models: EvalModels = field(default_factory=EvalModels)
     decoding: EvalDecoding = field(default_factory=EvalDecoding)
     problems: EvalProblems = field(default_factory=EvalProblems)
 
     def __post_init__(self):
         m = self.models
-        if self.mode not in ("solo", "handoff"):
-            raise TandemError(f"unknown evaluation mode {self.mode!r}; valid: solo, handoff")
-        if self.n < 1:
-            raise TandemError(f"n (samples per problem) must be >= 1, got {self.n}")
+        check_types(self)
+        check_part(self)
         if self.mode == "solo" and (m.junior is not None or m.junior_device is not None):
             raise TandemError("--junior/--junior-device have no effect on a solo evaluation (the senior samples "
                               "alone); use `tandem eval handoff` to sample with a junior")
         if self.mode == "handoff" and self.schedule == "senior":
             raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
-        if self.protocol not in (None, "text", "stream"):
-            raise TandemError(f"unknown handoff protocol {self.protocol!r}; valid: text, stream")
         if self.mode == "solo" and self.protocol is not None:
             raise TandemError("--protocol applies to `tandem eval handoff` only (a solo run has no handoff)")
         if self.handoff_protocol == "text" and not schedule_kind(self.schedule).text_turns:
@@ -221,3 +269,9 @@ class EvalConfig:
 def eval_keys() -> list[str]:
     """Every key of an ``EvalConfig`` (the flags of ``tandem eval solo|handoff``)."""
     return list(EvalConfig().keys())
+
+
+def eval_fields() -> list[tuple[str, Field]]:
+    """(part, field) of every setting in ``keys()`` order; part "evaluation" for the config's own settings."""
+    own = [("evaluation", f) for f in fields(EvalConfig) if f.name not in EVAL_PARTS]
+    return own + [(name, f) for name, part in EVAL_PARTS.items() for f in fields(part)]
