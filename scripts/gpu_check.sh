@@ -137,7 +137,7 @@ fi
 if python -c "import vllm" >/dev/null 2>&1; then
   run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py tests/test_vllm_train.py
   run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
-  run vllm_eval_handoff tandem eval handoff --engine vllm --senior "$MODEL" --benchmarks math500 "${VLLM_EVAL[@]}" \
+  run vllm_eval_handoff tandem eval handoff --engine vllm --senior "$MODEL" --junior "$MODEL" --benchmarks math500 "${VLLM_EVAL[@]}" \
       --out "$OUT/vllm_eval"
   run vllm_train_2_steps peak_mem tandem train --preset tiny --engine vllm --senior-device "$SDEV" --junior-device "$JDEV" \
       --dtype float32 --max-steps 2 --eval-every 1 --save-every 1 --val-size 16 --output-dir "$OUT/train_vllm"
