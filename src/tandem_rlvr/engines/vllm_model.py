@@ -38,8 +38,6 @@ from vllm.config import VllmConfig
 from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 from vllm.model_executor.models.registry import ModelRegistry
 
-JUNIOR_PREFIX = "junior."
-
 
 def junior_module(i: int) -> str:
     """The attribute (and weight prefix, without the dot) of junior ``i`` of the pool."""

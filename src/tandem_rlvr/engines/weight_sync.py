@@ -32,7 +32,6 @@ from vllm.distributed.weight_transfer.base import (ParamMeta, TrainerInitInfo, T
                                                    WeightSource, WeightTransferEngine, WeightTransferInitInfo,
                                                    WeightTransferUpdateInfo)
 
-BACKENDS = ("tandem_gloo", "nccl")
 GLOO = "tandem_gloo"
 
 

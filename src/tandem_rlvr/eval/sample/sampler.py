@@ -47,8 +47,8 @@ from ...tasks import prompt_text, task_row
 from ..measure.metrics import handoff_diagnostics, pass_at_k_summary
 from ..measure.pool_metrics import junior_pass_at_k
 from .pool_decoding import open_pool_stream, record_juniors, recorded_pool
-from ..run_files import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,  # noqa: F401
-                   read_samples, run_problems, validate_sample_row, write_metrics, write_sources)
+from ..run_files import (CONFIG, INPUTS, SAMPLES, append_rows, check_config, check_problems, problem_counts,
+                         read_samples, write_metrics, write_sources)
 
 log = logging.getLogger("tandem_rlvr")
 
