@@ -10,7 +10,6 @@ dtype asked for: the same tensors as the run's rollouts decoded and ``merged/`` 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -30,10 +29,11 @@ def merged_dir(p: Path) -> Path | None:
 def base_spec(p: Path) -> str:
     """The base model the adapter was trained on, as recorded by PEFT."""
     from .errors import TandemError
-    from .io import read_text
+    from .io import read_json
 
-    base = json.loads(read_text(p / ADAPTER_CONFIG)).get("base_model_name_or_path")
-    if not base:
+    config = read_json(p / ADAPTER_CONFIG)
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not isinstance(base, str) or not base:
         raise TandemError(f"{p / ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
     return base
 
@@ -42,4 +42,14 @@ def merge_on_load(p: Path, base):
     """``base`` (a transformers model, fp32) with the adapter of ``p`` merged in and unloaded."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(base, str(p)).merge_and_unload()
+    from .errors import TandemError
+    from .models import corrupt_weights
+
+    try:
+        return PeftModel.from_pretrained(base, str(p)).merge_and_unload()
+    except TandemError:
+        raise
+    except Exception as e:  # safetensors' or torch's error, a size mismatch: PEFT names neither file nor fault
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        what = "corrupt or truncated weights" if corrupt_weights(e) else "not an adapter of this base"
+        raise TandemError(f"cannot load the LoRA adapter {p}: {what} ({first})") from None

@@ -233,12 +233,37 @@ def _from_pretrained(loader, spec: str, **kw):
         return loader.from_pretrained(path, **kw)
     except TandemError:
         raise
-    except OSError as e:
-        raise TandemError(f"cannot load model {spec}: {str(e).splitlines()[0][:200]}") from None
-    except Exception as e:  # a truncated or corrupt weights file: safetensors' error, or torch's zip reader's
-        if type(e).__name__ != "SafetensorError" and "PytorchStreamReader" not in str(e):
+    except Exception as e:
+        bad = _bad_json_file(Path(path))  # a cut-short or binary config/tokenizer file: transformers names none
+        if bad:
+            raise TandemError(f"cannot load model {spec}: {bad}") from None
+        if isinstance(e, OSError):
+            raise TandemError(f"cannot load model {spec}: {str(e).splitlines()[0][:200]}") from None
+        if not corrupt_weights(e):
             raise
         raise TandemError(f"cannot load model {spec}: corrupt or truncated weights ({str(e).splitlines()[0][:200]})") from None
+
+
+def corrupt_weights(e: BaseException) -> bool:
+    """A truncated or corrupt weights file: safetensors' error, or torch's zip reader's."""
+    return type(e).__name__ == "SafetensorError" or "PytorchStreamReader" in str(e)
+
+
+MODEL_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                    "special_tokens_map.json", "adapter_config.json")
+
+
+def _bad_json_file(d: Path) -> str | None:
+    """What is wrong with the first JSON file of model directory ``d`` that is not UTF-8 JSON (file and line), else None."""
+    from .io import read_json
+
+    for name in MODEL_JSON_FILES if d.is_dir() else ():
+        if (d / name).is_file():
+            try:
+                read_json(d / name)
+            except TandemError as e:
+                return str(e)
+    return None
 
 
 def load_tokenizer(spec: str):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TandemError
+from .io import read_text
 
 DRAWS = ("group", "rollout")  # one junior per GRPO group (default), or one per rollout
 
@@ -59,7 +60,7 @@ class JuniorPool:
         if not path.is_file():
             raise TandemError(f"junior pool {path}: no such file")
         try:
-            items = yaml.safe_load(path.read_text())
+            items = yaml.safe_load(read_text(path))  # not UTF-8: one line naming the file and the byte
         except yaml.YAMLError as e:
             raise TandemError(f"junior pool {path}: not YAML ({str(e).splitlines()[0]})") from None
         if isinstance(items, dict) and "juniors" in items:

@@ -224,7 +224,9 @@ def world_root(cfg: WorldConfig, cache: str | os.PathLike | None = None) -> Path
 
 
 def _paths(root: Path) -> WorldPaths:
-    meta = json.loads((root / "world.json").read_text(encoding="utf-8"))
+    from .records import read_record
+
+    meta = read_record(root / "world.json", ("key",), fix=f"remove {root} and build it again (`tandem world build --force`)")
     return WorldPaths(root, root / "senior", root / "junior", meta)
 
 

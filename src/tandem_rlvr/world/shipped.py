@@ -18,7 +18,6 @@ docs measured. ``tandem world build`` still builds into the cache (``build.build
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import TandemError
@@ -27,6 +26,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
 SHIPPED_WORLDS = ("tiny", "tiny-drift", "tiny-code")  # each: senior/, junior/, world.json
 CROSS_JUNIOR = "tiny-xjunior"  # junior/, cross.json: the second-tokenizer junior of ``tiny``
 CROSS_BASE = "tiny"  # the world whose senior it pairs with
+REINSTALL = "reinstall tandem-rlvr, or build one into the cache with `tandem world build`"
 
 
 def shipped_root(name: str, shipped: Path | None = None) -> Path:
@@ -37,17 +37,17 @@ def shipped_root(name: str, shipped: Path | None = None) -> Path:
     root = (shipped or SHIPPED_DIR) / name
     meta = root / ("cross.json" if name == CROSS_JUNIOR else "world.json")
     if not meta.is_file():
-        raise TandemError(f"the built-in world {name} is missing from this installation ({meta} not found); "
-                          "reinstall tandem-rlvr, or build one into the cache with `tandem world build`")
+        raise TandemError(f"the built-in world {name} is missing from this installation ({meta} not found); {REINSTALL}")
     return root
 
 
 def shipped_world(name: str, shipped: Path | None = None):
     """The shipped world ``name`` as a ``build.WorldPaths`` (base = ``senior/``, its ``world.json`` as meta)."""
     from .build import WorldPaths
+    from .records import read_record
 
     root = shipped_root(name, shipped)
-    meta = json.loads((root / "world.json").read_text(encoding="utf-8"))
+    meta = read_record(root / "world.json", ("key",), fix=REINSTALL)
     return WorldPaths(root, root / "senior", root / "junior", meta)
 
 

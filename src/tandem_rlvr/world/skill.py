@@ -54,6 +54,7 @@ from ..paths import cache_dir
 from .build import WorldConfig, _new_model, build_fingerprint
 
 SKILL_JSON = "skill.json"
+SKILL_KEYS = ("level", "accuracy", "t", "model")  # what ``list_juniors`` and ``skill_model`` read of it
 MEASURE_JSON = "measure.json"
 EVAL_FILES = ("samples.jsonl",)  # what of a measurement's run directory a junior keeps: the graded samples
 SKILL_WORLDS = ("tiny", "tiny-drift")  # the math worlds: measured on the tiny benchmark
@@ -217,7 +218,10 @@ def write_skill(out: Path, record: dict) -> None:
 
 def skill_juniors(root: Path) -> dict[str, dict]:
     """{folder name: skill.json} of the finished juniors under a skill root, by level."""
-    found = {d.name: json.loads((d / SKILL_JSON).read_text(encoding="utf-8"))
+    from .records import read_record
+
+    found = {d.name: read_record(d / SKILL_JSON, SKILL_KEYS, ("level", "accuracy", "t"), f"remove {d} and build it again (`tandem world build "
+                                 "--juniors LEVEL`)")
              for d in sorted(root.iterdir()) if (d / SKILL_JSON).is_file()} if root.is_dir() else {}
     return dict(sorted(found.items(), key=lambda kv: kv[1]["level"]))
 
