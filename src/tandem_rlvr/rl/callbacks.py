@@ -159,6 +159,20 @@ def macro_pass_at_n(benchmarks: list[str], problems: list[int], correct: list[fl
     return float(np.mean([np.mean(v) for v in per.values()]))
 
 
+def to_trackers(trainer, record: dict) -> None:
+    """A record's numbers to the run's trackers (the ``report_to`` callbacks: trackio, wandb, tensorboard, ...)
+    at the trainer's step, beside TRL's per-step figures; ``RunLog`` has written the whole record to log.jsonl.
+    Not through ``trainer.log``: TRL's would fold its pending per-step metrics into this record."""
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    trackers = tuple(INTEGRATION_TO_CALLBACK.values())
+    numbers = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and k != "wall/total_s"}
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, trackers):
+            cb.on_log(trainer.args, trainer.state, trainer.control, logs=numbers)
+
+
 class Validation(TrainerCallback):
     """Validation accuracy with the method's rollout schedule; keeps ``best/``.
 
@@ -250,6 +264,8 @@ class Validation(TrainerCallback):
                "val/decline": int(decline), "val/problems": len(self.prompts), "val/schedule": self.spec.schedule,
                "wall/total_s": self.runlog.total}
         self.runlog.write(step, rec)
+        if self.trainer is not None and state.is_world_process_zero:
+            to_trackers(self.trainer, {**rec, "val/best_step": self.best["step"]})
         if self.runlog.is_main:
             pooled = f", pool mean; by {self.cfg.loop.best_by_junior} {acc:.3f}" if self.per_junior else ""
             self.runlog.print(f"step {step:4d} | validation accuracy {figures['val/accuracy']:.3f} ({self.spec.schedule}"
