@@ -112,10 +112,11 @@ def test_a_grade_call_runs_each_distinct_program_once(monkeypatch):
     p = make_code_problems(2, seed=0, split="test")
     rows = [{"gold": p[0].gold}] * 4 + [{"gold": p[1].gold}] * 2
     good, bad = p[0].solution, p[0].solution.replace("return n", "return n + 1")
-    responses = [good, bad, good, f"```python\n{good}\n```", p[1].solution, p[1].solution + "\n"]
+    responses = [good, bad, good, f"```python\n{good}```", p[1].solution, p[1].solution + "\n"]
     grades = get_task("code").grade(responses, rows)
-    # distinct (program, tests): good@0 (4 responses, the fenced one extracts to the same code), bad@0, p1@1
-    assert len(calls) == 3
+    # distinct (exact program, tests): good@0 (3 responses, the fenced one extracts to the same bytes), bad@0,
+    # p1@1 and p1 with a trailing newline@1 (other bytes: run on their own)
+    assert len(calls) == 4
     assert [g.score for g in grades] == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
 
 
