@@ -1,6 +1,9 @@
 """The loss part: the clipped GRPO objective's knobs, the KL term, junior-token weights, the optimiser.
 
-``LOSS_NORMALIZERS`` lives here (``rl.losses`` implements them), so settings import nothing above them.
+``LOSS_NORMALIZERS`` and ``LOSS_TYPES`` live here (``rl.losses`` implements them), so settings import
+nothing above them. The trainer computes the whole loss itself (``rl.losses``), so a TRL setting that
+changes TRL's loss in a way ours does not implement is refused where the ``trl`` key is read
+(``check_trl_loss``), not silently ignored.
 """
 
 from __future__ import annotations
@@ -11,6 +14,30 @@ from ..errors import TandemError
 from .fields import check_part, setting
 
 LOSS_NORMALIZERS = ("response_tokens", "senior_tokens")  # the token-mean denominators of rl.losses
+# GRPOConfig loss_type values rl.losses implements (TRL 1.16's formulas); dapo is the run default
+LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "luspo", "cispo", "sapo")
+IMPORTANCE_LEVELS = ("token", "sequence")  # GRPOConfig importance_sampling_level values rl.losses implements
+# GRPOConfig fields of TRL's loss that rl.losses does not implement: field -> (the value it must keep, why)
+TRL_LOSS_UNSUPPORTED = {
+    "top_entropy_quantile": (1.0, "the tandem loss has no high-entropy token mask"),
+    "off_policy_mask_threshold": (None, "the tandem loss has no off-policy sequence mask"),
+    "use_adaptive_entropy": (False, "the paper's objective has no entropy bonus"),
+    "sync_ref_model": (False, "the KL reference is the frozen junior"),
+}
+
+
+def check_trl_loss(trl: dict) -> None:
+    """A one-line TandemError for a ``trl`` field the tandem loss cannot honour (``LOSS_TYPES``,
+    ``TRL_LOSS_UNSUPPORTED``)."""
+    if "loss_type" in trl and trl["loss_type"] not in LOSS_TYPES:
+        raise TandemError(f"trl: loss_type {trl['loss_type']!r} is not implemented by the tandem loss "
+                          f"(rl/losses.py); valid: {', '.join(LOSS_TYPES)}")
+    if trl.get("importance_sampling_level", "token") not in IMPORTANCE_LEVELS:
+        raise TandemError(f"trl: unknown importance_sampling_level {trl['importance_sampling_level']!r}; valid: "
+                          f"{', '.join(IMPORTANCE_LEVELS)}")
+    for name, (value, why) in TRL_LOSS_UNSUPPORTED.items():
+        if name in trl and trl[name] != value:
+            raise TandemError(f"trl: {name}={trl[name]!r} is not supported ({why}); it must stay {value!r}")
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,12 @@ from ..errors import TandemError
 from .data import DataPart
 from .fields import setting
 from .loop import LoopPart
-from .loss import LossPart
+from .loss import LossPart, check_trl_loss
+from .methods import METHODS, MethodKind, method_help, method_kind, method_names
 from .models import ModelsPart
 from .rewards import RewardsPart
 from .rollout import RolloutPart
 
-METHODS = ("tandem", "grpo", "klreg")
-KLREG_BETA = 1e-3  # klreg's beta when none is given
 PARTS = {"models": ModelsPart, "data": DataPart, "rollout": RolloutPart, "loss": LossPart, "rewards": RewardsPart,
          "loop": LoopPart}
 
@@ -45,8 +44,8 @@ def config_fields() -> list:
 class TrainConfig:
     """All settings of one training run (see module docstring and ``config.loop`` for units)."""
 
-    method: str = setting("tandem", "tandem (senior+junior co-write rollouts), grpo (senior alone) or klreg "
-                          "(senior alone + beta * KL(senior || junior))", choices=METHODS)
+    method: str = setting("tandem", "training method (a registry row: config/methods.py)", choices=METHODS,
+                          names=lambda: method_help())
     models: ModelsPart = field(default_factory=ModelsPart)
     data: DataPart = field(default_factory=DataPart)
     rollout: RolloutPart = field(default_factory=RolloutPart)
@@ -55,20 +54,23 @@ class TrainConfig:
     loop: LoopPart = field(default_factory=LoopPart)
 
     def __post_init__(self):
-        if not isinstance(self.method, str) or self.method not in METHODS:
-            raise TandemError(f"unknown method {self.method!r}; valid: {', '.join(METHODS)}")
-        if self.method == "klreg" and self.loss.beta == 0:
-            object.__setattr__(self, "loss", replace(self.loss, beta=KLREG_BETA))
-        if self.method != "klreg" and self.loss.beta != 0:
-            raise TandemError(f"beta={self.loss.beta} is only for --method klreg (got method {self.method})")
+        kind = method_kind(self.method)
+        if kind.reference is not None and self.loss.beta == 0:  # the row's default beta
+            object.__setattr__(self, "loss", replace(self.loss, beta=kind.beta))
+        if kind.reference is None and self.loss.beta != 0:
+            raise TandemError(f"beta={self.loss.beta} is only for a method with a KL reference "
+                              f"({method_names(lambda k: k.reference is not None)}; got method {self.method})")
         for name in ("junior_token_weight", "junior_imitation"):
-            if getattr(self.loss, name) > 0 and self.method != "tandem":
-                raise TandemError(f"{name} > 0 needs --method tandem (there are no junior tokens otherwise)")
+            if getattr(self.loss, name) > 0 and not kind.junior_in_rollout:
+                raise TandemError(f"{name} > 0 needs a method whose rollouts have junior tokens "
+                                  f"({method_names(lambda k: k.junior_in_rollout)}; got method {self.method})")
+        check_trl_loss(self.loop.trl)
+        kind.card_words(self.to_dict())  # a card naming no config key fails here, not at the first checkpoint
         rows = self.loop.prompts_per_minibatch * self.rollout.group_size
         if self.loop.micro_batch_rows and rows % self.loop.micro_batch_rows:
             raise TandemError(f"micro_batch_rows ({self.loop.micro_batch_rows}) must divide the rows of a mini-batch "
                               f"({self.loop.prompts_per_minibatch} x {self.rollout.group_size})")
-        if self.method == "tandem":
+        if kind.rollout == "schedule":
             from ..engines.base import engine_kind
 
             engine_kind(self.rollout.engine).check_schedule(self.rollout.schedule)
@@ -78,12 +80,14 @@ class TrainConfig:
 
     def _check_pool(self) -> None:
         """A pool of several juniors trains Tandem RLVR (every engine: docs/pool.md); best/ by a junior of the pool."""
-        pool = self.models.pool
+        pool, kind = self.models.pool, self.method_kind
         if not pool.single:
-            if self.method != "tandem":
-                raise TandemError(f"a junior pool ({self.models.junior}) needs --method tandem: KL-Reg's reference is "
-                                  "one junior (a mixture of juniors has no per-token log-prob the k3 term could use "
-                                  "without choosing one) and GRPO writes without one (docs/pool.md)")
+            if not kind.junior_in_rollout or kind.reference is not None:
+                pooled = method_names(lambda k: k.junior_in_rollout and k.reference is None).replace(", ", " | ")
+                raise TandemError(f"a junior pool ({self.models.junior}) needs --method {pooled} (got {self.method}): "
+                                  "rollouts a junior co-writes, and no KL reference, which is one junior (a mixture "
+                                  "of juniors has no per-token log-prob the k3 term could use without choosing one; "
+                                  "docs/pool.md)")
         if self.loop.best_by_junior != "pool-mean":
             try:
                 pool.index(self.loop.best_by_junior)
@@ -121,9 +125,16 @@ class TrainConfig:
         return TrainConfig.from_keys(**{**self.to_dict(), **keys})
 
     @property
+    def method_kind(self) -> MethodKind:
+        """The method's registry row (``config.methods``)."""
+        return method_kind(self.method)
+
+    @property
     def rollout_schedule(self) -> str:
-        """The schedule that generates training rollouts: vanilla GRPO and KL-Reg use the senior alone."""
-        return self.rollout.schedule if self.method == "tandem" else "senior"
+        """The schedule that generates training rollouts: the run's schedule for a method whose rollouts
+        are co-written (``rollout`` schedule), else ``senior`` or ``junior`` (the one model alone)."""
+        rollout = self.method_kind.rollout
+        return self.rollout.schedule if rollout == "schedule" else rollout
 
     @property
     def validation_schedule(self) -> str:

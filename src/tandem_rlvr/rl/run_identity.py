@@ -110,16 +110,13 @@ def model_card(cfg: TrainConfig, steps: int, rewards: str | None = None) -> str:
     from ..rewards.terms import describe_terms  # each term's words from its registry row
 
     stored, r, d, loop, loss = stored_config(cfg), cfg.rollout, cfg.data, cfg.loop, cfg.loss
-    partner = {"tandem": f"Tandem RLVR (arXiv 2606.28166): rollouts co-written with the frozen junior, schedule "
-                         f"`{r.schedule}`, p = {r.p}, K = {r.K}; GRPO loss on the senior's tokens only",
-               "grpo": "vanilla GRPO (rollouts by the senior alone)",
-               "klreg": f"KL-regularised GRPO: beta = {loss.beta} x KL(senior || junior) on the senior's own rollouts"}
+    kind = cfg.method_kind
     return "\n".join([
         f"# {Path(stored['output_dir']).name}", "",
-        f"Trained with tandem-rlvr (`tandem train`), method **{cfg.method}**: {partner[cfg.method]}.", "",
+        f"Trained with tandem-rlvr (`tandem train`), method **{cfg.method}**: {kind.card_words(cfg.to_dict())}.", "",
         f"- base model (senior initialisation): `{stored['senior']}`",
         f"- junior (frozen): `{stored['junior'] or stored['senior']}`"
-        + (" (not used by the rollouts of this method)" if cfg.method == "grpo" else ""),
+        + ("" if kind.uses_junior else " (not used by the rollouts or the loss of this method)"),
         f"- training data: `{stored['dataset']}` (split {d.dataset_split}), validation: "
         f"{'`' + str(stored['val_dataset']) + '`' if d.val_dataset else f'a held-out slice of {d.val_size} problems'}",
         f"- optimiser steps: {steps} (updates; {loop.rollout_steps(steps)} rollout steps of "

@@ -1,21 +1,22 @@
-"""TRL's GRPOTrainer with the four things Tandem RLVR adds (and our model card), nothing else
+"""TRL's GRPOTrainer with the loss of the run's training method (and our model card), nothing else
 (a junior pool's rollout also hears each row's reward: ``_calculate_rewards``).
 
-1. Fail-closed senior mask: with ``require_senior_mask`` every loss batch must carry the
-   mask (TRL's ``tool_mask``, filled from our rollout's ``env_mask``) of the completion's
-   shape. The loss sees it as per-token weights (``losses.token_weights``: 1 senior, w =
-   ``junior_token_weight`` junior), which TRL multiplies into its loss mask; the token-mean
-   ("dapo") denominator is ``losses.loss_denominator`` over the generation batch (all response
-   tokens by default, as in the paper's verl gate; TRL alone would count senior tokens only).
-2. KL-Reg's reference is the junior (also when it is not the senior's initial checkpoint):
-   TRL would build its reference from the policy's own path, so we construct the trainer
-   with beta = 0 (no reference load) and then install the junior as ``ref_model``.
-3. Optional junior imitation (``junior_imitation``, our extension, not in the paper): + coef x
-   token-mean NLL of junior-written tokens under the senior, reusing the log-probs TRL already
-   computed, normalised like TRL's token-mean so micro-batching leaves the update unchanged.
-4. KL-Reg's k3 term as verl's ``low_var_kl`` (``losses.k3_kl``: log-ratio guarded at +-20,
-   k3 clamped to [-kl_clamp, kl_clamp], 0 = unclamped; TRL's has neither): we hand TRL beta = 0
-   inside the loss and add the term ourselves, with TRL's token-mean normaliser.
+The method is a registry row (``config.methods.MethodKind``) with a pure loss function
+(``rl.methods``, over ``rl.losses``). The trainer:
+
+1. Computes the loss itself (``_compute_loss``): one forward of the policy through TRL's
+   ``_get_per_token_logps_and_entropies``, a typed batch (``losses.PolicyBatch``: policy, old and
+   reference log-probs, advantages, response and senior masks, the token-mean normalisers), the
+   method's loss function, TRL's metric names (``clip_ratio/*``, ``entropy``, ``kl``). TRL's own
+   ``beta`` is 0 for the whole run, so TRL loads no reference and adds no KL term; the method's
+   beta is in ``loss.beta`` (``LossSettings``).
+2. Fail-closed senior mask: for a method whose rollouts the junior co-writes, every loss batch
+   must carry the mask (TRL's ``tool_mask``, filled from our rollout's ``env_mask``) of the
+   completion's shape. The loss weights tokens by it (``losses.token_weights``: 1 senior, w =
+   ``junior_token_weight`` junior); the token-mean denominator is ``losses.loss_denominator``
+   over the generation batch (all response tokens by default, as in the paper's verl gate).
+3. A method with a KL reference scores each generation batch under the junior (also when it is not
+   the senior's initial checkpoint) into ``ref_per_token_logps``, at the rollout temperature.
 
 Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backends,
 checkpointing and resume all stay TRL's / transformers'.
@@ -32,8 +33,9 @@ import os
 import torch
 from trl import GRPOTrainer
 
+from ..config.methods import MethodKind
 from ..errors import TandemError
-from .losses import k3_kl, loss_denominator, token_weights
+from .losses import LossSettings, PolicyBatch, Stat, loss_denominator, loss_weights, token_weights
 
 # TRL's name for the senior mask in a loss batch (filled from the rollout's ``env_mask``).
 SENIOR_MASK = "tool_mask"
@@ -43,7 +45,9 @@ SENIOR_MASK = "tool_mask"
 PRIVATE_SURFACE = {
     "methods": ("_compute_loss", "_generate_and_score_completions", "_calculate_rewards", "_get_per_token_logps_and_entropies",
                 "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load"),
-    "attributes": ("_metrics", "temperature", "beta", "ref_model", "current_gradient_accumulation_steps"),
+    "attributes": ("_metrics", "temperature", "current_gradient_accumulation_steps", "loss_type", "epsilon_low",
+                   "epsilon_high", "importance_sampling_level", "max_completion_length", "aux_loss_enabled",
+                   "router_aux_loss_coef"),
     "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model"),
 }
 
@@ -55,27 +59,26 @@ def record_metrics(trainer: GRPOTrainer, metrics: dict[str, float], mode: str = 
 
 
 class TandemGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args, junior=None, require_senior_mask: bool = False, junior_imitation: float = 0.0,
-                 ref_is_junior: bool = False, junior_token_weight: float = 0.0, kl_clamp: float = 0.0,
-                 loss_normalizer: str = "response_tokens", model_card=None, **kwargs):
-        grpo_args = kwargs.get("args")
-        beta = grpo_args.beta if grpo_args is not None else 0.0
-        if ref_is_junior and beta > 0:
-            if junior is None:
-                raise TandemError("KL-Reg needs a junior as its reference model")
-            grpo_args.beta = 0.0  # skip TRL's reference load from the policy path
+    """``method``: the run's registry row; ``beta``, ``junior_imitation``, ``junior_token_weight``, ``kl_clamp``,
+    ``loss_normalizer``: its loss settings (``config.loss``); ``junior``: the frozen junior (the KL reference of a
+    method with one)."""
+
+    def __init__(self, *args, method: MethodKind, junior=None, beta: float = 0.0, junior_imitation: float = 0.0,
+                 junior_token_weight: float = 0.0, kl_clamp: float = 0.0, loss_normalizer: str = "response_tokens",
+                 model_card=None, **kwargs):
+        if method.reference is not None and junior is None:
+            raise TandemError(f"method {method.name} needs a junior as its KL reference model")
+        kwargs["args"].beta = 0.0  # TRL: no reference of its own, no KL term; the method's is ``self.beta_kl``
         super().__init__(*args, **kwargs)
         self.model_card = model_card  # steps -> README.md text (None: TRL's card)
-        self.require_senior_mask = require_senior_mask
+        self.method = method
+        self.policy_loss = method.loss_function()
+        self.beta_kl = beta
         self.junior_imitation = junior_imitation
         self.kl_clamp = kl_clamp
         self.junior_token_weight = junior_token_weight
         self.loss_normalizer = loss_normalizer
-        self._last_logps = None  # (B, T) log-probs of the last loss forward, captured below
-        if ref_is_junior and beta > 0:
-            grpo_args.beta = beta
-            self.beta = beta
-            self.ref_model = self._prepare_reference(junior)
+        self.reference = self._prepare_reference(junior) if method.reference is not None else None
 
     def load_finished_checkpoint(self, checkpoint: str) -> None:
         """Weights and state of a run killed after its last step, without training one step more
@@ -134,11 +137,9 @@ class TandemGRPOTrainer(GRPOTrainer):
         from .zero3 import outside_zero3
 
         # KL-Reg's reference is the whole junior: under ZeRO-3 TRL's head would gather it as partitions
-        whole = model is self.ref_model and self.is_deepspeed_enabled
+        whole = model is self.reference and self.is_deepspeed_enabled
         with outside_zero3() if whole else nullcontext():
-            out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-        self._last_logps = out[0]  # (B, T); inside _compute_loss this is the loss forward's
-        return out
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
@@ -148,6 +149,13 @@ class TandemGRPOTrainer(GRPOTrainer):
             out["num_items_in_batch"] = self.accelerator.gather(local.to(self.accelerator.device)).sum()
             junior = (out["completion_mask"] * (1 - out[SENIOR_MASK])).sum().to(self.accelerator.device)
             out["num_junior_items_in_batch"] = self.accelerator.gather(junior).sum()  # () junior-written tokens
+        if self.reference is not None:  # (B, T) the reference's log-probs at the rollout temperature, no gradient
+            rows = self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
+            with torch.no_grad():
+                out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    self.reference, torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
+                    torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1), out["completion_ids"].size(1),
+                    batch_size=rows)[0]
         return out
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -171,40 +179,71 @@ class TandemGRPOTrainer(GRPOTrainer):
             normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         return normalizer
 
-    def _global_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
-        """Mean of ``values`` (B, T) over the ``mask``ed tokens of every process (a logged figure)."""
-        totals = self.accelerator.reduce(torch.stack([(values.detach() * mask).sum(), mask.sum().float()]),
-                                         reduction="sum")
-        return (totals[0] / totals[1].clamp(min=1.0)).item()
+    def _record(self, stats: dict[str, Stat], mode: str) -> None:
+        """Each figure reduced over every process as TRL reduces it, into TRL's per-step metric lists."""
+        for name, st in stats.items():
+            values, mask = st.values.detach(), st.mask
+            if st.reduce == "mean":
+                if values.shape[1] == 1:  # one value per row (sequence-level ratios)
+                    local = torch.stack([values.sum(), torch.tensor(float(values.shape[0]), device=values.device)])
+                else:
+                    local = torch.stack([(values * mask).sum(), mask.sum().float()])
+                totals = self.accelerator.reduce(local, reduction="sum")
+                value = (totals[0] / totals[1].clamp(min=1.0)).item()
+            else:  # the smallest / largest per-row masked mean (rows without a token are NaN, skipped)
+                rows = values.squeeze(1) if values.shape[1] == 1 else (values * mask).sum(-1) / mask.sum(-1)
+                rows = self.accelerator.gather(rows)
+                rows = rows[~torch.isnan(rows)]
+                value = float("nan") if rows.numel() == 0 else (rows.min() if st.reduce == "row-min" else rows.max()).item()
+            self._metrics[mode][name].append(value)
 
-    def _compute_loss(self, model, inputs):
-        if self.require_senior_mask:
-            mask = inputs.get(SENIOR_MASK)
+    def loss_settings(self) -> LossSettings:
+        """The loss's numbers as they stand now (TRL's from its arguments, ours from the run's settings)."""
+        return LossSettings(
+            loss_type=self.loss_type, clip_low=self.epsilon_low, clip_high=self.epsilon_high, delta=self.args.delta,
+            importance_sampling_level=self.importance_sampling_level, junior_token_weight=self.junior_token_weight,
+            beta=self.beta_kl, kl_clamp=self.kl_clamp, junior_imitation=self.junior_imitation,
+            max_completion_length=self.max_completion_length,
+            sapo_temperatures=(self.args.sapo_temperature_pos, self.args.sapo_temperature_neg))
+
+    def _senior_mask(self, inputs) -> torch.Tensor | None:
+        """The batch's senior mask; for a method whose rollouts the junior co-writes, a TandemError if it is missing
+        or of another shape than the completions (fail-closed: never a silent fall-back to vanilla GRPO)."""
+        mask = inputs.get(SENIOR_MASK)
+        if self.method.junior_in_rollout:
             if mask is None:
                 raise TandemError("tandem loss batch has no senior mask; refusing to fall back to vanilla GRPO")
             if mask.shape != inputs["completion_ids"].shape:
                 raise TandemError(f"senior mask shape {tuple(mask.shape)} differs from completions "
                                   f"{tuple(inputs['completion_ids'].shape)}")
-        weighted = inputs
-        if inputs.get(SENIOR_MASK) is not None and self.junior_token_weight:
-            weighted = {**inputs, SENIOR_MASK: token_weights(inputs["completion_mask"], inputs[SENIOR_MASK],
-                                                             self.junior_token_weight)}
+        return mask
+
+    def _compute_loss(self, model, inputs):
+        """One forward of the policy, the typed batch, the method's loss; TRL's figures logged."""
+        senior = self._senior_mask(inputs)
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]  # (B, P), (B, T)
+        ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, P + T)
+        attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        logps, entropies, aux = self._get_per_token_logps_and_entropies(
+            model, ids, attention, completion_ids.size(1), compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled)  # (B, T), (B, T)
         mode = "train" if self.model.training else "eval"
-        beta = self.beta
-        self.beta = 0.0  # TRL adds no KL term; verl's (``k3_kl``) is added below
-        try:
-            loss = super()._compute_loss(model, weighted)
-        finally:
-            self.beta = beta
-        if beta != 0.0:
-            mask = inputs["completion_mask"] if weighted.get(SENIOR_MASK) is None else \
-                inputs["completion_mask"] * weighted[SENIOR_MASK]  # (B, T) as TRL's loss mask
-            k3 = k3_kl(inputs["ref_per_token_logps"], self._last_logps, self.kl_clamp)  # (B, T)
-            loss = loss + beta * (k3 * mask).sum() / self._token_mean_normalizer(inputs["num_items_in_batch"])
-            record_metrics(self, {"kl": self._global_mean(k3, mask)}, mode)
-        if self.junior_imitation > 0:
-            jmask = inputs["completion_mask"] * (1 - inputs[SENIOR_MASK])  # (B, T) junior-written tokens
-            nll_sum = -(self._last_logps * jmask).sum()
-            record_metrics(self, {"junior_imitation/nll": self._global_mean(-self._last_logps, jmask)}, mode)
-            loss = loss + self.junior_imitation * nll_sum / self._token_mean_normalizer(inputs["num_junior_items_in_batch"])
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        advantages = inputs["advantages"]
+        old = inputs.get("old_per_token_logps")  # None on-policy (one update per generation batch)
+        junior_items = inputs.get("num_junior_items_in_batch")
+        batch = PolicyBatch(
+            logps=logps, old_logps=logps.detach() if old is None else old, ref_logps=inputs.get("ref_per_token_logps"),
+            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,  # (B, 1) or (B, T)
+            response_mask=inputs["completion_mask"], senior_mask=senior,
+            normalizer=self._token_mean_normalizer(inputs["num_items_in_batch"]),
+            junior_normalizer=None if junior_items is None else self._token_mean_normalizer(junior_items),
+            accumulation=accumulation)
+        settings = self.loss_settings()
+        loss, stats = self.policy_loss(batch, settings)
+        stats["entropy"] = Stat(entropies, loss_weights(batch, settings))
+        if self.aux_loss_enabled:  # a mixture-of-experts router's load-balancing loss, as TRL adds it
+            loss = loss + self.router_aux_loss_coef * aux / accumulation
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux).mean().item())
+        self._record(stats, mode)
         return loss
