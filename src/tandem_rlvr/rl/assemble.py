@@ -161,8 +161,7 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
             model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
             processing_class=prep.pair.tokenizer, rollout_func=rollout,
             callbacks=[FiniteGuard(lambda: check_run_dir(cfg)), runlog, validation, weights], junior=prep.pair.junior,
-            require_senior_mask=cfg.method == "tandem", junior_imitation=loss.junior_imitation,
-            ref_is_junior=cfg.method == "klreg", kl_clamp=loss.kl_clamp,
+            method=cfg.method_kind, beta=loss.beta, junior_imitation=loss.junior_imitation, kl_clamp=loss.kl_clamp,
             junior_token_weight=loss.junior_token_weight, loss_normalizer=loss.loss_normalizer,
             model_card=lambda steps: model_card(cfg, steps), peft_config=lora_config(cfg))
     if cfg.models.lora_r:
