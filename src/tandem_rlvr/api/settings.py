@@ -101,7 +101,7 @@ def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset,
         from ..models import load_tokenizer
 
         processing_class = load_tokenizer(senior_spec)
-    pair = _objects_pair(model, junior, processing_class, cfg.rollout_schedule != "senior" or cfg.method == "klreg") \
+    pair = _objects_pair(model, junior, processing_class, cfg.method_kind.uses_junior) \
         if objects else None
     train_problems = problems(train, processing_class, "train")
     val_problems = problems(val, processing_class, "eval") if val is not None else []
