@@ -61,7 +61,7 @@ def vllm_need(cfg, processes: int) -> float:
     pool: every junior's weights and caches (one engine holds them all and runs each on every token)."""
     S = Shape.of(model_config(cfg.models.senior))
     juniors = [Shape.of(model_config(n)) for n in cfg.models.pool.names] if cfg.models.junior else [S]
-    both = cfg.method == "tandem"
+    both = cfg.method_kind.junior_in_rollout
     rows = cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // processes
     seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
     weights = (S.params + (sum(J.params for J in juniors) if both else 0)) * 2

@@ -309,12 +309,12 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     for label, dev, shape in juniors:
         p.add(dev, "resident", f"junior {label + ' ' if len(juniors) > 1 else ''}weights ({_count(shape.params)} x "
               f"{bc} B)", shape.params * bc)
-    if cfg.method == "klreg":
+    if cfg.method_kind.reference is not None:
         p.add(dj, "scoring", f"reference (junior) forward ({micro} rows, no gradient)",
               micro * seq * (4 * J.hidden + 2 * J.intermediate) * bc
               + min(micro * cfg.rollout.max_new_tokens, TILE_TOKENS) * min(J.vocab, TILE_VOCAB) * bc)
     batch_rows = cfg.loop.prompts_per_step * cfg.rollout.group_size // num_processes
-    if cfg.loop.kl_every and (cfg.method == "tandem" or cfg.models.junior):
+    if cfg.loop.kl_every and (cfg.method_kind.junior_in_rollout or cfg.models.junior):
         kl_tokens = min(KL_BATCH_TOKENS, batch_rows * seq)
 
         def kl_bytes(Jd: Shape) -> int:
@@ -346,10 +346,11 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
         if not gpu and not on_gpu:
             p.notes.append("engine vllm on CPU: its KV cache is vllm_kv_cache_gib (default 1 GiB) plus its weights")
         # the engine holds the senior and, for a tandem run, every junior of the pool (one model: engines/vllm_model.py)
-        engine_weights = (S.params + (sum(sh.params for _, _, sh in juniors) if cfg.method == "tandem" else 0)) * bc
+        held = sum(sh.params for _, _, sh in juniors) if cfg.method_kind.junior_in_rollout else 0
+        engine_weights = (S.params + held) * bc
         share = cfg.rollout.vllm_gpu_memory_utilization * (gpu_gib or 0) * GiB if on_gpu else \
             (cfg.rollout.vllm_kv_cache_gib or 1.0) * GiB + engine_weights
-        if on_gpu and len(juniors) > 1 and cfg.method == "tandem":
+        if on_gpu and len(juniors) > 1 and cfg.method_kind.junior_in_rollout:
             p.notes.append(f"engine vllm: its share holds the senior and all {len(juniors)} juniors' weights "
                            f"({engine_weights / GiB:.2f} GiB); its KV cache (every junior's layers too) is the rest")
             if engine_weights >= share:

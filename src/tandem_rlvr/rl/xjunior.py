@@ -52,11 +52,11 @@ def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[b
     if not engine_kind(r.engine).transformers:
         raise TandemError(f"{who} has another tokenizer than the senior: cross-tokenizer training "
                           f"runs on --engine hf only for now, not {r.engine} (docs/cross_tokenizer.md)")
-    if cfg.method == "klreg":
+    if cfg.method_kind.reference is not None:
         raise TandemError(f"{who} has another tokenizer than the senior: KL-Reg scores the senior's "
                           "ids under the junior, which needs one vocabulary")
-    if cfg.method == "tandem" and not schedule_kind(r.schedule).cross_tokenizers:
-        raise TandemError(f"{who} has another tokenizer than the senior: schedule {r.schedule!r} cannot hand off "
+    if cfg.method_kind.junior_in_rollout and not schedule_kind(cfg.rollout_schedule).cross_tokenizers:
+        raise TandemError(f"{who} has another tokenizer than the senior: schedule {cfg.rollout_schedule!r} cannot hand off "
                           f"between tokenizers; valid: {', '.join(schedule_names(lambda k: k.cross_tokenizers))}")
     log.info("junior(s) %s have another tokenizer: their rollouts hand off at text level, word by word",
              ", ".join(names))
