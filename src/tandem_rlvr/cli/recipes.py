@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from .flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
@@ -23,7 +24,34 @@ def cmd_demo(a) -> None:
     run_demo(a.out, quick=a.quick, world=a.world)
 
 
+# the flags each study reads (``--out`` all of them): another study's flag is refused, never ignored
+STUDY_FLAGS = {
+    "drift": {"seeds", "juniors", "steps", "limit", "n", "checkpoint", "quick"},
+    "pool": {"seeds", "steps", "limit", "n", "checkpoint", "quick", "mid_steps"},
+    "elegance": {"steps", "n", "quick", "problems", "judge", "senior", "junior", "preset", "coef", "judge_template",
+                 "judge_parser", "judge_max_tokens", "test_size", "max_tokens"},
+}
+
+
+class _Given(argparse.Action):
+    """argparse's store (``nargs=0``: store ``const``), remembering in ``given`` that the flag was on the command line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
+def refuse_other_studies_flags(a) -> None:
+    """A TandemError naming the flags given to ``tandem study STUDY`` that STUDY does not read."""
+    ignored = sorted(getattr(a, "given", frozenset()) - STUDY_FLAGS[a.study])
+    if ignored:
+        names = ", ".join("--" + n.replace("_", "-") for n in ignored)
+        users = sorted({s for n in ignored for s, used in STUDY_FLAGS.items() if n in used})
+        raise TandemError(f"study {a.study} does not read {names} (a flag of study {' and '.join(users)}); drop it")
+
+
 def cmd_study(a) -> None:
+    refuse_other_studies_flags(a)
     if a.study == "elegance":
         from ..recipes.elegance import run_elegance
 
@@ -115,31 +143,31 @@ def register_study(sub) -> None:
     p.add_argument("study", choices=["drift", "elegance", "pool"], help="which study (drift: the drift world, "
                    "docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md; pool: "
                    "juniors trained as a pool vs alone, one held out, docs/pool_study.md)")
-    p.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
+    p.add_argument("--seeds", action=_Given, default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
-    p.add_argument("--juniors", default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
+    p.add_argument("--juniors", action=_Given, default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
                    "default self,weak")
-    p.add_argument("--steps", type=number(int, 1, optional=True), default=None, help="training steps (default: the preset's)")
-    p.add_argument("--limit", type=COUNT, default=200, help="test problems per evaluation (default 200)")
-    p.add_argument("--n", type=COUNT, default=4, help="samples per problem (default 4)")
-    p.add_argument("--checkpoint", default="final", choices=["final", "best"],
+    p.add_argument("--steps", action=_Given, type=number(int, 1, optional=True), default=None, help="training steps (default: the preset's)")
+    p.add_argument("--limit", action=_Given, type=COUNT, default=200, help="test problems per evaluation (default 200)")
+    p.add_argument("--n", action=_Given, type=COUNT, default=4, help="samples per problem (default 4)")
+    p.add_argument("--checkpoint", action=_Given, default="final", choices=["final", "best"],
                    help="evaluate each run's final (default) or validation-best checkpoint")
-    p.add_argument("--quick", action="store_true", help="a minutes-long smoke version on the shipped world (mechanics only: seconds of training)")
-    p.add_argument("--mid-steps", type=COUNT, default=10,
+    p.add_argument("--quick", action=_Given, nargs=0, const=True, default=False, help="a minutes-long smoke version on the shipped world (mechanics only: seconds of training)")
+    p.add_argument("--mid-steps", action=_Given, type=COUNT, default=10,
                    help="study pool: GRPO steps of the intermediate-checkpoint junior (default 10)")
     e = p.add_argument_group("study elegance")
-    e.add_argument("--problems", default=None, help="problems with labelled solution paths (JSONL; sample = the "
+    e.add_argument("--problems", action=_Given, default=None, help="problems with labelled solution paths (JSONL; sample = the "
                    "shipped four-problem example; format: docs/tasks.md)")
-    e.add_argument("--judge", default=None, help="the judge: a local model or an OpenAI-compatible server's URL")
-    e.add_argument("--senior", default="tiny", help="base model of both methods (default tiny)")
-    e.add_argument("--junior", default=None, help="tandem's junior (default: the senior's checkpoint)")
-    e.add_argument("--preset", default="tiny", help="training preset (default tiny)")
-    e.add_argument("--coef", type=number(float, 0), default=0.5, help="judge bonus: correct x (1 + coef x verdict) (default 0.5)")
-    e.add_argument("--judge-template", default="elegance", help="judge prompt template (default elegance)")
-    e.add_argument("--judge-parser", default="elegant-bashy", help="verdict parser (default elegant-bashy)")
-    e.add_argument("--judge-max-tokens", type=COUNT, default=512, help="judge reply budget (default 512)")
-    e.add_argument("--test-size", type=COUNT, default=2, help="problems held out for the solo evaluation (default 2)")
-    e.add_argument("--max-tokens", type=COUNT, default=1024, help="solo evaluation: new tokens per sample (default 1024)")
+    e.add_argument("--judge", action=_Given, default=None, help="the judge: a local model or an OpenAI-compatible server's URL")
+    e.add_argument("--senior", action=_Given, default="tiny", help="base model of both methods (default tiny)")
+    e.add_argument("--junior", action=_Given, default=None, help="tandem's junior (default: the senior's checkpoint)")
+    e.add_argument("--preset", action=_Given, default="tiny", help="training preset (default tiny)")
+    e.add_argument("--coef", action=_Given, type=number(float, 0), default=0.5, help="judge bonus: correct x (1 + coef x verdict) (default 0.5)")
+    e.add_argument("--judge-template", action=_Given, default="elegance", help="judge prompt template (default elegance)")
+    e.add_argument("--judge-parser", action=_Given, default="elegant-bashy", help="verdict parser (default elegant-bashy)")
+    e.add_argument("--judge-max-tokens", action=_Given, type=COUNT, default=512, help="judge reply budget (default 512)")
+    e.add_argument("--test-size", action=_Given, type=COUNT, default=2, help="problems held out for the solo evaluation (default 2)")
+    e.add_argument("--max-tokens", action=_Given, type=COUNT, default=1024, help="solo evaluation: new tokens per sample (default 1024)")
     p.set_defaults(fn=cmd_study)
 
 
