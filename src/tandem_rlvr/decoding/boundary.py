@@ -15,14 +15,10 @@ per-row state, the number of newlines the response currently ends with (0, 1, 2+
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import TandemError
-
-if TYPE_CHECKING:
-    from .schedule import ScheduleState
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -118,8 +114,8 @@ class TokenBoundary:
     def __init__(self, mask: torch.Tensor):
         self.mask = mask
 
-    def hits(self, state: "ScheduleState", tokens: torch.Tensor) -> torch.Tensor:
-        """(B,) bool: rows whose emitted ``tokens`` are in the set."""
+    def hits(self, state, tokens: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: rows whose emitted ``tokens`` are in the set (``state``, a ``ScheduleState``, is not read)."""
         if self.mask.device != tokens.device:
             self.mask = self.mask.to(tokens.device)
         return self.mask[tokens]
@@ -166,8 +162,8 @@ class ParagraphBoundary:
         self.next[:, : nxt.shape[1]] = nxt
         self.mask = self.fire[0]
 
-    def hits(self, state: "ScheduleState", tokens: torch.Tensor) -> torch.Tensor:
-        """(B,) bool: rows whose emitted ``tokens`` end a paragraph; advances ``state.tail``."""
+    def hits(self, state, tokens: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: rows whose emitted ``tokens`` end a paragraph; advances ``state.tail`` (a ``ScheduleState``)."""
         if self.fire.device != tokens.device:
             self.fire, self.next = self.fire.to(tokens.device), self.next.to(tokens.device)
         hit = self.fire[state.tail, tokens]
