@@ -10,7 +10,7 @@ The Python API, shaped like TRL's (README "From Python"; ``examples/``):
 - ``tandem_rollout``: a ``rollout_func`` that makes your own ``GRPOTrainer`` a tandem one.
 - ``evaluate``: solo or handoff pass@k from a notebook (the figures of ``tandem eval``).
 - the plug-in points: ``register_task``, ``register_benchmark``, ``register_reward_term``,
-  ``register_schedule``, ``register_measure``, ``load_plugins``.
+  ``register_schedule``, ``register_measure``, ``register_method``, ``load_plugins``.
 
 Names load on first use, so ``import tandem_rlvr`` (and the ``tandem`` command) does not import TRL.
 See ``docs/architecture.md`` for the map of the package.
@@ -31,6 +31,7 @@ _EXPORTS = {
     "register_reward_term": "rewards.terms:register_reward_term",
     "register_schedule": "decoding.schedule:register_schedule",
     "register_measure": "eval.measure.registry:register_measure",
+    "register_method": "config.methods:register_method",
     "load_plugins": "plugins:load_plugins",
 }
 
