@@ -37,6 +37,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..config.methods import method_kind
 from ..errors import TandemError
 from ..io import atomic_write, jsonl_objects, read_json, write_json
 from ..outdir import config_diff, output_dir, remove_failed_start
@@ -160,7 +161,7 @@ def _check_before_writing(s: EleganceSettings, out: Path) -> None:
     JudgeSettings(s.judge, s.judge_template, s.judge_parser, max_tokens=s.judge_max_tokens)
     for method in s.methods:
         load_train_config(s.preset, overrides=dict(method=method, senior=s.senior, output_dir=str(out / "runs" / method),
-                                                   junior=s.junior if method == "tandem" else None,
+                                                   junior=s.junior if method_kind(method).uses_junior else None,
                                                    **_train_overrides(s, out, method)))
     _eval_config(s, out, s.senior)
 
@@ -208,7 +209,7 @@ def _run(out: Path, s: EleganceSettings, rows: list[dict], print_fn) -> dict:
         for method in s.methods:
             run = out / "runs" / method
             print_fn(f"elegance: training {method}")
-            train_method(s.preset, method, s.senior, s.junior if method == "tandem" else None, run,
+            train_method(s.preset, method, s.senior, s.junior if method_kind(method).uses_junior else None, run,
                          _train_overrides(s, out, method), print_fn=lambda *a, **k: None)
             trained[method] = training_elegance(run)
         answers = {r["problem_id"]: (r["problem"], r["answer"]) for r in split["test"]}
