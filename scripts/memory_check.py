@@ -1,4 +1,4 @@
-"""Predicted vs measured peak memory of `tandem train` on CPU (issue 22's check of the memory plan).
+"""Predicted vs measured peak memory of `tandem train` on CPU: a check of the memory plan (`rl/memory_plan.py`).
 
 Each configuration trains 2 updates of a randomly initialised model of a real architecture
 (the tiny world's, SmolLM2-135M's) in a fresh process and reads the process's peak resident
@@ -10,9 +10,9 @@ hand every allocation of 64 KiB or more straight back to the system (MALLOC_MMAP
 resident memory follows live tensors. Random weights rarely emit EOS, so every rollout runs to
 max_new_tokens, the length the plan assumes; prompts are all max_prompt_tokens long.
 
-`--fsdp2` checks the sharded plan instead: each configuration runs `scripts/fsdp2_memory.py`
+`--fsdp2` checks the sharded plan instead: each configuration runs `scripts/sharded_memory.py`
 under `torchrun --nproc_per_node N` (gloo on CPU, nccl on GPUs), a short FSDP2 + AdamW training
-loop of our own rather than `tandem train` (the trainer's FSDP2 path is another branch's), and
+loop of our own rather than `tandem train` (so each rank's peak is the update's alone), and
 compares each rank's peak with the plan's `Layout(N, "fsdp2")`; it also times one weight sync.
 `--arch` names the model (default: tiny and smol on CPU); `scripts/gpu_check.sh` runs it on GPUs.
 `--zero3` does the same under DeepSpeed ZeRO-3 against `Layout(N, "zero3")`.
@@ -116,7 +116,7 @@ FSDP_CONFIGS = [  # (architecture, prompt tokens, response tokens, micro_batch_r
 
 def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bool, env: dict,
               nproc: int = 2, sharding: str = "fsdp2", lora_r: int = 0) -> list[dict]:
-    """One FSDP2 (or ZeRO-3) configuration under torchrun (``scripts/fsdp2_memory.py``); one result per rank.
+    """One FSDP2 (or ZeRO-3) configuration under torchrun (``scripts/sharded_memory.py``); one result per rank.
     The ranks build the model from its config alone (random weights; a shipped config needs no files)."""
     from importlib import resources
 
@@ -128,7 +128,7 @@ def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bo
                      group_size=8, prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=prompt,
                      max_new_tokens=new, micro_batch_rows=micro, gradient_checkpointing=ckpt, dtype="float32",
                      eval_every=0, kl_every=0, output_dir=str(root / "unused"), lora_r=lora_r)
-    script = Path(__file__).with_name("fsdp2_memory.py")
+    script = Path(__file__).with_name("sharded_memory.py")
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                           str(nproc), str(script), json.dumps(overrides), "512", sharding], env=env, capture_output=True,
                          text=True)

@@ -1,5 +1,5 @@
 """Peak resident memory per process of loading a ZeRO-3 senior, straight into partitions or whole first
-(issue 31: `--sharding zero3` loads through DeepSpeed's `zero.Init`, so no GPU holds the whole senior;
+(`--sharding zero3` loads through DeepSpeed's `zero.Init`, so no GPU holds the whole senior;
 on CPU this measures host memory, where process 0 still reads the whole checkpoint; docs/sharding.md).
 
 For each model (the tiny world's senior; Qwen3-0.6B from its shipped config alone, random weights

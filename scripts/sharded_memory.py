@@ -23,7 +23,7 @@ before it is sharded, AdamW over the adapters alone, compared with ``Layout(worl
 the timed sync is the trainer's merged stream (``rl.lora.stream_source``: FSDP2 merges shard by shard,
 ZeRO-3 gathers each layer's W, A and B together).
 
-Run: torchrun --nproc_per_node N scripts/fsdp2_memory.py OVERRIDES_JSON BUCKET_MIB [fsdp2|zero3]
+Run: torchrun --nproc_per_node N scripts/sharded_memory.py OVERRIDES_JSON BUCKET_MIB [fsdp2|zero3]
 """
 
 import json
