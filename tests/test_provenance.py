@@ -237,7 +237,8 @@ def _other_value(f, value):
                "task": ["gsm8k"], "reward_terms": [["correct", "length:0.2"]], "reward": ["tandem_rlvr.rewards.math:score"],
                "judge_template": ["yes-no"], "judge_parser": ["yes-no"], "judge": ["http://127.0.0.1:9"],
                "best_by_junior": ["tiny"],  # a junior of the (self-paired) pool
-               "plugins": [["json"]]}  # any importable module
+               "plugins": [["json"]],  # any importable module
+               "trl": [{"loss_type": "dr_grpo"}]}  # a GRPOConfig field no key sets
     if f.name in choices:
         return choices[f.name]
     if f.metadata.get("choices"):

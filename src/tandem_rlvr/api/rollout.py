@@ -78,7 +78,9 @@ def tandem_rollout(junior, *, schedule: str = "word", p: float = 0.5, K: int = 3
     name or a model object of the policy's tokenizer). ``schedule``, ``p``, ``K``: the handoff schedule
     (``tandem schedules`` lists them; paper: word, 0.5, 32); ``engine``: hf (in-process; the vLLM engines
     need ``tandem train`` or ``TandemGRPOTrainer``); ``plugins``: modules registering your own schedules."""
-    if engine != "hf":
+    from ..engines.base import engine_kind
+
+    if not engine_kind(engine).transformers:  # the policy is decoded as it is, in this process
         raise TandemError(f"tandem_rollout: engine {engine!r} is not served to a plain GRPOTrainer (its weight "
                           "pushes are TandemGRPOTrainer's); use engine hf or TandemGRPOTrainer")
     return TandemRolloutFunc(junior, schedule, p, K, engine, junior_device, max_prompt_tokens, tuple(plugins))

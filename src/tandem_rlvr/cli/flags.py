@@ -74,16 +74,6 @@ def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
     g.add_argument("--K", type=COUNT, default=32, help="word schedules: tokens before a forced redraw; chunk, chunk-word: tokens or words per chunk (default 32)")
 
 
-def protocol_flag(p: argparse.ArgumentParser) -> None:
-    """--protocol of `tandem eval handoff` (config.EvalConfig.protocol; docs/evaluation.md)."""
-    p.add_argument("--protocol", default=None, choices=("text", "stream"),
-                   help="text: turns end at a paragraph break and the text is re-tokenised for the other model "
-                        "(the paper's eval/handoff.py; any junior, its own tokenizer and template); stream: one "
-                        "token stream, authors switch inside it (one shared tokenizer). Default: text for "
-                        "paragraph-* schedules on every engine (a resumed run keeps the protocol it was made "
-                        "with), else stream")
-
-
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
     """--engine and the vLLM engine's settings (engines/vllm_engine.py, VLLMSettings); with
     ``server``, also the vllm-server engine and its --server flags."""
@@ -178,15 +168,6 @@ def template_flag(p):
     p.add_argument("--template", default="auto", help="prompt template: auto, plain, chat (default auto)")
     p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, choices=list(INSTRUCTIONS),
                    help=f"instruction after the problem in chat prompts (default {DEFAULT_INSTRUCTION}: the paper's)")
-
-
-def answer_mode_flag(p):
-    from ..rewards.math import ANSWER_MODES
-
-    p.add_argument("--answer-mode", default=ANSWER_MODES[0], choices=ANSWER_MODES,
-                   help="graded answer: last-box (the paper's, default) or final-boxes (the final run of boxes "
-                        "joined, for multi-answer problems answered one box per answer)")
-    grader_flag(p)
 
 
 def sampling_from_args(a):

@@ -1,0 +1,41 @@
+"""A TRL GRPO script as a TRL user writes one (the "before" of tandem_rollout_script.py): your own
+dataset, your own reward function, TRL's GRPOConfig and GRPOTrainer. Runs in about a minute on a CPU.
+
+    python examples/grpo_script.py
+"""
+
+import random
+import re
+
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from tandem_rlvr.models import resolve_model_path
+
+
+def word_problems(n: int, seed: int) -> Dataset:
+    """Your data: a `prompt` column, and the columns your reward reads (here `answer`)."""
+    rng, rows = random.Random(seed), []
+    for _ in range(n):
+        a, b = rng.randint(2, 20), rng.randint(2, 20)
+        rows.append({"prompt": f"Tom has {a} apples. He buys {b} more. How many apples does Tom have now?\n\n",
+                     "answer": str(a + b)})
+    return Dataset.from_list(rows)
+
+
+def correct(completions, answer, **kwargs):
+    """1.0 when the completion's last \\boxed{} holds the answer (TRL's reward convention)."""
+    boxed = [re.findall(r"\\boxed\{([^}]*)\}", c) for c in completions]
+    return [1.0 if b and b[-1].strip() == a else 0.0 for b, a in zip(boxed, answer)]
+
+
+args = GRPOConfig(output_dir="runs/grpo-script", use_cpu=True, bf16=False, learning_rate=1e-4,
+                  num_generations=4, per_device_train_batch_size=16, max_completion_length=96, max_steps=2,
+                  temperature=1.0, report_to="none", save_strategy="no")
+trainer = GRPOTrainer(
+    model=resolve_model_path("tiny"),  # the built-in tiny world's model; any causal LM id or directory works
+    reward_funcs=[correct],
+    args=args,
+    train_dataset=word_problems(32, seed=0),
+)
+trainer.train()
