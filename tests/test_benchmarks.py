@@ -229,3 +229,42 @@ def test_registry_and_load_benchmarks(tmp_path):
 def test_problem_is_hashable_and_meta_is_not_identity():
     a = Problem("b", "1", "p", "2", meta={"level": 1})
     assert hash(a) == hash(Problem("b", "1", "p", "2")) and a == Problem("b", "1", "p", "2", meta={"x": 0})
+
+
+def test_a_shipped_test_split_is_never_served_as_the_train_split(shared, monkeypatch, tmp_path, capsys):
+    """GSM8K ships only its test split (data/files/README.md: data/gsm8k/test.jsonl, 1319 rows): training's
+    split (train) goes to the hub, and offline it is refused in one line, before any run directory exists."""
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(TandemError, match=r"'gsm8k': split 'train' asked for, .*gsm8k.jsonl\) is its test split"):
+        load_benchmark("gsm8k", split="train")
+    with pytest.raises(TandemError, match="'aime26': split 'train' asked for.*only copy here .*aime26.jsonl.*test split"):
+        load_benchmark("aime26", split="train")  # no hub id known
+    assert len(load_benchmark("gsm8k", split="test")) == len(load_benchmark("gsm8k")) == 1319  # asked for knowingly
+    assert len(load_benchmark("math_train", split="train")) == 7474 - 4  # a shipped train split serves "train"
+
+    from tandem_rlvr.cli import main
+
+    assert main(["train", "--preset", "tiny", "--dataset", "gsm8k", "--output-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tandem: error: benchmark 'gsm8k'") and "\n" not in err and "--dataset-split test" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_train_split_asked_of_a_shipped_test_set_comes_from_the_hub(shared, monkeypatch):
+    import datasets
+
+    calls = []
+
+    def hub(hub_id, config, split):
+        calls.append((hub_id, config, split))
+        return [{"question": "Tom has 2 apples.", "answer": "so #### 2", "idx": 0}]
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    # GSM8K's answer field: the rationale (kept as the solution), then #### and the number
+    assert load_benchmark("gsm8k", split="train") == [Problem("gsm8k", "0", "Tom has 2 apples.", "2", "so")]
+    assert calls == [("openai/gsm8k", "main", "train")]

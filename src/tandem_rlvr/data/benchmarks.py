@@ -23,7 +23,9 @@ else the last ``\\boxed{}`` of ``solution``; id from ``id``/``idx``/``unique_id`
 index. A row without problem text or answer, a duplicate id, or a malformed JSON line is logged as
 a warning with file:line and skipped (the first ``MAX_ROW_WARNINGS`` individually, then a count);
 a source with no valid row at all is a ``TandemError``. ``split`` selects hub splits and is passed
-to registered loaders; a local file is a single split.
+to registered loaders; a local file is a single split, and a file shipped in the package holds the
+split ``SHIPPED_SPLITS`` names: a registered name asked for another split goes to the hub, or is
+refused in one line (never a test split handed to training as its train split).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..errors import TandemError
 from ..io import lone_surrogate
-from ..paths import data_dirs
+from ..paths import PACKAGE_DATA, data_dirs
 from ..rewards.math import extract_boxed
 
 logger = logging.getLogger("tandem_rlvr")
@@ -184,11 +186,20 @@ def _named(name: str, stems: tuple[str, ...], hub: tuple[str, str | None, str] |
     """Loader for a built-in name: a local file with one of ``stems``, else ``hub`` = (id, config, split)."""
 
     def load(split: str | None, limit: int | None) -> list[Problem]:
+        other = None  # a shipped file of another split than the one asked for
         for folder in data_dirs():
             for stem in stems:
                 for suffix in FILE_SUFFIXES:
-                    if (folder / f"{stem}{suffix}").is_file():
-                        return load_file(folder / f"{stem}{suffix}", benchmark=name, limit=limit)
+                    path = folder / f"{stem}{suffix}"
+                    if not path.is_file():
+                        continue
+                    held = SHIPPED_SPLITS.get(name) if folder == PACKAGE_DATA.resolve() else None
+                    if split and held and _split_name(split) != held:
+                        other = other or (path, held)
+                        continue
+                    return load_file(path, benchmark=name, limit=limit)
+        if other is not None:
+            return _other_split(name, split, other, hub, limit)
         where = ", ".join(str(d) for d in data_dirs()) or "no data folder exists"
         if not os.environ.get("TANDEM_DATA"):
             where += "; $TANDEM_DATA, a folder of further files, is not set"
@@ -208,6 +219,37 @@ def _named(name: str, stems: tuple[str, ...], hub: tuple[str, str | None, str] |
         return _hub_problems(ds, f"{hub_id}:{split}", name, limit)
 
     return load
+
+
+# The split each file shipped in the package holds (data/files/README.md). A named benchmark asked for
+# another split is never served from it: ``--dataset gsm8k`` (training's split: train) would otherwise
+# train on GSM8K's test split, the only one that ships.
+SHIPPED_SPLITS = {"aime24": "test", "aime25": "test", "aime26": "test", "amc23": "test", "amc23_25": "test",
+                  "amc": "test", "math500": "test", "minerva": "test", "gsm8k": "test", "math_train": "train",
+                  "deepscaler_sample": "train"}
+
+
+def _split_name(split: str) -> str:
+    return {"validation": "val", "dev": "val"}.get(split, split)
+
+
+def _other_split(name: str, split: str, other: tuple[Path, str], hub, limit: int | None) -> list[Problem]:
+    """Split ``split`` of benchmark ``name`` from the hub, when the file shipped offline (``other``: its path
+    and split) holds another; else a TandemError saying so and how to use the shipped split knowingly."""
+    path, held = other
+    knowingly = (f"to use its {held} split knowingly, ask for split {held} (tandem train --dataset-split {held}; "
+                 f"tandem eval --split {held})")
+    if hub is None:
+        raise TandemError(f"benchmark {name!r}: split {split!r} asked for, but the only copy here ({path}) is its "
+                          f"{held} split; give a file of the {split} split (a .jsonl path), or {knowingly}")
+    hub_id, config, _ = hub
+    try:
+        ds = _fetch_hub(hub_id, config, split)
+    except TandemError as e:
+        raise TandemError(f"benchmark {name!r}: split {split!r} asked for, but the copy shipped offline ({path.name}) is "
+                          f"its {held} split and the hub ({hub_id}:{split}) is unreachable ({e}); give a file of the "
+                          f"{split} split (a .jsonl path), or {knowingly}") from None
+    return _hub_problems(ds, f"{hub_id}:{split}", name, limit)
 
 
 def _to_problem(row: dict, *, benchmark: str, index: int) -> Problem:
