@@ -36,10 +36,11 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _HASH_FORM = re.compile(r"####\s*\S")
 _TAG_FORM = re.compile(r"<answer>.*?</answer>", re.S)
 
-GSM8K_INSTRUCTION = ("Solve the problem step by step. On the last line write the final answer as a number after "
-                     "\"####\", like #### 42.")
-ANSWER_TAG_INSTRUCTION = ("Think it through, then give only the final answer inside <answer></answer> tags, like "
-                          "<answer>42</answer>.")
+# No example answer in an instruction: a model being trained copies a plausible one ("#### 42") as its answer.
+GSM8K_INSTRUCTION = ("Solve the problem step by step. On the last line write \"####\", a space and then the final "
+                     "answer as a number alone.")
+ANSWER_TAG_INSTRUCTION = ("Think it through, then give only the final answer between an <answer> tag and an "
+                          "</answer> tag.")
 
 
 def _rows(benchmark: str, limit: int | None, split: str | None) -> list[dict]:
