@@ -60,7 +60,7 @@ def _objects_pair(model, junior, tokenizer, method_needs_junior: bool):
 
 def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config):
     """(TrainConfig, Given, config.json extras, reward words) of a TandemGRPOTrainer's arguments."""
-    from accelerate import PartialState
+    import os
 
     from ..config import TrainConfig
     from ..plugins import load_plugins
@@ -80,7 +80,7 @@ def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset,
     if train_dataset is None:
         raise TandemError("train_dataset: give a datasets.Dataset with a 'prompt' column")
     load_plugins(args.plugins)
-    keys = train_keys(args, PartialState(cpu=args.use_cpu).num_processes)
+    keys = train_keys(args, int(os.environ.get("WORLD_SIZE", "1")))  # the launch's processes (build_run joins them)
     senior_spec, junior_spec = _spec(model, "model"), _spec(junior, "junior") or args.junior
     keys.update(senior=senior_spec, junior=junior_spec, dtype=_dtype(args), master_dtype="float32",
                 senior_device="cpu" if args.use_cpu else "auto", **_lora_keys(peft_config))

@@ -52,12 +52,14 @@ class TandemGRPOTrainer(_Trainer):
     def __init__(self, model, junior=None, reward_funcs=None, args=None, train_dataset=None, eval_dataset=None,
                  processing_class=None, peft_config=None, callbacks=None, **kwargs):
         from ..rl.assemble import build_run
+        from ..rl.sharding import from_launcher
         from .settings import run_settings
 
         refuse_unsupported(kwargs)
         self._in_run = False
-        self._cfg, given, self._extra, self._rewards = run_settings(
+        cfg, given, self._extra, self._rewards = run_settings(
             model, junior, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config)
+        self._cfg = from_launcher(cfg)  # an accelerate FSDP or DeepSpeed launch's layout, as tandem train reads it
         self._user_args = args
         self._run = build_run(self._cfg, print, given, make_trainer=self._become_trainer, stored=self._extra)
         for cb in callbacks or []:
