@@ -78,7 +78,7 @@ def test_rollout_copy_takes_the_stream_in_parts_and_refuses_a_foreign_tensor(mod
 
 
 def test_an_accelerate_fsdp2_launch_selects_sharding_and_fsdp1_is_refused(monkeypatch):
-    cfg = load_train_config(None, None, {})
+    cfg = load_train_config(None, None, {"senior_device": "cuda:0"})  # offload needs an accelerator to offload from
     assert from_launcher(cfg).models.sharding == "none"
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "2")
@@ -91,7 +91,7 @@ def test_an_accelerate_fsdp2_launch_selects_sharding_and_fsdp1_is_refused(monkey
 
 
 def test_an_accelerate_deepspeed_launch_selects_zero3_at_stage_3_only(monkeypatch, tmp_path):
-    cfg = load_train_config(None, None, {})
+    cfg = load_train_config(None, None, {"senior_device": "cuda:0"})  # offload needs an accelerator to offload from
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
     assert from_launcher(cfg).models.sharding == "none"  # ZeRO 1/2 keep whole weights on every process

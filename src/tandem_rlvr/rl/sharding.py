@@ -61,10 +61,32 @@ WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
 
 def from_launcher(cfg):
     """``cfg`` with ``sharding``/``shard_offload`` taken from an accelerate FSDP or DeepSpeed ZeRO-3
-    launch, if any (``rl.zero3.from_launcher`` for DeepSpeed)."""
+    launch, if any (``rl.zero3.from_launcher`` for DeepSpeed). Refused in one line: a launch's sharding
+    against another one the settings name (``ACCELERATE_USE_FSDP=true``, often left over in a shell, with
+    ``--sharding zero3``), and ``shard_offload`` with the senior on the CPU (it moves shards from the
+    accelerator to host memory; on the CPU they are there already, and torch would fail in every process)."""
     from . import zero3
 
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+    cfg = _from_environment(cfg, zero3)
+    device = cfg.models.senior_device
+    on_cpu = not torch.cuda.is_available() if device in (None, "", "auto") else str(device).startswith("cpu")
+    if cfg.models.shard_offload and on_cpu:
+        raise TandemError(f"shard_offload keeps shards in host memory instead of the accelerator's, but the senior is "
+                          f"on the CPU (senior_device {cfg.models.senior_device}): there is nothing to offload; drop "
+                          "--shard-offload")
+    return cfg
+
+
+def _from_environment(cfg, zero3):
+    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+    asked = cfg.models.sharding
+    for on, var, theirs in ((fsdp, "ACCELERATE_USE_FSDP", "fsdp2"), (deepspeed, "ACCELERATE_USE_DEEPSPEED", "zero3")):
+        if on and asked not in ("none", theirs):
+            raise TandemError(f"{var}=true in the environment (an accelerate launch's config, or left over in the "
+                              f"shell) asks for {theirs}, but the settings ask for --sharding {asked}; unset {var} "
+                              f"or launch with a matching accelerate config")
+    if not fsdp:
         return zero3.from_launcher(cfg)
     version = os.environ.get("FSDP_VERSION", "1")
     if version != "2":
