@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tandem_rlvr.config import load_train_config
+from tandem_rlvr.config.methods import method_kind
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.rollout import check_senior_mask
 from tandem_rlvr.rl.assemble import build_run
@@ -132,7 +133,8 @@ def test_after_a_step_senior_changed_and_junior_bit_identical(setup, tmp_path):
 
 def test_klreg_reference_is_the_junior(setup, tmp_path):
     run = build_run(_cfg(setup, tmp_path, method="klreg"), print_fn=lambda *_: None)
-    assert run.trainer.beta == 1e-3 and run.trainer.ref_model is run.prep.pair.junior
+    assert run.trainer.beta_kl == 1e-3 and run.trainer.reference is run.prep.pair.junior
+    assert run.trainer.beta == 0.0 and run.trainer.ref_model is None  # TRL loads no reference, adds no KL of its own
     batch, _ = _batch(run)
     assert "ref_per_token_logps" in batch
 
@@ -227,8 +229,11 @@ def test_junior_imitation_term_adds_coef_times_junior_token_nll(setup, tmp_path)
         base = trainer._compute_loss(trainer.model, batch)
         trainer.junior_imitation = 0.5
         with_term = trainer._compute_loss(trainer.model, batch)
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, batch["completion_ids"].size(1))[0]
     jmask = batch["completion_mask"] * (1 - batch["tool_mask"])
-    nll = -(trainer._last_logps * jmask).sum() / jmask.sum()
+    nll = -(logps * jmask).sum() / jmask.sum()
     torch.testing.assert_close(with_term - base, 0.5 * nll)
     assert trainer._metrics["train"]["junior_imitation/nll"]
 
@@ -305,7 +310,7 @@ def test_junior_token_weight_one_is_the_grpo_loss_on_the_same_batch(setup, tmp_p
     torch.testing.assert_close(loss, _by_hand(batch, r, response, response.sum()))
     vanilla = {k: v for k, v in batch.items() if k != "tool_mask"}
     vanilla["num_items_in_batch"] = response.sum()
-    trainer.require_senior_mask, trainer.junior_token_weight = False, 0.0
+    trainer.method, trainer.junior_token_weight = method_kind("grpo"), 0.0  # a row that needs no senior mask
     grpo, _ = _fixed_ratio_loss(trainer, vanilla)
     torch.testing.assert_close(loss, grpo)
 
