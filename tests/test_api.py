@@ -41,7 +41,8 @@ def _args(out, **kw):
 
     base = dict(output_dir=str(out), use_cpu=True, bf16=False, learning_rate=1e-4, num_generations=4,
                 per_device_train_batch_size=16, max_completion_length=16, max_steps=2, eval_every=2, save_steps=2,
-                temperature=1.0, junior="tiny-junior", report_to=["tensorboard"])
+                temperature=1.0, junior="tiny-junior", report_to=["tensorboard"], log_completions=True,
+                num_completions_to_print=3)
     return TandemGRPOConfig(**{**base, **kw})
 
 
@@ -183,6 +184,27 @@ def test_validation_figures_reach_tensorboard(trained):
     assert sorted(got["train/val/accuracy"]) == pytest.approx(sorted(val))  # log.jsonl's figures, at their steps
     assert {"train/val/best", "train/val/decline", "train/val/best_step"} <= set(got)
     assert any(t.endswith("senior/token_share") for t in got)
+
+
+def test_each_rollout_batch_s_first_rows_show_who_wrote_which_words(trained):
+    """log_completions: completions.md and TensorBoard's text tab hold 3 rows per update, junior words marked."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    text = (trained["out"] / "completions.md").read_text()
+    assert text.count("## update ") == 2 and text.count("### row ") == 6
+    assert text.count("[[") == text.count("]]") > 0  # junior runs, balanced
+    rows = text.split("### row ")[1:]
+    for row in rows:  # a share strictly between 0 and 1 has junior words; 1.0 has none
+        share = float(row.split("senior share ")[1].split(")")[0])
+        assert ("[[" in row) == (share < 1.0)
+    texts = []
+    for f in (trained["out"] / "runs").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(f), size_guidance={"tensors": 0})
+        acc.Reload()
+        texts += [e for tag in acc.Tags()["tensors"] if tag.startswith("completions/authored") for e in acc.Tensors(tag)]
+    assert sorted(e.step for e in texts) == [0, 1]  # one table per rollout batch, at the update that drew it
+    table = texts[0].tensor_proto.string_val[0].decode()
+    assert table.count("\n| ") >= 3 or table.count("\n|") >= 3
 
 
 def test_a_finished_run_is_a_no_op_and_other_rows_are_refused(trained, capsys):

@@ -81,6 +81,7 @@ class TandemRollout:
         self.sampling = cfg.rollout.sampling
         self.spec = RolloutSpec(cfg.rollout_schedule, cfg.rollout.sampling, cfg.rollout.p, cfg.rollout.K)
         self.last = {}  # metrics of the last call, for tests and logging
+        self.completions = None  # rl.completions.CompletionsLog, once log_completions asks for it
         self.engine = engine
         self.sync = EngineSync(engine, cfg.models.sync_bucket_mb << 20)  # shared with validation
 
@@ -122,6 +123,12 @@ class TandemRollout:
         senior_mask = [roll.row_mask(b) for b in range(len(ids))]
         logprobs = [roll.logprobs[b, : len(c)].tolist() for b, c in enumerate(completion_ids)]
         check_senior_mask(completion_ids, senior_mask)
+        if getattr(trainer.args, "log_completions", False) and acc.is_main_process:  # who wrote which words
+            if self.completions is None:
+                from .completions import CompletionsLog
+
+                self.completions = CompletionsLog(trainer.args.output_dir, self.tok, trainer.args.num_completions_to_print)
+            self.completions.write(trainer, prompts, completion_ids, senior_mask)
 
         # Metrics of the whole step: with several processes each holds only its share of the rows.
         share, lengths = roll.senior_share.tolist(), roll.lengths.tolist()
