@@ -1,10 +1,10 @@
-"""Settings in frozen parts that import nothing above them (issue 34).
+"""Settings in frozen parts that import nothing above them (docs/architecture.md, "Settings").
 
 ``TrainConfig`` (``train``) is made of the parts ``models``, ``data``, ``rollout``, ``loss``, ``rewards``
 and ``loop``, one module each; every field carries help text and is a ``tandem train`` flag. Presets
 live in ``presets/*.yaml``; ``load_train_config(preset, file, overrides)`` (``load``) layers defaults <
 preset < file < flags and rejects unknown keys naming the closest valid one. ``EvalConfig``
-(``evaluation``) holds one ``tandem eval solo|handoff`` run (``eval.sampler.evaluate``).
+(``evaluation``) holds one ``tandem eval solo|handoff`` run (``eval.sample.sampler.evaluate``).
 """
 
 from .data import PAPER_TEST_SETS, VALIDATIONS, DataPart  # noqa: F401
