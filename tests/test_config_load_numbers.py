@@ -68,7 +68,8 @@ def test_a_non_integer_is_one_line_from_the_command_line(capsys, tmp_path, monke
     (tmp_path / "c.yaml").write_text("group_size: 2.5\n")
     for argv, needle in ((["train", "--dry-run", "--group-size", "2.5"], "--group-size"),
                          (["train", "--dry-run", "--config", str(tmp_path / "c.yaml")], "'group_size'"),
-                         (["eval", "solo", "--n", "2.5"], "--n"), (["bench", "decode", "--threads", "1.5"], "--threads")):
+                         (["eval", "solo", "--n", "2.5"], "--n"),
+                         (["bench", "decode", "--threads", "1.5"], "--threads")):
         assert main(argv) == 2, argv
         _one_line(capsys.readouterr().err, "error:", needle, "2.5" if "--threads" not in argv else "1.5")
     for value in ("2.5", "1.0", "1e0"):

@@ -77,7 +77,8 @@ def test_each_device_sizes_its_junior_transients_by_its_largest_junior(root):
 
 def test_a_junior_with_more_parameters_does_not_hide_a_larger_kv_cache(root):
     """The largest transient of each phase, whichever junior has it: ``wide`` has more parameters and the
-    larger KL-monitor forward, ``deep`` the larger KV cache (4 layers x 4 kv heads x 16 against 1 x 1 x 8: 32 times ``wide``'s)."""
+    larger KL-monitor forward, ``deep`` the larger KV cache (4 layers x 4 kv heads x 16 against 1 x 1 x 8:
+    32 times ``wide``'s)."""
     assert _params(root, "wide") > _params(root, "deep") and _kv_by_hand("deep") == 32 * _kv_by_hand("wide")
     p = _plan(root, ["wide", "deep"], ["cuda:1", "cuda:1"])
     alone = {j: _plan(root, [j], ["cuda:1"]) for j in ("wide", "deep")}
