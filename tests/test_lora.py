@@ -175,7 +175,7 @@ def test_lora_r_0_is_full_fine_tuning_bit_for_bit(setup, tmp_path, varied_reward
 def test_klreg_reference_under_lora_stays_the_junior(setup, tmp_path):  # noqa: F811
     run = build_run(_lora(setup, tmp_path, method="klreg"), print_fn=lambda *_: None)
     try:
-        assert run.trainer.ref_model is run.prep.pair.junior  # never the adapter-disabled base
+        assert run.trainer.reference is run.prep.pair.junior  # never the adapter-disabled base
     finally:
         run.close()
 
