@@ -283,3 +283,43 @@ def test_evaluate_returns_the_figures_tandem_eval_writes(tmp_path):
         by.setdefault(s["problem_id"], []).append(float(s["correct"]))
     want = sum(sum(v) / len(v) for v in by.values()) / len(by)
     assert m["problems"]["pass@1"]["mean"] == pytest.approx(want)
+
+
+def test_model_objects_chat_prompts_and_a_lora_config_train_as_given(tmp_path):
+    """Objects instead of ids: the senior trains through PEFT adapters of the LoraConfig's rank, the junior object
+    stays bit for bit, chat prompts are rendered with the tokenizer's template and the reward gets TRL's
+    conversational completions (lists of one assistant message)."""
+    import datasets
+    import torch
+    from peft import LoraConfig
+
+    from tandem_rlvr import TandemGRPOTrainer
+    from tandem_rlvr.models import load_model, load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n\n{% endfor %}"  # the tiny world's plain format
+    senior, junior = load_model("tiny", "cpu", torch.float32, trainable=True), load_model("tiny-junior", "cpu")
+    before = {n: p.clone() for n, p in junior.named_parameters()}
+    seen = []
+
+    def chat_reward(prompts, completions, answer, **kw):
+        seen.append((prompts[0], completions[0]))
+        return [float(a in c[0]["content"]) for c, a in zip(completions, answer, strict=True)]
+
+    rows = [{"prompt": [{"role": "user", "content": r["prompt"].strip()}], "answer": r["answer"]} for r in _rows("train", 4)]
+    args = _args(tmp_path / "run", max_steps=1, save_steps=1, eval_every=0, report_to=[], log_completions=False,
+                 junior=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = TandemGRPOTrainer(senior, junior=junior, reward_funcs=chat_reward, args=args, processing_class=tok,
+                                    train_dataset=datasets.Dataset.from_list(rows),
+                                    peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        trainer.train()
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (cfg["lora_r"], cfg["lora_alpha"], cfg["lora_targets"]) == (4, 8.0, ["q_proj", "v_proj"])
+    assert (tmp_path / "run" / "final" / "adapter_config.json").is_file()
+    assert all(torch.equal(p, before[n]) for n, p in junior.named_parameters())
+    prompt, completion = seen[0]
+    assert prompt[0]["role"] == "user" and completion[0]["role"] == "assistant"
+    log = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert 0 < log[-1]["senior/token_share"] < 1
