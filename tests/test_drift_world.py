@@ -1,7 +1,7 @@
-"""The drift world (issue 6): style axis, shorthand solutions, style classifier, cache keys, study.
+"""The drift world: style axis, shorthand solutions, style classifier, cache keys, study.
 
 Quick (a few seconds); the quick study itself runs (and reruns) in tests/test_readme_commands.py. The drift world's numbers are in
-docs/results.md ("Drift world (issue 6)"); here only mechanics are checked.
+docs/results.md ("Drift study"); here only mechanics are checked.
 """
 
 from __future__ import annotations
