@@ -117,7 +117,7 @@ def tokenizer_refusals(cfg) -> None:
 
 
 def register(sub) -> None:
-    t = sub.add_parser("train", help="train a senior: --method tandem | grpo | klreg (TRL GRPOTrainer)")
+    t = sub.add_parser("train", help="train a senior with a training method (--method; TRL GRPOTrainer)")
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and its memory plan (peak "
                    "memory per device), then exit")
     plan_flags(t)
