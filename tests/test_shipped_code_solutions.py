@@ -16,8 +16,11 @@ removed or renamed changes it too):
   ``paths.py``, ``prompting.py``;
 - the shipped code data: every file of ``tandem_rlvr/data/files/code/``;
 - this test file;
-- the interpreter and the machine: ``sys.version``, ``sys.executable`` and ``platform.platform()``
-  (which names the kernel release: the sandbox rests on the kernel's namespaces and limits).
+- the interpreters and the machine: this one (``sys.version``, ``sys.executable``), the one the
+  programs run on (``sandbox.sandbox_python()``, another when root must drop to a uid that cannot
+  reach this one, and its ``sys.version``), whether we run as root (the sandbox isolates differently),
+  and ``platform.platform()`` (which names the kernel release: the sandbox rests on the kernel's
+  namespaces and limits).
 
 Installed third-party packages are not in it: the reference programs import the standard library only,
 and a test below checks that. Another runs the grading path's imports in a fresh interpreter and
@@ -40,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem_rlvr.sandbox import Limits
+from tandem_rlvr.sandbox import Limits, sandbox_python
 from tandem_rlvr.tasks.code import CodeTask
 from tandem_rlvr.tasks.code_data import CODE_BENCHMARKS, load_code
 
@@ -65,7 +68,11 @@ def data_key(src: Path = SRC, test_file: Path = Path(__file__)) -> str:
     for rel in covered_files(src):
         h.update(str(rel).encode() + b"\0" + (src / rel).read_bytes() + b"\0")
     h.update(b"test\0" + test_file.read_bytes() + b"\0")
-    h.update(f"{sys.version}\0{sys.executable}\0{platform.platform()}".encode())
+    program_python = sandbox_python()
+    program_version = subprocess.run([program_python, "-I", "-c", "import sys; print(sys.version)"],
+                                     capture_output=True, text=True, check=True).stdout
+    h.update(f"{sys.version}\0{sys.executable}\0{program_python}\0{program_version}\0{os.getuid() == 0}\0"
+             f"{platform.platform()}".encode())
     return h.hexdigest()
 
 
