@@ -74,6 +74,38 @@ def test_each_implemented_trl_loss_type_equals_trls_own_loss_gradient_and_figure
             assert float(loss) != 0.0, where
 
 
+def _trl_loss_source() -> str:
+    import inspect
+
+    return inspect.getsource(GRPOTrainer._compute_loss)
+
+
+# every GRPOConfig field TRL 1.16's loss reads (``self.args.X``): how the tandem loss answers it
+TRL_LOSS_ARGS = {
+    "delta": "LossSettings.delta (verl's dual-clip)",
+    "sapo_temperature_pos": "LossSettings.sapo_temperatures", "sapo_temperature_neg": "LossSettings.sapo_temperatures",
+    "steps_per_generation": "the token-mean normaliser (TandemGRPOTrainer._token_mean_normalizer)",
+    "use_bias_correction_kl": "fixed False by rl/grpo_config.py; the k3 term has no ratio factor",
+    **{f"entropy_{k}": "the entropy bonus: entropy_coef fixed 0, use_adaptive_entropy refused"
+       for k in ("coef_delta", "coef_max", "coef_min", "target")},
+    **{f"vespo_{k}": "loss_type vespo refused" for k in ("k_neg", "k_pos", "lambda_neg", "lambda_pos")},
+}
+
+
+def test_every_loss_type_and_field_trls_loss_reads_is_implemented_or_refused():
+    """Read from TRL's own ``_compute_loss``, so a TRL release with a new loss type or knob fails here."""
+    src = _trl_loss_source()
+    known = set()
+    for m in re.finditer(r'self\.loss_type\s*(==|!=|in|not in)\s*(\[[^\]]*\]|\([^)]*\)|"[^"]*")', src):
+        known |= set(re.findall(r'"([^"]+)"', m.group(2)))
+    assert set(LOSS_TYPES) <= known  # the parse found TRL's names
+    for name in sorted(known - set(LOSS_TYPES)):
+        with pytest.raises(TandemError, match=f"loss_type '{name}' is not implemented"):
+            TrainConfig.from_keys(trl={"loss_type": name})
+    read = set(re.findall(r"self\.args\.(\w+)", src))
+    assert read and not read - set(TRL_LOSS_ARGS), f"TRL's loss reads {sorted(read - set(TRL_LOSS_ARGS))}"
+
+
 @pytest.mark.parametrize("trl,needle", [
     ({"loss_type": "vespo"}, "loss_type 'vespo' is not implemented"),
     ({"importance_sampling_level": "row"}, "unknown importance_sampling_level 'row'"),
