@@ -244,20 +244,21 @@ def test_a_method_whose_loss_or_card_is_wrong_fails_before_training(monkeypatch)
 
 # files that name the paper's arms as result labels (the baseline "grpo", the candidate "tandem", the study's
 # variants), never to decide what a method does
-ARM_LABELS = ("recipes/bench.py", "recipes/demo.py", "recipes/demo_headline.py", "recipes/study.py",
-              "recipes/study_stats.py")
+ARM_LABELS = ("recipes/bench.py", "recipes/demo.py", "recipes/demo_headline.py", "recipes/elegance.py",
+              "recipes/study.py", "recipes/study_stats.py")
 
 
 def _method_name_patterns(names) -> list[re.Pattern]:
     """Lines that decide by a method's name: a comparison with a registered name, a literal membership
-    test or a literal list holding one, a comparison of a ``method`` value. ``grpo`` is also a TRL
-    ``loss_type``, and ``tandem`` a request field: those lines are the loss type's and the field's."""
+    test or a literal list holding one, a comparison of a ``method`` value. A name passed as an argument
+    (a default, a recipe's arm) decides nothing. ``grpo`` is also a TRL ``loss_type`` (lines naming
+    loss types are the loss's), ``tandem`` a request field (``{"tandem": ...}``)."""
     q = r"""["']"""
     alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
     return [
         re.compile(rf"(==|!=)\s*{q}({alt}){q}|{q}({alt}){q}\s*(==|!=)"),
         re.compile(rf"\bin\s*[\(\[\{{][^)\]}}]*{q}({alt}){q}"),
-        re.compile(rf"[\(\[\{{]\s*{q}({alt}){q}\s*,|,\s*{q}({alt}){q}\s*[,\)\]\}}]"),
+        re.compile(rf"(?<![\w\)\]])[\(\[\{{]\s*{q}({alt}){q}\s*[,\)\]\}}]|{q}({alt}){q}\s*,\s*{q}({alt}){q}"),
         re.compile(r"\bmethod\w*\s*(==|!=)|(?<!for\s)\bmethod\w*\s+(not\s+)?in\b"),
     ]
 
@@ -269,7 +270,7 @@ def _scan(patterns, skip) -> list[str]:
         if rel in skip:
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if "loss_type" not in line and any(p.search(line) for p in patterns):
+            if "loss_type" not in line.lower() and any(p.search(line) for p in patterns):
                 hits.append(f"{rel}:{i}: {line.strip()}")
     return hits
 
@@ -293,6 +294,8 @@ def test_the_method_name_scan_catches_each_way_code_decided_by_name(line):
 
 @pytest.mark.parametrize("line", ['if kind.reference is not None:', 'tandem = cfg.rollout_schedule != "senior"',
                                   'return self.rollout.schedule if rollout == "schedule" else rollout',
-                                  'extra = {"tandem": {"schedule": name}}', 'for method in METHODS:'])
+                                  'extra = {"tandem": {"schedule": name}}', 'for method in METHODS:',
+                                  'method: str = setting("tandem", "training method")',
+                                  'train_method(settings.preset, "grpo", base, None, run)'])
 def test_the_method_name_scan_leaves_row_questions_alone(line):
     assert not any(p.search(line) for p in _method_name_patterns(list(REGISTRY))), line
