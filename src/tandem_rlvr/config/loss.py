@@ -46,7 +46,8 @@ class LossPart:
 
     lr: float = setting(1e-6, "learning rate (AdamW)", range=(0, None, True))
     clip: float = setting(0.2, "PPO/GRPO clip epsilon", range=(0, None, True))
-    beta: float = setting(0.0, "KL(senior || junior) coefficient; klreg default 1e-3, must be 0 otherwise",
+    beta: float = setting(0.0, "KL(senior || junior) coefficient of a method with a KL reference (its "
+                          "registry row; 0 = the row's default, 1e-3 for klreg); must be 0 for the others",
                           range=(0, None, False))
     junior_token_weight: float = setting(0.0, "weight w of junior-written tokens in the clipped GRPO objective (the "
                                          "paper's tandem_jr_tkn_weight; paper: 0; 1 = vanilla GRPO on tandem rollouts)",
@@ -56,14 +57,15 @@ class LossPart:
                                    "(the tokens in the loss only, as the paper's gate test reads it; about "
                                    "1/senior-share larger gradients, which AdamW cancels but gradient clipping does "
                                    "not)", choices=LOSS_NORMALIZERS)
-    junior_imitation: float = setting(0.0, "coefficient of a junior-imitation NLL on junior-written tokens (tandem "
-                                      "only; our extension, not in the paper: 0 = off; the paper's launcher's "
-                                      "lambda_jun is junior_token_weight here)", range=(0, None, False))
+    junior_imitation: float = setting(0.0, "coefficient of a junior-imitation NLL on junior-written tokens (methods "
+                                      "whose rollouts the junior co-writes; our extension, not in the paper: 0 = off; "
+                                      "the paper's launcher's lambda_jun is junior_token_weight here)",
+                                      range=(0, None, False))
     scale_rewards: bool = setting(True, "divide advantages by the group reward std (paper: yes)")
     weight_decay: float = setting(0.01, "AdamW weight decay (paper / verl: 0.01)", range=(0, None, False))
     dual_clip: float = setting(3.0, "dual-clip constant c for negative advantages: the ratio is capped at c there "
                                "(verl: 3; 0 = off); must exceed 1 + clip", range=(0, None, False))
-    kl_clamp: float = setting(10.0, "klreg: clamp each token's k3 KL term to [-c, c] (verl: 10; 0 = off)",
+    kl_clamp: float = setting(10.0, "KL term: clamp each token's k3 to [-c, c] (verl: 10; 0 = off)",
                               range=(0, None, False))
 
     def __post_init__(self):
