@@ -195,7 +195,8 @@ def policy_term(b: PolicyBatch, s: LossSettings) -> Term:
         high = ((coef_1 > 1 + s.clip_high) & (A > 0)).float()
         stats.update({"clip_ratio/low_mean": Stat(low, mask), "clip_ratio/high_mean": Stat(high, mask),
                       "clip_ratio/region_mean": Stat(torch.maximum(low, high), mask),
-                      "clip_ratio/low_min": Stat(low, mask, "row-min"), "clip_ratio/high_max": Stat(high, mask, "row-max")})
+                      "clip_ratio/low_min": Stat(low, mask, "row-min"),
+                      "clip_ratio/high_max": Stat(high, mask, "row-max")})
     return aggregate(per_token, mask, b, s), stats
 
 

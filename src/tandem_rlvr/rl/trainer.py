@@ -150,7 +150,8 @@ class TandemGRPOTrainer(GRPOTrainer):
             junior = (out["completion_mask"] * (1 - out[SENIOR_MASK])).sum().to(self.accelerator.device)
             out["num_junior_items_in_batch"] = self.accelerator.gather(junior).sum()  # () junior-written tokens
         if self.reference is not None:  # (B, T) the reference's log-probs at the rollout temperature, no gradient
-            rows = self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
+            args = self.args
+            rows = args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
             with torch.no_grad():
                 out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
                     self.reference, torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
@@ -194,7 +195,8 @@ class TandemGRPOTrainer(GRPOTrainer):
                 rows = values.squeeze(1) if values.shape[1] == 1 else (values * mask).sum(-1) / mask.sum(-1)
                 rows = self.accelerator.gather(rows)
                 rows = rows[~torch.isnan(rows)]
-                value = float("nan") if rows.numel() == 0 else (rows.min() if st.reduce == "row-min" else rows.max()).item()
+                pick = torch.min if st.reduce == "row-min" else torch.max
+                value = pick(rows).item() if rows.numel() else float("nan")
             self._metrics[mode][name].append(value)
 
     def loss_settings(self) -> LossSettings:
