@@ -56,8 +56,8 @@ def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[b
         raise TandemError(f"{who} has another tokenizer than the senior: KL-Reg scores the senior's "
                           "ids under the junior, which needs one vocabulary")
     if cfg.method_kind.junior_in_rollout and not schedule_kind(cfg.rollout_schedule).cross_tokenizers:
-        raise TandemError(f"{who} has another tokenizer than the senior: schedule {cfg.rollout_schedule!r} cannot hand off "
-                          f"between tokenizers; valid: {', '.join(schedule_names(lambda k: k.cross_tokenizers))}")
+        raise TandemError(f"{who} has another tokenizer than the senior: schedule {cfg.rollout_schedule!r} cannot "
+                          f"hand off between tokenizers; valid: {', '.join(schedule_names(lambda k: k.cross_tokenizers))}")
     log.info("junior(s) %s have another tokenizer: their rollouts hand off at text level, word by word",
              ", ".join(names))
     return other
