@@ -84,7 +84,11 @@ def test_a_preset_s_settings_survive_the_trip_through_tandem_grpo_config(preset,
     args = from_train_config(cfg, 1, True)
     assert (args.lr_scheduler_type, args.warmup_steps, args.loss_type) == ("cosine", 0.1, "dapo")
     back = TrainConfig.from_keys(**{**cfg.to_dict(), **train_keys(args, 1)})
-    assert back.to_dict() == cfg.to_dict()
+    want = cfg.to_dict()  # the same run, its counts in optimiser updates (TRL's unit)
+    upb = cfg.loop.updates_per_batch if cfg.loop.step_unit == "rollout" else 1
+    want.update(step_unit="update", max_steps=cfg.loop.max_steps * upb if cfg.loop.max_steps > 0 else -1,
+                save_every=cfg.loop.save_every * upb, eval_every=cfg.loop.eval_every * upb)
+    assert back.to_dict() == want
 
 
 def test_fixed_fields_and_bad_trl_fields_are_one_line_errors(tmp_path):
@@ -323,3 +327,36 @@ def test_model_objects_chat_prompts_and_a_lora_config_train_as_given(tmp_path):
     assert prompt[0]["role"] == "user" and completion[0]["role"] == "assistant"
     log = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert 0 < log[-1]["senior/token_share"] < 1
+
+
+def test_a_run_killed_after_its_first_checkpoint_resumes_there_when_the_script_runs_again(tmp_path):
+    """The state a kill after checkpoint-1 leaves (no checkpoint-2, final/ or summary.json): running the same
+    script again resumes at update 1 and the log holds each update once."""
+    import shutil
+
+    import datasets
+
+    from tandem_rlvr import TandemGRPOTrainer
+
+    run = tmp_path / "run"
+    train = datasets.Dataset.from_list(_rows("train", 8))
+
+    def script():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return TandemGRPOTrainer("tiny", reward_funcs=[boxed_is_answer], train_dataset=train,
+                                     args=_args(run, save_steps=1, eval_every=0, report_to=[], log_completions=False))
+
+    script().train()
+    whole = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    for name in ("checkpoint-2", "final"):
+        shutil.rmtree(run / name)
+    (run / "summary.json").unlink()
+    log = [r for r in whole if r["step"] <= 1]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log + [{"step": 2, "torn": 1}]))
+    summary = script().train()
+    assert summary["steps"] == 2 and (run / "final").is_dir()
+    again = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in again if "loss" in r] == [1, 2] and not any("torn" in r for r in again)
+    first = next(r for r in whole if r["step"] == 1 and "loss" in r)
+    assert next(r for r in again if r["step"] == 1 and "loss" in r)["reward/mean"] == first["reward/mean"]

@@ -43,7 +43,6 @@ def merge_on_load(p: Path, base):
     from peft import PeftModel
 
     from .errors import TandemError
-    from .models import corrupt_weights
 
     try:
         return PeftModel.from_pretrained(base, str(p)).merge_and_unload()
@@ -53,3 +52,8 @@ def merge_on_load(p: Path, base):
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         what = "corrupt or truncated weights" if corrupt_weights(e) else "not an adapter of this base"
         raise TandemError(f"cannot load the LoRA adapter {p}: {what} ({first})") from None
+
+
+def corrupt_weights(e: BaseException) -> bool:
+    """A truncated or corrupt weights file: safetensors' error, or torch's zip reader's."""
+    return type(e).__name__ == "SafetensorError" or "PytorchStreamReader" in str(e)

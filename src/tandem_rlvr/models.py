@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .adapters import base_spec, is_adapter_dir, merge_on_load, merged_dir
+from .adapters import base_spec, corrupt_weights, is_adapter_dir, merge_on_load, merged_dir
 from .errors import TandemError
 from .gguf import gguf_to_dir
 
@@ -242,11 +242,6 @@ def _from_pretrained(loader, spec: str, **kw):
         if not corrupt_weights(e):
             raise
         raise TandemError(f"cannot load model {spec}: corrupt or truncated weights ({str(e).splitlines()[0][:200]})") from None
-
-
-def corrupt_weights(e: BaseException) -> bool:
-    """A truncated or corrupt weights file: safetensors' error, or torch's zip reader's."""
-    return type(e).__name__ == "SafetensorError" or "PytorchStreamReader" in str(e)
 
 
 MODEL_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",

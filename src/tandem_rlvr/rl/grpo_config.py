@@ -26,8 +26,9 @@ from ..errors import TandemError
 SAME = {"learning_rate": "lr", "epsilon": "clip", "beta": "beta", "num_generations": "group_size",
         "max_completion_length": "max_new_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
         "num_train_epochs": "epochs", "save_total_limit": "save_total_limit", "seed": "seed",
-        "output_dir": "output_dir", "weight_decay": "weight_decay", "max_steps": "max_steps",
-        "save_steps": "save_every"}
+        "output_dir": "output_dir", "weight_decay": "weight_decay"}
+# counted in optimiser updates here, in the key's step_unit there (the paper's preset counts rollout batches)
+IN_UPDATES = {"max_steps": "max_steps", "save_steps": "save_every", "eval_every": "eval_every"}
 
 # GRPOConfig fields the method fixes: field -> (the value it must keep, why)
 FIXED = {
@@ -104,7 +105,7 @@ def report_targets(report_to: str) -> list[str]:
 def check_trl_overrides(overrides: dict) -> None:
     """The ``trl`` key's GRPOConfig fields: each a field of GRPOConfig, not one a key sets, not a fixed one."""
     known = {f.name for f in fields(GRPOConfig)}
-    by_key = {**SAME, "per_device_train_batch_size": "micro_batch_rows", "gradient_accumulation_steps":
+    by_key = {**SAME, **IN_UPDATES, "per_device_train_batch_size": "micro_batch_rows", "gradient_accumulation_steps":
               "prompts_per_minibatch", "steps_per_generation": "prompts_per_step", "delta": "dual_clip",
               "scale_rewards": "scale_rewards", "report_to": "report_to", "gradient_checkpointing":
               "gradient_checkpointing"}
@@ -134,6 +135,7 @@ def from_train_config(cfg: TrainConfig, num_processes: int, on_cpu: bool, sharde
     keys = cfg.to_dict()
     values = {grpo: keys[key] for grpo, key in SAME.items()}
     values.update({k: keys[k] for k in OWN})
+    values.update({grpo: loop.updates(keys[key]) for grpo, key in IN_UPDATES.items()})
     try:
         return TandemGRPOConfig(
             **values, scale_rewards="group" if loss.scale_rewards else "none",
@@ -157,7 +159,7 @@ RUN_DEFAULTS = {"loss_type": "dapo", "lr_scheduler_type": "constant", "warmup_st
                 "log_completions": False}
 
 # the fields from_train_config sets from the keys (so a user's config records them through the keys)
-_DERIVED = set(SAME) | set(OWN) | set(FIXED) | {
+_DERIVED = set(SAME) | set(OWN) | set(IN_UPDATES) | set(FIXED) | {
     "loss_type", "scale_rewards", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
     "report_to", "use_cpu", "bf16", "fp16", "gradient_checkpointing", "delta", "lr_scheduler_type", "warmup_steps",
     "max_grad_norm", "ddp_timeout", "log_completions", "use_bias_correction_kl", "fsdp", "fsdp_config", "deepspeed",
@@ -172,6 +174,7 @@ def train_keys(args, num_processes: int) -> dict:
     layout in prompts, and every other GRPOConfig field that differs from TRL's default in the ``trl`` key."""
     keys = {key: getattr(args, grpo) for grpo, key in SAME.items()}
     keys.update({k: getattr(args, k) for k in OWN})
+    keys.update({key: getattr(args, grpo) for grpo, key in IN_UPDATES.items()}, step_unit="update")
     if keys["save_every"] != int(keys["save_every"]):
         raise TandemError(f"save_steps={args.save_steps}: a fraction of the run is not supported; give updates")
     keys["save_every"] = int(keys["save_every"])

@@ -176,7 +176,9 @@ def drop_overlong_prompts(prep: Prepared) -> None:
             log.warning("%s: dropped %d of %d problems whose prompt is over max_prompt_tokens=%d",
                         "training set" if name == "train" else "validation set", dropped, len(getattr(prep, name)),
                         limit)
-        if len(kept) < (prep.cfg.loop.prompts_per_step if name == "train" else int(bool(prep.cfg.loop.eval_every))):
+        # a user's run without an eval_dataset validates nothing (api.TandemGRPOTrainer): no validation problem needed
+        needed = prep.cfg.loop.prompts_per_step if name == "train" else int(prep.given is None or bool(prep.val))
+        if len(kept) < needed:
             raise TandemError(f"{len(kept)} {name} problems have a prompt within max_prompt_tokens={limit}: too few "
                               "to train")
         setattr(prep, name, kept)
