@@ -20,7 +20,6 @@ from tandem_rlvr.rewards.terms import build_terms, parse_terms
 from tandem_rlvr.rewards.user import load_reward
 from tandem_rlvr.rl.guard import FiniteGuard
 from tandem_rlvr.rl.train import train
-from tandem_rlvr.tasks import get_task
 
 REWARDS = '''
 import os, math

@@ -135,7 +135,6 @@ def test_lora_under_zero3_partitions_the_bf16_base_and_adapters_and_the_fp32_sta
 
 def test_lora_on_named_targets_counts_only_those_layers(paper):
     """q_proj and v_proj only: per layer (2,560 + 4,096) + (2,560 + 1,024) = 10,240 per unit of rank."""
-    from dataclasses import replace
 
     from tandem_rlvr.rl.memory_plan import plan
 
@@ -176,7 +175,6 @@ def test_lora_plan_saves_the_trained_layers_activations_and_works_on_full_fine_t
     the forward saves what PEFT's layer saves (under checkpointing, the embedding's output requires grad,
     as transformers makes it), while the backward's working set is full fine-tuning's layer, twice without
     checkpointing, once beside the recomputed LoRA layer with it. Tokens: 4 rows x (16 + 48)."""
-    import torch
     from graph_saved import graph_saved_bytes
     from transformers import Qwen3Config
 
@@ -279,7 +277,6 @@ def test_dry_run_prints_the_sharded_plan_and_the_layouts_table(monkeypatch, caps
 def test_lora_saves_on_disk_are_the_adapter_and_its_moments(paper):
     """Rank 16 on all seven projections of 36 layers: 16 x 36 x 57,344 = 33,030,144 fp32 adapter
     weights = 126.0 MiB; a checkpoint adds AdamW's two moments (378.0 MiB); merged/ is the bf16 senior."""
-    from dataclasses import replace
 
     from tandem_rlvr.rl.memory_plan import disk_plan
 

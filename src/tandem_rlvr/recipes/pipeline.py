@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..config.methods import PAPER_METHODS as METHODS  # the paper's three arms (registry rows)
+from ..config.methods import PAPER_METHODS as METHODS  # noqa: F401 (the paper's three arms; the recipes' list)
 # --quick: a seconds-long training run on the shipped world (two steps: its numbers mean nothing); 96 new
 # tokens hold a whole solution of the world's models.
 QUICK_TRAIN = dict(max_steps=2, eval_every=1, save_every=1, val_size=8, limit=200, max_new_tokens=96)

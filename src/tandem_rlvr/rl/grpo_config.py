@@ -130,7 +130,7 @@ def from_train_config(cfg: TrainConfig, num_processes: int, on_cpu: bool, sharde
     micro, accumulate = micro_batching(cfg, num_processes)
     _, compute, master = cfg.models.precision
     mixed = master != compute  # autocast in the compute dtype over fp32 master weights
-    m, r, loss, loop = cfg.models, cfg.rollout, cfg.loss, cfg.loop
+    m, loss, loop = cfg.models, cfg.loss, cfg.loop
     check_trl_overrides(loop.trl)
     keys = cfg.to_dict()
     values = {grpo: keys[key] for grpo, key in SAME.items()}

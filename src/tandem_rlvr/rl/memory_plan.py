@@ -470,7 +470,7 @@ def disk_plan(cfg, gpu: bool = True) -> str:
         extra = f" + merged/ {_size(merged).strip()}" if merged else ""
         return (f"disk: each checkpoint-* {_size(3 * adapter).strip()}{extra} (LoRA adapter and its AdamW moments in "
                 f"float32), {kept} kept, every {cfg.loop.save_every} {cfg.loop.step_unit} steps; best/ and final/ "
-                f"{_size(adapter).strip()}{extra}" + (f"; keep_weights: as much more per save in weights/, never pruned"
+                f"{_size(adapter).strip()}{extra}" + ("; keep_weights: as much more per save in weights/, never pruned"
                                                       if cfg.loop.keep_weights else ""))
     ckpt = S.params * 3 * _bytes(master)
     line = (f"disk: each checkpoint-* {_size(ckpt).strip()} (weights and AdamW moments in {str(master)[6:]}), {kept} "
