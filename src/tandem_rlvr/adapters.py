@@ -6,6 +6,11 @@ and every ``tandem eval`` command take the folder as a model: its ``merged/`` we
 them, else the base named in ``adapter_config.json`` (``base_model_name_or_path``) loaded in fp32 with
 the adapter merged into it (W + (alpha / r) B A, PEFT's ``merge_and_unload``) and then cast to the
 dtype asked for: the same tensors as the run's rollouts decoded and ``merged/`` holds (rl/lora.py).
+
+An adapter is only valid on the weights it was trained over, and a base directory keeps its name when its
+files are replaced; so every save also records the base's fingerprint (``BASE_RECORD``,
+``fingerprint.model_fingerprint``), and merging on load refuses a base whose fingerprint differs, naming
+the base, before its weights load. A save without the record (PEFT's own, or an older one) loads unchecked.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ADAPTER_CONFIG = "adapter_config.json"
+BASE_RECORD = "base_fingerprint.json"  # {"base": the base as PEFT records it, "fingerprint": its model_fingerprint}
 
 
 def is_adapter_dir(p: Path) -> bool:
@@ -35,7 +41,34 @@ def base_spec(p: Path) -> str:
     base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
     if not isinstance(base, str) or not base:
         raise TandemError(f"{p / ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
+    check_base(p, base)
     return base
+
+
+def record_base(p: Path, base: str) -> None:
+    """Write ``BASE_RECORD`` of the save ``p`` for the base model ``base`` (a directory, a file or a hub id)."""
+    from .fingerprint import model_fingerprint
+    from .io import write_json
+
+    write_json(Path(p) / BASE_RECORD, {"base": base, "fingerprint": model_fingerprint(base)})
+
+
+def check_base(p: Path, base: str) -> None:
+    """A TandemError naming ``base`` when its files are not those the adapter of ``p`` was saved over."""
+    from .errors import TandemError
+    from .fingerprint import model_fingerprint
+    from .io import read_json
+
+    if not (p / BASE_RECORD).is_file():
+        return
+    rec = read_json(p / BASE_RECORD)
+    saved = rec.get("fingerprint") if isinstance(rec, dict) else None
+    if not isinstance(saved, str):
+        raise TandemError(f"{p / BASE_RECORD}: no base fingerprint recorded (expected {{\"fingerprint\": ...}})")
+    now = model_fingerprint(base)
+    if now != saved:
+        raise TandemError(f"the base model {base} of the LoRA adapter {p} has changed since the adapter was saved "
+                          f"(fingerprint {saved}, now {now}); the adapter is valid only on the weights it was trained over")
 
 
 def merge_on_load(p: Path, base):

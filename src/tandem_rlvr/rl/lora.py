@@ -22,9 +22,9 @@ What changes under LoRA, and why:
   PEFT would otherwise use the adapter-disabled base).
 - Saves (``save_lora``): ``checkpoint-N``, ``best/``, ``final/`` hold the adapter in PEFT's format
   (``adapter_config.json``, ``adapter_model.safetensors``; loadable with
-  ``PeftModel.from_pretrained(base, DIR)``), and with ``--save-merged`` a ``merged/`` folder of
-  plain HF weights in the compute dtype with the tokenizer. ``tandem eval`` loads a LoRA folder's
-  ``merged/`` when it has one, else merges on load (``adapters.py``).
+  ``PeftModel.from_pretrained(base, DIR)``) with the base's fingerprint (``adapters.BASE_RECORD``), and
+  with ``--save-merged`` a ``merged/`` folder of plain HF weights in the compute dtype with the
+  tokenizer. ``tandem eval`` loads a LoRA folder's ``merged/`` when it has one, else merges on load (``adapters.py``).
 - Under ``--sharding fsdp2`` the base and the adapters are FSDP2 shards: the merged stream adds each
   process's rows of B A to its rows of W and gathers the sum as any sharded tensor (``_sharded_merge``),
   and saves gather the adapter collectively. Under ``--sharding zero3`` the base and the adapters are
@@ -322,6 +322,7 @@ def save_lora(model, out, dtype: torch.dtype, tokenizer=None, merged: bool = Fal
 
     import torch.distributed as dist
 
+    from ..adapters import record_base
     from .sharding import is_sharded, save_streamed
 
     main, sharded = not dist.is_initialized() or dist.get_rank() == 0, is_sharded(model)
@@ -331,6 +332,8 @@ def save_lora(model, out, dtype: torch.dtype, tokenizer=None, merged: bool = Fal
         _save_gathered_adapter(model, Path(out), main)
     elif main:
         model.save_pretrained(str(out))
+    if main:  # the base's fingerprint: loading refuses a base whose files changed (adapters.check_base)
+        record_base(Path(out), model.peft_config[model.active_adapter].base_model_name_or_path)
     if merged:
         save_streamed(model.get_base_model(), Path(out) / "merged", dtype, bucket_bytes, named=merged_tensors)
         if tokenizer is not None and main:
