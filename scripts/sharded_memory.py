@@ -16,7 +16,7 @@ ZeRO-3 (``zero3``): the same model and loop under ``deepspeed.initialize`` with 
 settings (``rl.zero3.ds_settings``: stage 3, fp32 gradient reduction; bf16 partitions over fp32
 masters on a GPU), torch's AdamW, DeepSpeed's persistence threshold and bucket sizes as accelerate
 fills them (10 x hidden, hidden^2, 0.9 x hidden^2); compared with ``Layout(world, "zero3")``. Its
-weight sync is the trainer's own stream (``rl.sharding.buckets``: a bucket gathered together).
+weight sync is the trainer's own stream (``rl.weight_stream.buckets``: a bucket gathered together).
 
 LoRA (``lora_r`` > 0 in the overrides): PEFT's adapters (``rl.lora.peft_config``) injected into the model
 before it is sharded, AdamW over the adapters alone, compared with ``Layout(world, sharding, lora_r=r)``;
@@ -166,7 +166,7 @@ def main() -> None:
     limit, bucket, size, gathered = bucket_mib * (1 << 20), [], 0, 0
     if sharding == "zero3" or peft is not None:  # the trainer's own stream: one bucket gathered, then released
         from tandem_rlvr.rl.lora import stream_source
-        from tandem_rlvr.rl.sharding import buckets
+        from tandem_rlvr.rl.weight_stream import buckets
 
         source, named = stream_source(peft) if peft is not None else (lm, None)
         parts = buckets(source, torch.bfloat16, int(limit), **({"named": named} if named else {}))

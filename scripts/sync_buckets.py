@@ -2,7 +2,7 @@
 
 Each process shards the senior (``fully_shard`` on every decoder layer and the root, float32
 masters, as ``--sharding fsdp2`` trains it), opens the run's engine for it and times
-``rl.weights.EngineSync``'s path (``rl.sharding.push``: cast to bf16 on the shard, gather, hand
+``rl.weights.EngineSync``'s path (``rl.weight_stream.push``: cast to bf16 on the shard, gather, hand
 over bucket by bucket, every process in lockstep) for each bucket size, ``--repeats`` times:
 
 - ``hf``: the plain bf16 rollout copy (``rl.precision.RolloutModel``) on every process;
@@ -40,7 +40,7 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
 
     from tandem_rlvr.models import load_model, resolve_model_path
-    from tandem_rlvr.rl.sharding import local_fraction, push
+    from tandem_rlvr.rl.weight_stream import local_fraction, push
 
     path = resolve_model_path(a.senior)
     senior = load_model(path, torch.device("cpu"), torch.float32)

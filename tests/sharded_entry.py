@@ -36,7 +36,7 @@ def main(out: Path, argv: list[str]) -> None:
     from tandem_rlvr.config import config_fields, load_train_config
     from tandem_rlvr.rl import train as train_mod
     from tandem_rlvr.rl.lora import stream_source
-    from tandem_rlvr.rl.sharding import local_fraction, push
+    from tandem_rlvr.rl.weight_stream import local_fraction, push
     from tandem_rlvr.rl.zero3 import is_partitioned, outside_zero3
     from tandem_rlvr.models import load_model
 
@@ -204,7 +204,7 @@ def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    from tandem_rlvr.rl.sharding import clean_name, push
+    from tandem_rlvr.rl.weight_stream import clean_name, push
 
     from tandem_rlvr.rl.lora import is_lora, stream_source
 

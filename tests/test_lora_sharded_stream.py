@@ -54,7 +54,7 @@ def _sharded_lora_senior(tok):
 
 def test_the_sharded_lora_stream_is_base_plus_alpha_over_r_times_BA(tok, one_rank_group):
     from tandem_rlvr.rl.lora import stream_source
-    from tandem_rlvr.rl.sharding import is_sharded, push
+    from tandem_rlvr.rl.weight_stream import is_sharded, push
 
     model, before = _sharded_lora_senior(tok)
     assert is_sharded(model)

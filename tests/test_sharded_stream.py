@@ -1,4 +1,4 @@
-"""The weight stream of ``rl.sharding`` on one process (the sharded, multi-process runs are in
+"""The weight stream of ``rl.weight_stream`` on one process (the sharded, multi-process runs are in
 ``tests/test_sharded_training.py``): buckets, the streamed HF save, the hf consumer, the choices."""
 
 import json
@@ -10,7 +10,8 @@ from transformers import AutoModelForCausalLM
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.precision import RolloutModel
-from tandem_rlvr.rl.sharding import buckets, from_launcher, push, save_streamed
+from tandem_rlvr.rl.sharding import from_launcher
+from tandem_rlvr.rl.weight_stream import buckets, push, save_streamed
 
 from conftest import make_model
 
@@ -171,7 +172,6 @@ def test_a_tied_head_is_pushed_under_both_names_gathered_once_and_saved_once(tok
 
 
 def test_the_layout_is_part_of_a_runs_identity_and_the_bucket_size_and_timeout_are_not(tmp_path):
-    from dataclasses import replace
 
     from tandem_rlvr.rl.run_identity import check_run_dir, stored_config
 

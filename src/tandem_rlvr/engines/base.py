@@ -110,7 +110,7 @@ class EngineKind:
     about: the engine in a few words, for the help of every ``--engine`` flag (``engine_help``).
 
     Every engine trains under several processes (one engine each, or one shared: ``one_sender``),
-    whole (DDP) or sharded (FSDP2: it takes the stream ``rl.sharding.push`` gathers bucket by
+    whole (DDP) or sharded (FSDP2: it takes the stream ``rl.weight_stream.push`` gathers bucket by
     bucket; docs/sharding.md).
     """
 

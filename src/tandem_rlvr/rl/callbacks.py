@@ -42,7 +42,7 @@ from ..io import read_text, write_json
 from ..prompting import encode_prompt
 from .lora import is_lora, save_lora
 from .precision import save_in_dtype
-from .sharding import is_sharded, save_streamed
+from .weight_stream import is_sharded, save_streamed
 
 log = logging.getLogger("tandem_rlvr")
 

@@ -34,7 +34,7 @@ class RolloutModel:
     The hf engine's consumer of the weight stream (``rl.weights.EngineSync``). A sharded senior
     (``sharded``: the run trains under FSDP2, which shards the model only once the trainer prepares
     it) cannot be decoded as it is, its parameters being shards, so a sharded run always decodes the
-    copy, which every rank refreshes from the senior gathered bucket by bucket (``rl.sharding.push``).
+    copy, which every rank refreshes from the senior gathered bucket by bucket (``rl.weight_stream.push``).
     A LoRA senior (``merged``: PEFT's layers) always decodes the copy too, refreshed from the merged
     weights W + (alpha / r) B A (``rl.lora.merged_weights``)."""
 

@@ -29,7 +29,8 @@ from .assemble import build_run
 from .precision import save_in_dtype
 from .run_identity import model_card, said_complete
 from .lora import is_lora, save_lora
-from .sharding import from_launcher, is_sharded, save_streamed
+from .sharding import from_launcher
+from .weight_stream import is_sharded, save_streamed
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 # transformers 5.x renames gradient_checkpointing -> activation_checkpointing and warns on every

@@ -35,7 +35,7 @@ def senior_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> 
 class EngineSync:
     """Keeps an engine's senior weights at the trainer's current update (module docstring).
 
-    A sharded senior (FSDP2, ZeRO-3) reaches the engine as ``rl.sharding.push`` streams it: full tensors
+    A sharded senior (FSDP2, ZeRO-3) reaches the engine as ``rl.weight_stream.push`` streams it: full tensors
     gathered ``bucket_bytes`` at a time, every process in the same order, each feeding its own
     engine (hf: its copy; vllm: its colocated engine). An engine that several processes share
     (``EngineKind.one_sender``: vllm-server) is fed by the main process alone while the others
@@ -52,14 +52,14 @@ class EngineSync:
         self.one_sender = bool(kind and kind.one_sender)
         self.synced = None  # (id of the model, global step) the engine holds
         self.syncs = 0
-        self.last_sync = None  # {"seconds", "bytes", "buckets"} of the last sharded push (rl.sharding.push)
+        self.last_sync = None  # {"seconds", "bytes", "buckets"} of the last sharded push (rl.weight_stream.push)
 
     @torch.no_grad()
     def __call__(self, senior: torch.nn.Module, step: int) -> None:
         import torch.distributed as dist
 
         from .lora import stream_source
-        from .sharding import is_sharded, push
+        from .weight_stream import is_sharded, push
 
         if self.synced == (id(senior), step):
             return

@@ -13,15 +13,15 @@ config of ``ds_settings``, which fixes:
 - ``communication_data_type: fp32``: DeepSpeed's default under bf16 reduce-scatters gradients in
   bf16, at lr 1e-6 the precision failure of issue 22 (the same reason FSDP2 uses its own policy);
 - ``stage3_gather_16bit_weights_on_model_save: false``: no process gathers a whole state dict;
-  saves stream bucket by bucket (``rl.sharding.save_streamed``) and the Trainer's checkpoint is
+  saves stream bucket by bucket (``rl.weight_stream.save_streamed``) and the Trainer's checkpoint is
   DeepSpeed's own (each rank writes its partitions of weights and AdamW moments);
 - ``--shard-offload``: parameter and optimiser partitions in host memory (``offload_param`` and
   ``offload_optimizer`` on the CPU; torch's AdamW steps there, not DeepSpeed's compiled one).
 
 accelerate keeps DeepSpeed off on a CPU machine (``cpu=True`` turns the launch into plain
 multi-CPU DDP without a word); DeepSpeed itself runs on CPU with its cpu accelerator and gloo,
-so ``force_on_cpu`` switches accelerate's state to DeepSpeed there (this module is the only place
-that touches that part of accelerate; ``tests/test_sharded_training.py`` asserts that each rank
+so ``force_on_cpu`` switches accelerate's state to DeepSpeed there (through ``rl/accelerate_state.py``,
+the one module that touches accelerate's private state; ``tests/test_sharded_training.py`` asserts that each rank
 then holds 1/N of every partitioned parameter: ``ds_tensor`` against ``ds_numel``).
 
 **Loading.** ``rl.assemble.build_run`` makes the run's GRPOConfig (whose DeepSpeed config
@@ -32,7 +32,7 @@ module (transformers' ``_load_state_dict_into_zero3_model``), so no GPU holds th
 memory per process measured with ``scripts/zero3_load_memory.py``, docs/sharding.md). The junior
 loads outside it (``outside_zero3``).
 
-**The stream.** ``gathered_bucket`` is ``rl.sharding.buckets``' ZeRO-3 gather: one bucket's
+**The stream.** ``gathered_bucket`` is ``rl.weight_stream.buckets``' ZeRO-3 gather: one bucket's
 parameters gathered together with ``deepspeed.zero.GatheredParameters`` (every rank, same order)
 and released when the consumer asks for the next. The gathered tensors are the bf16 partitions
 themselves (already the compute dtype: half the bytes of fp32); when fp32 is asked of bf16
@@ -153,22 +153,16 @@ def build_ops() -> None:
 
 def force_on_cpu(args) -> None:
     """Initialise accelerate's shared state as DeepSpeed on a CPU machine, where accelerate would
-    leave it multi-CPU DDP. The Trainer's Accelerator then finds the plugin in the state (it is
-    taken off ``args``: accelerate refuses a plugin handed to a second Accelerator)."""
-    from accelerate.state import AcceleratorState, PartialState
-    from accelerate.utils import DistributedType, TorchDynamoPlugin
+    leave it multi-CPU DDP (``rl.accelerate_state``). The Trainer's Accelerator then finds the plugin in
+    the state (it is taken off ``args``: accelerate refuses a plugin handed to a second Accelerator)."""
+    from .accelerate_state import force_on_cpu as force
 
-    plugin = args.deepspeed_plugin
-    state = AcceleratorState(cpu=True, mixed_precision="no", dynamo_plugin=TorchDynamoPlugin(), _from_accelerator=True)
-    if state.distributed_type == DistributedType.MULTI_CPU:
-        plugin.select(_from_accelerator_state=True)
-        state.deepspeed_plugins = plugin
-        state.distributed_type = DistributedType.DEEPSPEED
-        PartialState._shared_state["distributed_type"] = DistributedType.DEEPSPEED
+    got = force("DEEPSPEED", "no", deepspeed_plugin=args.deepspeed_plugin)
+    if got == "DEEPSPEED":
         args.deepspeed_plugin = None
-    if state.distributed_type != DistributedType.DEEPSPEED:
+    else:
         raise TandemError(f"--sharding zero3 needs a multi-process launch (torchrun or accelerate launch); this "
-                          f"process runs as {state.distributed_type}")
+                          f"process runs as {got}")
 
 
 def is_partitioned(model) -> bool:
