@@ -5,6 +5,12 @@ The run directory is not part of a run's identity (``runs/x``, ``./runs/x/``, it
 the directory after a move are one run); everything else recorded must match, or the resume is
 refused naming the keys that differ. Runs recorded before tasks, reward terms and sharding existed
 resume with those keys at the values they ran with (``legacy_defaults``).
+
+A model directory keeps its path when its files are replaced, so the record also holds the fingerprint
+(``fingerprint.model_fingerprint``) of each senior or single junior given as a local directory or file
+(``FINGERPRINTS``); a resume whose model's fingerprint differs is refused naming that model. Built-in
+models (fixed by the install) and hub ids are recorded by name only, and a run recorded without
+fingerprints resumes unchecked.
 """
 
 from __future__ import annotations
@@ -14,11 +20,28 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..config import RewardsPart, TrainConfig
+from ..errors import TandemError
 from ..io import read_json
 from ..outdir import abs_spec, output_dir, refuse_other_config
 
 # config.json keys that are not the run's identity: where it lives, where its server is, transport sizes
 NOT_IDENTITY = ("output_dir", "server", "sync_bucket_mb", "dist_timeout_s")
+FINGERPRINTS = "model_fingerprints"  # {"senior": ..., "junior": ...} of local model files (check_models)
+
+
+def model_fingerprints(d: dict) -> dict:
+    """{role: fingerprint} of a stored config's senior and single junior that are local files or directories
+    (``models.recorded_model`` makes those absolute; built-in names and hub ids are not fingerprinted)."""
+    from ..fingerprint import model_fingerprint
+
+    out = {}
+    for role in ("senior", "junior"):
+        spec = d.get(role)
+        if isinstance(spec, str) and Path(spec).is_absolute() and Path(spec).exists():
+            fp = model_fingerprint(spec)
+            if fp is not None:
+                out[role] = fp
+    return out
 
 
 def stored_config(cfg: TrainConfig) -> dict:
@@ -44,7 +67,27 @@ def stored_config(cfg: TrainConfig) -> dict:
         d["reward"] = f"{Path(where).expanduser().resolve()}:{name}"
     if Path(template).expanduser().is_file():
         d["judge_template"] = str(Path(template).expanduser().resolve())
+    fps = model_fingerprints(d)
+    if fps:
+        d[FINGERPRINTS] = fps
     return d
+
+
+def check_models(path: Path, new: dict) -> None:
+    """A TandemError naming the model whose files changed since the run in ``path`` (its config.json) was
+    recorded; nothing for a run recorded without fingerprints or a model it did not fingerprint."""
+    if not path.is_file():
+        return
+    old = read_json(path)
+    before, now = (c.get(FINGERPRINTS) if isinstance(c, dict) else None for c in (old, new))
+    if not isinstance(before, dict) or not isinstance(now, dict):
+        return
+    for role in ("senior", "junior"):
+        if role in before and role in now and before[role] != now[role]:
+            also = " (the self-paired junior too)" if role == "senior" and new.get("junior") is None else ""
+            raise TandemError(f"{path}: the {role} {new[role]}{also} has changed since the run started (its files' "
+                              f"fingerprint was {before[role]}, now {now[role]}); restore its files or use another "
+                              "--output-dir")
 
 
 def legacy_defaults() -> dict:
@@ -80,8 +123,10 @@ def check_run_dir(cfg: TrainConfig, extra: dict | None = None) -> int:
     holds another run's config. ``extra``: config.json entries beyond the config's (the Python API's
     dataset fingerprint and reward functions), which must match too."""
     out = output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # before any model loads or world builds
-    refuse_other_config(out / "config.json", {**stored_config(cfg), **(extra or {})}, "use another --output-dir",
-                        defaults=legacy_defaults(), ignore=NOT_IDENTITY, canonical=recorded_names)
+    stored = {**stored_config(cfg), **(extra or {})}
+    check_models(out / "config.json", stored)
+    refuse_other_config(out / "config.json", stored, "use another --output-dir", defaults=legacy_defaults(),
+                        ignore=(*NOT_IDENTITY, FINGERPRINTS), canonical=recorded_names)
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
