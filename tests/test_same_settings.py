@@ -1,0 +1,96 @@
+"""Under a multi-process launch every process compares its settings with rank 0's (rl/same_settings.py):
+two gloo processes started with different --lr both refuse, naming lr and both values; alike ones pass."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch.multiprocessing as mp
+
+from tandem_rlvr.rl.same_settings import describe, differing
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
+    import torch.distributed as dist
+
+    from tandem_rlvr.config import load_train_config
+    from tandem_rlvr.errors import TandemError
+    from tandem_rlvr.rl.same_settings import check
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    cfg = load_train_config("tiny", None, {"lr": lrs[rank], "output_dir": f"{out}/run-{rank}"})  # dirs may differ
+    try:
+        check(cfg)
+        said = "ok"
+    except TandemError as e:
+        said = str(e)
+    with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
+        f.write(said)
+    dist.destroy_process_group()
+
+
+def _launch(tmp_path, lrs: list) -> list[str]:
+    mp.spawn(_rank, args=(len(lrs), _port(), lrs, str(tmp_path)), nprocs=len(lrs), join=True)
+    return [(tmp_path / f"rank{r}.txt").read_text() for r in range(len(lrs))]
+
+
+def test_two_processes_with_different_lr_both_refuse_naming_lr_and_both_values(tmp_path):
+    said = _launch(tmp_path, [1e-4, 1e-2])
+    for line in said:
+        assert "\n" not in line
+        assert line.startswith("the processes of this launch were started with different settings: lr differ")
+        assert "rank 0 has 0.0001; rank 1 has 0.01" in line
+    assert said[0] == said[1]
+
+
+def test_two_processes_with_the_same_settings_pass(tmp_path):
+    assert _launch(tmp_path, [1e-4, 1e-4]) == ["ok", "ok"]
+
+
+def _train_rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
+    """One process of a torchrun-like launch of ``build_run`` (the launcher's environment, gloo)."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from tandem_rlvr.config import load_train_config
+    from tandem_rlvr.errors import TandemError
+    from tandem_rlvr.rl.assemble import build_run
+
+    cfg = load_train_config("tiny", None, {"lr": lrs[rank], "senior_device": "cpu", "output_dir": f"{out}/run"})
+    try:
+        build_run(cfg, print_fn=lambda *_: None).close()
+        said = "trained"
+    except TandemError as e:
+        said = str(e)
+    with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
+        f.write(said)
+
+
+def test_a_launch_whose_nodes_differ_in_lr_is_refused_on_every_rank_before_the_run_directory_is_written(tmp_path):
+    mp.spawn(_train_rank, args=(2, _port(), [1e-4, 1e-2], str(tmp_path)), nprocs=2, join=True)
+    for r in range(2):
+        line = (tmp_path / f"rank{r}.txt").read_text()
+        assert line.startswith("the processes of this launch were started with different settings: lr differ"), line
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_every_key_that_differs_from_rank_0_is_named_with_the_ranks():
+    s0 = {"lr": "0.0001", "junior": "\"a\"", "seed": "1"}
+    s1 = {"lr": "0.01", "junior": "\"a\"", "seed": "1"}
+    s2 = {"lr": "0.0001", "junior": "\"b\""}  # seed missing on rank 2: differs
+    assert differing([s0, s1, s2]) == ["junior", "lr", "seed"]
+    line = describe([s0, s1, s2])
+    assert "junior, lr, seed differ between rank 0 and ranks 1, 2" in line
+    assert "(junior: rank 0 has \"a\"; rank 1 has \"a\"; rank 2 has \"b\")" in line
+
+
+@pytest.mark.parametrize("same", [[{"a": "1"}], [{"a": "1"}, {"a": "1"}]])
+def test_alike_settings_differ_nowhere(same):
+    assert differing(same) == []
