@@ -22,6 +22,7 @@ from .precision import RolloutModel
 from .prepare import Prepared, prepare
 from .run_identity import check_run_dir, model_card, stored_config
 from .run_start import RunStart
+from . import same_settings
 from . import zero3
 from .lora import check_targets as check_lora_targets, peft_config as lora_config
 from .lora import prepare_trainer as prepare_lora
@@ -104,6 +105,7 @@ def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, s
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
     # (gloo) when told the run is on CPU; without it every process trains alone.
     state = PartialState(cpu=on_cpu, timeout=timedelta(seconds=cfg.models.dist_timeout_s))
+    same_settings.check(cfg, stored)  # every process with rank 0's settings, before any model loads
     args = grpo_args(cfg, state.num_processes, on_cpu)
     if cfg.models.sharding == "fsdp2":
         configure_sharding(args, cfg.models.precision.compute, on_cpu)
