@@ -176,10 +176,29 @@ def finished_metrics(cfg: EvalConfig, out: str | os.PathLike) -> dict | None:
     return metrics
 
 
-def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> dict:
+def plan_line(cfg: EvalConfig, problems: dict[str, list[Problem]]) -> str:
+    """What an evaluation loads and its cost at most, said before any model loads (loading and the first
+    samples take minutes on a large model, and a handoff decodes with two models: the user should know
+    what was asked for before waiting): problems x samples x max new tokens, the schedule and protocol."""
+    rows, n, tokens = sum(len(ps) for ps in problems.values()), cfg.n, cfg.decoding.sampling.max_new_tokens
+    url = getattr(cfg.decoding.server, "url", None)
+    models = f"senior {cfg.models.senior}" + (f", junior {cfg.junior_spec}" if cfg.schedule_name != "senior" else "")
+    models += f" (engine {cfg.decoding.engine}" + (f" at {url})" if url else ")")
+    if cfg.schedule_name == "senior":
+        how = "solo (the senior alone)"
+    else:
+        how = (f"handoff schedule {cfg.schedule_name}, protocol {cfg.handoff_protocol}: two models decode, "
+               + ("each turn re-encoded as text" if cfg.handoff_protocol == "text" else "in one token stream")
+               + ", so it costs several times a solo run")
+    return (f"loading {models}; {rows} problems x {n} samples x up to {tokens} new tokens = "
+            f"{rows * n * tokens:,} tokens at most, {how}")
+
+
+def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True, say=None) -> dict:
     """Load models and problems, then ``run_eval``: the library form of ``tandem eval solo|handoff``.
 
-    ``cfg`` says what to sample (see ``config.EvalConfig``; defaults are the paper's evaluation).
+    ``cfg`` says what to sample (see ``config.EvalConfig``; defaults are the paper's evaluation); ``say``
+    (a function of one line, e.g. ``print``) is told ``plan_line`` before any model loads.
     """
     from ...engines import open_decoder
     from ...engines.base import engine_kind
@@ -193,6 +212,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True) -> 
                           "protocol is text (the paper's, on every engine): pass --protocol stream")
     served_juniors = _check_server_juniors(cfg)  # a server's juniors are the run's, before any sampling
     problems = _problems(cfg)
+    if say is not None:
+        say(plan_line(cfg, problems))
     name = cfg.schedule_name
     if cfg.handoff_protocol == "text":
         from .text_handoff import open_text_handoff
