@@ -128,7 +128,7 @@ def _captured(argv: list[str], monkeypatch, tmp_path) -> dict:
 
     seen = []
     monkeypatch.setattr(rtrain, "train", lambda cfg, print_fn=print: seen.append(cfg.to_dict()) or {})
-    monkeypatch.setattr(sampler, "evaluate", lambda cfg, out, progress=True: seen.append(cfg.to_dict()))
+    monkeypatch.setattr(sampler, "evaluate", lambda cfg, out, progress=True, say=None: seen.append(cfg.to_dict()))
     monkeypatch.setattr(cli_eval, "_print_metrics", lambda *a: None)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my.yaml").write_text(BEFORE["my.yaml"])

@@ -1,5 +1,5 @@
 """``tandem eval handoff`` says what it loads and what it costs at most (problems x samples x max new
-tokens, the schedule and protocol) before any model loads (eval/sample/sampler.py, ``plan_line``)."""
+tokens, the schedule and protocol) on stdout before any model loads (eval/sample/sampler.py, ``plan_line``)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ def test_eval_handoff_prints_models_and_rows_x_samples_x_tokens_before_loading(m
     monkeypatch.setattr(engines, "open_decoder", _stop)
     rc = main(["eval", "handoff", "--senior", str(model_dir), "--junior", str(model_dir), "--benchmarks", "tiny",
                "--limit", "3", "--n", "2", "--max-tokens", "5", "--protocol", protocol, "--out", str(tmp_path / "ev")])
-    err = capsys.readouterr().err.strip().splitlines()
-    plan = [i for i, line in enumerate(err) if line.startswith("loading ")]
-    assert rc != 0 and err[-1] == "tandem: error: stopped where the models would load"
-    assert len(plan) == 1 and plan[0] < len(err) - 1, err  # said once, before the loading failed
-    line = err[plan[0]]
+    said = capsys.readouterr()
+    out = said.out.strip().splitlines()
+    assert rc != 0 and said.err.strip() == "tandem: error: stopped where the models would load"  # still one line
+    plan = [line for line in out if line.startswith("loading ")]
+    assert len(plan) == 1, out  # said once, before the loading failed
+    line = plan[0]
     assert line.startswith(f"loading senior {model_dir}, junior {model_dir} (engine hf)")
     assert "; 3 problems x 2 samples x up to 5 new tokens = 30 tokens at most" in line  # 3 x 2 x 5 by hand
     assert f"protocol {protocol}: two models decode, {words}" in line

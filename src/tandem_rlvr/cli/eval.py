@@ -102,7 +102,7 @@ def cmd_eval(a, mode: str, names: list[str]):
     cfg = EvalConfig.from_keys(**keys, mode=mode, sampling=sampling_from_args(a), engine=engine_of(a, mode == "handoff"),
                                vllm_settings=vllm_settings(a), server=server_settings(a))
     configure_cpu_threads()
-    metrics = evaluate(cfg, a.out, say=lambda line: print(line, file=sys.stderr))  # what loads, what it costs
+    metrics = evaluate(cfg, a.out, say=print)  # what loads and what it costs, on stdout (stderr: one-line errors)
     _print_metrics(metrics, a.out)
 
 
