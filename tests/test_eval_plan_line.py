@@ -13,7 +13,8 @@ def _stop(*_a, **_k):
     raise TandemError("stopped where the models would load")
 
 
-@pytest.mark.parametrize("protocol, words", [("text", "each turn re-encoded as text"), ("stream", "in one token stream")])
+@pytest.mark.parametrize("protocol, words", [("text", "each turn re-encoded as text"),
+                                             ("stream", "in one token stream")])
 def test_eval_handoff_prints_models_and_rows_x_samples_x_tokens_before_loading(model_dir, tmp_path, capsys, monkeypatch,
                                                                              protocol, words):
     import tandem_rlvr.engines as engines

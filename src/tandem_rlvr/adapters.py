@@ -68,7 +68,8 @@ def check_base(p: Path, base: str) -> None:
     now = model_fingerprint(base)
     if now != saved:
         raise TandemError(f"the base model {base} of the LoRA adapter {p} has changed since the adapter was saved "
-                          f"(fingerprint {saved}, now {now}); the adapter is valid only on the weights it was trained over")
+                          f"(fingerprint {saved}, now {now}); the adapter is valid only on the weights it was "
+                          "trained over")
 
 
 def merge_on_load(p: Path, base):
