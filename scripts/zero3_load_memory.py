@@ -55,7 +55,7 @@ def rank_main(model_dir: str, mode: str, out: str) -> None:
                                              dtype="float32", sharding="zero3", output_dir=tempfile.mkdtemp()))
     state = PartialState(cpu=True)
     args = grpo_args(cfg, state.num_processes, True)
-    zero3.configure(args, True)
+    zero3.configure(args, torch.float32, True)
     import deepspeed
 
     open("/proc/self/clear_refs", "w").write("5")  # the peak from here on

@@ -16,8 +16,8 @@ from ..errors import TandemError
 from ..models import resolve_dtype
 from ..pool import JuniorPool
 from .fields import at_least, check_part, setting
-
-SHARDINGS = ("none", "fsdp2", "zero3")  # how the trained senior is laid out over the training processes (rl/sharding.py, rl/zero3.py)
+from .shardings import REGISTRY as SHARDING_KINDS
+from .shardings import SHARDINGS, ShardingKind, sharding_kind
 
 
 class Precision(NamedTuple):
@@ -90,8 +90,9 @@ class ModelsPart:
                 raise TandemError(said if repr(str(self.junior)) in said else f"junior {self.junior!r}: {said}") from None
         check_part(self)
         self.junior_devices  # one device for all juniors or one each
-        if self.shard_offload and self.sharding == "none":
-            raise TandemError("shard_offload needs --sharding fsdp2 or zero3 (it offloads the shards)")
+        if self.shard_offload and not self.backend.can_offload:
+            offloading = " or ".join(k.name for k in SHARDING_KINDS.values() if k.can_offload)
+            raise TandemError(f"shard_offload needs --sharding {offloading} (it offloads the shards)")
         at_least(self, 1, "dist_timeout_s", "sync_bucket_mb")
         self._check_lora()
 
@@ -114,6 +115,11 @@ class ModelsPart:
             if given:
                 raise TandemError(f"{', '.join(given)} set without lora_r: LoRA needs a rank (--lora-r R, e.g. 16); "
                                   "lora_r 0 is full fine-tuning")
+
+    @property
+    def backend(self) -> ShardingKind:
+        """The sharding backend's row (``config/shardings.py``): what it shards, needs and offloads."""
+        return sharding_kind(self.sharding)
 
     @property
     def junior_spec(self) -> str:

@@ -23,10 +23,10 @@ from .prepare import Prepared, prepare
 from .run_identity import check_run_dir, model_card, stored_config
 from .run_start import RunStart
 from . import same_settings
-from . import zero3
+from . import backends
 from .lora import check_targets as check_lora_targets, peft_config as lora_config
 from .lora import prepare_trainer as prepare_lora
-from .sharding import configure as configure_sharding, from_launcher
+from .sharding import from_launcher
 from .trl_args import grpo_args
 
 
@@ -78,11 +78,10 @@ class Run:
 def _check_launch(cfg: TrainConfig) -> None:
     """A sharded run needs a distributed launch (and, for ZeRO-3, DeepSpeed)."""
     sharding = cfg.models.sharding
-    if sharding != "none" and "LOCAL_RANK" not in os.environ:  # what torchrun and accelerate launch set
+    if cfg.models.backend.shards_parameters and "LOCAL_RANK" not in os.environ:  # torchrun's, accelerate's
         raise TandemError(f"--sharding {sharding} needs a distributed launch: `torchrun --nproc_per_node N -m "
                           "tandem_rlvr.cli train ...` or `accelerate launch ... -m tandem_rlvr.cli train ...`")
-    if sharding == "zero3":
-        zero3.require()  # one line naming what to install
+    backends.require(cfg)  # one line naming what to install
 
 
 def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, stored: dict | None = None) -> Run:
@@ -107,10 +106,7 @@ def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, s
     state = PartialState(cpu=on_cpu, timeout=timedelta(seconds=cfg.models.dist_timeout_s))
     same_settings.check(cfg, stored)  # every process with rank 0's settings, before any model loads
     args = grpo_args(cfg, state.num_processes, on_cpu)
-    if cfg.models.sharding == "fsdp2":
-        configure_sharding(args, cfg.models.precision.compute, on_cpu)
-    elif cfg.models.sharding == "zero3":
-        zero3.configure(args, on_cpu)
+    backends.configure(args, cfg, on_cpu)
     # after args: under ZeRO-3 the senior loads straight into its partitions (rl/zero3.py, "Loading")
     prep = prepare(cfg, given)
     if given is None:
@@ -214,6 +210,6 @@ def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):
         m.senior, m.pool.spec() if tandem else None, next(pair.senior.parameters()).device,
         dtype=m.dtype, seed=cfg.loop.seed, vllm_settings=vllm, server=server, pair=pair,
         rollout_copy=RolloutModel(m.senior, m.precision.compute, m.rollout_device if kind.rollout_device else None,
-                                  sharded=m.sharding != "none", merged=bool(m.lora_r)),
+                                  sharded=m.backend.shards_parameters, merged=bool(m.lora_r)),
         batch_rows=r.rollout_batch_rows, sleep=r.vllm_sleep, in_process=True, data_parallel=num_processes > 1))
 

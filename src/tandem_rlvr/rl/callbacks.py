@@ -196,7 +196,7 @@ class Validation(TrainerCallback):
         # senior's refresh and saves, a shared engine's push), whenever the engine decodes this process's own
         # models (hf), the senior is sharded, or one engine serves every process (vllm-server)
         kind = engine_kind(cfg.rollout.engine)
-        self.split_rows = kind.transformers or kind.one_sender or cfg.models.sharding != "none"
+        self.split_rows = kind.transformers or kind.one_sender or cfg.models.backend.shards_parameters
         best = run_dir / "best" / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"accuracy": -1.0, "step": -1}
         self.pool = cfg.models.pool

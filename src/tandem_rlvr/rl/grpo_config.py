@@ -144,7 +144,7 @@ def from_train_config(cfg: TrainConfig, num_processes: int, on_cpu: bool, sharde
             steps_per_generation=loop.updates_per_batch * accumulate,
             report_to=report_targets(loop.report_to), use_cpu=on_cpu, bf16=mixed and compute == torch.bfloat16,
             fp16=mixed and compute == torch.float16,
-            gradient_checkpointing=m.gradient_checkpointing and m.sharding != "fsdp2",
+            gradient_checkpointing=m.gradient_checkpointing and not m.backend.own_checkpointing,
             delta=loss.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip
             ddp_timeout=m.dist_timeout_s, **{**RUN_DEFAULTS, **loop.trl},
             # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default

@@ -149,7 +149,7 @@ def requested_layout(cfg, processes: int = 1, sharding: str | None = None, offlo
                      lora_r: int = 0, sync_bucket_mib: float | None = None) -> Layout:
     """The layout ``tandem train --dry-run`` plans (its ``--plan-*`` flags): what is not asked for (None, a
     LoRA rank of 0) is the run's own."""
-    sharding = sharding or {"none": "ddp"}.get(cfg.models.sharding, cfg.models.sharding)
+    sharding = sharding or cfg.models.backend.plan_name
     offload = offload or ("all" if cfg.models.shard_offload else "none")
     return Layout(processes, sharding, offload, lora_r or cfg.models.lora_r, sync_bucket_mib or float(cfg.models.sync_bucket_mb))
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..config.shardings import PLAN_NAMES, plan_kind
 from ..errors import TandemError
 from .lora import adapter_weights_per_rank, check_lora
 from .memory_shapes import LoraSpec, Shape, activation_profile, model_config
@@ -117,7 +118,7 @@ def _plan_device(spec: str | None, gpu: bool) -> str:
     return spec
 
 
-SHARDINGS = ("ddp", "fsdp2", "zero3")
+SHARDINGS = PLAN_NAMES.keys()  # the plan's names of the backends (config/shardings.py): ddp is none
 OFFLOADS = ("none", "optimizer", "all")
 HOST = "host"  # CPU RAM of the training process (offloaded shards)
 
@@ -140,21 +141,25 @@ class Layout:
     def __post_init__(self):
         if not isinstance(self.processes, int) or self.processes < 1:
             raise TandemError(f"plan processes must be a whole number >= 1, got {self.processes!r}")
-        if self.sharding not in SHARDINGS:
-            raise TandemError(f"plan sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
+        kind = plan_kind(self.sharding)
         if self.offload not in OFFLOADS:
             raise TandemError(f"plan offload must be one of {', '.join(OFFLOADS)}, got {self.offload!r}")
-        if self.sharding == "ddp" and self.offload != "none":
-            raise TandemError("plan offload needs sharding (fsdp2 or zero3): DDP keeps whole copies on the GPU")
-        if self.sharding == "fsdp2" and self.offload == "optimizer":
-            raise TandemError("plan offload: FSDP2 offloads parameters, gradients and optimiser states together "
-                              "(CPUOffloadPolicy): use offload all")
+        if self.offload != "none" and not kind.can_offload:
+            offloading = " or ".join(k.plan_name for k in PLAN_NAMES.values() if k.can_offload)
+            raise TandemError(f"plan offload needs sharding ({offloading}): {kind.label} keeps whole copies on the GPU")
+        if self.offload not in kind.offloads:
+            raise TandemError(f"plan offload {self.offload}: {kind.label} takes offload {' or '.join(kind.offloads)}")
         if self.lora_r < 0 or self.sync_bucket_mib <= 0:
             raise TandemError(f"plan lora_r must be >= 0 and the sync bucket > 0 MiB, got {self.lora_r}, "
                               f"{self.sync_bucket_mib}")
 
+    @property
+    def sharded(self) -> bool:
+        """Each process holds a part of the senior's training state (not DDP's whole copies)."""
+        return plan_kind(self.sharding).shards_parameters
+
     def describe(self) -> str:
-        text = {"ddp": "DDP", "fsdp2": "FSDP2", "zero3": "ZeRO-3"}[self.sharding] + f" x {self.processes}"
+        text = plan_kind(self.sharding).label + f" x {self.processes}"
         text += {"none": "", "optimizer": ", optimiser offload", "all": ", parameter + optimiser offload"}[self.offload]
         return text + (f", LoRA r={self.lora_r}" if self.lora_r else "")
 
@@ -168,13 +173,13 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
     trained = lay.lora_r * (lora_per_rank or S.lora_per_rank) if lay.lora_r else S.params
     what = f"LoRA r={lay.lora_r}: {_count(trained)} adapter weights" if lay.lora_r else f"{_count(S.params)} weights"
     weights = S.params + (trained if lay.lora_r else 0)
-    if lay.sharding == "ddp" and lay.lora_r:
+    if not lay.sharded and lay.lora_r:
         p.add(dev, "resident", f"senior weights ({_count(S.params)} x {bc} B frozen base, {str(compute)[6:]}, + "
                                f"{_count(trained)} x {bm} B adapters)", S.params * bc + trained * bm)
         p.add(dev, "resident", f"AdamW moments (2 x {bm} B per trained weight; {what})", 2 * trained * bm)
         p.add(dev, "update", f"gradients ({bm} B per trained weight)", trained * bm)
         return
-    if lay.sharding == "ddp":
+    if not lay.sharded:
         p.add(dev, "resident", f"senior weights ({_count(weights)} x {bm} B, {str(master)[6:]})", weights * bm)
         p.add(dev, "resident", f"AdamW moments (2 x {bm} B per trained weight; {what})", 2 * trained * bm)
         p.add(dev, "update", f"gradients ({bm} B per trained weight)", trained * bm)
@@ -255,9 +260,9 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
                    "lora_r" if lay.lora_r == cfg.models.lora_r else "--plan-lora-r")
     per_rank = adapter_weights_per_rank(s_cfg, cfg.models.lora_targets) if lay.lora_r else 0
     _senior(p, d0, lay, S, master, compute, per_rank)
-    lora_base = lay.lora_r and lay.sharding == "ddp"  # LoRA: the frozen base is held in the compute dtype
+    lora_base = lay.lora_r and not lay.sharded  # LoRA: the frozen base is held in the compute dtype
     grad_dtype = compute if lay.sharding == "fsdp2" and mixed else master  # FSDP2 computes gradients in param_dtype
-    if mixed and lay.sharding == "ddp" and not lora_base:  # FSDP2's policy and ZeRO-3 gather bf16: no autocast copies
+    if mixed and not lay.sharded and not lora_base:  # FSDP2's policy and ZeRO-3 gather bf16: no autocast copies
         p.add(d0, "update", f"autocast copies of the matrices ({bc} B per weight)", S.matrix_params * bc)
     ckpt = cfg.models.gradient_checkpointing
     act_dtype = compute if lora_base else master
@@ -286,7 +291,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     p.add(d0, "update", "log-prob head: hidden states it keeps", head_tokens * S.hidden * bc + 8 * head_tokens * 4)
     p.add(d0, "update/head", "log-prob head: TRL's tile and the hidden states' fp32 gradient",
           tile * bc + head_tokens * S.hidden * 4)
-    if mixed and lay.sharding == "ddp" and not lora_base:
+    if mixed and not lay.sharded and not lora_base:
         p.add(d0, "update/head", "log-prob head: compute-dtype copy of one vocabulary slice of the head",
               min(S.vocab, TILE_VOCAB) * S.hidden * bc)
     if not lay.lora_r:
@@ -336,7 +341,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if lora_base:  # the merged stream: one W + (alpha / r) B A at a time (fp32 W, fp32 delta, the cast result)
         p.add(d0, "sync", "weight sync: one merged matrix at a time (fp32 base and update, cast copy)",
               S.intermediate * S.hidden * (4 + 4 + bc))
-    elif lay.sharding != "ddp" or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
+    elif lay.sharded or lay.lora_r:  # every rank gathers one bucket of full bf16 tensors at a time
         p.add(d0, "sync", f"weight sync: one gathered bucket ({lay.sync_bucket_mib:g} MiB at most, "
               f"{str(compute)[6:]})", min(lay.sync_bucket_mib * (1 << 20), S.params * bc))
     if _kind(cfg).remote:
@@ -356,14 +361,14 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
             if engine_weights >= share:
                 p.notes.append("engine vllm: the senior and the pool's juniors do not fit vllm_gpu_memory_utilization "
                                "of this GPU; raise it or use fewer/smaller juniors")
-        for phase in [ph for ph, _, _ in phases] + (["sync"] if lay.sharding != "ddp" or lay.lora_r else []):
+        for phase in [ph for ph, _, _ in phases] + (["sync"] if lay.sharded or lay.lora_r else []):
             p.add(d0, phase, "vLLM engine (weights + KV cache), asleep during updates" if cfg.rollout.vllm_sleep
                   else "vLLM engine (weights + KV cache)", share)
         if not cfg.rollout.vllm_sleep:
             p.add(d0, "update", "vLLM engine (awake during updates; vllm_sleep frees it)", share)
         return p
     largest = _largest_per_device(juniors, lambda Jd: seq * Jd.kv_bytes_per_token(compute) + Jd.state_bytes_per_row)
-    if mixed or droll != d0 or lay.sharding != "ddp" or lay.lora_r:  # a sharded or LoRA senior: a plain merged copy
+    if mixed or droll != d0 or lay.sharded or lay.lora_r:  # a sharded or LoRA senior: a plain merged copy
         p.add(droll, "resident", f"senior copy the rollouts decode ({str(compute)[6:]})", S.params * bc)
     for phase, rows, schedule in phases:
         p.add(droll, phase, f"senior KV cache ({rows} rows x {seq} tokens)", rows * seq * S.kv_bytes_per_token(compute))

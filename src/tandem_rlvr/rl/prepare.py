@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ from ..data.benchmarks import Problem
 from ..errors import TandemError
 from ..models import Pair, load_pair, load_pool_juniors
 from ..prompting import encode_prompt, resolve_template
+from .backends import junior_context
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -145,9 +145,7 @@ def prepare(cfg: TrainConfig, given: Given | None = None) -> Prepared:
         drop_overlong_prompts(prep)
         return prep
     base = m.precision.compute if m.lora_r else m.precision.master  # LoRA: the frozen base in the compute dtype
-    whole = nullcontext
-    if m.sharding == "zero3":  # the senior into ZeRO-3 partitions (zero.Init), the juniors whole (rl/zero3.py)
-        from .zero3 import outside_zero3 as whole
+    whole = junior_context(cfg)  # ZeRO-3: the senior into partitions (zero.Init), the juniors whole (rl/zero3.py)
     pool = m.pool
     pair = load_pair(m.senior, pool.names[0], m.senior_device, m.junior_devices[0], m.precision.compute,
                      trainable=True, senior_dtype=base, other_tokenizer=other[0], tokenizers=tokenizers,

@@ -31,6 +31,7 @@ import os
 
 import torch
 
+from ..config.shardings import REGISTRY as SHARDING_KINDS
 from ..errors import TandemError
 from .weight_stream import clean_name, gathered, is_sharded, named_tensors, save_streamed  # noqa: F401 (rl/lora.py's imports)
 
@@ -54,15 +55,14 @@ def from_launcher(cfg):
 
 
 def _from_environment(cfg, zero3):
-    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
-    asked = cfg.models.sharding
-    for on, var, theirs in ((fsdp, "ACCELERATE_USE_FSDP", "fsdp2"), (deepspeed, "ACCELERATE_USE_DEEPSPEED", "zero3")):
-        if on and asked not in ("none", theirs):
+    asked = cfg.models.backend
+    for theirs in (k for k in SHARDING_KINDS.values() if k.launcher_var):
+        var = theirs.launcher_var
+        if os.environ.get(var, "false").lower() == "true" and asked.shards_parameters and asked != theirs:
             raise TandemError(f"{var}=true in the environment (an accelerate launch's config, or left over in the "
-                              f"shell) asks for {theirs}, but the settings ask for --sharding {asked}; unset {var} "
-                              f"or launch with a matching accelerate config")
-    if not fsdp:
+                              f"shell) asks for {theirs.name}, but the settings ask for --sharding {asked.name}; "
+                              f"unset {var} or launch with a matching accelerate config")
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
         return zero3.from_launcher(cfg)
     version = os.environ.get("FSDP_VERSION", "1")
     if version != "2":
@@ -77,6 +77,12 @@ def fsdp_settings(cfg) -> dict:
     accelerate's plugin; layers to wrap: the model's ``_no_split_modules``, accelerate's default)."""
     return {"version": 2, "reshard_after_forward": True, "state_dict_type": "SHARDED_STATE_DICT",
             "activation_checkpointing": cfg.models.gradient_checkpointing, "cpu_offload": cfg.models.shard_offload}
+
+
+def trl_fields(cfg, compute: torch.dtype, master: torch.dtype) -> dict:
+    """The backend's ``GRPOConfig`` fields (``rl/backends.py``): FSDP with ``fsdp_settings``; FSDP's own
+    activation checkpointing and mixed-precision policy (``configure``) replace transformers'."""
+    return {"fsdp": True, "fsdp_config": fsdp_settings(cfg)}
 
 
 def configure(args, compute: torch.dtype, on_cpu: bool) -> None:

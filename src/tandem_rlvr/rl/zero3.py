@@ -104,11 +104,18 @@ def ds_settings(cfg, compute: torch.dtype, master: torch.dtype) -> dict:
     }
 
 
-def configure(args, on_cpu: bool) -> None:
+def trl_fields(cfg, compute: torch.dtype, master: torch.dtype) -> dict:
+    """The backend's ``GRPOConfig`` fields (``rl/backends.py``): DeepSpeed's bf16 partitions, fp32 masters
+    and reduction."""
+    return {"deepspeed": ds_settings(cfg, compute, master)}
+
+
+def configure(args, compute: torch.dtype, on_cpu: bool) -> None:
     """After ``args`` (a GRPOConfig built with ``deepspeed=ds_settings(...)``) exists and before the
     senior loads: on a CPU machine, make accelerate really run DeepSpeed; and have DeepSpeed's own
     communication layer join the launch's process group now (``zero.Init`` reads its world size when
-    the senior loads, before ``deepspeed.initialize`` would join it)."""
+    the senior loads, before ``deepspeed.initialize`` would join it). ``compute``: DeepSpeed's precision
+    is in ``args`` already (``ds_settings``)."""
     import deepspeed
     import torch.distributed as dist
 
@@ -223,3 +230,6 @@ def outside_zero3():
         yield
     finally:
         hf_ds._hf_deepspeed_config_weak_ref = ref
+
+
+junior_context = outside_zero3  # rl/backends.py: the models that stay whole load under it
