@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch.multiprocessing as mp
@@ -34,7 +37,8 @@ def _rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
         said = str(e)
     with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
         f.write(said)
-    dist.destroy_process_group()
+    if dist.is_initialized():  # a refusal closes the group itself
+        dist.destroy_process_group()
 
 
 def _launch(tmp_path, lrs: list) -> list[str]:
@@ -94,3 +98,25 @@ def test_every_key_that_differs_from_rank_0_is_named_with_the_ranks():
 @pytest.mark.parametrize("same", [[{"a": "1"}], [{"a": "1"}, {"a": "1"}]])
 def test_alike_settings_differ_nowhere(same):
     assert differing(same) == []
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_with_different_lr_exit_2_with_the_line_above_the_launchers_banner(tmp_path):
+    """The issue's case: two one-process "nodes" on a loopback rendezvous, node 1 with --lr 1e-2."""
+    port, src = _port(), str(Path(__file__).parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
+                               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                               "-m", "tandem_rlvr.cli", "train", "--preset", "tiny", "--senior-device", "cpu",
+                               "--lr", lr, "--output-dir", str(tmp_path / "run")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+             for r, lr in ((0, "1e-4"), (1, "1e-2"))]
+    for p in procs:
+        err = p.communicate(timeout=300)[1].splitlines()
+        assert p.returncode != 0
+        first = [i for i, line in enumerate(err) if line.startswith("tandem: error: ")]
+        banner = [i for i, line in enumerate(err) if "ChildFailedError" in line]
+        assert first and banner and first[0] < banner[0], err  # the line, then the launcher's report
+        assert "different settings: lr differ" in err[first[0]] and "rank 1 has 0.01" in err[first[0]]
+        assert "exitcode  : 2 " in "\n".join(err)  # the CLI's error status, not a crash at exit
+    assert not (tmp_path / "run" / "config.json").exists()

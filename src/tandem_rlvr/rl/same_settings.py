@@ -63,4 +63,6 @@ def check(cfg, extra: dict | None = None) -> None:
         return
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
+    dist.barrier()  # every process has what it needs before any leaves
+    dist.destroy_process_group()  # the group closed in step: a peer gone first would abort this process at exit
     raise TandemError(describe(every))
