@@ -50,11 +50,13 @@ def method_config(preset: str, method: str, senior: str, junior: str | None, run
     a recipe checks every run this way before it starts the first."""
     from ..config import load_train_config
     from ..outdir import refuse_other_config
-    from ..rl.run_identity import stored_config
+    from ..rl.run_identity import FINGERPRINTS, check_models, stored_config
 
     cfg = load_train_config(preset, overrides=dict(method=method, senior=senior, junior=junior,
                                                    output_dir=str(run_dir), **overrides))
-    refuse_other_config(Path(run_dir) / "config.json", stored_config(cfg), "use another --out", ignore=("output_dir",))
+    stored = stored_config(cfg)
+    check_models(Path(run_dir) / "config.json", stored)  # a run recorded without fingerprints passes
+    refuse_other_config(Path(run_dir) / "config.json", stored, "use another --out", ignore=("output_dir", FINGERPRINTS))
     return cfg
 
 
