@@ -24,7 +24,7 @@
 #    peak per device beside torch.cuda.max_memory_allocated
 # 13 fsdp2_memory: sharded training (scripts/memory_check.py --fsdp2 --arch Qwen/Qwen3-0.6B, random weights from
 #    the shipped config): FSDP2 over 2 processes when 2 GPUs are present, else on one process as a smoke test;
-#    per rank the plan's peak (Layout(N, "fsdp2"), rl/memory_plan.py) beside torch.cuda.max_memory_allocated,
+#    per rank the plan's peak (Layout(N, "fsdp2"), planner/memory.py) beside torch.cuda.max_memory_allocated,
 #    and the seconds of one bf16 weight sync (gather in 512 MiB buckets)
 # 14 fsdp2_plan_9b: the dry-run plan and layouts table of the qwen3.5-9b-2b preset on this GPU's memory
 # 15 zero3_memory (when DeepSpeed is installed: pip install -e ".[sharded]"): step 13 under DeepSpeed ZeRO-3

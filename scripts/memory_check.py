@@ -1,4 +1,4 @@
-"""Predicted vs measured peak memory of `tandem train` on CPU: a check of the memory plan (`rl/memory_plan.py`).
+"""Predicted vs measured peak memory of `tandem train` on CPU: a check of the memory plan (`planner/memory.py`).
 
 Each configuration trains 2 updates of a randomly initialised model of a real architecture
 (the tiny world's, SmolLM2-135M's) in a fresh process and reads the process's peak resident
@@ -43,7 +43,7 @@ import torch
 torch.set_num_threads(2)
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.rl import train as T
-from tandem_rlvr.rl.memory_plan import plan
+from tandem_rlvr.planner.memory import plan
 overrides = json.loads(sys.argv[1])
 cfg = load_train_config(None, None, overrides)
 p = plan(cfg)

@@ -10,7 +10,7 @@ batch is cut to 2 prompts x 8 rollouts so the check ends in minutes; the respons
 the paper's 3,000 tokens (random weights rarely stop early), so activations and KV caches are
 the paper's per row.
 
-Printed: per device, the plan's peak (`rl/memory_plan.py`) and torch.cuda.max_memory_allocated,
+Printed: per device, the plan's peak (`planner/memory.py`) and torch.cuda.max_memory_allocated,
 and their ratio. `--small` (used by GPU_CHECK_CPU=1 rehearsals) shrinks the model and lengths so
 the script itself can be checked on a CPU, where no measurement is taken.
 
@@ -62,7 +62,7 @@ def build(config_path: Path, root: Path, small: bool) -> Path:
 
 def main() -> None:
     from tandem_rlvr.config import load_train_config
-    from tandem_rlvr.rl.memory_plan import GiB, plan, render
+    from tandem_rlvr.planner.memory import GiB, plan, render
     from tandem_rlvr.rl.train import train
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

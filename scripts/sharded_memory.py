@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM
 from trl.kernels import ChunkedLogProbFunction
 
 from tandem_rlvr.config import load_train_config
-from tandem_rlvr.rl.memory_plan import Layout, Plan, plan
+from tandem_rlvr.planner.memory import Layout, Plan, plan
 from tandem_rlvr.rl.memory_shapes import model_config
 
 

@@ -205,6 +205,7 @@ def test_nothing_below_the_entry_points_imports_them():
 FLOORS = {
     "cli": 6, "study": 6, "demo": 6, "__main__": 6,  # the entry points (study, demo: aliases)
     "recipes": 5, "api": 5,  # the Python API (TandemGRPOTrainer, tandem_rollout, evaluate) on rl and eval
+    "planner": 5,  # the memory plan: reads settings and rl's rules; rl never reads it back
     "rl": 4, "eval": 4, "client": 4,
     "engines": 3, "config": 3,
     "models": 2, "data": 2, "world": 2, "tasks": 2,

@@ -1,5 +1,5 @@
-"""The memory plan per rank under sharding (rl/memory_plan.py Layout), offload, LoRA, the layout
-search (rl/memory_layouts.py) and the --plan-* flags. Expected bytes are worked out by hand from
+"""The memory plan per rank under sharding (planner/memory.py Layout), offload, LoRA, the layout
+search (planner/layouts.py) and the --plan-* flags. Expected bytes are worked out by hand from
 the shipped Qwen3-4B-Instruct-2507 config (docs/scale.md):
 
     embedding 151,936 x 2,560 = 388,956,160 (tied: also the output layer), final norm 2,560
@@ -31,7 +31,7 @@ def _items(p, device=None):
 
 
 def test_fsdp2_divides_weights_gradients_and_moments_by_the_world_size(paper):
-    from tandem_rlvr.rl.memory_plan import Layout, plan
+    from tandem_rlvr.planner.memory import Layout, plan
 
     p = plan(paper, gpu_gib=80, layout=Layout(2, "fsdp2"))
     items = _items(p, "cuda:0")
@@ -48,7 +48,7 @@ def test_fsdp2_divides_weights_gradients_and_moments_by_the_world_size(paper):
 
 
 def test_zero3_follows_deepspeeds_18_bytes_per_weight(paper):
-    from tandem_rlvr.rl.memory_plan import Layout, plan
+    from tandem_rlvr.planner.memory import Layout, plan
 
     items = _items(plan(paper, gpu_gib=80, layout=Layout(4, "zero3")), "cuda:0")
     state = sum(items[k].nbytes for k in ("bf16 parameter partitions", "fp32 master + AdamW moment partitions",
@@ -61,7 +61,7 @@ def test_zero3_gradient_partitions_are_resident_and_a_cpu_plan_gathers_the_whole
     on GPUs it gathers two layers and the largest module in bf16 (2 x LAYER + 2 x the 151,936 x 2,560
     embedding, 2 B each); on its cpu accelerator every parameter stays gathered from forward to
     backward: P weights in the preset's compute dtype (bf16, 2 B: ZeRO-3 gathers its bf16 partitions)."""
-    from tandem_rlvr.rl.memory_plan import Layout, plan
+    from tandem_rlvr.planner.memory import Layout, plan
 
     gpu = plan(paper, gpu_gib=80, layout=Layout(2, "zero3"))
     g = _items(gpu, "cuda:0")
@@ -79,7 +79,7 @@ def test_zero3_gradient_partitions_are_resident_and_a_cpu_plan_gathers_the_whole
     ("zero3", "all", 18, {"bf16 parameter partitions", "fp32 master + AdamW moment partitions",
                           "fp32 gradient partitions"})])
 def test_offload_moves_the_shards_to_host_memory(paper, sharding, offload, host_bytes, moved):
-    from tandem_rlvr.rl.memory_plan import HOST, Layout, plan
+    from tandem_rlvr.planner.memory import HOST, Layout, plan
 
     p = plan(paper, gpu_gib=80, layout=Layout(2, sharding, offload))
     assert sum(i.nbytes for i in p.items if i.device == HOST) == host_bytes * P / 2
@@ -91,7 +91,7 @@ def test_lora_trains_only_adapters(paper):
     q (2,560 + 4,096), k and v (2,560 + 1,024) each, o (4,096 + 2,560), gate and up (2,560 +
     9,728) each, down (9,728 + 2,560) = 57,344. The frozen base is held in bf16 (2 B), the
     adapters in fp32 (4 B), and nothing of the base is autocast-copied."""
-    from tandem_rlvr.rl.memory_plan import Layout, plan
+    from tandem_rlvr.planner.memory import Layout, plan
 
     adapters = 8 * 36 * 57_344
     items = _items(plan(paper, gpu_gib=80, layout=Layout(1, lora_r=8)), "cuda:0")
@@ -105,7 +105,7 @@ def test_lora_under_fsdp2_shards_the_bf16_base_and_the_fp32_adapters_and_their_s
     """The same adapters (57,344 per layer and unit of rank) over 2 processes: each holds half of the
     frozen bf16 base and of the fp32 adapters, and half of the adapters' moments and gradients;
     what FSDP2 gathers (two layers, the root) is bf16 as without LoRA."""
-    from tandem_rlvr.rl.memory_plan import Layout, plan
+    from tandem_rlvr.planner.memory import Layout, plan
 
     adapters = 8 * 36 * 57_344
     items = _items(plan(paper, gpu_gib=80, layout=Layout(2, "fsdp2", lora_r=8)), "cuda:0")
@@ -122,7 +122,7 @@ def test_lora_under_zero3_partitions_the_bf16_base_and_adapters_and_the_fp32_sta
     partitions (4 B, / 2; DeepSpeed casts no parameter of a zero.Init model), the optimiser's fp32 masters
     and two moments (12 B) and fp32 gradients (4 B) for the adapters alone, / 2; the merged stream forms one layer's W + (alpha / r) B A at a time: its largest matrix
     (9,728 x 2,560) gathered in bf16 and summed in fp32, beside the bucket."""
-    from tandem_rlvr.rl.memory_plan import Layout, plan
+    from tandem_rlvr.planner.memory import Layout, plan
 
     adapters = 8 * 36 * 57_344
     items = _items(plan(paper, gpu_gib=80, layout=Layout(2, "zero3", lora_r=8)), "cuda:0")
@@ -136,7 +136,7 @@ def test_lora_under_zero3_partitions_the_bf16_base_and_adapters_and_the_fp32_sta
 def test_lora_on_named_targets_counts_only_those_layers(paper):
     """q_proj and v_proj only: per layer (2,560 + 4,096) + (2,560 + 1,024) = 10,240 per unit of rank."""
 
-    from tandem_rlvr.rl.memory_plan import plan
+    from tandem_rlvr.planner.memory import plan
 
     cfg = paper.with_keys(lora_r=8, lora_targets=["q_proj", "v_proj"])
     assert _items(plan(cfg, gpu_gib=80), "cuda:0")["gradients"].nbytes == 8 * 36 * 10_240 * 4
@@ -178,7 +178,7 @@ def test_lora_plan_saves_the_trained_layers_activations_and_works_on_full_fine_t
     from graph_saved import graph_saved_bytes
     from transformers import Qwen3Config
 
-    from tandem_rlvr.rl.memory_plan import plan
+    from tandem_rlvr.planner.memory import plan
 
     cfg = Qwen3Config(vocab_size=64, hidden_size=112, intermediate_size=272, num_hidden_layers=3, num_attention_heads=6,
                       num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)
@@ -214,7 +214,7 @@ def test_lora_plan_saves_the_trained_layers_activations_and_works_on_full_fine_t
                                  dict(offload="all"), dict(sharding="fsdp2", offload="optimizer"), dict(lora_r=-1)])
 def test_bad_layouts_are_refused(bad):
     from tandem_rlvr.errors import TandemError
-    from tandem_rlvr.rl.memory_plan import Layout
+    from tandem_rlvr.planner.memory import Layout
 
     with pytest.raises(TandemError):
         Layout(**bad)
@@ -225,9 +225,9 @@ def test_cheapest_fit_and_why_the_9b_pair_needs_offload_on_two_gpus(monkeypatch)
     rollouts the shards and moments (12 B x 8.95B weights / 2 = 50.0 GiB) stay while vLLM holds
     the pair in bf16, the KV caches and linear-attention states of 32 rows of 4,024 tokens and
     2 GiB of its own: 80.4 GiB in all, over the 77 GiB a GPU leaves."""
-    from tandem_rlvr.rl import memory_plan
-    from tandem_rlvr.rl.memory_layouts import cheapest_fit, recommend
-    from tandem_rlvr.rl.memory_plan import GiB, Layout
+    from tandem_rlvr.planner import memory as memory_plan
+    from tandem_rlvr.planner.layouts import cheapest_fit, recommend
+    from tandem_rlvr.planner.memory import GiB, Layout
     from tandem_rlvr.rl.memory_shapes import ActivationProfile
 
     monkeypatch.setattr(memory_plan, "activation_profile", lambda *a: ActivationProfile(0.0, 0.0, 0.0))
@@ -262,7 +262,7 @@ def test_bad_plan_flags_are_one_line_errors_naming_the_flag(flag, value):
 
 def test_dry_run_prints_the_sharded_plan_and_the_layouts_table(monkeypatch, capsys):
     from tandem_rlvr.cli import main
-    from tandem_rlvr.rl import memory_plan
+    from tandem_rlvr.planner import memory as memory_plan
     from tandem_rlvr.rl.memory_shapes import ActivationProfile
 
     monkeypatch.setattr(memory_plan, "activation_profile", lambda *a: ActivationProfile(0.0, 0.0, 0.0))
@@ -278,7 +278,7 @@ def test_lora_saves_on_disk_are_the_adapter_and_its_moments(paper):
     """Rank 16 on all seven projections of 36 layers: 16 x 36 x 57,344 = 33,030,144 fp32 adapter
     weights = 126.0 MiB; a checkpoint adds AdamW's two moments (378.0 MiB); merged/ is the bf16 senior."""
 
-    from tandem_rlvr.rl.memory_plan import disk_plan
+    from tandem_rlvr.planner.memory import disk_plan
 
     line = disk_plan(paper.with_keys(lora_r=16, save_merged=True))
     assert "checkpoint-* 378.0 MiB + merged/ 7.49 GiB" in line and "best/ and final/ 126.0 MiB" in line

@@ -13,7 +13,7 @@ import pytest
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from tandem_rlvr.config import load_train_config
-from tandem_rlvr.rl.memory_plan import plan
+from tandem_rlvr.planner.memory import plan
 
 from conftest import save_training_inputs
 

@@ -40,7 +40,7 @@ def test_paper_preset_holds_out_1000_rows_by_pandas_draw_and_keeps_every_saves_w
 
 def test_disk_plan_counts_checkpoints_and_kept_weights_by_hand():
     from tandem_rlvr.config import load_train_config
-    from tandem_rlvr.rl.memory_plan import Shape, disk_plan, model_config
+    from tandem_rlvr.planner.memory import Shape, disk_plan, model_config
 
     cfg = load_train_config("qwen3-4b-deepscaler", None, {})
     params = Shape.of(model_config(cfg.models.senior)).params

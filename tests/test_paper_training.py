@@ -82,7 +82,7 @@ def _items(p, device=None):
 
 
 def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_path):  # noqa: F811
-    from tandem_rlvr.rl.memory_plan import plan
+    from tandem_rlvr.planner.memory import plan
 
     cfg = _cfg(setup, tmp_path, dtype="bfloat16", rollout_batch_rows=3, prompts_per_step=2, group_size=4)
     p = plan(cfg)
@@ -140,7 +140,7 @@ def test_memory_plan_activation_profile_matches_autograds_saved_bytes():
 
 
 def test_paper_preset_plan_fits_two_80gb_gpus_and_not_one():
-    from tandem_rlvr.rl.memory_plan import GiB, plan
+    from tandem_rlvr.planner.memory import GiB, plan
 
     cfg = load_train_config("qwen3-4b-deepscaler", None, {"method": "tandem"})
     p = plan(cfg, 1, 80)
@@ -165,7 +165,7 @@ def test_cpu_log_prob_head_backward_peak_matches_the_plans_tile_count(autocast):
     from torch.profiler._memory_profiler import MemoryProfileTimeline
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-    from tandem_rlvr.rl.memory_plan import CPU_FALLBACK_TILES, TILE_VOCAB
+    from tandem_rlvr.planner.memory import CPU_FALLBACK_TILES, TILE_VOCAB
 
     N, H, V = 300, 32, 40000  # two vocabulary slices: 32,768 and 7,232 wide
     torch.manual_seed(0)

@@ -270,7 +270,7 @@ def test_a_pool_validates_each_junior_with_the_same_row_seeds(setup, tmp_path):
 
 
 def test_the_memory_plan_counts_every_junior_on_its_device(setup):
-    from tandem_rlvr.rl.memory_plan import plan
+    from tandem_rlvr.planner.memory import plan
 
     cfg = _cfg(setup, "unused", junior=f"{setup / 'junior'},{setup / 'other'}", junior_device="cuda:1,cuda:2",
                senior_device="cuda:0")
@@ -293,7 +293,7 @@ def test_the_memory_plan_counts_every_junior_on_its_device(setup):
 def test_the_vllm_memory_plan_holds_every_junior_in_the_engine(setup):
     """On CPU the vLLM engine's line is its KV cache plus the weights it holds: the senior and, with a pool,
     every junior (one engine holds them all), in fp32."""
-    from tandem_rlvr.rl.memory_plan import plan
+    from tandem_rlvr.planner.memory import plan
 
     def params(name):
         return sum(t.numel() for t in load_file(setup / name / "model.safetensors").values())
@@ -307,9 +307,9 @@ def test_the_vllm_memory_plan_holds_every_junior_in_the_engine(setup):
 
 
 def test_a_colocated_vllm_engine_is_sized_for_every_junior_of_the_pool(setup):
-    """The layouts table's colocated engine (rl/memory_layouts.vllm_need): a second junior adds its bf16 weights and
+    """The layouts table's colocated engine (planner/layouts.vllm_need): a second junior adds its bf16 weights and
     the KV cache of one rollout batch over its layers (the engine runs every junior on every token)."""
-    from tandem_rlvr.rl.memory_layouts import vllm_need
+    from tandem_rlvr.planner.layouts import vllm_need
 
     one = _cfg(setup, "unused")
     two = _cfg(setup, "unused", junior=f"{setup / 'junior'},{setup / 'other'}")

@@ -15,7 +15,7 @@ from tandem_rlvr.errors import TandemError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
 # The memory planner's formulas are per backend (what FSDP2's policy or a ZeRO-3 gather holds): its own math.
-PLANNER = ("rl/memory_plan.py", "rl/memory_layouts.py")
+PLANNER = ("planner/memory.py", "planner/layouts.py")
 
 
 def _patterns():
@@ -101,7 +101,7 @@ def ring(tmp_path, monkeypatch):
 
 def test_a_backend_registered_from_outside_is_a_sharding_whose_module_the_run_calls(ring, tmp_path):
     from tandem_rlvr.rl import backends
-    from tandem_rlvr.rl.memory_plan import Layout
+    from tandem_rlvr.planner.memory import Layout
     from tandem_rlvr.rl.trl_args import grpo_args
 
     kind, mod = ring

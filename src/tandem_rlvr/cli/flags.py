@@ -184,8 +184,8 @@ def pair_from_args(a, need_junior: bool):
 
 
 def plan_flags(p: argparse.ArgumentParser) -> None:
-    """--plan-* flags of `tandem train --dry-run` (rl/memory_plan.py Layout; docs/scale.md)."""
-    from ..rl.memory_plan import OFFLOADS, SHARDINGS
+    """--plan-* flags of `tandem train --dry-run` (planner/memory.py Layout; docs/scale.md)."""
+    from ..planner.memory import OFFLOADS, SHARDINGS
 
     g = p.add_argument_group("memory plan (--dry-run)")
     g.add_argument("--plan-gpu-gib", type=number(float, 0, lo_open=True), default=None,

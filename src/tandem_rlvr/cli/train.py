@@ -79,8 +79,8 @@ def cmd_train(a):
     overrides = {f.name: getattr(a, f.name) for f in config_fields() if getattr(a, f.name) is not None}
     cfg = load_train_config(a.preset, a.config, overrides)
     if a.dry_run:
-        from ..rl.memory_layouts import dry_run_report, requested_layout
-        from ..rl.memory_plan import disk_plan
+        from ..planner.layouts import dry_run_report, requested_layout
+        from ..planner.memory import disk_plan
 
         from ..rl.grpo_config import check_trl_overrides
 

@@ -1,4 +1,4 @@
-"""What a model's memory depends on, read off its own transformers classes (for ``rl/memory_plan.py``).
+"""What a model's memory depends on, read off its own transformers classes (for ``planner/memory.py``).
 
 - ``model_config``: the config of a model spec; hub ids with a config shipped in
   ``presets/models`` (the paper's Qwen3-4B, the replication's Qwen3.5-9B and -2B) need no hub.

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import TandemError
-from .memory_plan import GPU_MARGIN_GIB, HOST, GiB, Layout, Plan, plan
-from .memory_shapes import Shape, model_config
+from ..rl.memory_shapes import Shape, model_config
+from .memory import GPU_MARGIN_GIB, HOST, GiB, Layout, Plan, plan
 
 VLLM_OVERHEAD_GIB = 2.0  # vLLM's activations, sampler and CUDA graphs beside weights and KV cache (assumed)
 GPU_COUNTS = (2, 4, 8)
@@ -158,7 +158,7 @@ def dry_run_report(cfg, lay: Layout, gib: float | None) -> str:
     """What ``tandem train --dry-run`` prints after the config: the plan of the requested layout
     (``requested_layout``), the cheapest layout that fits when it does not, and the table
     of recommended layouts on 2, 4 and 8 GPUs (of ``gib``, else 80 GiB)."""
-    from .memory_plan import render
+    from .memory import render
 
     p = plan(cfg, gpu_gib=gib, layout=lay)
     out = [f"\nmemory plan (one training process of {lay.describe()}; peak per device):", render(cfg, p, gib)]

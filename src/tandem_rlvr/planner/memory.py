@@ -57,9 +57,9 @@ import torch
 
 from ..config.shardings import PLAN_NAMES, plan_kind
 from ..errors import TandemError
-from .lora import adapter_weights_per_rank, check_lora
-from .memory_shapes import LoraSpec, Shape, activation_profile, model_config
-from .memory_shapes import dtype_bytes as _bytes
+from ..rl.lora import adapter_weights_per_rank, check_lora
+from ..rl.memory_shapes import LoraSpec, Shape, activation_profile, model_config
+from ..rl.memory_shapes import dtype_bytes as _bytes
 
 GiB = 1 << 30
 TILE_TOKENS, TILE_VOCAB = 4096, 32768  # TRL's chunked log-prob tile (trl.kernels.chunked_logprob)
@@ -235,7 +235,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     ``gpu_gib``: plan for GPUs of this size ('auto' devices become cuda:0); None: this machine.
     ``layout``: sharding, offload, LoRA and the process count (default: DDP over ``num_processes``).
     """
-    from .trl_args import micro_batching
+    from ..rl.trl_args import micro_batching
 
     gpu = gpu_gib is not None
     d0 = _plan_device(cfg.models.senior_device, gpu)

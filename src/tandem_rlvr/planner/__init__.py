@@ -1,0 +1,9 @@
+"""The memory planner: what a run's settings hold on each device and on the host, before any model
+loads (``tandem train --dry-run``, ``docs/scale.md``).
+
+``memory`` prices one layout (``Layout``: processes, sharding backend, offload, LoRA) from the
+settings and the checkpoint's shape (``rl/memory_shapes.py``); ``layouts`` compares the layouts on
+2, 4 and 8 GPUs. It reads the settings and the training code's own rules (micro-batching, LoRA's
+adapter sizes); nothing in ``rl/`` reads the plan back (``tests/test_import_graph.py``: the planner
+sits on the floor above ``rl``).
+"""
