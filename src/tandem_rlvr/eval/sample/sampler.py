@@ -212,6 +212,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True, say
                           "protocol is text (the paper's, on every engine): pass --protocol stream")
     served_juniors = _check_server_juniors(cfg)  # a server's juniors are the run's, before any sampling
     problems = _problems(cfg)
+    if cfg.handoff_protocol != "text" and (cfg.pool is not None or cfg.handoff_protocol == "stream"):
+        _check_stream_vocab(cfg)  # from the tokenizers alone: a refusal is the only line said
     if say is not None:
         say(plan_line(cfg, problems))
     name = cfg.schedule_name
@@ -220,11 +222,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True, say
 
         dec, tok, close = open_text_handoff(cfg, name)
     elif cfg.pool is not None:  # in-stream handoff with a junior pool
-        _check_stream_vocab(cfg)
         dec, tok, close = open_pool_stream(cfg)
     else:
-        if cfg.handoff_protocol == "stream":
-            _check_stream_vocab(cfg)
         dec, tok, close = open_decoder(cfg.decoding.engine, cfg.engine_setup, cfg.rollout_spec)
     try:
         served = getattr(dec, "models", None)  # a server decoder: {"senior": the checkpoint it loaded, "junior"}
