@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import TandemError
+from ..rewards.math import GRADERS
 from ..prompting import DEFAULT_INSTRUCTION, INSTRUCTIONS
 from .fields import at_least, check_part, setting
 
@@ -53,7 +54,7 @@ class DataPart:
     task: str = setting("math", "what is asked and how it is graded (a task of tasks.TASKS); its verifier is "
                         "recorded in config.json", names=lambda: task_names())
     grader: str = setting("ours", "math grader of the reward: ours (math-verify with repairs) or paper (the paper's "
-                          "cascade, docs/paper_fidelity.md); part of the run's verifier", choices=("ours", "paper"))
+                          "cascade, docs/paper_fidelity.md); part of the run's verifier", choices=GRADERS)
     max_prompt_tokens: int = setting(1024, "longest prompt; longer prompts are an error")
 
     def __post_init__(self):
