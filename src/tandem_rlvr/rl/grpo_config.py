@@ -9,7 +9,7 @@ fields are fixed by the method; a config that sets one otherwise is refused nami
 One path: ``tandem train`` builds its ``TandemGRPOConfig`` from its ``TrainConfig`` (``from_train_config``),
 and ``TandemGRPOTrainer`` turns a user's ``TandemGRPOConfig`` into the ``TrainConfig`` it records and runs
 (``train_keys``): the GRPOConfig fields that no key sets travel in the ``trl`` key. Both ways are one
-mapping (``SAME``, ``_batch_keys``), and ``tests/test_api_config.py`` checks the round trip.
+mapping (``SAME``, ``IN_UPDATES``, ``_batch_keys``), and ``tests/test_api.py`` checks the round trip.
 """
 
 from __future__ import annotations
@@ -160,18 +160,18 @@ RUN_DEFAULTS = {"loss_type": "dapo", "lr_scheduler_type": "constant", "warmup_st
 
 # the fields from_train_config sets from the keys (so a user's config records them through the keys)
 _DERIVED = set(SAME) | set(OWN) | set(IN_UPDATES) | set(FIXED) | {
-    "loss_type", "scale_rewards", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-    "report_to", "use_cpu", "bf16", "fp16", "gradient_checkpointing", "delta", "lr_scheduler_type", "warmup_steps",
-    "max_grad_norm", "ddp_timeout", "log_completions", "use_bias_correction_kl", "fsdp", "fsdp_config", "deepspeed",
-    "activation_checkpointing", "generation_batch_size"} - set(RUN_DEFAULTS)
+    "scale_rewards", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+    "report_to", "use_cpu", "bf16", "fp16", "gradient_checkpointing", "delta", "ddp_timeout", "use_bias_correction_kl",
+    "fsdp", "fsdp_config", "deepspeed", "activation_checkpointing", "generation_batch_size"}
 # fields that only say where or how fast, never what is trained (not recorded in the run's identity)
-NOT_RECORDED = {"accelerator_config", "debug", "pad_to_multiple_of", "logging_dir", "push_to_hub", "hub_model_id", "hub_token", "run_name", "project", "trackio_space_id",
-                 "dataloader_pin_memory", "output_dir"}
+NOT_RECORDED = {"accelerator_config", "debug", "pad_to_multiple_of", "logging_dir", "push_to_hub", "hub_model_id",
+                "hub_token", "run_name", "project", "trackio_space_id", "dataloader_pin_memory", "output_dir"}
 
 
 def train_keys(args, num_processes: int) -> dict:
     """The ``TrainConfig`` keys of a user's ``TandemGRPOConfig``: the mapped fields by their keys, the batch
-    layout in prompts, and every other GRPOConfig field that differs from TRL's default in the ``trl`` key."""
+    layout in prompts, and in the ``trl`` key every other GRPOConfig field that differs from the run's default
+    (``RUN_DEFAULTS``, else TRL's)."""
     keys = {key: getattr(args, grpo) for grpo, key in SAME.items()}
     keys.update({k: getattr(args, k) for k in OWN})
     keys.update({key: getattr(args, grpo) for grpo, key in IN_UPDATES.items()}, step_unit="update")
@@ -191,11 +191,10 @@ def train_keys(args, num_processes: int) -> dict:
         if f.name in _DERIVED or f.name in NOT_RECORDED or not f.init:
             continue
         value = _plain(getattr(args, f.name))
-        if value != _plain(f.default_factory() if f.default_factory is not MISSING else f.default):
+        default = RUN_DEFAULTS[f.name] if f.name in RUN_DEFAULTS else \
+            _plain(f.default_factory() if f.default_factory is not MISSING else f.default)
+        if value != default:
             trl[f.name] = value
-    trl = {k: v for k, v in trl.items() if k not in RUN_DEFAULTS}
-    trl.update({name: _plain(getattr(args, name)) for name, value in RUN_DEFAULTS.items()
-                if _plain(getattr(args, name)) != value})
     keys["trl"] = trl
     return keys
 
