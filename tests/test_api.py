@@ -146,6 +146,8 @@ def test_the_public_trainer_runs_tandem_train_s_run_on_a_dataset_and_a_reward_ca
     assert cfg["reward_funcs"] == ["test_api:boxed_is_answer"] and cfg["junior"] == "tiny-junior"
     assert cfg["dataset"].startswith("rows:") and cfg["val_dataset"].startswith("rows:")
     assert (cfg["prompts_per_step"], cfg["group_size"], cfg["max_new_tokens"]) == (4, 4, 16)
+    for card in (out / "final" / "README.md", out / "README.md"):  # the user's reward, not the terms'
+        assert "reward: your reward functions: 1 x `test_api:boxed_is_answer`" in card.read_text(), card
     log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if "val/accuracy" in r] == [0, 2]  # step 0, then every eval_every=2 updates
     assert [r["step"] for r in log if "loss" in r] == [1, 2]

@@ -59,7 +59,7 @@ def _objects_pair(model, junior, tokenizer, method_needs_junior: bool):
 
 
 def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config):
-    """(TrainConfig, Given, config.json extras, reward words) of a TandemGRPOTrainer's arguments."""
+    """(TrainConfig, Given, config.json's extra entries) of a TandemGRPOTrainer's arguments."""
     import os
 
     from ..config import TrainConfig
@@ -106,5 +106,4 @@ def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset,
     train_problems = problems(train, processing_class, "train")
     val_problems = problems(val, processing_class, "eval") if val is not None else []
     given = Given(pair, train_problems, val_problems, train, funcs, weights, RewardGrade(funcs, weights))
-    words = " + ".join(f"{w:g} x `{n}`" for w, n in zip(weights, extra["reward_funcs"], strict=True))
-    return cfg, given, extra, f"your reward functions: {words}"
+    return cfg, given, extra

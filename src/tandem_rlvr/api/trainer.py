@@ -57,7 +57,7 @@ class TandemGRPOTrainer(_Trainer):
 
         refuse_unsupported(kwargs)
         self._in_run = False
-        cfg, given, self._extra, self._rewards = run_settings(
+        cfg, given, self._extra = run_settings(
             model, junior, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config)
         self._cfg = from_launcher(cfg)  # an accelerate FSDP or DeepSpeed launch's layout, as tandem train reads it
         self._user_args = args
@@ -99,6 +99,6 @@ class TandemGRPOTrainer(_Trainer):
                               "give no checkpoint path or trial")
         self._in_run = True
         try:
-            return run_training(self._run, self._cfg, print, self._extra, self._rewards)
+            return run_training(self._run, self._cfg, print, self._extra)
         finally:
             self._in_run = False

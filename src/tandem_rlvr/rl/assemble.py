@@ -128,16 +128,18 @@ def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, s
             rollout_log = RolloutLog(start.out, resume_step, state.is_main_process)
         problem_ids = {prep.prompt_text(p): p.problem_id for p in prep.train}  # the pool's draw keys
         rollout = TandemRollout(cfg, prep.pair, engine, problem_ids, rollout_log)
-        run = _assemble(cfg, prep, args, ds, rollout, start, resume_step, print_fn, make_trainer)
+        run = _assemble(cfg, prep, args, ds, rollout, start, resume_step, print_fn, make_trainer, stored)
     except BaseException:
         start.close(failed=True)
         raise
     return run
 
 
-def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, print_fn, make_trainer=None) -> Run:
+def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, print_fn, make_trainer=None,
+              stored: dict | None = None) -> Run:
     """The callbacks, the reward functions and the trainer over a held run directory (``make_trainer``:
-    how the trainer is made from its arguments; default a new ``rl.trainer.TandemGRPOTrainer``)."""
+    how the trainer is made from its arguments, default a new ``rl.trainer.TandemGRPOTrainer``; ``stored``:
+    config.json's extra entries, as ``build_run``)."""
     from transformers import PrinterCallback, ProgressCallback
 
     from .callbacks import CheckpointWeights, MergedCheckpoint, RunLog, Validation
@@ -158,10 +160,11 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
         trainer = (make_trainer or TandemGRPOTrainer)(
             model=prep.pair.senior, reward_funcs=reward_funcs, args=args, train_dataset=ds,
             processing_class=prep.pair.tokenizer, rollout_func=rollout,
-            callbacks=[FiniteGuard(lambda: check_run_dir(cfg)), runlog, validation, weights], junior=prep.pair.junior,
+            callbacks=[FiniteGuard(lambda: check_run_dir(cfg, stored)), runlog, validation, weights],
+            junior=prep.pair.junior,
             method=cfg.method_kind, beta=loss.beta, junior_imitation=loss.junior_imitation, kl_clamp=loss.kl_clamp,
             junior_token_weight=loss.junior_token_weight, loss_normalizer=loss.loss_normalizer,
-            model_card=lambda steps: model_card(cfg, steps), peft_config=lora_config(cfg))
+            model_card=lambda steps: model_card(cfg, steps, stored), peft_config=lora_config(cfg))
     if cfg.models.lora_r:
         prepare_lora(trainer, cfg, print_fn)
         if cfg.models.save_merged:

@@ -149,11 +149,9 @@ def said_complete(cfg: TrainConfig, print_fn, extra: dict | None = None) -> dict
     return done
 
 
-def model_card(cfg: TrainConfig, steps: int, rewards: str | None = None) -> str:
-    """README.md of a run and of its final/ weights (instead of TRL's placeholder card); ``rewards``: the
-    reward's words when they are not the config's terms (the Python API's reward functions)."""
-    from ..rewards.terms import describe_terms  # each term's words from its registry row
-
+def model_card(cfg: TrainConfig, steps: int, extra: dict | None = None) -> str:
+    """README.md of a run and of its final/ weights (instead of TRL's placeholder card); ``extra``: config.json's
+    entries beyond the config's, whose ``reward_funcs`` (the Python API's) are the reward instead of its terms."""
     stored, r, d, loop, loss = stored_config(cfg), cfg.rollout, cfg.data, cfg.loop, cfg.loss
     kind = cfg.method_kind
     return "\n".join([
@@ -167,9 +165,19 @@ def model_card(cfg: TrainConfig, steps: int, rewards: str | None = None) -> str:
         f"- optimiser steps: {steps} (updates; {loop.rollout_steps(steps)} rollout steps of "
         f"{loop.updates_per_batch}; max_steps {loop.max_steps} {loop.step_unit}s); {loop.prompts_per_minibatch} "
         f"prompts x {r.group_size} rollouts per update, lr {loss.lr}, clip {loss.clip}, temperature {r.temperature}",
-        f"- task: `{d.task}` (verifier `{stored['verifier']}`); reward: {rewards or describe_terms(cfg)}; seed {loop.seed}",
+        f"- task: `{d.task}` (verifier `{stored['verifier']}`); reward: {_reward_words(cfg, extra)}; seed {loop.seed}",
         f"- weights: {_weights_note(cfg)}", "",
         "Full configuration: `config.json` of the run directory; per-step log: `log.jsonl`.", ""])
+
+
+def _reward_words(cfg: TrainConfig, extra: dict | None) -> str:
+    """The reward in words: the user's reward functions with their weights, else the config's terms."""
+    from ..rewards.terms import describe_terms  # each term's words from its registry row
+
+    if extra and extra.get("reward_funcs"):
+        return "your reward functions: " + " + ".join(
+            f"{w:g} x `{n}`" for w, n in zip(extra["reward_weights"], extra["reward_funcs"], strict=True))
+    return describe_terms(cfg)
 
 
 def _weights_note(cfg: TrainConfig) -> str:

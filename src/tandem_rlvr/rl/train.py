@@ -51,9 +51,9 @@ def train(cfg: TrainConfig, print_fn=print) -> dict:
     return run_training(build_run(cfg, print_fn), cfg, print_fn)
 
 
-def run_training(run, cfg: TrainConfig, print_fn=print, extra: dict | None = None, rewards: str | None = None) -> dict:
+def run_training(run, cfg: TrainConfig, print_fn=print, extra: dict | None = None) -> dict:
     """Train a built run (``rl.assemble.build_run``) from its last checkpoint, then write final/ and
-    summary.json; ``extra``, ``rewards``: the Python API's config.json entries and reward words."""
+    summary.json; ``extra``: the Python API's config.json entries (its rows, its reward functions)."""
     trainer, out, loop = run.trainer, Path(cfg.loop.output_dir).expanduser(), cfg.loop
     ckpt = str(out / f"checkpoint-{run.resume_step}") if run.resume_step else None
     if ckpt and trainer.accelerator.is_main_process:
@@ -73,7 +73,7 @@ def run_training(run, cfg: TrainConfig, print_fn=print, extra: dict | None = Non
         summary = {"method": cfg.method, "steps": steps, "rollout_steps": loop.rollout_steps(steps),
                    "best": run.validation.best, "processes": trainer.accelerator.num_processes,
                    "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
-        _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, steps, rewards), cfg.models.precision.compute,
+        _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, steps, extra), cfg.models.precision.compute,
                     cfg.models.sync_bucket_mb << 20, cfg.models.save_merged)  # every process: sharded weights are gathered
         if trainer.accelerator.is_main_process:
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
