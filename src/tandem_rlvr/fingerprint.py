@@ -141,6 +141,14 @@ def problem_fingerprint(problem) -> str:
     return _short(hashlib.sha256(json.dumps([problem.problem, problem.answer]).encode()))
 
 
+def rows_fingerprint(rows) -> str:
+    """Fingerprint of data rows, every column (a user's Dataset: its reward functions read any of them), in order."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(json.dumps(row, sort_keys=True, default=str).encode())
+    return _short(h)
+
+
 def problem_set_fingerprint(problems: Sequence) -> dict:
     """{"problems": count, "sha256": fingerprint of the ordered (id, problem fingerprint) list}."""
     h = hashlib.sha256()

@@ -11,8 +11,6 @@ mean weighted reward: the share correct when the reward is a 0/1 correctness.
 
 from __future__ import annotations
 
-import hashlib
-import json
 
 from ..data.benchmarks import Problem
 from ..errors import TandemError
@@ -50,14 +48,6 @@ def problems(data, tokenizer, benchmark: str) -> list[Problem]:
         out.append(Problem(benchmark, str(row.get("problem_id", i)), render_prompt(tokenizer, row["prompt"]),
                            "" if answer is None else str(answer), meta=dict(row)))
     return out
-
-
-def fingerprint(data) -> str:
-    """sha256 (16 hex digits) of the rows as JSON: a resumed run checks that it trains on the same rows."""
-    h = hashlib.sha256()
-    for row in data:
-        h.update(json.dumps(row, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
 
 
 def func_name(func) -> str:

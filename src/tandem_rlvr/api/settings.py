@@ -63,10 +63,10 @@ def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset,
     import os
 
     from ..config import TrainConfig
-    from ..plugins import load_plugins
     from ..rl.prepare import Given
     from ..rl.grpo_config import TandemGRPOConfig, train_keys
-    from .data import RewardGrade, as_dataset, fingerprint, func_name, problems, with_problem_ids
+    from ..fingerprint import rows_fingerprint
+    from .data import RewardGrade, as_dataset, func_name, problems, with_problem_ids
 
     if not isinstance(args, TandemGRPOConfig):
         raise TandemError(f"args must be a TandemGRPOConfig (TRL's GRPOConfig with the tandem settings), got "
@@ -79,7 +79,6 @@ def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset,
         raise TandemError(f"reward_weights has {len(weights)} weights for {len(funcs)} reward functions")
     if train_dataset is None:
         raise TandemError("train_dataset: give a datasets.Dataset with a 'prompt' column")
-    load_plugins(args.plugins)
     keys = train_keys(args, int(os.environ.get("WORLD_SIZE", "1")))  # the launch's processes (build_run joins them)
     senior_spec, junior_spec = _spec(model, "model"), _spec(junior, "junior") or args.junior
     keys.update(senior=senior_spec, junior=junior_spec, dtype=_dtype(args), master_dtype="float32",
@@ -88,7 +87,8 @@ def run_settings(model, junior, reward_funcs, args, train_dataset, eval_dataset,
         keys["eval_every"] = 0
     train = with_problem_ids(as_dataset(train_dataset, "train_dataset"))
     val = with_problem_ids(as_dataset(eval_dataset, "eval_dataset")) if eval_dataset is not None else None
-    extra = {"dataset": f"rows:{fingerprint(train)}", "val_dataset": f"rows:{fingerprint(val)}" if val else None,
+    extra = {"dataset": f"rows:{rows_fingerprint(train)}",
+             "val_dataset": f"rows:{rows_fingerprint(val)}" if val else None,
              "reward_funcs": [func_name(f) for f in funcs], "reward_weights": weights}
     keys.update(dataset=extra["dataset"], val_dataset=extra["val_dataset"], val_size=max(len(val or []), 1))
     cfg = TrainConfig.from_keys(**keys)
