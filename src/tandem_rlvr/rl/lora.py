@@ -231,7 +231,7 @@ def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
     from peft.tuners.lora import LoraLayer
     from torch.distributed.tensor import DTensor
 
-    from .sharding import clean_name
+    from .weight_stream import clean_name
 
     layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
     for name, p in base.named_parameters(remove_duplicate=remove_duplicate):
@@ -261,7 +261,7 @@ def merged_weights(model, dtype: torch.dtype | None = None):
 
 def merged_tensors(base):
     """The merged senior's tensors for a save (tied ones once, persistent buffers too), as
-    ``rl.sharding.save_streamed`` walks them; ``base`` is the PEFT-injected transformers model."""
+    ``rl.weight_stream.save_streamed`` walks them; ``base`` is the PEFT-injected transformers model."""
     yield from _merged(base, None, remove_duplicate=True)
     for mod_name, mod in base.named_modules():
         for b_name, b in mod._buffers.items():
@@ -272,7 +272,7 @@ def merged_tensors(base):
 def stream_source(model):
     """(model, tensor walk) for ``rl.sharding.push``/``buckets``: a LoRA senior's base model with
     ``merged_tensors`` (W + (alpha / r) B A under the base names), any other model as it is."""
-    from .sharding import named_tensors
+    from .weight_stream import named_tensors
 
     return (model.get_base_model(), merged_tensors) if is_lora(model) else (model, named_tensors)
 
@@ -288,7 +288,7 @@ def _save_gathered_adapter(model, out, main: bool) -> None:
 
     from safetensors.torch import save_file
 
-    from .sharding import clean_name, gathered
+    from .weight_stream import clean_name, gathered
 
     name = model.active_adapter
 
@@ -323,7 +323,7 @@ def save_lora(model, out, dtype: torch.dtype, tokenizer=None, merged: bool = Fal
     import torch.distributed as dist
 
     from ..adapters import record_base
-    from .sharding import is_sharded, save_streamed
+    from .weight_stream import is_sharded, save_streamed
 
     main, sharded = not dist.is_initialized() or dist.get_rank() == 0, is_sharded(model)
     if not (main or sharded):

@@ -33,7 +33,6 @@ import torch
 
 from ..config.shardings import REGISTRY as SHARDING_KINDS
 from ..errors import TandemError
-from .weight_stream import clean_name, gathered, is_sharded, named_tensors, save_streamed  # noqa: F401 (rl/lora.py's imports)
 
 
 def from_launcher(cfg):
