@@ -113,7 +113,7 @@ def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_pat
         phases[sub] += phases["update"]
     assert peak == resident + max(phases.values()) and phases[phase] == max(phases.values())
     # the head's backward on CPU, by hand: the fixture scores every position (no Triton), fp32 tile
-    from tandem_rlvr.rl.trl_args import micro_batching
+    from tandem_rlvr.rl.grpo_config import micro_batching
 
     head = micro_batching(cfg, 1)[0] * (seq - 1)
     assert items["log-prob head: temporaries of TRL's torch fallback"] + items["log-prob head: TRL's tile and the hidden states' fp32 gradient"] == \

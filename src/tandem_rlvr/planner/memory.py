@@ -235,7 +235,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     ``gpu_gib``: plan for GPUs of this size ('auto' devices become cuda:0); None: this machine.
     ``layout``: sharding, offload, LoRA and the process count (default: DDP over ``num_processes``).
     """
-    from ..rl.trl_args import micro_batching
+    from ..rl.grpo_config import micro_batching
 
     gpu = gpu_gib is not None
     d0 = _plan_device(cfg.models.senior_device, gpu)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..config import TrainConfig
 from .backends import trl_fields
-from .grpo_config import from_train_config, micro_batching  # noqa: F401 (micro_batching: its home for the plan)
+from .grpo_config import from_train_config
 
 
 def grpo_args(cfg: TrainConfig, num_processes: int, on_cpu: bool):
