@@ -26,13 +26,14 @@ def _rows_file(rows, out: Path, name: str) -> str:
     """Rows as a JSON-lines benchmark file in ``out/problems`` (a chat prompt: its last user message)."""
     import datasets
 
+    from ..io import atomic_write
+
     if isinstance(rows, datasets.Dataset):
         rows = list(rows)
     if not rows or not all(isinstance(r, dict) for r in rows):
         raise TandemError("problems: give benchmark names, a non-empty list of row dicts or a datasets.Dataset")
     path = out / "problems" / f"{name}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for r in rows:
             r = dict(r)
             if isinstance(r.get("prompt"), list):  # conversational: the problem is the last user turn
