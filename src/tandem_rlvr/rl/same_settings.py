@@ -32,8 +32,9 @@ def _settings(cfg, extra: dict | None) -> dict[str, str]:
 
 def differing(settings: list[dict[str, str]]) -> list[str]:
     """Sorted keys on which some process's settings differ from rank 0's (a key missing on one side differs)."""
-    first = settings[0]
-    return sorted({k for s in settings[1:] for k in set(s) | set(first) if s.get(k) != first.get(k)})
+    from ..outdir import config_diff
+
+    return sorted({k for s in settings[1:] for k in config_diff(settings[0], s)})
 
 
 def describe(settings: list[dict[str, str]]) -> str:
