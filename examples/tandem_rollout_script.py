@@ -28,7 +28,7 @@ def word_problems(n: int, seed: int) -> Dataset:
 def correct(completions, answer, **kwargs):
     """1.0 when the completion's last \\boxed{} holds the answer (TRL's reward convention)."""
     boxed = [re.findall(r"\\boxed\{([^}]*)\}", c) for c in completions]
-    return [1.0 if b and b[-1].strip() == a else 0.0 for b, a in zip(boxed, answer)]
+    return [1.0 if b and b[-1].strip() == a else 0.0 for b, a in zip(boxed, answer, strict=True)]
 
 
 args = GRPOConfig(output_dir="runs/tandem-rollout-script", use_cpu=True, bf16=False, learning_rate=1e-4,

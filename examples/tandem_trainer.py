@@ -24,7 +24,7 @@ def word_problems(n: int, seed: int) -> Dataset:
 
 def correct(completions, answer, **kwargs):
     boxed = [re.findall(r"\\boxed\{([^}]*)\}", c) for c in completions]
-    return [1.0 if b and b[-1].strip() == a else 0.0 for b, a in zip(boxed, answer)]
+    return [1.0 if b and b[-1].strip() == a else 0.0 for b, a in zip(boxed, answer, strict=True)]
 
 
 args = TandemGRPOConfig(
