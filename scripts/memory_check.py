@@ -20,7 +20,8 @@ compares each rank's peak with the plan's `Layout(N, "fsdp2")`; it also times on
 and checks the plan's LoRA layout (its default: the plan of the run's own `lora_r`); with `--fsdp2` or
 `--zero3`, the sharded loop trains adapters of rank R against the plan's sharded LoRA layout.
 
-Run: python scripts/memory_check.py [--quick] [--lora R] [--fsdp2 | --zero3 [--nproc N] [--arch MODEL]] [--out FILE.json]
+Run: python scripts/memory_check.py [--quick] [--lora R] [--fsdp2 | --zero3 [--nproc N] [--arch MODEL]]
+     [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bo
                      eval_every=0, kl_every=0, output_dir=str(root / "unused"), lora_r=lora_r)
     script = Path(__file__).with_name("sharded_memory.py")
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                          str(nproc), str(script), json.dumps(overrides), "512", sharding], env=env, capture_output=True,
-                         text=True)
+                          str(nproc), str(script), json.dumps(overrides), "512", sharding], env=env,
+                         capture_output=True, text=True)
     if out.returncode:
         sys.exit(f"memory_check: {sharding} configuration {arch} failed:\n{out.stderr[-3000:]}")
     rows, dec = [], json.JSONDecoder()
@@ -151,11 +152,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the first configuration of each architecture only")
     ap.add_argument("--fsdp2", action="store_true", help="FSDP2 runs under torchrun against the sharded plan")
-    ap.add_argument("--zero3", action="store_true", help="DeepSpeed ZeRO-3 runs under torchrun against the sharded plan")
+    ap.add_argument("--zero3", action="store_true",
+                    help="DeepSpeed ZeRO-3 runs under torchrun against the sharded plan")
     ap.add_argument("--nproc", type=int, default=2, help="--fsdp2: processes (GPUs when present; default 2)")
     ap.add_argument("--arch", default=None, help="--fsdp2: this model (a config shipped in presets/models, a "
                     "directory, a built-in name) at 256 prompt + 1,024 response tokens, instead of tiny and smol")
-    ap.add_argument("--lora", type=int, default=0, help="train LoRA adapters of this rank (tandem train configurations)")
+    ap.add_argument("--lora", type=int, default=0,
+                    help="train LoRA adapters of this rank (tandem train configurations)")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     a = ap.parse_args()
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_ARENA_MAX": "2",
@@ -170,10 +173,11 @@ def main() -> None:
         for arch, prompt, new, micro, ckpt in sharded if a.fsdp2 or a.zero3 else []:
             for r in fsdp2_row(arch, root, prompt, new, micro, ckpt, env, a.nproc, sharding, a.lora):
                 results.append(r)
-                print(f"{arch:5s} {'ZeRO-3' if a.zero3 else 'FSDP2'} x {a.nproc}{f' LoRA r={a.lora}' if a.lora else ''} rank {r['rank']} ({r['device']}) prompt {prompt} response {new} "
-                      f"micro {r['micro']} ckpt {str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB "
-                      f"({r['phase']}) | measured {r['measured'] / 2**20:8.1f} MiB | predicted/measured "
-                      f"{r['ratio']:.2f} | sync "
+                lora = f" LoRA r={a.lora}" if a.lora else ""
+                print(f"{arch:5s} {'ZeRO-3' if a.zero3 else 'FSDP2'} x {a.nproc}{lora} rank {r['rank']} "
+                      f"({r['device']}) prompt {prompt} response {new} micro {r['micro']} ckpt {str(ckpt):5s} | "
+                      f"predicted {r['predicted'] / 2**20:8.1f} MiB ({r['phase']}) | measured "
+                      f"{r['measured'] / 2**20:8.1f} MiB | predicted/measured {r['ratio']:.2f} | sync "
                       f"{r['sync_s']:.2f} s for {r['synced'] / 1e6:.1f}M weights", flush=True)
         if a.fsdp2 or a.zero3:
             configs = []
@@ -194,9 +198,10 @@ def main() -> None:
             r.update(arch=arch, prompt=prompt_len, response=new, micro=micro or 16, checkpointing=ckpt, lora_r=a.lora,
                      ratio=r["predicted"] / r["measured"])
             results.append(r)
-            print(f"{arch:5s} {f'LoRA r={a.lora} ' if a.lora else ''}prompt {prompt_len:4d} response {new:4d} micro {r['micro']:3d} ckpt {str(ckpt):5s} | "
-                  f"predicted {r['predicted'] / 2**20:8.1f} MiB ({r['phase']}) | measured {r['measured'] / 2**20:8.1f} "
-                  f"MiB | predicted/measured {r['ratio']:.2f}", flush=True)
+            print(f"{arch:5s} {f'LoRA r={a.lora} ' if a.lora else ''}prompt {prompt_len:4d} response {new:4d} "
+                  f"micro {r['micro']:3d} ckpt {str(ckpt):5s} | predicted {r['predicted'] / 2**20:8.1f} MiB "
+                  f"({r['phase']}) | measured {r['measured'] / 2**20:8.1f} MiB | predicted/measured "
+                  f"{r['ratio']:.2f}", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     worst = max(abs(r["ratio"] - 1) for r in results)

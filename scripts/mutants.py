@@ -229,9 +229,11 @@ MUTANTS = [
            'summ = {**mean_se_summary(by_p), "macro": mean_se_summary({"all": sum(by_p.values(), [])})["all"]}',
            ("tests/test_stratified_bootstrap.py",)),
     Mutant("ids-legibility-macro-se-pooled", "eval/measure/legibility.py",
-           'summary = {stat: mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()}) for stat in ("ce", "alpha")}',
+           'summary = {stat: mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()})\n'
+           '               for stat in ("ce", "alpha")}',
            'summary = {stat: {**mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()}), "macro": '
-           'mean_se_summary({"all": [p[stat] for p in per_problem]})["all"]} for stat in ("ce", "alpha")}',
+           'mean_se_summary({"all": [p[stat] for p in per_problem]})["all"]}\n'
+           '               for stat in ("ce", "alpha")}',
            ("tests/test_stratified_bootstrap.py",)),
     # issue 35 behaviour 4: a stdin/stdout program is graded under one wall-clock limit and stops at a limit
     Mutant("stdio-timeout-runs-on", "rewards/code.py",
@@ -248,7 +250,8 @@ MUTANTS = [
            _STDIO_TESTS),
     Mutant("stdio-limit-reported-as-failed-test", "rewards/code.py",
            'return Grade(0.0, status, {**details, "error": f"{status} on input {len(results)}"})',
-           'return Grade(0.0, f"failed test {len(results)}", {**details, "error": f"{status} on input {len(results)}"})',
+           'return Grade(0.0, f"failed test {len(results)}", '
+           '{**details, "error": f"{status} on input {len(results)}"})',
            _STDIO_TESTS),
     Mutant("stdio-memory-runs-on", "rewards/code.py",
            '_FATAL = ("timeout", "memory", "process limit", "output limit")',
@@ -321,7 +324,7 @@ def main(argv=None) -> int:
     n_caught = sum(r[1] for r in rows)
     print(f"\n{n_caught} of {len(rows)} mutants caught\n")
     print("| mutant | file | tests run | caught |\n|---|---|---|---|")
-    for m, caught, secs, rc, _ in rows:
+    for m, caught, secs, _rc, _ in rows:
         print(f"| {m.name} | {m.path} | {', '.join(dict.fromkeys(t.split('/')[-1].split('::')[0] for t in m.tests))} | "
               f"{'yes' if caught else 'NO'} ({secs:.0f} s) |")
     return 0 if ok and n_caught == len(rows) else 1

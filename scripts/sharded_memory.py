@@ -140,7 +140,8 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
     backward = model.backward if sharding == "zero3" else torch.Tensor.backward
     for _ in range(rows // micro if sharding == "zero3" else 1):  # warm-up: one update (ZeRO-3 steps at its boundary)
-        backward(model(torch.randint(0, lm.config.vocab_size, (1, cfg.data.max_prompt_tokens + 8), generator=g).to(dev)))
+        ids = torch.randint(0, lm.config.vocab_size, (1, cfg.data.max_prompt_tokens + 8), generator=g)
+        backward(model(ids.to(dev)))
         step()
     dist.barrier()
     if gpu:

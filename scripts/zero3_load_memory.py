@@ -69,7 +69,8 @@ def rank_main(model_dir: str, mode: str, out: str) -> None:
     held = sum(p.ds_tensor.numel() * p.ds_tensor.element_size() for p in model.parameters())
     whole = sum(p.ds_numel for p in model.parameters()) * 4
     (Path(out) / f"rank{state.process_index}.json").write_text(json.dumps(
-        {"rank": state.process_index, "mode": mode, "peak": rss("VmHWM:") - base, "partitions": held, "whole_fp32": whole}))
+        {"rank": state.process_index, "mode": mode, "peak": rss("VmHWM:") - base, "partitions": held,
+         "whole_fp32": whole}))
 
 
 def saved_model(arch: str, root: Path) -> str:

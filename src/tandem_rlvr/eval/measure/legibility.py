@@ -138,7 +138,8 @@ def run_legibility(samples: str | os.PathLike, junior: str, out: str | os.PathLi
     by_bench = {}
     for p in per_problem:
         by_bench.setdefault(p["benchmark"], []).append(p)
-    summary = {stat: mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()}) for stat in ("ce", "alpha")}
+    summary = {stat: mean_se_summary({b: [p[stat] for p in ps] for b, ps in by_bench.items()})
+               for stat in ("ce", "alpha")}
     n_tokens = int(scores["tokens"].sum())
     result = {"summary": summary, "samples": len(per_sample), "scored_tokens": n_tokens,
               "config": {"samples": str(run.path.resolve()), "senior": recorded_model(senior),
