@@ -35,7 +35,7 @@ def byte_decoder() -> dict[str, int]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
 def token_surfaces(tokenizer) -> list[str]:
@@ -96,7 +96,7 @@ def _boundary_list(tokenizer, kind: str) -> list[bool]:
         raw = [""] * len(surfaces)
         for tok, i in tokenizer.get_vocab().items():
             raw[i] = tok
-        mask = [bool(s) and r[:1] in ("Ġ", "▁") for r, s in zip(raw, surfaces)]
+        mask = [bool(s) and r[:1] in ("Ġ", "▁") for r, s in zip(raw, surfaces, strict=True)]
     elif kind == "sentence":
         mask = [any(c in s for c in ".!?\n") for s in surfaces]
     elif kind == "blank-line-end":

@@ -76,8 +76,9 @@ class LeanBody:
         self.scaling = self.head_dim ** -0.5
         rot = self.body.rotary_emb
         # two bodies whose rotary modules agree share one cos/sin per step
-        self.rope_key = (type(rot).__name__, tuple(rot.inv_freq.tolist()), float(getattr(rot, "attention_scaling", 1.0)),
-                         getattr(rot, "rope_type", None), str(rot.inv_freq.device))
+        self.rope_key = (type(rot).__name__, tuple(rot.inv_freq.tolist()),
+                         float(getattr(rot, "attention_scaling", 1.0)), getattr(rot, "rope_type", None),
+                         str(rot.inv_freq.device))
 
     @classmethod
     def of(cls, model) -> "LeanBody | None":
@@ -132,7 +133,7 @@ class LeanBody:
         x = self.body.embed_tokens(ids)  # (B, 1, H)
         B, hd = x.shape[0], self.head_dim
         cos, sin = rope if rope is not None else self.rope(x, pos)
-        for (ln1, qw, kw, vw, ow, qk, ln2, gate, up, down), lc in zip(self.layers, cache.layers):
+        for (ln1, qw, kw, vw, ow, qk, ln2, gate, up, down), lc in zip(self.layers, cache.layers, strict=True):
             h = _rms(x, *ln1)
             q = F.linear(h, *qw).view(B, 1, self.heads, hd)
             k = F.linear(h, *kw).view(B, 1, self.kv_heads, hd)

@@ -276,7 +276,8 @@ class Rule:
         if self.fires is not None and self.fires not in FIRES:
             raise TandemError(f"schedule rule: unknown fires {self.fires!r}; valid: None, {', '.join(FIRES)}")
         if self.fires is None and self.first == "coin":
-            raise TandemError("schedule rule: a schedule where nothing fires has a fixed author (first senior or junior)")
+            raise TandemError("schedule rule: a schedule where nothing fires has a fixed author "
+                              "(first senior or junior)")
         if self.fires is not None and (self.then == "redraw") != (self.first == "coin"):
             raise TandemError("schedule rule: a redraw schedule starts with a coin; flip and count start with a "
                               "fixed author")

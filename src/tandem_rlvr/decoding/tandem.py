@@ -103,7 +103,8 @@ class ModelRunner:
         params = inspect.signature(self.body.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
         cfg = model.config
-        self.scale = float(getattr(cfg, "logit_scale", None) or 1.0) / float(getattr(cfg, "logits_scaling", None) or 1.0)
+        self.scale = (float(getattr(cfg, "logit_scale", None) or 1.0)
+                      / float(getattr(cfg, "logits_scaling", None) or 1.0))
         self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.device = next(model.parameters()).device
         self.preallocate = preallocate
@@ -114,14 +115,16 @@ class ModelRunner:
     def prefill(self, ids, attn, pos, capacity: int | None = None) -> None:
         """ids/attn/pos (B, P): start a fresh cache (written in place up to ``capacity``
         positions when given and pre-allocation is on) and set ``hidden``."""
-        self.cache = preallocated_cache(self.model.config, capacity) if capacity is not None and self.preallocate else None
+        pre = capacity is not None and self.preallocate
+        self.cache = preallocated_cache(self.model.config, capacity) if pre else None
         self.hidden = self.forward(ids, attn, pos)
         self.use_lean = self.lean is not None and LeanBody.usable(self.cache)
         if self.use_lean:
             self.lean.bind()
 
     def forward(self, ids, attn, pos) -> torch.Tensor:
-        """transformers forward of (B, S) tokens through the body, extending the cache. Returns (B, H) at the last position."""
+        """transformers forward of (B, S) tokens through the body, extending the cache. Returns (B, H) at the
+        last position."""
         dev = self.device
         out = self.body(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
                         use_cache=True, **{self.cache_kw: self.cache})
@@ -188,7 +191,7 @@ def rollout_from_rows(tokens: Sequence[Sequence[int]], masks: Sequence[Sequence[
     out = torch.full((B, T), pad_id, dtype=torch.long)
     logps = torch.zeros((B, T), dtype=torch.float32)
     smask = torch.zeros((B, T), dtype=torch.bool)
-    for b, (t, m, lp) in enumerate(zip(tokens, masks, logprobs)):
+    for b, (t, m, lp) in enumerate(zip(tokens, masks, logprobs, strict=True)):
         if t:
             out[b, : len(t)] = torch.tensor(t)
             smask[b, : len(t)] = torch.tensor(m)
@@ -234,7 +237,8 @@ class TandemDecoder:
         if schedule.uses_senior and senior is None:
             raise TandemError(f"schedule {schedule.name!r} needs a senior model")
         if compact is not None and not 0.0 <= compact <= 1.0:
-            raise TandemError(f"compact (fraction of finished rows that triggers compaction) must be in [0, 1], got {compact}")
+            raise TandemError(f"compact (fraction of finished rows that triggers compaction) must be in [0, 1], "
+                              f"got {compact}")
         self.senior = ModelRunner(senior, preallocate) if schedule.uses_senior else None
         self.junior = ModelRunner(junior, preallocate) if schedule.uses_junior else None
         self.schedule, self.sampling = schedule, sampling
@@ -276,7 +280,8 @@ class TandemDecoder:
         if max_new_tokens is not None:
             caps = torch.as_tensor(max_new_tokens, dtype=torch.long)
             if caps.shape != (B,) or bool((caps < 1).any()):
-                raise TandemError(f"max_new_tokens needs one cap >= 1 per prompt: {B} prompts, got {list(max_new_tokens)}")
+                raise TandemError(f"max_new_tokens needs one cap >= 1 per prompt: {B} prompts, "
+                                  f"got {list(max_new_tokens)}")
             caps = caps.clamp(max=max_new)
         parallel, per_body = self.threads()
         pool = ThreadPoolExecutor(1, thread_name_prefix="tandem-junior") if parallel else None
@@ -330,7 +335,7 @@ class TandemDecoder:
             self.schedule.advance(state, tok, t)
             if can_drop and n_done and n_done >= self.compact * R:
                 keep = (~done).nonzero().squeeze(1)
-                for f, o in zip(full, out):
+                for f, o in zip(full, out, strict=True):
                     f[live] = o
                 out = tuple(o.index_select(0, keep) for o in out)
                 live, done, caps, last_pos = live[keep], done[keep], caps[keep], last_pos[keep]
@@ -341,7 +346,7 @@ class TandemDecoder:
                     r.keep_rows(keep)
             last_pos = last_pos + 1
             self._advance(tok[:, None], last_pos[:, None], attn_full[:, : P + t + 1], mask_full[..., : P + t + 1], pool)
-        for f, o in zip(full, out):
+        for f, o in zip(full, out, strict=True):
             f[live] = o
         tokens, smask, logps, lengths, finished = full
         return Rollout(tokens[:, :T], smask[:, :T], logps[:, :T], lengths.clamp(max=T), finished)

@@ -41,7 +41,7 @@ def collate(prompts, responses, idx, pad_id):
     ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
     attn = torch.zeros((len(seqs), L), dtype=torch.long)
     rows, cols, owner = [], [], []
-    for b, (i, s) in enumerate(zip(idx, seqs)):
+    for b, (i, s) in enumerate(zip(idx, seqs, strict=True)):
         ids[b, : len(s)] = torch.tensor(s)
         attn[b, : len(s)] = 1
         P, T = len(prompts[i]), len(responses[i])
@@ -73,7 +73,8 @@ def response_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_ids
         ids, attn, rows, cols, targets, owner = collate(prompt_ids, completion_ids, idx, pad_id)
         h = hidden_states(model, ids, attn)[rows.to(dev), cols.to(dev)]  # (N, H)
         lp = torch.cat([torch.log_softmax(head(h[c:c + chunk]).float() / scale, dim=-1)
-                        .gather(-1, targets[c:c + chunk, None].to(dev)).squeeze(-1) for c in range(0, len(targets), chunk)])
+                        .gather(-1, targets[c:c + chunk, None].to(dev)).squeeze(-1)
+                        for c in range(0, len(targets), chunk)])
         lp = lp.cpu()
         for i in idx:
             out[i] = lp[owner == i]

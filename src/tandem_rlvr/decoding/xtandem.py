@@ -61,7 +61,8 @@ class XJunior:
         if self.prompts is not None:
             key = tuple(int(i) for i in senior_ids)
             if key not in self.prompts:
-                raise TandemError("a rollout prompt has no junior prompt (the junior's template was not rendered for it)")
+                raise TandemError("a rollout prompt has no junior prompt (the junior's template was not rendered "
+                                  "for it)")
             return list(self.prompts[key])
         text = self.senior_tokenizer.decode(list(senior_ids), skip_special_tokens=False)
         from ..prompting import encode_prompt
@@ -106,7 +107,7 @@ class CrossTandemDecoder:
         self.eos_ids = tuple(sorted({int(e) for e in ids}) for ids in (senior_eos, junior_eos))
         self.eos_sets = tuple(set(e) for e in self.eos_ids)
         self.pads = tuple(int(v.tokenizer.pad_token_id if v.tokenizer.pad_token_id is not None else e[0])
-                          for v, e in zip(self.vocabs, self.eos_ids))
+                          for v, e in zip(self.vocabs, self.eos_ids, strict=True))
         if chunk is not None and chunk < 1:
             raise TandemError(f"chunk (ids fed per model and step) must be >= 1 or None, got {chunk}")
         if compact is not None and not 0.0 <= compact <= 1.0:
@@ -144,7 +145,7 @@ class CrossTandemDecoder:
             raise TandemError(f"need one seed per prompt: {B} prompts, {tuple(seeds.shape)} seeds")
         lens = [max(len(p) for p in ps) for ps in (prompts, junior_prompts)]
         max_new = self.sampling.max_new_tokens
-        for P, ctx in zip(lens, self.contexts):
+        for P, ctx in zip(lens, self.contexts, strict=True):
             if ctx is not None:
                 if P >= ctx:
                     raise TandemError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
@@ -181,8 +182,8 @@ class CrossTandemDecoder:
         while not all(done):
             for m in (SENIOR, JUNIOR):
                 self._feed(m, rows, attn, pos)
-            ready = torch.tensor([not d and not r.pending[SENIOR if a else JUNIOR]
-                                  for d, r, a in zip(done, rows, author.tolist())])  # (R,) rows that sample now
+            ready = torch.tensor([not d and not r.pending[SENIOR if a else JUNIOR]  # (R,) rows that sample now
+                                  for d, r, a in zip(done, rows, author.tolist(), strict=True)])
             if not bool(ready.any()):
                 continue
             t = emitted.clamp(max=max_new - 1)
@@ -222,7 +223,7 @@ class CrossTandemDecoder:
                 if r.close(1 - a, keep=room if a == JUNIOR else None) or len(r.views[SENIOR]) >= cap:
                     done[b] = True  # the junior's text filled the budget
             author, since = torch.tensor(auth_l, dtype=torch.bool), torch.tensor(since_l, dtype=torch.long)
-            for r, d in zip(rows, done):
+            for r, d in zip(rows, done, strict=True):
                 if d:  # nothing more is read from a finished row
                     r.pending[SENIOR].clear()
                     r.pending[JUNIOR].clear()
@@ -272,7 +273,8 @@ class CrossTandemDecoder:
         B = author.shape[0]
         tok = torch.zeros(B, dtype=torch.long)
         lp = torch.zeros(B, dtype=torch.float32)
-        for m, rows_m in ((SENIOR, (author & ready).nonzero().squeeze(1)), (JUNIOR, (~author & ready).nonzero().squeeze(1))):
+        for m, rows_m in ((SENIOR, (author & ready).nonzero().squeeze(1)),
+                          (JUNIOR, (~author & ready).nonzero().squeeze(1))):
             if rows_m.numel() == 0:
                 continue
             logits = self.runners[m].logits(rows_m).cpu()  # (R, V_m)
