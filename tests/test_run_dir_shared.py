@@ -1,0 +1,106 @@
+"""Every process of a launch sees the run directory the main process writes (rl/run_start.py): nodes whose
+--output-dir is not one shared directory are refused on every process, naming each one's directory, before
+anything is written; a directory the main process cannot take is the same line on every process, not a hang."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.multiprocessing as mp
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _take(rank: int, world: int, port: int, dirs: list, out: str) -> None:
+    import torch.distributed as dist
+
+    from tandem_rlvr.errors import TandemError
+    from tandem_rlvr.rl.run_start import RunStart
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        start = RunStart.take(dirs[rank], rank == 0)
+        said = "ok " + " ".join(sorted(p.name for p in start.out.iterdir()))
+        dist.barrier()  # rank 0's listing is taken before the others leave
+        start.close()
+    except TandemError as e:
+        said = str(e)
+    with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
+        f.write(said)
+    if dist.is_initialized():  # a refusal closes the group itself
+        dist.destroy_process_group()
+
+
+def _launch(tmp_path, dirs: list) -> list[str]:
+    mp.spawn(_take, args=(len(dirs), _port(), [str(d) for d in dirs], str(tmp_path)), nprocs=len(dirs), join=True)
+    return [(tmp_path / f"rank{r}.txt").read_text() for r in range(len(dirs))]
+
+
+def test_processes_given_different_run_directories_all_refuse_naming_each_directory(tmp_path):
+    a, b = tmp_path / "node0" / "run", tmp_path / "node1" / "run"
+    said = _launch(tmp_path, [a, b])
+    assert said[0] == said[1]
+    line = said[0]
+    assert "\n" not in line
+    assert line.startswith("the run directory is not shared by all nodes: rank 0 on ")
+    assert f"writes {a}, which rank 1 cannot see (rank 1 on {socket.gethostname()} has {b})" in line
+    assert not a.exists() and not b.exists()  # each process's new directory undone
+
+
+def test_processes_sharing_the_run_directory_pass_and_leave_only_the_lock(tmp_path):
+    run = tmp_path / "run"
+    said = _launch(tmp_path, [run, run, run])
+    assert said == ["ok .lock"] * 3  # the main process's token is gone before anyone lists the directory
+
+
+def test_a_run_directory_the_main_process_cannot_lock_is_one_line_on_every_process(tmp_path):
+    import fcntl
+
+    run = tmp_path / "run"
+    run.mkdir()
+    fd = os.open(run / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    os.write(fd, b"pid 1 on host elsewhere\n")
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer holds it
+    try:
+        said = _launch(tmp_path, [run, run])
+    finally:
+        os.close(fd)
+    assert said[0] == said[1]
+    assert said[0].startswith(f"rank 0 could not take the run directory: {run} is being written by pid 1 on host "
+                              "elsewhere"), said[0]
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_without_a_shared_run_directory_exit_2_before_training(tmp_path):
+    """The issue's case: two one-process "nodes" on a loopback rendezvous, each given `--output-dir run` in
+    its own working directory (as two machines without a shared filesystem would see one path)."""
+    port, src = _port(), str(Path(__file__).parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    cwds = [tmp_path / "node0", tmp_path / "node1"]
+    procs = []
+    for r, cwd in enumerate(cwds):
+        cwd.mkdir()
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
+             "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+             "-m", "tandem_rlvr.cli", "train", "--preset", "tiny", "--senior-device", "cpu", "--max-steps", "2",
+             "--output-dir", "run"], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
+    for p in procs:
+        err = p.communicate(timeout=300)[1].splitlines()
+        assert p.returncode != 0
+        first = [line for line in err if line.startswith("tandem: error: ")]
+        assert first and "the run directory is not shared by all nodes" in first[0], err
+        assert f"writes {cwds[0] / 'run'}, which rank 1 cannot see" in first[0]
+        assert f"has {cwds[1] / 'run'})" in first[0]
+        assert "exitcode  : 2 " in "\n".join(err)  # the CLI's error status, not a crash at exit
+    assert not (cwds[0] / "run").exists() and not (cwds[1] / "run").exists()
