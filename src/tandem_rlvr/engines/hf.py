@@ -99,9 +99,10 @@ class HFRollouts:
                                           [seeds[b] for b in rows]))
         merged = _concat(parts, self.tokenizer.pad_token_id)
         dev = merged.tokens.device
-        back = torch.empty(len(order), dtype=torch.long, device=dev)  # (B,) row b of the batch is row back[b] of the parts
+        back = torch.empty(len(order), dtype=torch.long, device=dev)  # (B,) batch row b is row back[b] of the parts
         back[torch.tensor(order, device=dev)] = torch.arange(len(order), device=dev)
-        return Rollout(*(getattr(merged, f)[back] for f in ("tokens", "senior_mask", "logprobs", "lengths", "finished")))
+        fields = ("tokens", "senior_mask", "logprobs", "lengths", "finished")
+        return Rollout(*(getattr(merged, f)[back] for f in fields))
 
     def _decode(self, dec, prompts, seeds) -> Rollout:
         """``dec`` over ``prompts``, ``batch_rows`` rows at a time."""
@@ -129,7 +130,8 @@ def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
     T = max(p.tokens.shape[1] for p in parts)
 
     def padcat(name, value):
-        return torch.cat([torch.nn.functional.pad(getattr(p, name), (0, T - p.tokens.shape[1]), value=value) for p in parts])
+        return torch.cat([torch.nn.functional.pad(getattr(p, name), (0, T - p.tokens.shape[1]), value=value)
+                          for p in parts])
 
     return Rollout(padcat("tokens", pad_id), padcat("senior_mask", False), padcat("logprobs", 0.0),
                    torch.cat([p.lengths for p in parts]), torch.cat([p.finished for p in parts]))

@@ -31,7 +31,8 @@ class LocalJudgeBackend:
         self.settings = s
         greedy = SamplingParams(0.0, 1.0, 0, s.max_tokens)
         engine = open_engine("hf", EngineSetup(s.model, device=s.device, dtype=s.dtype))
-        self.decoder, self.tok, self._close = engine.decoder(RolloutSpec("senior", greedy)), engine.tokenizer, engine.close
+        self.decoder = engine.decoder(RolloutSpec("senior", greedy))
+        self.tok, self._close = engine.tokenizer, engine.close
 
     def complete(self, prompts: list[str]) -> list[str | None]:
         out: list[str | None] = []

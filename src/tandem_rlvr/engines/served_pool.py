@@ -151,10 +151,11 @@ def check_served_juniors(settings, specs: Sequence[str]) -> list[dict]:
     if len(report) != len(run):
         raise TandemError(f"{settings.url} holds {len(report)} junior(s) {_listing(report)}, this run "
                           f"{len(run)} {_listing(run)}: start the server with {start}")
-    bad = [i for i, (a, b) in enumerate(zip(run, report)) if not same_junior(a, b)]
+    bad = [i for i, (a, b) in enumerate(zip(run, report, strict=True)) if not same_junior(a, b)]
     if bad:
         what = "; ".join(f"junior {i} is {report[i]['name']} (fingerprint {report[i]['fingerprint']}) there, "
                          f"{run[i]['name']} (fingerprint {run[i]['fingerprint']}) here" for i in bad)
         raise TandemError(f"{settings.url} holds other juniors than this run: {what}; the server holds "
                           f"{_listing(report)}, the run {_listing(run)}: start it with {start}")
-    return [{"name": a["name"], "fingerprint": _known(b["fingerprint"]) or a["fingerprint"]} for a, b in zip(run, report)]
+    return [{"name": a["name"], "fingerprint": _known(b["fingerprint"]) or a["fingerprint"]}
+            for a, b in zip(run, report, strict=True)]

@@ -215,7 +215,8 @@ class VLLMDecoder:
         s, e = self.sampling, self.engine
         max_tokens = min(s.max_new_tokens, e.max_model_len - prompt_len)
         if max_tokens < 1:
-            raise TandemError(f"prompt of {prompt_len} tokens does not fit the model context of {e.max_model_len} tokens")
+            raise TandemError(f"prompt of {prompt_len} tokens does not fit the model context of "
+                              f"{e.max_model_len} tokens")
         extra = {"tandem": {"schedule": self.schedule.name, "p": self.p, "K": self.K, "seed": int(seed)}} \
             if e.tandem else None
         if junior:
@@ -237,7 +238,7 @@ class VLLMDecoder:
         juniors = [0] * len(prompts) if juniors is None or not self.engine.tandem else [int(j) for j in juniors]
         if len(juniors) != len(prompts) or any(not 0 <= j < max(self.engine.n_juniors, 1) for j in juniors):
             raise TandemError(f"juniors: one index per row in 0..{self.engine.n_juniors - 1}, got {juniors}")
-        params = [self._params(len(p), int(s), j) for p, s, j in zip(prompts, seeds.tolist(), juniors)]
+        params = [self._params(len(p), int(s), j) for p, s, j in zip(prompts, seeds.tolist(), juniors, strict=True)]
         # vLLM's step draws from torch's global CPU generator (its sampler's seeded requests aside), so without
         # the fork the trainer's next draws (TRL's batch shuffle) would depend on how many engine calls came
         # before, e.g. one validation pass per junior of a pool (docs/pool.md, "vLLM engines")
@@ -249,7 +250,8 @@ class VLLMDecoder:
         masks = replay(self.schedule, seeds, toks)  # (seed, tokens) -> authors, as the processor did
         tok = self.engine.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else self.engine.eos_ids[0]
-        logps = [[lp[i].logprob for lp, i in zip(c.logprobs, t)] for c, t in zip(comps, toks)]
+        # vLLM returns one logprobs entry per sampled token
+        logps = [[lp[i].logprob for lp, i in zip(c.logprobs, t, strict=True)] for c, t in zip(comps, toks, strict=True)]
         return rollout_from_rows(toks, masks, logps, [c.finish_reason == "stop" for c in comps], pad)
 
 

@@ -137,7 +137,7 @@ class TandemLogitsProcessor(LogitsProcessor):
                 tokens = torch.tensor([r.out[r.done] for r in rows], dtype=torch.int64)
                 self._schedule(key).advance(state, tokens, steps)
                 tail = state.tail.tolist() if state.tail is not None else [0] * len(rows)
-                for r, a, s, t in zip(rows, state.author.tolist(), state.since.tolist(), tail):
+                for r, a, s, t in zip(rows, state.author.tolist(), state.since.tolist(), tail, strict=True):
                     r.author, r.since, r.tail, r.done = a, s, t, r.done + 1
             behind = [r for r in behind if len(r.out) > r.done]
 

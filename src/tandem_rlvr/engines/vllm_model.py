@@ -84,7 +84,7 @@ class TandemForCausalLM(nn.Module):
         self.junior_names = [junior_module(i) for i in range(len(paths))]
         hidden = [cfg.hidden_size]
         self.secondary_weights = []
-        for name, path in zip(self.junior_names, paths):
+        for name, path in zip(self.junior_names, paths, strict=True):
             jcfg = _junior_config(vllm_config, path)
             j_cls = _model_class(jcfg.model_config.hf_config.architectures, jcfg.model_config)
             setattr(self, name, j_cls(vllm_config=jcfg, prefix=f"{prefix}{name}" if not prefix else f"{prefix}.{name}"))
@@ -106,7 +106,7 @@ class TandemForCausalLM(nn.Module):
         hs, *hj = hidden_states.split(self.hidden, dim=-1)
         ls = self.senior.compute_logits(hs)
         return torch.cat([ls] + [getattr(self, n).compute_logits(h.contiguous()).to(ls.dtype)
-                                 for n, h in zip(self.junior_names, hj)], dim=-1)
+                                 for n, h in zip(self.junior_names, hj, strict=True)], dim=-1)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """The senior's weights (no prefix) come first, then each junior's (``junior.``, ``junior_1.``, ...), in

@@ -12,10 +12,10 @@ junior half is never touched.
 Backends: ``nccl`` is vLLM's (GPU). vLLM ships no CPU backend, so this module adds
 ``tandem_gloo``: the same protocol over a gloo process group (vLLM's stateless group
 helper), registered with vLLM's weight-transfer factories by name in our
-``vllm.general_plugins`` hook (``vllm_plugin``), so the server's worker finds it. It is what lets the CPU tests check the whole path;
-on GPU use ``nccl``. ``push_stream`` sends a trainer's stream of tensors through either backend
-as one update, bucket by bucket. This is the one module that touches vLLM's weight-transfer
-surface (guarded by tests/test_vllm_server_train.py).
+``vllm.general_plugins`` hook (``vllm_plugin``), so the server's worker finds it. It is what lets
+the CPU tests check the whole path; on GPU use ``nccl``. ``push_stream`` sends a trainer's stream of
+tensors through either backend as one update, bucket by bucket. This is the one module that touches
+vLLM's weight-transfer surface (guarded by tests/test_vllm_server_train.py).
 
 Security: vLLM's development endpoints carry no authentication (not even ``--api-key``):
 a server with ``--weight-sync`` should listen on loopback or a private network only.
@@ -121,7 +121,8 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("tandem_gloo weight transfer not initialised: call init_weight_transfer_engine first")
-        for name, dtype_name, shape in zip(update_info.names, update_info.dtype_names, update_info.shapes):
+        tensors = zip(update_info.names, update_info.dtype_names, update_info.shapes, strict=True)
+        for name, dtype_name, shape in tensors:
             weight = torch.empty(shape, dtype=getattr(torch, dtype_name))
             _broadcast(self.group, weight)
             self.model.load_weights([(name, weight.to(self.device))])
