@@ -124,7 +124,7 @@ def fsdp2_row(arch: str, root: Path, prompt: int, new: int, micro: int, ckpt: bo
     from tandem_rlvr.models import resolve_model_path
 
     shipped = resources.files("tandem_rlvr").joinpath("presets", "models", arch.replace("/", "--") + ".json")
-    model = arch if shipped.is_file() else resolve_model_path(arch)  # rl/memory_shapes.model_config reads either
+    model = arch if shipped.is_file() else resolve_model_path(arch)  # models.model_config reads either
     overrides = dict(method="grpo", senior=str(model), dataset="unused.jsonl", dataset_split=None, template="plain",
                      group_size=8, prompts_per_step=2, prompts_per_minibatch=2, max_prompt_tokens=prompt,
                      max_new_tokens=new, micro_batch_rows=micro, gradient_checkpointing=ckpt, dtype="float32",

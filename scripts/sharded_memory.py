@@ -39,7 +39,7 @@ from trl.kernels import ChunkedLogProbFunction
 
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.planner.memory import Layout, Plan, plan
-from tandem_rlvr.rl.memory_shapes import model_config
+from tandem_rlvr.models import model_config
 
 
 def rss(key: str) -> int:

@@ -82,8 +82,7 @@ def saved_model(arch: str, root: Path) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tandem_rlvr.models import load_tokenizer, resolve_model_path
-    from tandem_rlvr.rl.memory_shapes import model_config
+    from tandem_rlvr.models import load_tokenizer, model_config, resolve_model_path
 
     out = root / arch.replace("/", "--")
     torch.manual_seed(0)

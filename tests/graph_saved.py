@@ -1,4 +1,4 @@
-"""A slow reference for the memory plan's saved-tensor count (rl/memory_shapes.saved_bytes): the bytes
+"""A slow reference for the memory plan's saved-tensor count (planner/shapes.saved_bytes): the bytes
 the autograd graph of a model's body holds after one forward, found by walking the graph from the body's
 output and reading each node's saved tensors (parameters left out; each storage once)."""
 

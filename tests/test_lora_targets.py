@@ -97,7 +97,7 @@ def test_a_rank_wider_than_the_seniors_layers_or_a_bogus_target_is_refused_by_dr
     config.json), so a rank-r update there has rank at most min(128, 64) = 64. Refused before any adapter is
     built to measure (PEFT on real tensors would try to allocate r x (in + out) weights per layer)."""
     from tandem_rlvr.cli import main
-    from tandem_rlvr.rl.memory_shapes import LoraSpec
+    from tandem_rlvr.planner.shapes import LoraSpec
 
     def no_adapters(*a, **k):
         raise AssertionError("an adapter was built before the rank was checked")

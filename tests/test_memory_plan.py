@@ -152,7 +152,7 @@ def test_lora_activation_profile_counts_what_autograd_saves_with_the_base_frozen
     from graph_saved import graph_saved_bytes
     from transformers import Qwen3Config
 
-    from tandem_rlvr.rl.memory_shapes import LoraSpec, activation_profile
+    from tandem_rlvr.planner.shapes import LoraSpec, activation_profile
 
     cfg = Qwen3Config(vocab_size=64, hidden_size=112, intermediate_size=272, num_hidden_layers=2, num_attention_heads=6,
                       num_key_value_heads=2, head_dim=32)
@@ -228,7 +228,7 @@ def test_cheapest_fit_and_why_the_9b_pair_needs_offload_on_two_gpus(monkeypatch)
     from tandem_rlvr.planner import memory as memory_plan
     from tandem_rlvr.planner.layouts import cheapest_fit, recommend
     from tandem_rlvr.planner.memory import GiB, Layout
-    from tandem_rlvr.rl.memory_shapes import ActivationProfile
+    from tandem_rlvr.planner.shapes import ActivationProfile
 
     monkeypatch.setattr(memory_plan, "activation_profile", lambda *a: ActivationProfile(0.0, 0.0, 0.0))
     cfg = load_train_config("qwen3.5-9b-2b", None, {})
@@ -263,7 +263,7 @@ def test_bad_plan_flags_are_one_line_errors_naming_the_flag(flag, value):
 def test_dry_run_prints_the_sharded_plan_and_the_layouts_table(monkeypatch, capsys):
     from tandem_rlvr.cli import main
     from tandem_rlvr.planner import memory as memory_plan
-    from tandem_rlvr.rl.memory_shapes import ActivationProfile
+    from tandem_rlvr.planner.shapes import ActivationProfile
 
     monkeypatch.setattr(memory_plan, "activation_profile", lambda *a: ActivationProfile(0.0, 0.0, 0.0))
     assert main(["train", "--preset", "qwen3-4b-deepscaler", "--dry-run", "--plan-gpu-gib", "80",

@@ -33,7 +33,8 @@ P2 = 248320 * 2048 + 2048 + 18 * (MLP2 + NORMS2 + LIN2) + 6 * (MLP2 + NORMS2 + F
 @pytest.mark.parametrize("spec,params,layer,attention_layers", [
     ("Qwen/Qwen3.5-9B", P9, MLP9 + NORMS9 + LIN9, 8), ("Qwen/Qwen3.5-2B", P2, MLP2 + NORMS2 + LIN2, 6)])
 def test_shipped_qwen3_5_configs_count_weights_by_hand(spec, params, layer, attention_layers):
-    from tandem_rlvr.rl.memory_shapes import Shape, model_config
+    from tandem_rlvr.models import model_config
+    from tandem_rlvr.planner.shapes import Shape
 
     S = Shape.of(model_config(spec))  # offline: the config ships in presets/models
     assert (S.params, S.layer_params, S.attention_layers) == (params, layer, attention_layers)
@@ -48,7 +49,8 @@ def test_preset_pairs_the_9b_senior_with_the_2b_junior_on_the_paper_settings():
 
 
 def test_kv_cache_counts_only_full_attention_layers_and_states_per_row():
-    from tandem_rlvr.rl.memory_shapes import Shape, model_config
+    from tandem_rlvr.models import model_config
+    from tandem_rlvr.planner.shapes import Shape
 
     S = Shape.of(model_config("Qwen/Qwen3.5-9B"))
     assert S.kv_bytes_per_token(torch.bfloat16) == 8 * 2 * 4 * 256 * 2
@@ -96,7 +98,8 @@ def test_hybrid_activation_profile_counts_each_layer_type_in_a_layer_of_that_typ
     autograd graph of a one- and two-layer body of that type holds (a graph walk over the saved
     tensors). The walk cannot see what an in-place slice write (CopySlices) saves inside the
     chunked gated delta rule, a few KiB per layer, hence the 0.5% tolerance."""
-    from tandem_rlvr.rl.memory_shapes import _hybrid_profile, model_config
+    from tandem_rlvr.models import model_config
+    from tandem_rlvr.planner.shapes import _hybrid_profile
 
     config = model_config("Qwen/Qwen3.5-2B")
     rows, tokens = 2, 64

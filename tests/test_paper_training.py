@@ -126,8 +126,8 @@ def test_memory_plan_activation_profile_matches_autograds_saved_bytes():
     must equal a direct count of what autograd saves in one layer."""
     from transformers import Qwen3Config
 
-    from tandem_rlvr.rl.memory_shapes import activation_profile
-    from tandem_rlvr.rl.memory_shapes import saved_bytes as _saved_bytes
+    from tandem_rlvr.planner.shapes import activation_profile
+    from tandem_rlvr.planner.shapes import saved_bytes as _saved_bytes
 
     cfg = Qwen3Config(vocab_size=64, hidden_size=112, intermediate_size=272, num_hidden_layers=2, num_attention_heads=6,
                       num_key_value_heads=2, head_dim=32)

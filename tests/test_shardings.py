@@ -1,6 +1,7 @@
 """Sharding backends as registry rows (``config/shardings.py``, ``rl/backends.py``): code above the rows
-asks them, a backend registered from outside the package is a valid ``--sharding`` whose module the run
-calls, and only the planner's own accounting (listed below) still names backends."""
+asks them (the memory plan too: a backend's terms are its row's ``memory`` function), and a backend
+registered from outside the package is a valid ``--sharding`` whose module the run calls, whose terms the
+plan prices and whose words the help lists."""
 
 import re
 import sys
@@ -14,8 +15,6 @@ from tandem_rlvr.config.shardings import PLAN_NAMES, REGISTRY, ShardingKind, reg
 from tandem_rlvr.errors import TandemError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
-# The memory planner's formulas are per backend (what FSDP2's policy or a ZeRO-3 gather holds): its own math.
-PLANNER = ("planner/memory.py", "planner/layouts.py")
 
 
 def _patterns():
@@ -32,9 +31,9 @@ def _hits(line: str) -> bool:
 
 
 def test_no_module_outside_the_registry_compares_sharding_names():
-    assert all((SRC / f).is_file() for f in PLANNER)
+    assert (SRC / "planner" / "memory.py").is_file()  # the memory plan is scanned like every other module
     hits = [f"{p.relative_to(SRC).as_posix()}:{i}: {line.strip()}" for p in sorted(SRC.rglob("*.py"))
-            if p.relative_to(SRC).as_posix() not in ("config/shardings.py", *PLANNER)
+            if p.relative_to(SRC).as_posix() != "config/shardings.py"
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if _hits(line)]
     assert not hits, "\n".join(hits)
 
@@ -86,6 +85,10 @@ def require():
 def junior_context():
     CALLS.append(("junior_context",))
     yield
+
+
+def plan_terms(p, dev, lay, S, master, compute, trained, what):
+    p.add(dev, "resident", f"ring shards of {what}", 2 * trained / lay.processes)
 '''
 
 
@@ -93,7 +96,8 @@ def junior_context():
 def ring(tmp_path, monkeypatch):
     (tmp_path / "ring_backend.py").write_text(PLUGIN, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    kind = register_sharding(ShardingKind("ring", "Ring", "ring", module="ring_backend", offloads=("none", "all")))
+    kind = register_sharding(ShardingKind("ring", "Ring", "ring", module="ring_backend", offloads=("none", "all"),
+                                          about="shards passed round a ring", memory="ring_backend:plan_terms"))
     yield kind, __import__("ring_backend")
     del REGISTRY["ring"], PLAN_NAMES["ring"]
     sys.modules.pop("ring_backend", None)
@@ -136,3 +140,47 @@ def test_an_unsharded_run_asks_no_backend_module_and_offload_needs_one_that_offl
     assert backends.trl_fields(cfg, torch.bfloat16, torch.float32) == {}
     with pytest.raises(TandemError, match="shard_offload needs --sharding fsdp2 or zero3"):
         TrainConfig.from_keys(shard_offload=True, output_dir=str(tmp_path / "run"))
+
+
+def test_the_memory_plan_prices_a_backend_registered_from_outside_by_its_rows_terms(ring, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from tandem_rlvr.models import model_config
+    from tandem_rlvr.planner.layouts import candidates
+    from tandem_rlvr.planner.memory import Layout, plan
+
+    cfg = TrainConfig.from_keys(output_dir=str(tmp_path / "run"))
+    with torch.device("meta"):  # the senior's parameters, counted on its own class
+        params = sum(t.numel() for t in AutoModelForCausalLM.from_config(model_config(cfg.models.senior)).parameters())
+    items = [i for i in plan(cfg, layout=Layout(2, "ring", "none")).items if i.name.startswith("ring shards")]
+    assert [i.nbytes for i in items] == [2 * params / 2]  # the plug-in's own formula: 2 B per weight over 2 ranks
+    # cheapest first: each offload level over the rows in registry order, the plug-in's after the built-ins
+    assert candidates() == [("ddp", "none"), ("fsdp2", "none"), ("zero3", "none"), ("ring", "none"),
+                            ("zero3", "optimizer"), ("fsdp2", "all"), ("zero3", "all"), ("ring", "all")]
+
+
+def test_a_sharded_backend_without_memory_terms_is_refused_by_the_plan_in_one_line_and_never_a_candidate(tmp_path):
+    from tandem_rlvr.planner.layouts import candidates
+    from tandem_rlvr.planner.memory import Layout, plan
+
+    register_sharding(ShardingKind("bare", "Bare", "bare", module="bare_backend"))
+    try:
+        cfg = TrainConfig.from_keys(output_dir=str(tmp_path / "run"))
+        with pytest.raises(TandemError, match="the memory plan has no terms for sharding 'bare'"):
+            plan(cfg, layout=Layout(2, "bare", "none"))
+        assert all(name != "bare" for name, _ in candidates())
+    finally:
+        del REGISTRY["bare"], PLAN_NAMES["bare"]
+
+
+def test_the_sharding_help_lists_every_registered_backend_a_plugin_too(ring):
+    from tandem_rlvr.cli import build_parser
+    from tandem_rlvr.config.shardings import sharding_help
+
+    assert "ring: shards passed round a ring" in sharding_help()
+    assert sharding_help().startswith("none: ") and "fsdp2: FSDP2" in sharding_help()
+    assert "ddp: each process" in sharding_help(plan=True)
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    helps = {o: a.help for a in train._actions for o in a.option_strings}
+    assert "ring: shards passed round a ring" in helps["--plan-sharding"]
+    assert "ring" in train.format_help().split("--sharding", 1)[1].split("\n", 1)[0]  # its choices: {none,...,ring}

@@ -5,6 +5,7 @@
   (converted once to safetensors in the cache by ``gguf.gguf_to_dir``, because loading a
   GGUF dequantises it every time), or a Hugging Face hub id (needs the hub; offline it fails with a clear
   error naming the id).
+- ``model_config(spec)``: a model's transformers config alone (shipped for the presets' hub ids).
 - ``load_pair(senior, junior, ...)``: both models plus the one tokenizer they share; the
   junior is frozen (``eval()``, ``requires_grad=False``) and may sit on another device.
   Tokenizers must be identical (same token -> id map); otherwise a ``TandemError`` names
@@ -151,6 +152,24 @@ def resolve_model_path(spec: str) -> str:
     if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
         raise TandemError(f"model not found: {spec} (not a directory, a .gguf file or a hub id owner/name)")
     return spec
+
+
+def model_config(spec: str):
+    """The transformers config of a model spec, without its weights (the memory plan, LoRA's target check).
+    A hub id with a config shipped in ``presets/models`` uses that one (the presets can be planned without
+    the hub)."""
+    from importlib import resources
+
+    from transformers import AutoConfig
+
+    shipped = resources.files("tandem_rlvr").joinpath("presets", "models", spec.replace("/", "--") + ".json")
+    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and shipped.is_file():
+        data = json.loads(shipped.read_text(encoding="utf-8"))
+        return AutoConfig.for_model(data.pop("model_type"), **data)
+    try:
+        return AutoConfig.from_pretrained(resolve_model_path(spec))
+    except (OSError, ValueError) as e:
+        raise TandemError(f"cannot read the config of model {spec}: {str(e).splitlines()[0][:160]}") from None
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")

@@ -185,6 +185,7 @@ def pair_from_args(a, need_junior: bool):
 
 def plan_flags(p: argparse.ArgumentParser) -> None:
     """--plan-* flags of `tandem train --dry-run` (planner/memory.py Layout; docs/scale.md)."""
+    from ..config.shardings import sharding_help
     from ..planner.memory import OFFLOADS, SHARDINGS
 
     g = p.add_argument_group("memory plan (--dry-run)")
@@ -193,8 +194,8 @@ def plan_flags(p: argparse.ArgumentParser) -> None:
                         "else this machine)")
     g.add_argument("--plan-processes", type=COUNT, default=1, help="training processes, one GPU each (default 1)")
     g.add_argument("--plan-sharding", default=None, choices=SHARDINGS, help="how the processes hold the senior's "
-                   "training state: ddp (whole copies), fsdp2 (torch fully_shard), zero3 (DeepSpeed); default: the "
-                   "run's (fsdp2 or zero3 under --sharding fsdp2 or zero3, else ddp)")
+                   f"training state: {sharding_help(plan=True)} (every registered backend; default: the run's "
+                   "--sharding, ddp under none)")
     g.add_argument("--plan-offload", default=None, choices=OFFLOADS, help="shards kept in host memory: none, "
                    "optimizer (zero3: master weights, moments, gradients), all (also the parameters); default: the "
                    "run's (all under --shard-offload, else none)")

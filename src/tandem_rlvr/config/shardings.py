@@ -18,7 +18,15 @@ module="my_backend"))`` in a plug-in module (``--plugins``). Every backend strea
 - offloads: the ``--plan-offload`` values it supports (``none`` first); ``--shard-offload`` is
   ``all`` and needs a backend with it;
 - own_checkpointing: it checkpoints activations itself (FSDP's), so transformers' is off;
-- launcher_var: the variable an ``accelerate launch`` of this backend exports (``rl/sharding.from_launcher``).
+- launcher_var: the variable an ``accelerate launch`` of this backend exports (``rl/sharding.from_launcher``);
+- about: the backend in a few words, for the help of ``--sharding`` and ``--plan-sharding`` (``sharding_help``);
+- the memory plan's terms (``planner/memory.py`` reads them; a backend without ``memory`` is refused by the
+  plan with one line): ``memory`` is ``"module:function"``, the function that adds the sharded senior's
+  weights, optimiser states, gradients and the update's gathers to a plan (``planner/sharded.py`` has
+  FSDP2's and ZeRO-3's); ``grads_in_compute``: under mixed precision its unsharded gradients are in the
+  compute dtype (FSDP2's ``MixedPrecisionPolicy``); ``holds_root_grads``: the output layer's gradient is
+  held until the backward pass ends (FSDP2 reduce-scatters the root's gradients together);
+  ``lora_sync_per_layer``: its LoRA weight sync forms each gathered layer's W + (alpha / r) B A in fp32.
 """
 
 from __future__ import annotations
@@ -40,11 +48,27 @@ class ShardingKind:
     offloads: tuple[str, ...] = ("none",)
     own_checkpointing: bool = False
     launcher_var: str | None = None
+    about: str = ""
+    memory: str | None = None
+    grads_in_compute: bool = False
+    holds_root_grads: bool = False
+    lora_sync_per_layer: bool = False
 
     @property
     def shards_parameters(self) -> bool:
         """Each process holds a part of every trained parameter (needs a distributed launch)."""
         return self.module is not None
+
+    def memory_terms(self):
+        """The function ``memory`` names (imported when a plan prices a sharded layout)."""
+        import importlib
+
+        if not self.memory:
+            raise TandemError(f"the memory plan has no terms for sharding {self.name!r}: its row names none (memory)")
+        if ":" not in self.memory:
+            raise TandemError(f"sharding {self.name!r}: memory must name 'module:function', got {self.memory!r}")
+        module, function = self.memory.split(":", 1)
+        return getattr(importlib.import_module(module), function)
 
     @property
     def can_offload(self) -> bool:
@@ -53,11 +77,17 @@ class ShardingKind:
 
 
 REGISTRY = {k.name: k for k in (
-    ShardingKind("none", "DDP", "ddp"),
+    ShardingKind("none", "DDP", "ddp", about="each process holds the whole senior; several processes are DDP"),
     ShardingKind("fsdp2", "FSDP2", "fsdp2", module="tandem_rlvr.rl.sharding", offloads=("none", "all"),
-                 own_checkpointing=True, launcher_var="ACCELERATE_USE_FSDP"),
+                 own_checkpointing=True, launcher_var="ACCELERATE_USE_FSDP",
+                 about="FSDP2 through accelerate: fp32 master shards, bf16 compute with fp32 gradient reduction, "
+                       "FSDP's activation checkpointing",
+                 memory="tandem_rlvr.planner.sharded:fsdp2", grads_in_compute=True, holds_root_grads=True),
     ShardingKind("zero3", "ZeRO-3", "zero3", module="tandem_rlvr.rl.zero3", needs_deepspeed=True,
-                 offloads=("none", "optimizer", "all"), launcher_var="ACCELERATE_USE_DEEPSPEED"),
+                 offloads=("none", "optimizer", "all"), launcher_var="ACCELERATE_USE_DEEPSPEED",
+                 about="DeepSpeed ZeRO-3 through accelerate: fp32 master partitions, bf16 partitions, fp32 gradient "
+                       "reduction; needs the sharded extra",
+                 memory="tandem_rlvr.planner.sharded:zero3", lora_sync_per_layer=True),
 )}
 SHARDINGS = REGISTRY.keys()  # live: a registered backend is a valid --sharding
 PLAN_NAMES = {k.plan_name: k for k in REGISTRY.values()}
@@ -73,6 +103,13 @@ def register_sharding(kind: ShardingKind) -> ShardingKind:
         raise TandemError(f"sharding {kind.name!r}: offloads starts with 'none', got {kind.offloads!r}")
     REGISTRY[kind.name] = PLAN_NAMES[kind.plan_name] = kind
     return kind
+
+
+def sharding_help(plan: bool = False) -> str:
+    """``NAME: about`` of every registered backend (plug-ins' too), for flag help texts; ``plan``: by the
+    memory plan's names (``--plan-sharding``)."""
+    return "; ".join((f"{k.plan_name if plan else k.name}: {k.about}" if k.about else (k.plan_name if plan else k.name))
+                     for k in REGISTRY.values())
 
 
 def sharding_kind(name: str) -> ShardingKind:

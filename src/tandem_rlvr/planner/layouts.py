@@ -10,7 +10,7 @@ Two placements of the rollouts, as RL trainers lay them out:
   decoder's ``rollout_device`` beside the junior, as the paper preset does on 2 GPUs; a
   ``tandem serve`` on those GPUs with ``engine: vllm-server`` holds the same weights and caches).
 
-On each, the layouts are tried cheapest first (``CANDIDATES``: whole copies, then sharding, then
+On each, the layouts are tried cheapest first (``candidates``: whole copies, then sharding, then
 offload to host memory, which costs step time) and the first that fits is the recommendation.
 """
 
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config.shardings import PLAN_NAMES
 from ..errors import TandemError
-from ..rl.memory_shapes import Shape, model_config
-from .memory import GPU_MARGIN_GIB, HOST, GiB, Layout, Plan, plan
+from ..models import model_config
+from .memory import GPU_MARGIN_GIB, HOST, OFFLOADS, GiB, Layout, Plan, plan
+from .shapes import Shape
 
 VLLM_OVERHEAD_GIB = 2.0  # vLLM's activations, sampler and CUDA graphs beside weights and KV cache (assumed)
 GPU_COUNTS = (2, 4, 8)
-CANDIDATES = (("ddp", "none"), ("fsdp2", "none"), ("zero3", "none"), ("zero3", "optimizer"), ("fsdp2", "all"),
-              ("zero3", "all"))
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def option(cfg, gpus: int, placement: str, layout: Layout, gib: float) -> Option
 
 
 def recommend(cfg, gpus: int, placement: str, gib: float) -> tuple[Option | None, list[Option]]:
-    """(the cheapest of ``CANDIDATES`` that fits, with every GPU used by ``placement``, or None;
+    """(the cheapest of ``candidates()`` that fits, with every GPU used by ``placement``, or None;
     the cheaper ones that do not fit)."""
     processes = gpus if placement == "colocated" else gpus // 2
     rejected = []
@@ -123,9 +123,17 @@ def cheapest_fit(cfg, requested: Layout, gib: float) -> Layout | None:
     return None
 
 
+def candidates() -> list[tuple[str, str]]:
+    """(plan sharding, offload) of every registered backend the plan can price, cheapest first: each offload
+    level (none, optimizer, all: more offload costs more step time) over the backends in registry order
+    (whole copies, FSDP2, ZeRO-3, then plug-ins')."""
+    return [(k.plan_name, off) for off in OFFLOADS for k in PLAN_NAMES.values()
+            if off in k.offloads and (k.memory or not k.shards_parameters)]
+
+
 def _candidates(cfg, lora_r: int | None = None):
-    """``CANDIDATES`` the run can train with (LoRA trains under each: DDP, FSDP2, ZeRO-3)."""
-    return list(CANDIDATES)
+    """``candidates()`` the run can train with (LoRA trains under each: DDP, FSDP2, ZeRO-3)."""
+    return candidates()
 
 
 def layouts_table(cfg, gib: float, counts=GPU_COUNTS) -> str:

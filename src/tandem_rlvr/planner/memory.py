@@ -57,9 +57,10 @@ import torch
 
 from ..config.shardings import PLAN_NAMES, plan_kind
 from ..errors import TandemError
+from ..models import model_config
 from ..rl.lora import adapter_weights_per_rank, check_lora
-from ..rl.memory_shapes import LoraSpec, Shape, activation_profile, model_config
-from ..rl.memory_shapes import dtype_bytes as _bytes
+from .shapes import LoraSpec, Shape, activation_profile
+from .shapes import dtype_bytes as _bytes
 
 GiB = 1 << 30
 TILE_TOKENS, TILE_VOCAB = 4096, 32768  # TRL's chunked log-prob tile (trl.kernels.chunked_logprob)
@@ -154,12 +155,17 @@ class Layout:
                               f"{self.sync_bucket_mib}")
 
     @property
+    def kind(self):
+        """The backend's row (``config/shardings.py``): what the plan asks instead of its name."""
+        return plan_kind(self.sharding)
+
+    @property
     def sharded(self) -> bool:
         """Each process holds a part of the senior's training state (not DDP's whole copies)."""
-        return plan_kind(self.sharding).shards_parameters
+        return self.kind.shards_parameters
 
     def describe(self) -> str:
-        text = plan_kind(self.sharding).label + f" x {self.processes}"
+        text = self.kind.label + f" x {self.processes}"
         text += {"none": "", "optimizer": ", optimiser offload", "all": ", parameter + optimiser offload"}[self.offload]
         return text + (f", LoRA r={self.lora_r}" if self.lora_r else "")
 
@@ -169,64 +175,22 @@ def _senior(p: Plan, dev: str, lay: Layout, S: Shape, master: torch.dtype, compu
     """The trained senior's weights, gradients and AdamW moments on one rank (see ``Layout``). LoRA
     (rl/lora.py): the frozen base in the compute dtype, adapters of ``lora_per_rank`` x r weights in the
     masters' dtype, and only they have gradients and moments (whole under DDP, shards under FSDP2)."""
-    n, bm, bc = lay.processes, _bytes(master), _bytes(compute)
+    bm, bc = _bytes(master), _bytes(compute)
     trained = lay.lora_r * (lora_per_rank or S.lora_per_rank) if lay.lora_r else S.params
-    what = f"LoRA r={lay.lora_r}: {_count(trained)} adapter weights" if lay.lora_r else f"{_count(S.params)} weights"
+    what = f"LoRA r={lay.lora_r}: {count(trained)} adapter weights" if lay.lora_r else f"{count(S.params)} weights"
     weights = S.params + (trained if lay.lora_r else 0)
     if not lay.sharded and lay.lora_r:
-        p.add(dev, "resident", f"senior weights ({_count(S.params)} x {bc} B frozen base, {str(compute)[6:]}, + "
-                               f"{_count(trained)} x {bm} B adapters)", S.params * bc + trained * bm)
+        p.add(dev, "resident", f"senior weights ({count(S.params)} x {bc} B frozen base, {str(compute)[6:]}, + "
+                               f"{count(trained)} x {bm} B adapters)", S.params * bc + trained * bm)
         p.add(dev, "resident", f"AdamW moments (2 x {bm} B per trained weight; {what})", 2 * trained * bm)
         p.add(dev, "update", f"gradients ({bm} B per trained weight)", trained * bm)
         return
     if not lay.sharded:
-        p.add(dev, "resident", f"senior weights ({_count(weights)} x {bm} B, {str(master)[6:]})", weights * bm)
+        p.add(dev, "resident", f"senior weights ({count(weights)} x {bm} B, {str(master)[6:]})", weights * bm)
         p.add(dev, "resident", f"AdamW moments (2 x {bm} B per trained weight; {what})", 2 * trained * bm)
         p.add(dev, "update", f"gradients ({bm} B per trained weight)", trained * bm)
         return
-    off = lambda level: HOST if lay.offload in level else dev  # noqa: E731
-    if lay.sharding == "fsdp2":
-        gather = bc if master != compute else bm  # MixedPrecisionPolicy(param_dtype=compute)
-        if lay.lora_r:  # the frozen base in the compute dtype, the adapters in the masters'
-            p.add(off(("all",)), "resident", f"senior weight shards ({bc} B x {_count(S.params)} frozen base + {bm} B "
-                                             f"x {_count(trained)} adapters, / {n})", (S.params * bc + trained * bm) / n)
-        else:
-            p.add(off(("all",)), "resident", f"senior weight shards ({bm} B x {_count(weights)} / {n})", weights * bm / n)
-        p.add(off(("all",)), "resident", f"AdamW moment shards (2 x {bm} B x {what} / {n})", 2 * trained * bm / n)
-        p.add(off(("all",)), "update", f"gradient shards ({bm} B / {n} per trained weight)", trained * bm / n)
-        if lay.offload == "all":  # the CPU step moves each layer's shard to the GPU to gather it
-            p.add(dev, "update", "current + prefetched layers' shards copied in for the all-gather",
-                  2 * S.layer_params * bm / n)
-        p.add(dev, "update", f"all-gathered layers: current + prefetched ({_count(S.layer_params)} x {gather} B each)",
-              2 * S.layer_params * gather)
-        p.add(dev, "update", "the root (embeddings, output layer, final norm) kept whole from forward to backward",
-              S.root_params * gather)
-        layer_grad = S.layer_params if not lay.lora_r else lay.lora_r * S.lora_per_rank / S.layers
-        p.add(dev, "update/layers", "one layer's unsharded gradient and its fp32 reduce-scatter input",
-              layer_grad * (gather + 4))
-        return
-    # zero3: DeepSpeed's own accounting (estimate_zero3_model_states_mem_needs): 2 B bf16 partition,
-    # 4 B fp32 master, 8 B moments, 4 B fp32 gradients per weight over the ranks, plus gathered layers
-    short = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(compute, "fp32")  # the compute dtype's
-    if lay.lora_r:  # the frozen base loaded (zero.Init) as compute-dtype partitions; PEFT's fp32 adapters stay fp32
-        # (DeepSpeed casts no parameter of a zero.Init model; measured: docs/sharding.md, "LoRA")
-        p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(S.params)} frozen base + "
-                                         f"{bm} B x {_count(trained)} adapters, / {n})", (S.params * bc + trained * bm) / n)
-    else:
-        p.add(off(("all",)), "resident", f"{short} parameter partitions ({bc} B x {_count(weights)} / {n})", weights * bc / n)
-    p.add(off(("optimizer", "all")), "resident", f"fp32 master + AdamW moment partitions (12 B x {what} / {n})",
-          12 * trained / n)
-    # DeepSpeed allocates the fp32 gradient partitions once, in deepspeed.initialize
-    # (DeepSpeedZeroOptimizer_Stage3._setup_for_real_optimizer), and keeps them: resident, not per update
-    p.add(off(("optimizer", "all")), "resident", f"fp32 gradient partitions (4 B / {n} per trained weight, "
-                                                 f"allocated at initialize)", 4 * trained / n)
-    if dev.startswith("cuda"):
-        p.add(dev, "update", "gathered: current + prefetched layers and the largest module (embedding or output layer)",
-              2 * S.layer_params * bc + S.vocab * S.hidden * 2 * bc)
-    else:  # traced on DeepSpeed's cpu accelerator: every parameter stays gathered from its forward until its
-        # backward re-partitions it (docs/results.md, "ZeRO-3 + LoRA on SmolLM2"), whatever the reuse distance
-        p.add(dev, "update", "gathered: the whole model from forward to backward (DeepSpeed's cpu accelerator)",
-              S.params * bc + (trained * bm if lay.lora_r else 0))
+    lay.kind.memory_terms()(p, dev, lay, S, master, compute, trained, what)
 
 
 def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layout | None = None) -> Plan:
@@ -261,7 +225,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     per_rank = adapter_weights_per_rank(s_cfg, cfg.models.lora_targets) if lay.lora_r else 0
     _senior(p, d0, lay, S, master, compute, per_rank)
     lora_base = lay.lora_r and not lay.sharded  # LoRA: the frozen base is held in the compute dtype
-    grad_dtype = compute if lay.sharding == "fsdp2" and mixed else master  # FSDP2 computes gradients in param_dtype
+    grad_dtype = compute if lay.kind.grads_in_compute and mixed else master  # e.g. FSDP2's param_dtype
     if mixed and not lay.sharded and not lora_base:  # FSDP2's policy and ZeRO-3 gather bf16: no autocast copies
         p.add(d0, "update", f"autocast copies of the matrices ({bc} B per weight)", S.matrix_params * bc)
     ckpt = cfg.models.gradient_checkpointing
@@ -299,11 +263,11 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if not on_gpu:  # no Triton: TRL folds each tile with plain torch ops
         p.add(d0, "update/head", f"log-prob head: temporaries of TRL's torch fallback ({CPU_FALLBACK_TILES:g} fp32 "
                                  f"tiles)", CPU_FALLBACK_TILES * tile * 4)
-    if not lay.lora_r and (S.tied or lay.sharding == "fsdp2"):
+    if not lay.lora_r and (S.tied or lay.kind.holds_root_grads):
         # tied: autograd adds the embedding's gradient to the head's at the end; FSDP2: the root
         # reduce-scatters its gradients once all of them (head and embedding) are there
         p.add(d0, "update/layers", "the head's gradient, held until the end of the backward pass "
-              + ("(tied embedding)" if S.tied else "(FSDP2 reduces the root's gradients together)"),
+              + ("(tied embedding)" if S.tied else f"({lay.kind.label} reduces the root's gradients together)"),
               S.vocab * S.hidden * _bytes(grad_dtype))
 
     # scoring forwards without gradient (old log-probs when a rollout feeds several updates; KL-Reg's reference)
@@ -312,7 +276,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if cfg.loop.updates_per_batch > 1:
         p.add(d0, "scoring", f"old log-probs forward ({micro} rows, no gradient)", no_grad)
     for label, dev, shape in juniors:
-        p.add(dev, "resident", f"junior {label + ' ' if len(juniors) > 1 else ''}weights ({_count(shape.params)} x "
+        p.add(dev, "resident", f"junior {label + ' ' if len(juniors) > 1 else ''}weights ({count(shape.params)} x "
               f"{bc} B)", shape.params * bc)
     if cfg.method_kind.reference is not None:
         p.add(dj, "scoring", f"reference (junior) forward ({micro} rows, no gradient)",
@@ -335,7 +299,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     if cfg.loop.eval_every:
         phases.append(("validation", min(cfg.rollout.rollout_batch_rows or VALIDATION_ROWS, cfg.data.val_size * cfg.loop.eval_n),
                        cfg.validation_schedule))
-    if lay.lora_r and lay.sharding == "zero3":  # one layer's W + (alpha / r) B A formed in fp32 as its bucket gathers
+    if lay.lora_r and lay.kind.lora_sync_per_layer:  # one layer's W + (alpha / r) B A formed in fp32 as it gathers
         p.add(d0, "sync", "weight sync: one layer's gathered W and its merged sum in fp32",
               S.intermediate * S.hidden * (bc + 4))
     if lora_base:  # the merged stream: one W + (alpha / r) B A at a time (fp32 W, fp32 delta, the cast result)
@@ -436,7 +400,7 @@ def _size(n: float) -> str:
     return f"{n / GiB:8.2f} GiB" if n >= GiB else f"{n / (1 << 20):8.1f} MiB"
 
 
-def _count(n: int) -> str:
+def count(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 

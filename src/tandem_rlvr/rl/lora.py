@@ -42,9 +42,17 @@ import logging
 import torch
 
 from ..errors import TandemError
-from .memory_shapes import ALL_LINEAR, peft_targets  # PEFT's keyword, defined where the memory plan reads it
 
 log = logging.getLogger("tandem_rlvr")
+
+ALL_LINEAR = "all-linear"  # PEFT's keyword: every nn.Linear but the output layer
+
+
+def peft_targets(targets) -> str | list[str]:
+    """``LoraConfig.target_modules`` for a run's ``--lora-targets``: PEFT takes its all-linear keyword as a
+    bare string (in a list it would be a module name); module names as a list."""
+    return ALL_LINEAR if list(targets) == [ALL_LINEAR] else list(targets)
+
 
 OUTPUT_LAYERS = ("lm_head",)  # TRL refuses an adapter there (its chunked head reads lm_head.weight directly)
 
@@ -96,7 +104,7 @@ def check_targets(cfg) -> None:
         import peft  # noqa: F401
     except ImportError:
         raise TandemError("LoRA (lora_r > 0) needs PEFT: pip install -e '.[lora]' (or pip install peft)") from None
-    from .memory_shapes import model_config
+    from ..models import model_config
 
     m = cfg.models
     check_lora(m.senior, model_config(m.senior), m.lora_targets, m.lora_r)

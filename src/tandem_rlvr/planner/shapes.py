@@ -1,7 +1,7 @@
 """What a model's memory depends on, read off its own transformers classes (for ``planner/memory.py``).
 
-- ``model_config``: the config of a model spec; hub ids with a config shipped in
-  ``presets/models`` (the paper's Qwen3-4B, the replication's Qwen3.5-9B and -2B) need no hub.
+- the config of a model spec is ``models.model_config`` (hub ids with a config shipped in
+  ``presets/models``, the paper's Qwen3-4B and the replication's Qwen3.5-9B and -2B, need no hub).
 - ``Shape``: widths, parameter counts (all, nn.Linear, per decoder layer, outside the layers)
   and the decode-time state per token (key/value caches) and per row (the fixed-size
   convolution and recurrent states of linear-attention layers), counted on a meta-device
@@ -16,36 +16,18 @@
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections import Counter
 from dataclasses import dataclass
-from importlib import resources
 
 import torch
 
 from ..errors import TandemError
+from ..rl.lora import peft_targets
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
     return torch.empty(0, dtype=dtype).element_size()
-
-
-def model_config(spec: str):
-    """The transformers config of a model spec. A hub id with a config shipped in
-    ``presets/models`` uses that one (the presets can be planned without the hub)."""
-    from transformers import AutoConfig
-
-    from ..models import resolve_model_path
-
-    shipped = resources.files("tandem_rlvr").joinpath("presets", "models", spec.replace("/", "--") + ".json")
-    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and shipped.is_file():
-        data = json.loads(shipped.read_text(encoding="utf-8"))
-        return AutoConfig.for_model(data.pop("model_type"), **data)
-    try:
-        return AutoConfig.from_pretrained(resolve_model_path(spec))
-    except (OSError, ValueError) as e:
-        raise TandemError(f"cannot read the config of model {spec}: {str(e).splitlines()[0][:160]}") from None
 
 
 _SHAPES: dict = {}
@@ -108,15 +90,6 @@ class Shape:
 
     def kv_bytes_per_token(self, dtype: torch.dtype) -> int:
         return self.attention_layers * 2 * self.kv_heads * self.head_dim * dtype_bytes(dtype)
-
-
-ALL_LINEAR = "all-linear"  # PEFT's keyword: every nn.Linear but the output layer (rl.lora's too)
-
-
-def peft_targets(targets) -> str | list[str]:
-    """``LoraConfig.target_modules`` for a run's ``--lora-targets``: PEFT takes its all-linear keyword as a
-    bare string (in a list it would be a module name); module names as a list."""
-    return ALL_LINEAR if list(targets) == [ALL_LINEAR] else list(targets)
 
 
 @dataclass(frozen=True)
