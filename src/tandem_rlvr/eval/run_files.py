@@ -246,7 +246,7 @@ def read_run(path: str | os.PathLike) -> EvalRun:
     config = read_config(path / CONFIG)
     benchmarks = config.get("benchmarks") or []
     rows, lines, _ = _parse_samples(path / SAMPLES)
-    for row, lineno in zip(rows, lines):
+    for row, lineno in zip(rows, lines, strict=True):
         where = f"{path / SAMPLES}:{lineno}"
         if benchmarks and row["benchmark"] not in benchmarks:
             raise TandemError(f"{where}: benchmark {row['benchmark']!r} is not in config.json's benchmarks "
@@ -331,15 +331,15 @@ def check_problems(rows: Sequence[dict], problems: dict, where) -> None:
     for i, r in enumerate(rows):
         key = problem_of(r)
         if key not in problems:
-            raise TandemError(f"{where(i)}: problem {key[1]!r} of benchmark {key[0]!r} is not in the loaded benchmarks: "
-                              "a samples file from another benchmark set?")
+            raise TandemError(f"{where(i)}: problem {key[1]!r} of benchmark {key[0]!r} is not in the loaded "
+                              "benchmarks: a samples file from another benchmark set?")
         if key not in fps:
             fps[key] = problem_fingerprint(problems[key])
         if r.get("problem_fp") != fps[key]:
             what = "has no problem fingerprint (an older run)" if "problem_fp" not in r else \
                 "was sampled from another version of it (its text or answer changed)"
-            raise TandemError(f"{where(i)}: problem {key[1]!r} of benchmark {key[0]!r} {what}; its verdicts and prompts "
-                              "would not match the problem loaded now")
+            raise TandemError(f"{where(i)}: problem {key[1]!r} of benchmark {key[0]!r} {what}; its verdicts and "
+                              "prompts would not match the problem loaded now")
 
 
 def write_metrics(out: Path, metrics: dict) -> None:
@@ -394,7 +394,8 @@ def check_same_benchmarks(runs: dict[str, EvalRun]) -> None:
         for i, r in enumerate(run.rows):
             if r["benchmark"] not in ref_b:
                 raise TandemError(f"{run.where(i)}: benchmark {r['benchmark']!r} is not in the benchmark set of "
-                                  f"{ref_name} ({', '.join(sorted(ref_b))}): a samples file from another benchmark set?")
+                                  f"{ref_name} ({', '.join(sorted(ref_b))}): a samples file from another "
+                                  "benchmark set?")
         missing = ref_b - {r["benchmark"] for r in run.rows}
         if missing:
             raise TandemError(f"{run.samples_path}: no samples of {', '.join(sorted(missing))}, which {ref_name} has")

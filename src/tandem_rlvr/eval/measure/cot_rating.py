@@ -172,7 +172,8 @@ def rating_differences(results: dict[str, dict]) -> list[str]:
     (ref_name, ref), *rest = results.items()
     ids = lambda res: res["config"].get("judge_ids")  # noqa: E731
     return [f"cot-rating of {ref_name} and {name} was rated by different judges or rubrics "
-            f"({ref['config'].get('judge')} vs {res['config'].get('judge')})" for name, res in rest if ids(res) != ids(ref)]
+            f"({ref['config'].get('judge')} vs {res['config'].get('judge')})"
+            for name, res in rest if ids(res) != ids(ref)]
 
 
 def _current(d: Path, inputs: MeasureInputs) -> bool:
@@ -202,7 +203,8 @@ COT_RATING = register_measure(Measure(
              Column("samples", lambda x: str(x["samples"])),
              Column("unrated (legibility / coverage)",
                     lambda x: f"{x['failed']['legibility']} / {x['failed']['coverage']}")),
-    headline=(HeadlineColumn("CoT legibility (judge, 0-4)", ".2f", lambda x: x["summary"]["legibility"]["macro"]["mean"],
+    headline=(HeadlineColumn("CoT legibility (judge, 0-4)", ".2f",
+                             lambda x: x["summary"]["legibility"]["macro"]["mean"],
                              stat="CoT legibility (judge)", claim="judged legibility",
                              what="a judge's 0-4 rating of how easily the solo chain of thought is followed"),
               HeadlineColumn("CoT coverage (judge, 0-4)", ".2f", lambda x: x["summary"]["coverage"]["macro"]["mean"],

@@ -11,7 +11,8 @@ on the same benchmarks (the responses' token_ids, EOS included):
   >= ``min_count``) whose |r_m| exceeds tau;
 - recovery: the ``top_n`` (500) tokens most over-emitted by the reference senior (GRPO),
   among the tokens it emitted at least ``min_ref_count`` (5) times (see MIN_REF_COUNT; the
-  paper ranks every token, so a smoothed never-emitted token could count), the share of them the candidate (Tandem) moves back toward the junior (r_cand < r_ref), and
+  paper ranks every token, so a smoothed never-emitted token could count), the share of them the
+  candidate (Tandem) moves back toward the junior (r_cand < r_ref), and
   the Spearman correlation, with its p-value, between the reference's drift r_ref and the
   candidate's shift relative to it, r_cand - r_ref (paper: 87%, rho = -0.58); with fewer
   than 10 qualifying tokens both are reported as not defined;
@@ -94,7 +95,8 @@ def drift_statistics(counts: dict[str, np.ndarray], junior: str = JUNIOR, refere
                     # a candidate with the junior's exact counts (its checkpoint, e.g. a best/ chosen at step 0)
                     # "moves back" every token with rho = -1 trivially
                     "candidate_is_junior": bool(np.array_equal(counts[candidate], counts[junior])),
-                    **drift_recovery(lr[reference], lr[candidate], top_n, counts[reference] >= min_ref_count, min_tokens)}
+                    **drift_recovery(lr[reference], lr[candidate], top_n, counts[reference] >= min_ref_count,
+                                     min_tokens)}
     real = (counts[reference] >= min_ref_count) & (lr[reference] > 0)  # (V,) the over-emitted set
     order = np.argsort(-np.where(real, lr[reference], -np.inf), kind="stable")[: min(table_rows, int(real.sum()))]
     rows = [{"id": int(v), "token": token_str(int(v)) if token_str else None,
@@ -132,8 +134,9 @@ def _tokenizer(run: EvalRun):
         return None
 
 
-def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str | os.PathLike, reference: str | None = None,
-              candidate: str | None = None, smoothing: float = 1.0, min_count: int = 10, top_n: int = 500,
+def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str | os.PathLike,
+              reference: str | None = None, candidate: str | None = None, smoothing: float = 1.0,
+              min_count: int = 10, top_n: int = 500,
               table_rows: int = 50, min_ref_count: int = MIN_REF_COUNT) -> dict:
     """Read the runs, compute ``drift_statistics``, write its files to ``out`` (module docstring); return
     drift.json's content."""
@@ -148,7 +151,8 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
     if candidate is not None and candidate == reference:
         raise TandemError("--candidate must differ from --reference")
     if top_n < 1 or min_count < 1 or min_ref_count < 1:
-        raise TandemError(f"--top-n, --min-count and --min-ref-count must be >= 1, got {top_n}, {min_count}, {min_ref_count}")
+        raise TandemError(f"--top-n, --min-count and --min-ref-count must be >= 1, "
+                          f"got {top_n}, {min_count}, {min_ref_count}")
     runs = {JUNIOR: read_run(junior_samples), **{n: read_run(d) for n, d in dirs.items()}}
     for n, run in runs.items():
         if run.schedule != "senior":
@@ -158,7 +162,7 @@ def run_drift(junior_samples: str | os.PathLike, seniors: str | dict, out: str |
     check_same_problems(runs)
     tok = _tokenizer(runs[JUNIOR])
     if tok is not None:
-        for n, run in runs.items():
+        for run in runs.values():
             check_tokenizer(run, tok, f"{runs[JUNIOR].config['models']['senior']} (junior run)", len(tok))
         V = len(tok)
     else:

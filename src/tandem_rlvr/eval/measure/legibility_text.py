@@ -71,7 +71,7 @@ def paper_scores(junior, tokenizer, prompts, responses, senior=None, batch_token
     S = len(prompts)
     context = getattr(junior.config, "max_position_embeddings", None)
     pre, res, keep, dropped = [], [], [], [""] * S
-    for i, (p, r) in enumerate(zip(prompts, responses)):
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         full, head = encode_prompt(tokenizer, p + r), encode_prompt(tokenizer, p)
         if len(full) >= CUT:
             dropped[i] = "4088"

@@ -56,7 +56,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def pass_at_k_per_problem(n: Sequence[int], c: Sequence[int], k: int) -> np.ndarray:
     """(P,) pass@k of every problem."""
-    return np.array([pass_at_k(int(a), int(b), k) for a, b in zip(n, c)], dtype=np.float64)
+    return np.array([pass_at_k(int(a), int(b), k) for a, b in zip(n, c, strict=True)], dtype=np.float64)
 
 
 def bootstrap_se(values: Sequence[float], n_boot: int = 10_000, seed: int = 0) -> float:
@@ -282,7 +282,8 @@ def sample_diagnostics(rows: Sequence[dict], counts: Mapping[tuple[str, str], tu
     out = {"truncation": truncation_summary(rows), "solved": solved_summary(counts)}
     if handoff:
         benches = list(dict.fromkeys(r["benchmark"] for r in rows))
-        out["switches"] = {key: switches_summary(r["senior_mask"] for r in rows if key == "all" or r["benchmark"] == key)
+        out["switches"] = {key: switches_summary(r["senior_mask"] for r in rows
+                                                 if key == "all" or r["benchmark"] == key)
                            for key in [*benches, "all"]}
     return out
 
@@ -296,7 +297,8 @@ def handoff_diagnostics(rows: Sequence[dict]) -> dict:
     n_jun = sum(sum(t["tokens"] for t in r["turns"] if t["author"] == "junior") if "turns" in r  # text protocol:
                 else len(r["senior_mask"]) - int(np.sum(r["senior_mask"])) for r in rows)  # the junior's own tokens
     if any("junior_lp_sum" not in r for r in rows):
-        out["junior_logprob"] = {"mean": None, "tokens": n_jun, "why": "rows do not record junior_lp_sum (an older run)"}
+        out["junior_logprob"] = {"mean": None, "tokens": n_jun,
+                                 "why": "rows do not record junior_lp_sum (an older run)"}
     elif n_jun == 0:
         out["junior_logprob"] = {"mean": None, "tokens": 0, "why": "the junior wrote no token"}
     else:

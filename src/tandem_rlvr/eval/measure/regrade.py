@@ -75,7 +75,7 @@ def _golds(run: EvalRun) -> list[str]:
 def _pass_at_1(keys: list[tuple[str, str]], verdicts: list[bool]) -> dict[str, float]:
     """{benchmark: mean over its problems of the fraction of samples correct}."""
     per: dict[tuple[str, str], list[bool]] = {}
-    for k, v in zip(keys, verdicts):
+    for k, v in zip(keys, verdicts, strict=True):
         per.setdefault(k, []).append(v)
     by_bench: dict[str, list[float]] = {}
     for (b, _), vs in per.items():
@@ -109,7 +109,8 @@ def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool
                               "(samples.jsonl is never touched)")
     missing = [i for i, r in enumerate(run.rows) if not isinstance(r.get("response"), str)]
     if missing:
-        raise TandemError(f"{run.where(missing[0])}: no response text saved ({len(missing)} rows), so it cannot be regraded")
+        raise TandemError(f"{run.where(missing[0])}: no response text saved ({len(missing)} rows), "
+                          "so it cannot be regraded")
     task = run.config.get("task") or "math"
     if task != "math":  # only the math grader has changed under saved runs; the other tasks grade as sampled
         raise TandemError(f"{path}: regrade rescores math runs; this run's task is {task!r}")
@@ -118,23 +119,23 @@ def regrade(run_dir: str | os.PathLike, *, replace: bool = False, progress: bool
     new = []
     with progress_bar(progress) as bar:
         task = bar.add_task("regrade", total=len(run.rows))
-        for r, g in zip(run.rows, golds):
+        for r, g in zip(run.rows, golds, strict=True):
             new.append(verify(r["response"], g, answer_mode=answer_mode, grader=grader) == 1.0)
             bar.advance(task)
     old_v = [bool(r["correct"]) for r in run.rows]
     keys = [problem_of(r) for r in run.rows]
 
     flips: dict[str, dict[str, int]] = {}
-    for (b, _), o, n in zip(keys, old_v, new):
+    for (b, _), o, n in zip(keys, old_v, new, strict=True):
         f = flips.setdefault(b, {"0->1": 0, "1->0": 0, "samples": 0})
         f["samples"] += 1
         f["0->1"] += int(n and not o)
         f["1->0"] += int(o and not n)
     before, after = _pass_at_1(keys, old_v), _pass_at_1(keys, new)
     with atomic_write(path / REGRADED) as f:
-        for r, o, n in zip(run.rows, old_v, new):
-            f.write(json.dumps({"benchmark": r["benchmark"], "problem_id": r["problem_id"], "sample_idx": r["sample_idx"],
-                                "correct": n, "original_correct": o}) + "\n")
+        for r, o, n in zip(run.rows, old_v, new, strict=True):
+            f.write(json.dumps({"benchmark": r["benchmark"], "problem_id": r["problem_id"],
+                                "sample_idx": r["sample_idx"], "correct": n, "original_correct": o}) + "\n")
     record = {"grader": identity, "inputs_sha256": inputs, "regraded_sha256": _sha256(path / REGRADED),
               "answer_mode": answer_mode, "grader_name": grader,
               "verifier": MathTask(answer_mode=answer_mode, grader=grader).verifier,
@@ -158,7 +159,8 @@ def apply_regrade(run: EvalRun) -> dict | None:
     record = read_json(record_path)
     if record.get("inputs_sha256") != inputs_sha256(run.path) or not _current(run.path, record):
         raise TandemError(f"{record_path}: made from other samples than {run.samples_path} holds now; run "
-                          f"`tandem eval regrade {run.path} --replace`, or delete {RECORD} to use the original verdicts")
+                          f"`tandem eval regrade {run.path} --replace`, or delete {RECORD} to use the original "
+                          "verdicts")
     verdicts = {}
     for line in read_text(run.path / REGRADED).splitlines():
         r = json.loads(line)

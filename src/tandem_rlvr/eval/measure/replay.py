@@ -66,7 +66,7 @@ def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
         rows = [run.rows[i] for i in idx]
         want = replay(sched, torch.tensor([r["seed"] for r in rows], dtype=torch.int64),
                       [r["token_ids"].tolist() for r in rows])
-        for i, r, w in zip(idx, rows, want):
+        for i, r, w in zip(idx, rows, want, strict=True):
             b = out["benchmarks"].setdefault(r["benchmark"], {"samples": 0, "invalid": 0})
             b["samples"] += 1
             got = [bool(x) for x in r["senior_mask"].tolist()]
@@ -75,7 +75,7 @@ def check_traces(run: EvalRun, tokenizer, rows_per_batch: int = 512) -> dict:
             b["invalid"] += 1
             out["invalid"] += 1
             if len(out["examples"]) < SHOWN:
-                t = next(t for t, (x, y) in enumerate(zip(got, w)) if x != y)
+                t = next(t for t, (x, y) in enumerate(zip(got, w, strict=True)) if x != y)
                 switched = t > 0 and got[t] != got[t - 1]
                 out["examples"].append({"where": run.where(i), "benchmark": r["benchmark"],
                                         "problem_id": str(r["problem_id"]), "sample_idx": r["sample_idx"],
@@ -139,7 +139,8 @@ def check_text_traces(run: EvalRun, tokenizer) -> dict:
     return out
 
 
-def run_replay(run_dir: str | os.PathLike, tokenizer_spec: str | None = None, out: str | os.PathLike | None = None) -> dict:
+def run_replay(run_dir: str | os.PathLike, tokenizer_spec: str | None = None,
+               out: str | os.PathLike | None = None) -> dict:
     """Validate a run's traces (``check_traces``); write ``out``/replay.json if given. The caller
     decides what an invalid trace means (the CLI exits non-zero)."""
     from ...models import load_tokenizer

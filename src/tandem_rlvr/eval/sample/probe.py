@@ -88,7 +88,8 @@ def greedy_tokens(model, prompts: list[list[int]], responses: list[list[int]], p
     return out
 
 
-def choose_position(senior_greedy: np.ndarray, junior_greedy: np.ndarray, how: str, rng: np.random.Generator) -> int | None:
+def choose_position(senior_greedy: np.ndarray, junior_greedy: np.ndarray, how: str,
+                    rng: np.random.Generator) -> int | None:
     """The forced position: the first (or a random) index where the greedy tokens differ; None if none."""
     differ = np.flatnonzero(senior_greedy != junior_greedy)
     if differ.size == 0:
@@ -142,7 +143,8 @@ def run_probe(s: ProbeSettings, out: str | os.PathLike) -> dict:
     sampling = SamplingParams(**{k: v for k, v in (cfg.get("sampling") or {}).items()
                                  if k in ("temperature", "top_p", "top_k", "max_new_tokens")})
     config = {"samples": str(Path(s.samples).resolve()), "task": task.name, "verifier": task.verifier,
-              "senior": model_fingerprint(resolve_model_path(senior)), "junior": model_fingerprint(resolve_model_path(s.junior)),
+              "senior": model_fingerprint(resolve_model_path(senior)),
+              "junior": model_fingerprint(resolve_model_path(s.junior)),
               "position": s.position, "seed": s.seed, "limit": s.limit, "sampling": sampling.to_dict(),
               "template": cfg.get("template"), "correct_samples": len(chosen)}
     dir_was_new = not Path(out).expanduser().exists()
@@ -212,11 +214,12 @@ def _force(pair, tok, task, problems, chunk, template, s: ProbeSettings) -> list
     s_arg = greedy_tokens(pair.senior, prompts, responses, pad)
     j_arg = greedy_tokens(pair.junior, prompts, responses, pad)
     out = []
-    for r, p, resp, sa, ja in zip(chunk, prompts, responses, s_arg, j_arg):
+    for r, p, resp, sa, ja in zip(chunk, prompts, responses, s_arg, j_arg, strict=True):
         rng = np.random.default_rng(row_seed(s.seed, _key(r), r["sample_idx"]))
         t = choose_position(sa, ja, s.position, rng)
         out.append({"row": r, "prompt": p, "response": resp, "position": t,
-                    "senior_token": None if t is None else int(sa[t]), "junior_token": None if t is None else int(ja[t])})
+                    "senior_token": None if t is None else int(sa[t]),
+                    "junior_token": None if t is None else int(ja[t])})
     return out
 
 
@@ -225,15 +228,15 @@ def _continue(dec, tok, task, problems, forced: list[dict], sampling: SamplingPa
     live = [x for x in forced if x["position"] is not None]
     prefixes = [x["response"][: x["position"]] + [x["junior_token"]] for x in live]
     ended = [tok.eos_token_id is not None and p[-1] == tok.eos_token_id for p in prefixes]
-    roll = dec.generate([x["prompt"] + p for x, p in zip(live, prefixes)],
+    roll = dec.generate([x["prompt"] + p for x, p in zip(live, prefixes, strict=True)],
                         [row_seed(seed, _key(x["row"]), x["row"]["sample_idx"], 1) for x in live]) if live else None
     texts = []
-    for b, (p, end) in enumerate(zip(prefixes, ended)):
+    for b, (p, end) in enumerate(zip(prefixes, ended, strict=True)):
         cont = [] if end else roll.row_tokens(b)[: max(0, sampling.max_new_tokens - len(p))]
         texts.append(tok.decode(p + cont, skip_special_tokens=True))
     rows_for = [problems[(x["row"]["benchmark"], str(x["row"]["problem_id"]))] for x in live]
     grades = task.grade(texts, [task_row(p) for p in rows_for]) if live else []
-    out, it = [], iter(zip(texts, grades))
+    out, it = [], iter(zip(texts, grades, strict=True))
     for x in forced:
         r, t = x["row"], x["position"]
         base = {"benchmark": r["benchmark"], "problem_id": str(r["problem_id"]), "sample_idx": r["sample_idx"],
@@ -242,7 +245,7 @@ def _continue(dec, tok, task, problems, forced: list[dict], sampling: SamplingPa
             out.append({**base, "relative_position": None, "correct": None, "reason": "no divergence"})
             continue
         text, g = next(it)
-        out.append({**base, "relative_position": t / len(x["response"]), "senior_token": tok.decode([x["senior_token"]]),
-                    "junior_token": tok.decode([x["junior_token"]]), "correct": g.score == 1.0, "reason": g.reason,
-                    "response": text})
+        out.append({**base, "relative_position": t / len(x["response"]),
+                    "senior_token": tok.decode([x["senior_token"]]), "junior_token": tok.decode([x["junior_token"]]),
+                    "correct": g.score == 1.0, "reason": g.reason, "response": text})
     return out

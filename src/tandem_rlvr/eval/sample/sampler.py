@@ -7,8 +7,9 @@ Used by ``tandem eval solo`` (schedule ``senior``), ``tandem eval handoff`` (par
 word schedules with any junior) and the demo. Output, in ``out``:
 
 - ``config.json``: models, schedule, sampling, template, instruction, answer mode, task and its
-  verifier (``tasks``: the prompt and the grader; ``math`` by default), n, dtype, benchmarks, and ``inputs``: fingerprints of the senior's and junior's files and of each
-  benchmark's problem set (``fingerprint``). Written first; a resume with other inputs or
+  verifier (``tasks``: the prompt and the grader; ``math`` by default), n, dtype, benchmarks, and
+  ``inputs``: fingerprints of the senior's and junior's files and of each benchmark's problem set
+  (``fingerprint``). Written first; a resume with other inputs or
   another config is refused with a line naming what changed (``run_files.check_config``), and so
   is a row whose problem text or answer no longer matches (``run_files.check_problems``).
 - ``samples.jsonl``: one row per sample: benchmark, problem_id, sample_idx, response,
@@ -208,8 +209,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True, say
     output_dir(out, "--out", create=False)  # a bad --out fails before any model loads or world builds
     cfg = as_recorded(cfg, out)
     if cfg.handoff_protocol == "text" and not engine_kind(cfg.decoding.engine).text_turns:
-        raise TandemError(f"--engine {cfg.decoding.engine} serves in-stream handoffs only, and a paragraph schedule's default "
-                          "protocol is text (the paper's, on every engine): pass --protocol stream")
+        raise TandemError(f"--engine {cfg.decoding.engine} serves in-stream handoffs only, and a paragraph "
+                          "schedule's default protocol is text (the paper's, on every engine): pass --protocol stream")
     served_juniors = _check_server_juniors(cfg)  # a server's juniors are the run's, before any sampling
     problems = _problems(cfg)
     if cfg.handoff_protocol != "text" and (cfg.pool is not None or cfg.handoff_protocol == "stream"):
@@ -235,7 +236,8 @@ def evaluate(cfg: EvalConfig, out: str | os.PathLike, progress: bool = True, say
         if served_juniors is not None:  # --junior on a server: record the juniors it was checked to hold
             dec.models["junior"] = recorded_pool(cfg.pool).spec() if cfg.pool else recorded_model(cfg.models.junior)
             junior_roles = [r for r in cfg.model_roles if r != "senior"]  # "junior", or "junior/NAME" in pool order
-            fingerprints.update({r: j["fingerprint"] for r, j in zip(junior_roles, served_juniors) if j["fingerprint"]})
+            fingerprints.update({r: j["fingerprint"] for r, j in zip(junior_roles, served_juniors, strict=True)
+                                 if j["fingerprint"]})
         dtype = str(resolve_dtype(cfg.models.dtype, resolve_device(cfg.models.device))).removeprefix("torch.")
         metrics = run_eval(cfg, dec, tok, problems, out, progress, fingerprints=fingerprints, dtype=dtype)
     finally:
@@ -338,8 +340,8 @@ def summarize(rows: list[dict], problems: dict[str, list[Problem]], cfg: EvalCon
     for b, ps in problems.items():
         nc = [counts.get((b, str(p.problem_id)), (0, 0)) for p in ps]
         per_bench[b] = ([x[0] for x in nc], [x[1] for x in nc])
-    short = [(b, pid, n) for b, (ns, _) in per_bench.items() for pid, n in zip((p.problem_id for p in problems[b]), ns)
-             if n != cfg.n]
+    short = [(b, pid, n) for b, (ns, _) in per_bench.items()
+             for pid, n in zip((p.problem_id for p in problems[b]), ns, strict=True) if n != cfg.n]
     if short:
         b, pid, n = short[0]
         raise TandemError(f"{len(short)} problem(s) have other than n={cfg.n} samples (first: {b}/{pid} has {n}); "

@@ -156,7 +156,7 @@ class TextHandoff:
 
     def describe(self) -> dict:
         d = {"name": self.name, "protocol": "text", "max_rounds": self.max_rounds, "context_reserve": CONTEXT_RESERVE,
-             "templates": {r: m.template for r, m in zip(ROLES, self.pair)}}
+             "templates": {r: m.template for r, m in zip(ROLES, self.pair, strict=True)}}
         if self.pool is not None:
             from .pool_decoding import pool_record
 
@@ -178,7 +178,7 @@ class TextHandoff:
         junior = sample_junior(self.pool, seed) if self.pool is not None else 0
         pair = (self.pair[0], self.juniors[junior])
         prompts = tuple(m.prompt(problem, task) for m in pair)
-        room = [m.context - len(m.encode(pr)) - CONTEXT_RESERVE for m, pr in zip(pair, prompts)
+        room = [m.context - len(m.encode(pr)) - CONTEXT_RESERVE for m, pr in zip(pair, prompts, strict=True)
                 if m.context is not None]
         budget = min([self.max_new_tokens, *room])
         chain = Chain(problem, sample_idx, seed, prompts, budget, junior)
@@ -219,7 +219,7 @@ class TextHandoff:
         if not go:
             return
         seeds = [row_seed(c.seed, len(c.turns)) for c in go]
-        for c, (text, n, end, lp) in zip(go, m.turns(ids, seeds, caps)):
+        for c, (text, n, end, lp) in zip(go, m.turns(ids, seeds, caps), strict=True):
             c.turns.append((who, text, n, end))
             c.logprobs.append(lp)
             c.text += text
@@ -259,9 +259,10 @@ class TextHandoff:
                 "token_ids": ids, "senior_mask": mask, "seed": c.seed, "answer": p.answer,
                 "problem_fp": problem_fingerprint(p), "senior_share_chars": _share(chars[0], sum(chars)),
                 "senior_share_junior_tokens": _share(j_count[0], sum(j_count)), "generated_tokens": c.used,
-                "end": c.end, "junior_lp_sum": sum(lp for (w, *_), lp in zip(c.turns, c.logprobs) if w == JUNIOR),
+                "end": c.end,
+                "junior_lp_sum": sum(lp for (w, *_), lp in zip(c.turns, c.logprobs, strict=True) if w == JUNIOR),
                 "turns": [{"author": ROLES[w], "text": t, "tokens": n, "end": e, "logprob_sum": lp}
-                          for (w, t, n, e), lp in zip(c.turns, c.logprobs)]}
+                          for (w, t, n, e), lp in zip(c.turns, c.logprobs, strict=True)]}
 
 
 def _share(a: int, total: int) -> float:
@@ -278,12 +279,14 @@ def open_text_handoff(cfg, schedule: str):
     kind = engine_kind(cfg.decoding.engine)
     if not kind.text_turns:
         ok = " or ".join(k for k, e in ENGINES.items() if e.text_turns)
-        raise TandemError(f"--protocol text runs on --engine {ok} (got {cfg.decoding.engine}); use --protocol stream with a server")
+        raise TandemError(f"--protocol text runs on --engine {ok} (got {cfg.decoding.engine}); use --protocol "
+                          "stream with a server")
     juniors = list(cfg.pool.names) if cfg.pool is not None else [cfg.models.junior or cfg.models.senior]
     if kind.transformers:
         dev = resolve_device(cfg.models.device)
         jdev = resolve_device(cfg.models.junior_device) if cfg.models.junior_device else dev
-        models = [TurnModel(load_model(spec, d, cfg.models.dtype), load_tokenizer(spec), cfg.decoding.sampling, cfg.problems.template)
+        models = [TurnModel(load_model(spec, d, cfg.models.dtype), load_tokenizer(spec), cfg.decoding.sampling,
+                            cfg.problems.template)
                   for spec, d in ((cfg.models.senior, dev), *((j, jdev) for j in juniors))]
     else:
         from .text_handoff_vllm import open_vllm_turn_models
@@ -299,5 +302,6 @@ def open_text_handoff(cfg, schedule: str):
         from .pool_decoding import recorded_pool
 
         pool = recorded_pool(cfg.pool)
-    return (TextHandoff(models[0], models[1], schedule, p=cfg.decoding.p, max_new_tokens=cfg.decoding.sampling.max_new_tokens,
-                        juniors=models[1:], pool=pool), models[0].tokenizer, close)
+    return (TextHandoff(models[0], models[1], schedule, p=cfg.decoding.p,
+                        max_new_tokens=cfg.decoding.sampling.max_new_tokens, juniors=models[1:], pool=pool),
+            models[0].tokenizer, close)

@@ -75,12 +75,13 @@ class VLLMTurnModel(TurnEngine):
         from vllm.inputs import TokensPrompt
 
         outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                        [self._params(s, c) for s, c in zip(seeds, caps)], use_tqdm=False)
+                                        [self._params(s, c) for s, c in zip(seeds, caps, strict=True)],
+                                        use_tqdm=False)
         result = []
         for o in outs:
             c = o.outputs[0]
             toks = list(c.token_ids)
-            lp = sum(float(d[t].logprob) for d, t in zip(c.logprobs, toks))
+            lp = sum(float(d[t].logprob) for d, t in zip(c.logprobs, toks, strict=True))  # one entry per token
             # finish "stop" is EOS (a stop token) or the paragraph break (stop_reason == BREAK)
             eos = c.finish_reason == "stop" and c.stop_reason != BREAK
             result.append(turn_result(self.tokenizer, toks, eos, lp))
@@ -109,9 +110,9 @@ def open_vllm_turn_models(cfg, juniors: list[str]) -> list[VLLMTurnModel]:
         settings = replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization / (1 + len(juniors)))
     models: list[VLLMTurnModel] = []
     try:
-        for spec, tok in zip(specs, toks):
-            models.append(VLLMTurnModel.open(resolve_model_path(spec), tok, cfg.decoding.sampling, cfg.problems.template,
-                                             settings, seed=cfg.decoding.seed))
+        for spec, tok in zip(specs, toks, strict=True):
+            models.append(VLLMTurnModel.open(resolve_model_path(spec), tok, cfg.decoding.sampling,
+                                             cfg.problems.template, settings, seed=cfg.decoding.seed))
     except BaseException:
         for m in models:
             m.close()
@@ -124,8 +125,8 @@ def _pool_turn_models(cfg, paths: list[str], toks: list, settings) -> list[VLLMT
     first view owns the engine (closing it closes the engine)."""
     from ...engines.vllm_engine import VLLMEngine, model_eos_ids
 
-    eos = [model_eos_ids(tok, path) for tok, path in zip(toks, paths)]
+    eos = [model_eos_ids(tok, path) for tok, path in zip(toks, paths, strict=True)]
     engine = VLLMEngine(paths[0], paths[1:], toks[0], eos[0], tandem=True, seed=cfg.decoding.seed, settings=settings)
     writers = [{"schedule": "senior"}, *({"schedule": "junior", "junior": j} for j in range(len(paths) - 1))]
     return [VLLMTurnModel(engine, tok, e, cfg.decoding.sampling, cfg.problems.template, {"tandem": w}, owns=i == 0)
-            for i, (tok, e, w) in enumerate(zip(toks, eos, writers))]
+            for i, (tok, e, w) in enumerate(zip(toks, eos, writers, strict=True))]
