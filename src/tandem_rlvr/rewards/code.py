@@ -191,13 +191,14 @@ def grade_programs(responses: list[str], golds: list, limits: Limits, workers: i
     if len(responses) != len(golds):
         raise ValueError(f"{len(responses)} responses for {len(golds)} rows")
     golds = [json.loads(g) if isinstance(g, str) else g for g in golds]
-    keys = [(extract_code(r), json.dumps(g, sort_keys=True)) for r, g in zip(responses, golds)]  # the exact bytes run
+    # the exact bytes run
+    keys = [(extract_code(r), json.dumps(g, sort_keys=True)) for r, g in zip(responses, golds, strict=True)]
     first: dict = {}
     for i, k in enumerate(keys):
         first.setdefault(k, i)
     order = list(first.values())
     graded = run_pool([partial(grade_one, responses[i], golds[i], limits) for i in order], workers)
-    by_key = {keys[i]: g for i, g in zip(order, graded)}
+    by_key = {keys[i]: g for i, g in zip(order, graded, strict=True)}
     return [by_key[k] for k in keys]
 
 
@@ -218,7 +219,9 @@ def grade_one(response: str, gold: dict, limits: Limits, slot: int = 0) -> Grade
 
 
 def _n_tests(gold: dict) -> int:
-    return len(gold["tests"]) if gold["kind"] == "asserts" else 1 if gold["kind"] == "humaneval" else len(gold["inputs"])
+    if gold["kind"] == "asserts":
+        return len(gold["tests"])
+    return 1 if gold["kind"] == "humaneval" else len(gold["inputs"])
 
 
 def judged_grade(run: Judged, n: int) -> Grade:

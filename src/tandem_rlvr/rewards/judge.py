@@ -161,7 +161,8 @@ class JudgeSettings:
     def identifier(self) -> str:
         """What a verdict depends on (cache key part, recorded in logs): model, name, template, parser, budget."""
         digest = hashlib.sha256(template_text(self.template).encode()).hexdigest()[:12]
-        return f"{self.model}|{self.served_model or ''}|template:{digest}|{self.parser}|max_tokens:{self.max_tokens}|greedy"
+        return (f"{self.model}|{self.served_model or ''}|template:{digest}|{self.parser}|max_tokens:{self.max_tokens}"
+                "|greedy")
 
 
 class VerdictCache:
@@ -269,11 +270,11 @@ class Judge:
         replies: dict[str, str | None] = self.cache.get(keys) if self.cache is not None else {}
         stats = JudgeStats(asked=len(items), cached=sum(k in replies for k in keys))
         todo = {}  # key -> rendered prompt, de-duplicated (a group often repeats a response)
-        for k, (q, r, a) in zip(keys, items):
+        for k, (q, r, a) in zip(keys, items, strict=True):
             if k not in replies and k not in todo:
                 todo[k] = self.render(q, r, a)
         if todo:
-            got = dict(zip(todo, self.backend.complete(list(todo.values()))))
+            got = dict(zip(todo, self.backend.complete(list(todo.values())), strict=True))  # one reply per prompt
             stats.queried = len(todo)
             fresh = {k: v for k, v in got.items() if isinstance(v, str)}
             if self.cache is not None and fresh:

@@ -91,12 +91,10 @@ def extract_boxed(text: str) -> str | None:
     """Contents of the last ``\\boxed{}``/``\\fbox{}`` in ``text``; None if absent, empty or unclosed."""
     if not isinstance(text, str):
         return None
-    last = None
-    for last in _BOX.finditer(text):
-        pass
-    if last is None:
+    boxes = list(_BOX.finditer(text))
+    if not boxes:
         return None
-    content, _ = _box_at(text, last)
+    content, _ = _box_at(text, boxes[-1])
     return content
 
 
@@ -229,7 +227,8 @@ class _Worker:
             self.start()
         if not self._ready:
             try:
-                if json.loads(self._read_line(STARTUP_TIMEOUT, "start", _clock(self.proc.pid)[0])).get("ready") is not True:
+                hello = json.loads(self._read_line(STARTUP_TIMEOUT, "start", _clock(self.proc.pid)[0]))
+                if hello.get("ready") is not True:
                     raise _WorkerFailure("worker did not announce itself")
             except (_WorkerFailure, ValueError) as e:
                 raise _StartFailure(str(e)) from None

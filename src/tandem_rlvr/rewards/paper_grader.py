@@ -24,7 +24,8 @@ same way. An empty box is the answer "".
    distinct letters (``sqrt``, ``frac`` aside), ``^{``, ``^(``, ``^12`` or ``^2^``;
 3. math-verify (``math_verify_equal``), all of it under a 1 s alarm: an answer or gold longer than
    128 characters that is repetitive (``is_repetitive``) is wrong (the release then repeats stage
-   2's string comparison, which cannot say yes here); newlines dropped, each side wrapped in ``$...$`` unless it has a ``$``, and
+   2's string comparison, which cannot say yes here); newlines dropped, each side wrapped in ``$...$``
+   unless it has a ``$``, and
    math-verify's ``verify(parse(gold), parse(answer))`` with LaTeX (boxed priority 0) and plain
    expression extraction, no fall-back, 1 s parse and verify limits. The release passes
    ``extraction_mode=["first_match"]``, a list, which math-verify compares with the string
@@ -127,7 +128,7 @@ def sympy_equal(pred: str, gold: str) -> bool:
         return False
     if len(g_elems) != len(p_elems):
         return False
-    for ge, pe in zip(g_elems, p_elems):
+    for ge, pe in zip(g_elems, p_elems, strict=True):
         if _FRACTION.search(ge) and _FRACTION.search(pe):
             ok = ge == pe
         elif is_integer_text(ge) != is_integer_text(pe):
@@ -190,7 +191,8 @@ def math_verify_equal(pred: str, gold: str) -> bool:
         for side in (gold, pred):
             side = side.replace("\n", "")
             sides.append(parse(side if "$" in side else f"${side}$",
-                               extraction_config=(LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()),
+                               extraction_config=(LatexExtractionConfig(boxed_match_priority=0),
+                                                  ExprExtractionConfig()),
                                fallback_mode="no_fallback", extraction_mode="any_match",
                                parsing_timeout=STAGE3_SECONDS))
         return bool(verify(sides[0], sides[1], timeout_seconds=STAGE3_SECONDS))

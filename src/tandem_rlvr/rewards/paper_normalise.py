@@ -42,7 +42,8 @@ _MATHD_UNITS = (
     "cm 2", "rs .", "rs", "kg", "g", "month", "km", "m", "cm", "mm", "apple", "liter", "loss", "yard", "pure",
     "year", "increase", "decrease", "d", "less", "Surface", "litre", "pi sq m", "s .", "metre", "meter", "inch",
 )
-_MATHD_UNIT_RES = tuple(re.compile(r"(^|\W)" + u + r"($|\W)") for u in _MATHD_UNITS + tuple(u + "s" for u in _MATHD_UNITS))
+_MATHD_UNIT_RES = tuple(re.compile(r"(^|\W)" + u + r"($|\W)")
+                        for u in _MATHD_UNITS + tuple(u + "s" for u in _MATHD_UNITS))
 _SYMPY_UNITS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week", "month",
                 "year", "foot", "feet", "inch", "yard")
 _SYMPY_UNIT_RES = tuple(re.compile(rf"{u}(es)?(s)? *(\^[0-9]+)?") for u in _SYMPY_UNITS)

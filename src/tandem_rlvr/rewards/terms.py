@@ -148,13 +148,13 @@ class Grades:
         self._memo: dict[tuple[str, str], Any] = {}
 
     def __call__(self, texts: list[str], rows_json: list[str]) -> list:
-        keys = list(zip(rows_json, texts))
+        keys = list(zip(rows_json, texts, strict=True))
         if len(self._memo) > 4 * len(keys):  # bound the memo: keep only the batch at hand's grades
             self._memo = {k: self._memo[k] for k in keys if k in self._memo}
         todo = [i for i, k in enumerate(keys) if k not in self._memo]
         if todo:
             grades = self.task.grade([texts[i] for i in todo], [json.loads(rows_json[i]) for i in todo])
-            self._memo.update({keys[i]: g for i, g in zip(todo, grades)})
+            self._memo.update({keys[i]: g for i, g in zip(todo, grades, strict=True)})
         return [self._memo[k] for k in keys]
 
 
@@ -226,7 +226,7 @@ class JudgeTerm:
             items.append((question, texts[i], str(row.get("gold", row.get("answer", "")))))
         verdicts, stats = self.judge.verdicts(items) if items else ([], JudgeStats())
         out = [0.0] * len(texts)
-        for i, v in zip(judged, verdicts):
+        for i, v in zip(judged, verdicts, strict=True):
             out[i] = 0.0 if v is None else v * (scores[i] if self.mode == "multiply" else 1.0)
         log_metric = kwargs.get("log_metric")
         if log_metric:  # every step logs the counters (zeros when no response was correct)
@@ -290,8 +290,9 @@ TERMS: dict[str, TermKind] = {
                        about="-tokens/ceiling, EOS counted"),
     "format": TermKind(0.1, lambda ctx: FormatTerm(ctx.task), lambda cfg: "answer-format bonus",
                        about="answer in the task's form"),
-    "judge": TermKind(0.5, _judge, lambda cfg: f"judge bonus ({cfg.rewards.judge_mode}; judge `{cfg.rewards.judge}`, template "
-                                               f"`{cfg.rewards.judge_template}`, parser `{cfg.rewards.judge_parser}`)",
+    "judge": TermKind(0.5, _judge,
+                      lambda cfg: f"judge bonus ({cfg.rewards.judge_mode}; judge `{cfg.rewards.judge}`, template "
+                                  f"`{cfg.rewards.judge_template}`, parser `{cfg.rewards.judge_parser}`)",
                       about="judge verdict on correct responses"),
     "user": TermKind(1.0, _user, lambda cfg: f"`{cfg.rewards.reward}`", checked=False, about="--reward's function"),
 }

@@ -1,7 +1,8 @@
 """The in-process guard: audit hooks installed before user code, then the program runs as ``__main__``.
 
 Copied into each work directory by ``sandbox.runner`` and run as ``python -I -B _guard.py
-program.py [args]`` (a judged run: ``_guard.py _serve.py program.py``). An audit hook (PEP 578) cannot be removed by Python code once added; it refuses
+program.py [args]`` (a judged run: ``_guard.py _serve.py program.py``). An audit hook (PEP 578)
+cannot be removed by Python code once added; it refuses
 
 - network use: ``socket.connect``/``bind``/``sendto``/``sendmsg`` and name look-ups, with
   ``PermissionError("sandbox: network refused")`` (the OS layer, an empty network namespace, also

@@ -102,7 +102,9 @@ def _unshare(libc, spec: dict) -> str:
 
 
 def _mount(libc, src, dst: str, fstype, flags: int, data) -> None:
-    enc = (lambda s: None if s is None else s.encode())
+    def enc(s):
+        return None if s is None else s.encode()
+
     _check(libc.mount(enc(src), dst.encode(), enc(fstype), flags, enc(data)), f"mount {dst}")
 
 

@@ -2,11 +2,12 @@
 
 ``run_judged(source, spec, limits, slot)`` starts the judge (``_judge.py``: trusted code, stdlib
 only, under its own uid when the grader is root; otherwise under the grader's, and then this waits
-until it is armed, non-dumpable, before going on), then starts the program in the sandbox as ``_serve.py program.py``, its stdin and stdout being the two
-pipes of the call channel and nothing else of the judge's. The judge runs the tests, calling the
-program over that channel, and reports to this process on its own stdout, which the program never
-holds. One wall-clock limit covers the whole run: at the deadline both are killed. Why this is a
-verdict the program cannot write, and what remains possible: docs/tasks.md.
+until it is armed, non-dumpable, before going on), then starts the program in the sandbox as
+``_serve.py program.py``, its stdin and stdout being the two pipes of the call channel and nothing
+else of the judge's. The judge runs the tests, calling the program over that channel, and reports to
+this process on its own stdout, which the program never holds. One wall-clock limit covers the whole
+run: at the deadline both are killed. Why this is a verdict the program cannot write, and what
+remains possible: docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -83,15 +84,20 @@ def _start_judge(home: str, req_w: int, rep_r: int, limits: Limits, slot: int) -
         ids = {"user": uid, "group": uid, "extra_groups": []}
     own = json.dumps({"memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s})
     return subprocess.Popen([sandbox_python(), "-I", "-S", "-B", "_judge.py", str(req_w), str(rep_r), own], cwd=home,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(req_w, rep_r),
-                            env=PROGRAM_ENV, start_new_session=True, **ids)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            pass_fds=(req_w, rep_r), env=PROGRAM_ENV, start_new_session=True, **ids)
 
 
 def _judged(judge: subprocess.Popen, source: str, spec: dict, limits: Limits, slot: int, fds: dict,
             deadline: float) -> Judged:
     threading.Thread(target=feed, args=(judge.stdin, json.dumps(spec).encode()), daemon=True).start()
     jbufs = {judge.stdout: bytearray(), judge.stderr: bytearray()}
-    cap, said = limits.output_bytes, lambda n: (lambda closed: judge.stdout in closed or jbufs[judge.stdout].count(b"\n") >= n)
+    cap = limits.output_bytes
+
+    def said(n):
+        """drain's stop condition: the judge has written ``n`` lines, or closed its stdout."""
+        return lambda closed: judge.stdout in closed or jbufs[judge.stdout].count(b"\n") >= n
+
     if os.getuid() != 0:  # one uid for both: the program may start only once the judge is armed
         why = drain(jbufs, set(jbufs), cap, deadline, said(1))
         if why is not None or not jbufs[judge.stdout].startswith(b'{"armed":1}'):

@@ -143,7 +143,8 @@ def run_program(source: str, stdin: str = "", limits: Limits = Limits(), slot: i
     for tests of that layer, never for grading.
     """
     with Launch(source, limits, slot, guard=guard) as run:
-        threading.Thread(target=feed, args=(run.proc.stdin, stdin.encode("utf-8", "surrogatepass")), daemon=True).start()
+        data = stdin.encode("utf-8", "surrogatepass")
+        threading.Thread(target=feed, args=(run.proc.stdin, data), daemon=True).start()
         return run.finish(drain(run.bufs, {run.proc.stdout, run.proc.stderr}, limits.output_bytes, run.deadline))
 
 

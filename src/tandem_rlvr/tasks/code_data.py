@@ -146,8 +146,9 @@ def load_code(spec: str, limit: int | None = None, split: str | None = None) -> 
         return _rows(_read_file(path), path.stem, str(path), limit)
     if _HUB_SPEC.fullmatch(spec):
         return _rows(_hub_rows(spec, split), spec.split(":")[0].split("/")[1], spec, limit)
-    raise TandemError(f"unknown code benchmark {spec!r}; valid names: {', '.join([*CODE_BENCHMARKS, 'tiny-code'])}; or a "
-                      ".jsonl/.json/.parquet file of HumanEval, MBPP or APPS rows, or a hub id such as codeparrot/apps")
+    raise TandemError(f"unknown code benchmark {spec!r}; valid names: {', '.join([*CODE_BENCHMARKS, 'tiny-code'])}; "
+                      "or a .jsonl/.json/.parquet file of HumanEval, MBPP or APPS rows, or a hub id such as "
+                      "codeparrot/apps")
 
 
 def _hub_rows(spec: str, split: str | None):

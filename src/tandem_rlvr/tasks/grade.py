@@ -82,7 +82,9 @@ def _done_rows(path: Path, inputs: list[dict]) -> list[dict]:
                 path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
                 break
             raise TandemError(f"{path}:{i}: malformed JSON line") from None
-    if len(rows) > len(inputs) or any(str(r.get("problem_id")) != str(x["problem_id"]) for r, x in zip(rows, inputs)):
+    # a resumed file holds a prefix of the responses: only the rows it has are compared
+    if len(rows) > len(inputs) or any(str(r.get("problem_id")) != str(x["problem_id"])
+                                      for r, x in zip(rows, inputs, strict=False)):
         raise TandemError(f"{path}: its rows do not follow the responses file; use a new --out directory")
     return rows
 
@@ -134,7 +136,8 @@ def grade_file(task_name: str, benchmark: str, responses: str | os.PathLike, out
                 for start in range(len(done), len(inputs), CHUNK):
                     chunk = inputs[start:start + CHUNK]
                     grades = task.grade([r["response"] for r in chunk], [problems[str(r["problem_id"])] for r in chunk])
-                    new = [{**r, "score": g.score, "reason": g.reason, "details": g.details} for r, g in zip(chunk, grades)]
+                    new = [{**r, "score": g.score, "reason": g.reason, "details": g.details}
+                           for r, g in zip(chunk, grades, strict=True)]
                     f.write("".join(json.dumps(r) + "\n" for r in new))
                     f.flush()
                     os.fsync(f.fileno())
