@@ -36,7 +36,9 @@ ADDED_SETTINGS = {"lora_r": 0, "lora_alpha": 32.0, "lora_dropout": 0.0, "lora_ta
                   "save_merged": False, "plugins": [],
                   # a junior pool (issue 36): one junior per GRPO group, best/ by the pool's weighted mean
                   "junior_draw": "group", "best_by_junior": "pool-mean",
-                  "trl": {}}  # GRPOConfig fields beyond the keys' (issue 47): none by default
+                  "trl": {},  # GRPOConfig fields beyond the keys' (issue 47): none by default
+                  # rollouts overlapping training (issue 50): off, and TRL's truncated IS weights when on
+                  "max_staleness": 0, "importance_correction": "token_truncate", "importance_clip": 3.0}
 # README commands added after the fixture (their flags are checked against what they say, below).
 ADDED_COMMANDS = [
     ["train", "--preset", "tiny", "--method", "tandem", "--lora-r", "16", "--lora-alpha", "32", "--save-merged", "true",

@@ -15,6 +15,9 @@ from ..errors import TandemError
 from ..pool import DRAWS
 from .fields import at_least, check_part, setting
 
+# how an overlapped run corrects its stale rollouts (rl.losses.importance_weights; TRL's vllm_importance_sampling_mode)
+IMPORTANCE_CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
 
 @dataclass(frozen=True)
 class RolloutPart:
@@ -43,6 +46,17 @@ class RolloutPart:
                                               "CPU)", range=(0, None, True))
     vllm_sleep: bool = setting(False, "vllm engine: sleep (free its GPU memory) between rollouts, wake before the "
                                "next; GPU only (vLLM has no sleep mode on CPU)")
+    max_staleness: int = setting(0, "rollouts overlap training: the rollout batches of the next max_staleness "
+                                 "generations are decoded while this one trains, each by the weights of the update "
+                                 "that started it (0: the synchronous loop; engine vllm-server, or hf with a "
+                                 "rollout_device other than training's; docs/overlap.md)", range=(0, None, False))
+    importance_correction: str = setting("token_truncate", "max_staleness >= 1: the importance-sampling correction "
+                                         "of senior tokens, exp(log p_now - log p_behaviour), truncated at "
+                                         "importance_clip (token_truncate, sequence_truncate) or zeroed above it "
+                                         "(token_mask, sequence_mask), as TRL's vllm_importance_sampling_mode",
+                                         choices=IMPORTANCE_CORRECTIONS)
+    importance_clip: float = setting(3.0, "max_staleness >= 1: the largest importance-sampling weight (TRL's "
+                                     "vllm_importance_sampling_clip_max)", range=(0, None, True))
 
     def __post_init__(self):
         check_part(self)

@@ -77,6 +77,26 @@ class TrainConfig:
         if self.rewards.judge:
             self.judge_settings()
         self._check_pool()
+        self._check_overlap()
+
+    def _check_overlap(self) -> None:
+        """``max_staleness`` >= 1 on an engine that decodes elsewhere than the trainer trains (``EngineKind.overlaps``;
+        hf: with a ``rollout_device``, compared with the training device when the run starts), one generation batch
+        per rollout step (``rl.overlap``); above 1, a whole senior (the worker pushes snapshots of it)."""
+        from ..engines.base import engine_kind
+
+        k, r = self.rollout.max_staleness, self.rollout
+        if not k:
+            return
+        kind = engine_kind(r.engine)
+        if not kind.overlaps or (kind.rollout_device and self.models.rollout_device is None):
+            where = "" if kind.overlaps else " in the training process"
+            raise TandemError(f"max_staleness {k}: engine {r.engine} decodes{where} on the training devices, so it "
+                              "cannot overlap training (use engine vllm-server, or hf with a rollout_device other "
+                              "than training's)")
+        if k > 1 and self.models.backend.shards_parameters:
+            raise TandemError(f"max_staleness {k}: above 1 the rollout worker pushes snapshots of a whole senior; "
+                              f"a sharded senior ({self.models.sharding}) overlaps with max_staleness 1")
 
     def _check_pool(self) -> None:
         """A pool of several juniors trains Tandem RLVR (every engine: docs/pool.md); best/ by a junior of the pool."""

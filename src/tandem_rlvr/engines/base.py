@@ -105,6 +105,9 @@ class EngineKind:
     can be handed over as ``EngineSetup.pair`` and decoded as it is).
     text_turns: text-level handoff turns (``--protocol text``, the default for paragraph schedules) run on it.
     rollout_device: training decodes a copy of the senior on ``rollout_device``.
+    overlaps: it can decode while the trainer trains (``max_staleness`` >= 1, ``rl.overlap``): generation runs in
+    other processes (a server), or on a copy on another device (hf: ``rollout_device``, checked when the run's
+    devices are known); the calls come from one worker thread, one at a time, never during a weight push.
     one_sender: one engine (a server) for all training processes: the main process alone pushes
     the senior's weights, the others gather alongside or wait (``rl.weights.EngineSync``).
     about: the engine in a few words, for the help of every ``--engine`` flag (``engine_help``).
@@ -122,6 +125,7 @@ class EngineKind:
     transformers: bool = False
     text_turns: bool = False
     rollout_device: bool = False
+    overlaps: bool = False
     one_sender: bool = False
     about: str = ""
 
@@ -142,12 +146,12 @@ class EngineKind:
 # the one table of engines: a new engine is its module (an opener returning a RolloutEngine) and one row here
 ENGINES: dict[str, EngineKind] = {k.name: k for k in (
     EngineKind("hf", "tandem_rlvr.engines.hf:open_hf", transformers=True, text_turns=True,
-               rollout_device=True, about="our transformers decoder (the reference)"),
+               rollout_device=True, overlaps=True, about="our transformers decoder (the reference)"),
     EngineKind("vllm", "tandem_rlvr.engines.vllm_rollouts:open_vllm", replays=True, vllm_settings=True,
                text_turns=True,
                about="stock vLLM with the tandem plugin, in this process (pip install -e \".[vllm]\")"),
     EngineKind("vllm-server", "tandem_rlvr.engines.server_rollouts:open_server", replays=True, remote=True,
-               one_sender=True, about="a running `tandem serve` (--server URL)"),
+               overlaps=True, one_sender=True, about="a running `tandem serve` (--server URL)"),
 )}
 
 

@@ -114,6 +114,7 @@ def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, s
     else:  # the user's rows whose prompt fits (prepare dropped the rest, with a warning)
         kept = {p.problem_id for p in prep.train}
         ds = given.dataset.filter(lambda row: str(row["problem_id"]) in kept)
+    check_overlap(cfg, prep.pair, state.num_processes)
     engine = open_rollout_engine(cfg, prep.pair, state.num_processes)  # fails before the run directory is touched
     start = RunStart.take(cfg.loop.output_dir, state.is_main_process)
     start.closers.append(engine.close)
@@ -128,6 +129,9 @@ def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, s
             rollout_log = RolloutLog(start.out, resume_step, state.is_main_process)
         problem_ids = {prep.prompt_text(p): p.problem_id for p in prep.train}  # the pool's draw keys
         rollout = TandemRollout(cfg, prep.pair, engine, problem_ids, rollout_log)
+        if cfg.rollout.max_staleness:
+            rollout.start_overlap()
+            start.closers.insert(0, rollout.overlap.close)  # the worker stops before the engine closes
         run = _assemble(cfg, prep, args, ds, rollout, start, resume_step, print_fn, make_trainer, stored)
     except BaseException:
         start.close(failed=True)
@@ -164,6 +168,8 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
             junior=prep.pair.junior,
             method=cfg.method_kind, beta=loss.beta, junior_imitation=loss.junior_imitation, kl_clamp=loss.kl_clamp,
             junior_token_weight=loss.junior_token_weight, loss_normalizer=loss.loss_normalizer,
+            importance=(cfg.rollout.importance_correction, cfg.rollout.importance_clip)
+            if cfg.rollout.max_staleness else None,
             model_card=lambda steps: model_card(cfg, steps, stored), peft_config=lora_config(cfg))
     if cfg.models.lora_r:
         prepare_lora(trainer, cfg, print_fn)
@@ -192,6 +198,26 @@ def check_server_juniors(cfg: TrainConfig) -> None:
         from ..engines.served_pool import check_served_juniors
 
         check_served_juniors(server_settings(cfg), cfg.models.pool.names)
+
+
+def check_overlap(cfg: TrainConfig, pair: Pair, num_processes: int) -> None:
+    """What ``max_staleness`` needs once the devices are known (the rest: ``TrainConfig._check_overlap``): the hf
+    engine's copy on another device than the senior trains on; above 1, one training process (the rollout worker
+    pushes its snapshots alone, outside the processes' collectives)."""
+    k = cfg.rollout.max_staleness
+    if not k:
+        return
+    from ..engines.base import engine_kind
+
+    if engine_kind(cfg.rollout.engine).rollout_device:
+        train = next(pair.senior.parameters()).device
+        if resolve_device(cfg.models.rollout_device) == train:
+            raise TandemError(f"max_staleness {k}: rollout_device {cfg.models.rollout_device} is the device the "
+                              f"senior trains on ({train}), so decoding there cannot overlap training; use another "
+                              "device, or engine vllm-server")
+    if k > 1 and num_processes > 1:
+        raise TandemError(f"max_staleness {k}: above 1 needs one training process ({num_processes} here); several "
+                          "processes overlap with max_staleness 1")
 
 
 def open_rollout_engine(cfg: TrainConfig, pair: Pair, num_processes: int):

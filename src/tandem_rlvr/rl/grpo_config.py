@@ -32,8 +32,8 @@ IN_UPDATES = {"max_steps": "max_steps", "save_steps": "save_every", "eval_every"
 
 # GRPOConfig fields the method fixes: field -> (the value it must keep, why)
 FIXED = {
-    "num_iterations": (1, "each rollout batch feeds its updates once (the paper's ppo_epochs = 1); staleness is not "
-                          "yet a setting"),
+    "num_iterations": (1, "each rollout batch feeds its updates once (the paper's ppo_epochs = 1); rollouts "
+                          "overlapping training is max_staleness"),
     "remove_unused_columns": (False, "the rollout and the reward functions read the dataset's extra columns"),
     "use_vllm": (False, "rollouts are the tandem engine's (`engine`: hf, vllm, vllm-server), not TRL's vLLM"),
     "logging_nan_inf_filter": (False, "a NaN loss is logged as NaN and stops the run, never averaged away"),
@@ -49,6 +49,7 @@ FIXED = {
 # TrainConfig keys with no GRPOConfig field: TandemGRPOConfig's own fields, in this order
 OWN = ("method", "junior", "junior_device", "schedule", "p", "K", "junior_draw", "junior_token_weight",
        "loss_normalizer", "junior_imitation", "kl_clamp", "engine", "server", "rollout_batch_rows", "rollout_device",
+       "max_staleness", "importance_correction", "importance_clip",
        "validation", "val_size", "val_draw", "eval_every", "eval_n", "decline_drop", "best_by_junior", "kl_every",
        "keep_weights", "task", "grader", "max_prompt_tokens", "sync_bucket_mb", "plugins")
 

@@ -96,6 +96,8 @@ class PolicyBatch:
         batch's ``loss_denominator`` per process and per update (so micro-batching leaves the update alone).
     junior_normalizer: () the same for the junior-written tokens of the generation batch, or None.
     accumulation: micro-batches per update (the per-row and per-micro-batch means divide by it).
+    behaviour_logps: (B, T) under the weights that drew the rollout (an overlapped run's rollouts are drawn by
+        earlier weights than ``old_logps``'), or None: no importance-sampling correction.
     """
 
     logps: torch.Tensor
@@ -107,6 +109,7 @@ class PolicyBatch:
     normalizer: torch.Tensor
     junior_normalizer: torch.Tensor | None = None
     accumulation: float = 1.0
+    behaviour_logps: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,8 @@ class LossSettings:
     junior_imitation: float = 0.0
     max_completion_length: int = 1
     sapo_temperatures: tuple[float, float] = (1.0, 1.05)  # (A > 0, A <= 0)
+    importance_correction: str = "token_truncate"  # config.rollout.IMPORTANCE_CORRECTIONS (with behaviour log-probs)
+    importance_clip: float = 3.0
 
 
 class Stat(NamedTuple):
@@ -168,6 +173,27 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, b: PolicyBatch, s: Lo
     return loss / b.accumulation
 
 
+def importance_weights(b: PolicyBatch, s: LossSettings) -> torch.Tensor:
+    """(B, T) or (B, 1) the importance-sampling weights of a rollout drawn by earlier weights (``behaviour_logps``),
+    no gradient: exp(old - behaviour) on senior-written tokens, token by token or summed per row (``sequence_*``),
+    truncated at ``importance_clip`` (``*_truncate``) or zeroed above it (``*_mask``), as TRL's
+    ``vllm_importance_sampling_mode``. Junior-written tokens and padding have weight 1 and add nothing to a row's
+    sum: the junior's tokens were never the senior's to draw."""
+    senior = b.response_mask.to(torch.float32) if b.senior_mask is None else \
+        token_weights(b.response_mask, b.senior_mask, 0.0)
+    diff = torch.nan_to_num((b.old_logps - b.behaviour_logps).detach() * senior, nan=0.0)  # (B, T)
+    mode = s.importance_correction
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    w = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(w, max=s.importance_clip)
+    if mode.endswith("mask"):
+        return w.masked_fill(w > s.importance_clip, 0.0)
+    raise TandemError(f"unknown importance_correction {mode!r}; valid: token_truncate, token_mask, "
+                      "sequence_truncate, sequence_mask")
+
+
 def policy_term(b: PolicyBatch, s: LossSettings) -> Term:
     """The clipped GRPO surrogate (or CISPO's, SAPO's) over the weighted tokens, and TRL's clip figures."""
     mask = loss_weights(b, s)  # (B, T)
@@ -197,6 +223,15 @@ def policy_term(b: PolicyBatch, s: LossSettings) -> Term:
                       "clip_ratio/region_mean": Stat(torch.maximum(low, high), mask),
                       "clip_ratio/low_min": Stat(low, mask, "row-min"),
                       "clip_ratio/high_max": Stat(high, mask, "row-max")})
+    if b.behaviour_logps is not None:  # an overlapped run: the rollout was drawn by earlier weights
+        w = importance_weights(b, s)
+        per_token = per_token * w
+        senior = mask if b.senior_mask is None else token_weights(b.response_mask, b.senior_mask, 0.0)
+        stats["importance/weight_mean"] = Stat(w.expand_as(senior), senior)
+        clipped = (torch.exp(torch.nan_to_num((b.old_logps - b.behaviour_logps).detach(), nan=0.0))
+                   > s.importance_clip).float()
+        if s.importance_correction.startswith("token"):
+            stats["importance/clipped_share"] = Stat(clipped, senior)
     return aggregate(per_token, mask, b, s), stats
 
 

@@ -19,8 +19,10 @@ With a junior pool each row's junior is drawn from (seed, step, problem id, copy
 from __future__ import annotations
 
 import math
+import time
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 from accelerate.utils import gather_object
@@ -56,6 +58,19 @@ def occurrence_seeds(all_prompts: list[str], base_seed: int, step: int) -> list[
     return seeds
 
 
+@dataclass
+class Planned:
+    """One process's share of a rollout batch, ready to decode: the update it trains (``step``), its prompt
+    texts and ids, row seeds, each row's junior (a pool; else None) and the global pool draw (``pool``)."""
+
+    step: int
+    prompts: list[str]
+    ids: list[list[int]]
+    seeds: list[int]
+    juniors: list[int] | None
+    pool: dict | None
+
+
 class TandemRollout:
     """Callable given to ``GRPOTrainer(rollout_func=...)``; see module docstring.
 
@@ -84,12 +99,43 @@ class TandemRollout:
         self.completions = None  # rl.completions.CompletionsLog, once log_completions asks for it
         self.engine = engine
         self.sync = EngineSync(engine, cfg.models.sync_bucket_mb << 20)  # shared with validation
+        self.overlap = None  # rl.overlap.Overlap of a run with max_staleness >= 1 (``start_overlap``)
+
+    def start_overlap(self) -> None:
+        """Decode the next ``max_staleness`` rollout steps while one trains (``rl.overlap``)."""
+        from .overlap import Overlap
+
+        self.overlap = Overlap(self, self.cfg.rollout.max_staleness)
 
     def __call__(self, prompts: list, trainer) -> dict:
-        prompts = [render_prompt(self.tok, p) for p in prompts]  # conversational prompts through the chat template
-        acc = trainer.accelerator
-        senior = acc.unwrap_model(trainer.model)
+        if self.overlap is not None:
+            return self.overlap(prompts, trainer)
         step = int(trainer.state.global_step)
+        planned = self.plan(prompts, trainer, step)
+        senior = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = senior.training
+        senior.eval()
+        t0 = time.perf_counter()
+        try:
+            self.push(senior, step)  # the engine decodes this update's weights
+            t1 = time.perf_counter()
+            roll = self.decode(planned)
+        finally:
+            senior.train(was_training)
+            self.engine.sleep()  # vllm_sleep: free the engine's memory for the optimiser step
+        t2 = time.perf_counter()
+        timing = {"wall/rollout_wait_s": t2 - t1, "wall/weight_sync_s": t1 - t0, "wall/generate_s": t2 - t1}
+        return self.finish(planned, roll, trainer, version=step, timing=timing)
+
+    def render(self, prompts: list) -> list[str]:
+        """Prompt texts (conversational prompts through the chat template)."""
+        return [render_prompt(self.tok, p) for p in prompts]
+
+    def plan(self, prompts: list, trainer, step: int) -> Planned:
+        """What this process decodes for the rollout step that trains at update ``step``: its prompts' ids,
+        row seeds and pool draws, from the global batch (a collective when several processes train)."""
+        prompts = self.render(prompts)
+        acc = trainer.accelerator
         all_prompts = prompts
         offset = 0
         if acc.num_processes > 1:
@@ -98,27 +144,38 @@ class TandemRollout:
             offset = sum(sizes[: acc.process_index])
         cfg = self.cfg
         seeds = occurrence_seeds(all_prompts, cfg.loop.seed, step)[offset: offset + len(prompts)]
-        juniors = None
+        juniors = pool = None
         if not self.pool.single:
             from .pool_log import draw_juniors
 
             keys = [self.problem_ids.get(t, t) for t in all_prompts]
             drawn, copies = draw_juniors(self.pool, cfg.loop.seed, step, keys, cfg.rollout.junior_draw == "rollout")
             juniors = drawn[offset: offset + len(prompts)]
+            pool = {"juniors": drawn, "keys": keys, "copies": copies}
         ids = [encode_prompt(self.tok, p) for p in prompts]
         too_long = [len(x) for x in ids if len(x) > cfg.data.max_prompt_tokens]
         if too_long:
             raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={cfg.data.max_prompt_tokens}")
+        return Planned(step, prompts, ids, seeds, juniors, pool)
 
-        was_training = senior.training
-        senior.eval()
-        try:
-            self.sync(senior, step)  # the engine decodes this update's weights
-            roll = self.engine.generate(ids, seeds, self.spec) if juniors is None else \
-                self.engine.generate(ids, seeds, self.spec, juniors=juniors)
-        finally:
-            senior.train(was_training)
-            self.engine.sleep()  # vllm_sleep: free the engine's memory for the optimiser step
+    def push(self, senior, step: int) -> None:
+        """The engine takes update ``step``'s weights (nothing when it holds them already)."""
+        self.sync(senior, step)
+
+    def decode(self, planned: Planned):
+        """The engine's rollouts of a planned batch (``decoding.tandem.Rollout``); thread-safe for an engine that
+        ``overlaps``."""
+        if planned.juniors is None:
+            return self.engine.generate(planned.ids, planned.seeds, self.spec)
+        return self.engine.generate(planned.ids, planned.seeds, self.spec, juniors=planned.juniors)
+
+    def finish(self, planned: Planned, roll, trainer, version: int, timing: dict) -> dict:
+        """TRL's rollout dict of a decoded batch, with the step's figures recorded (``version``: the update whose
+        weights drew it; ``timing``: seconds waited, pushing and decoding)."""
+        acc, cfg = trainer.accelerator, self.cfg
+        step, prompts, ids, juniors = planned.step, planned.prompts, planned.ids, planned.juniors
+        if step != int(trainer.state.global_step):
+            raise TandemError(f"rollouts planned for update {step} reached update {trainer.state.global_step}")
         completion_ids = [roll.row_tokens(b) for b in range(len(ids))]
         senior_mask = [roll.row_mask(b) for b in range(len(ids))]
         logprobs = [roll.logprobs[b, : len(c)].tolist() for b, c in enumerate(completion_ids)]
@@ -141,7 +198,8 @@ class TandemRollout:
             switches = gather_object(switches)
             kl = tuple(map(sum, zip(*kls)))
         share = torch.tensor(share, dtype=torch.float64)
-        metrics = {"senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
+        metrics = {**timing, "overlap/staleness": float(step - version),
+                   "senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
                    "response/mean_length": float(torch.tensor(lengths, dtype=torch.float64).mean()),
                    "senior/switches_per_seq": sum(switches) / max(len(switches), 1)}
         if want_kl and (juniors is None or kl[3]):  # a mixed pool's step that drew no same-tokenizer row: no KL figure
@@ -149,8 +207,7 @@ class TandemRollout:
             if kl[3]:  # the junior's mean log-prob per emitted token, whoever emitted it (ours; verl logs no such mean)
                 metrics["junior/logprob"] = kl[2] / kl[3]
         if juniors is not None:  # the whole batch's rows, scored by TRL next (``scored``)
-            self.drawn = {"step": step, "juniors": drawn, "keys": keys, "copies": copies, "shares": share.tolist(),
-                          "lengths": [int(x) for x in lengths]}
+            self.drawn = {"step": step, **planned.pool, "shares": share.tolist(), "lengths": [int(x) for x in lengths]}
         self.last = metrics
         record_metrics(trainer, metrics)
         # env_mask: TRL's name for the senior mask (1 = the senior sampled this token)

@@ -92,13 +92,15 @@ def check_models(path: Path, new: dict) -> None:
 
 def legacy_defaults() -> dict:
     """The values of keys that runs recorded before tasks, reward terms, sharding, LoRA, junior pools and
-    plug-ins existed ran with (every rewards key, task and grader at their defaults; one junior; no plug-ins)."""
+    plug-ins existed ran with (every rewards key, task and grader at their defaults; one junior; no plug-ins;
+    synchronous rollouts)."""
     base = TrainConfig().to_dict()
     keys = [f.name for f in fields(RewardsPart)] + ["task", "grader"]
     lora = {k: base[k] for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "save_merged")}  # before LoRA
     pool = {k: base[k] for k in ("junior_draw", "best_by_junior")}  # before junior pools: one junior, drawn alike
     return {**{k: base[k] for k in keys}, "verifier": "math@1:last-box", "sharding": "none", "shard_offload": False,
-            **lora, **pool, "plugins": [], "trl": {}}  # before plug-in modules and GRPOConfig fields
+            **lora, **pool, "plugins": [], "trl": {},  # before plug-in modules and GRPOConfig fields
+            **{k: base[k] for k in ("max_staleness", "importance_correction", "importance_clip")}}  # before overlap
 
 
 def recorded_names(old: dict) -> dict:

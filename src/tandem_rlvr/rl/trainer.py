@@ -17,6 +17,10 @@ The method is a registry row (``config.methods.MethodKind``) with a pure loss fu
    over the generation batch (all response tokens by default, as in the paper's verl gate).
 3. A method with a KL reference scores each generation batch under the junior (also when it is not
    the senior's initial checkpoint) into ``ref_per_token_logps``, at the rollout temperature.
+4. Overlapped rollouts (``max_staleness`` >= 1, ``rl.overlap``): the data loader is read ahead
+   (``upcoming_prompts``: the prompts of the next rollout steps, which the rollout starts decoding), and the
+   loss corrects each rollout's staleness by importance sampling on senior tokens, from the behaviour
+   log-probs the rollout carries (TRL's ``sampling_per_token_logps``; ``losses.importance_weights``).
 
 Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backends,
 checkpointing and resume all stay TRL's / transformers'.
@@ -44,8 +48,8 @@ SENIOR_MASK = "tool_mask"
 # attributes TRL's __init__ sets; trl.trainer.utils / trl.models.utils helpers for the reference.
 PRIVATE_SURFACE = {
     "methods": ("_compute_loss", "_generate_and_score_completions", "_calculate_rewards", "_get_per_token_logps_and_entropies",
-                "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load"),
-    "attributes": ("_metrics", "temperature", "current_gradient_accumulation_steps", "loss_type", "epsilon_low",
+                "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load", "get_batch_samples"),
+    "attributes": ("_metrics", "temperature", "num_iterations", "current_gradient_accumulation_steps", "loss_type", "epsilon_low",
                    "epsilon_high", "importance_sampling_level", "max_completion_length", "aux_loss_enabled",
                    "router_aux_loss_coef"),
     "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model"),
@@ -61,11 +65,11 @@ def record_metrics(trainer: GRPOTrainer, metrics: dict[str, float], mode: str = 
 class TandemGRPOTrainer(GRPOTrainer):
     """``method``: the run's registry row; ``beta``, ``junior_imitation``, ``junior_token_weight``, ``kl_clamp``,
     ``loss_normalizer``: its loss settings (``config.loss``); ``junior``: the frozen junior (the KL reference of a
-    method with one)."""
+    method with one); ``importance``: (correction, clip) of an overlapped run (``config.rollout``), else None."""
 
     def __init__(self, *args, method: MethodKind, junior=None, beta: float = 0.0, junior_imitation: float = 0.0,
                  junior_token_weight: float = 0.0, kl_clamp: float = 0.0, loss_normalizer: str = "response_tokens",
-                 model_card=None, **kwargs):
+                 importance: tuple[str, float] | None = None, model_card=None, **kwargs):
         if method.reference is not None and junior is None:
             raise TandemError(f"method {method.name} needs a junior as its KL reference model")
         kwargs["args"].beta = 0.0  # TRL: no reference of its own, no KL term; the method's is ``self.beta_kl``
@@ -78,6 +82,8 @@ class TandemGRPOTrainer(GRPOTrainer):
         self.kl_clamp = kl_clamp
         self.junior_token_weight = junior_token_weight
         self.loss_normalizer = loss_normalizer
+        self.importance = importance
+        self._ahead = None  # rl.overlap's read-ahead of the data loader (``get_batch_samples``)
         self.reference = self._prepare_reference(junior) if method.reference is not None else None
 
     def load_finished_checkpoint(self, checkpoint: str) -> None:
@@ -130,6 +136,27 @@ class TandemGRPOTrainer(GRPOTrainer):
         if _internal_call and self.is_deepspeed_enabled and is_partitioned(self.accelerator.unwrap_model(self.model)):
             return
         super().save_model(output_dir, _internal_call=_internal_call)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """transformers' batches of one update; an overlapped run reads the epoch's iterator through a
+        ``Lookahead`` so that ``upcoming_prompts`` sees the batches of the rollout steps ahead."""
+        if getattr(self.rollout_func, "overlap", None) is not None:
+            if self._ahead is None or self._ahead.source is not epoch_iterator:
+                self._ahead = Lookahead(epoch_iterator)
+            epoch_iterator = self._ahead
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+    def upcoming_prompts(self, n: int) -> list[list]:
+        """The prompts of (at most) the next ``n`` generation batches of this data epoch, this process's share,
+        as TRL will hand them to the rollout; called when a generation batch starts (its first update's
+        micro-batches have been drawn: the next batch lies ``generate_every - gradient_accumulation_steps``
+        batches ahead, each batch repeated ``generate_every`` times by TRL's sampler)."""
+        if self._ahead is None or n < 1:
+            return []
+        every = self.args.steps_per_generation * self.num_iterations
+        first = every - self.args.gradient_accumulation_steps
+        ahead = self._ahead.peek(first + (n - 1) * every + 1)
+        return [[x["prompt"] for x in ahead[i]] for i in range(first, len(ahead), every)]
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         from contextlib import nullcontext
@@ -206,7 +233,9 @@ class TandemGRPOTrainer(GRPOTrainer):
             importance_sampling_level=self.importance_sampling_level, junior_token_weight=self.junior_token_weight,
             beta=self.beta_kl, kl_clamp=self.kl_clamp, junior_imitation=self.junior_imitation,
             max_completion_length=self.max_completion_length,
-            sapo_temperatures=(self.args.sapo_temperature_pos, self.args.sapo_temperature_neg))
+            sapo_temperatures=(self.args.sapo_temperature_pos, self.args.sapo_temperature_neg),
+            **({} if self.importance is None else
+               {"importance_correction": self.importance[0], "importance_clip": self.importance[1]}))
 
     def _senior_mask(self, inputs) -> torch.Tensor | None:
         """The batch's senior mask; for a method whose rollouts the junior co-writes, a TandemError if it is missing
@@ -240,7 +269,8 @@ class TandemGRPOTrainer(GRPOTrainer):
             response_mask=inputs["completion_mask"], senior_mask=senior,
             normalizer=self._token_mean_normalizer(inputs["num_items_in_batch"]),
             junior_normalizer=None if junior_items is None else self._token_mean_normalizer(junior_items),
-            accumulation=accumulation)
+            accumulation=accumulation,
+            behaviour_logps=inputs.get("sampling_per_token_logps") if self.importance is not None else None)
         settings = self.loss_settings()
         loss, stats = self.policy_loss(batch, settings)
         stats["entropy"] = Stat(entropies, loss_weights(batch, settings))
@@ -249,3 +279,27 @@ class TandemGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux).mean().item())
         self._record(stats, mode)
         return loss
+
+
+class Lookahead:
+    """An iterator over ``source`` that can show items before they are taken (``peek``)."""
+
+    def __init__(self, source):
+        self.source, self.buffer = source, []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.buffer:
+            return self.buffer.pop(0)
+        return next(self.source)
+
+    def peek(self, n: int) -> list:
+        """The next ``n`` items (fewer at the end), left to be taken."""
+        while len(self.buffer) < n:
+            try:
+                self.buffer.append(next(self.source))
+            except StopIteration:
+                break
+        return self.buffer[:n]

@@ -53,6 +53,7 @@ class EngineSync:
         self.synced = None  # (id of the model, global step) the engine holds
         self.syncs = 0
         self.last_sync = None  # {"seconds", "bytes", "buckets"} of the last sharded push (rl.weight_stream.push)
+        self.before_push = None  # called before a push (rl.overlap: wait for the batches the engine is decoding)
 
     @torch.no_grad()
     def __call__(self, senior: torch.nn.Module, step: int) -> None:
@@ -63,6 +64,8 @@ class EngineSync:
 
         if self.synced == (id(senior), step):
             return
+        if self.before_push is not None:
+            self.before_push()
         dtype = self.engine.weight_dtype
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         try:
