@@ -37,13 +37,15 @@ def gguf_to_dir(path: Path) -> Path:
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except Exception as e:  # noqa: BLE001 - gguf metadata errors come in many types
-        raise TandemError(f"GGUF file {path} has no usable tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+        raise TandemError(f"GGUF file {path} has no usable tokenizer "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
     if tokenizer is None or len(tokenizer) == 0:
         raise TandemError(f"GGUF file {path} has no tokenizer")
     try:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001
-        raise TandemError(f"cannot load GGUF model {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+        raise TandemError(f"cannot load GGUF model {path} "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
     # The weights are dequantised on load; drop the GGUF "quantizer" so they save as plain tensors.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

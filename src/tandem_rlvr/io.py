@@ -66,7 +66,9 @@ def lone_surrogate(text: str) -> str | None:
     an emoji and a command-line byte that is not UTF-8 leave one; it is no Unicode character, so no
     tokenizer can encode it (the Rust tokenizers raise a TypeError) and no UTF-8 file can hold it."""
     m = _SURROGATE.search(text)
-    return None if m is None else f"a lone surrogate U+{ord(m.group()):04X} at character {m.start()} (not valid Unicode)"
+    if m is None:
+        return None
+    return f"a lone surrogate U+{ord(m.group()):04X} at character {m.start()} (not valid Unicode)"
 
 
 def read_json(path: str | os.PathLike, missing: str | None = None) -> Any:

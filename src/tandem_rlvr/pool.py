@@ -88,7 +88,7 @@ class JuniorPool:
         """The canonical text form (``A`` for one junior, else ``A:w,B:w``), which ``parse`` reads back."""
         if self.single:
             return self.names[0]
-        return ",".join(f"{n}:{w:.12g}" for n, w in zip(self.names, self.weights))
+        return ",".join(f"{n}:{w:.12g}" for n, w in zip(self.names, self.weights, strict=True))
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -102,7 +102,7 @@ class JuniorPool:
 
     def index(self, name: str) -> int:
         """The position of the junior ``name`` (its name as given or its label); a TandemError listing the pool."""
-        for i, (n, label) in enumerate(zip(self.names, self.labels)):
+        for i, (n, label) in enumerate(zip(self.names, self.labels, strict=True)):
             if name in (n, label):
                 return i
         raise TandemError(f"junior {name!r} is not in the pool; valid: {', '.join(self.labels)}")

@@ -89,8 +89,8 @@ def progress_bar(enabled: bool = True, extra: str = ""):
     if not (probe.is_terminal or probe.is_jupyter):
         yield LineProgress()
         return
-    cols = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *([TextColumn(extra)] if extra else []),
-            TimeElapsedColumn(), TimeRemainingColumn()]
+    cols = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            *([TextColumn(extra)] if extra else []), TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*cols, transient=False) as bar:
         yield bar
 

@@ -35,7 +35,8 @@ def resolve_template(tokenizer, template: str) -> str:
     if template == "auto":
         return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
     if template == "chat" and not getattr(tokenizer, "chat_template", None):
-        raise TandemError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')} has no chat template; use --template plain")
+        raise TandemError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')} has no chat template; "
+                          "use --template plain")
     return template
 
 

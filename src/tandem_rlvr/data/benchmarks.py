@@ -173,7 +173,7 @@ def _quiet_hub_clients():
             warnings.simplefilter("ignore")
             yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 
@@ -246,9 +246,9 @@ def _other_split(name: str, split: str, other: tuple[Path, str], hub, limit: int
     try:
         ds = _fetch_hub(hub_id, config, split)
     except TandemError as e:
-        raise TandemError(f"benchmark {name!r}: split {split!r} asked for, but the copy shipped offline ({path.name}) is "
-                          f"its {held} split and the hub ({hub_id}:{split}) is unreachable ({e}); give a file of the "
-                          f"{split} split (a .jsonl path), or {knowingly}") from None
+        raise TandemError(f"benchmark {name!r}: split {split!r} asked for, but the copy shipped offline "
+                          f"({path.name}) is its {held} split and the hub ({hub_id}:{split}) is unreachable ({e}); "
+                          f"give a file of the {split} split (a .jsonl path), or {knowingly}") from None
     return _hub_problems(ds, f"{hub_id}:{split}", name, limit)
 
 

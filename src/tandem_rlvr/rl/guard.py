@@ -36,7 +36,8 @@ def first_non_finite(named) -> tuple[str, int, int] | None:
             flags.append(torch.isfinite(t.detach()).all())
     if not flags:
         return None
-    bad = [n for n, ok in zip(names, torch.stack([f.to(flags[0].device) for f in flags]).tolist()) if not ok]
+    finite = torch.stack([f.to(flags[0].device) for f in flags]).tolist()  # one sync
+    bad = [n for n, ok in zip(names, finite, strict=True) if not ok]
     return (bad[0], len(bad), len(names)) if bad else None
 
 

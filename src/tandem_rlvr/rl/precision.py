@@ -46,7 +46,8 @@ class RolloutModel:
 
     def needs_copy(self, senior) -> bool:
         p = next(senior.parameters())
-        return self.sharded or self.merged or p.dtype != self.dtype or (self.device is not None and p.device != self.device)
+        return (self.sharded or self.merged or p.dtype != self.dtype
+                or (self.device is not None and p.device != self.device))
 
     @torch.no_grad()
     def load_weights(self, weights) -> None:

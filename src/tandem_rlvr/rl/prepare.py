@@ -112,7 +112,8 @@ def split_problems(cfg: TrainConfig) -> tuple[list[Problem], list[Problem]]:
         val = _load(cfg, d.val_dataset, d.val_split, d.val_size)
     else:  # a seeded held-out slice of the training data
         if len(train) <= d.val_size:
-            raise TandemError(f"dataset {d.dataset} has {len(train)} problems, too few to hold out val_size={d.val_size}")
+            raise TandemError(f"dataset {d.dataset} has {len(train)} problems, too few to hold out "
+                              f"val_size={d.val_size}")
         picked = held_out_rows(len(train), d.val_size, cfg.loop.seed, d.val_draw)
         held = set(picked)
         val = [train[i] for i in (picked if d.val_draw == "pandas" else sorted(held))]
@@ -138,7 +139,8 @@ def prepare(cfg: TrainConfig, given: Given | None = None) -> Prepared:
     m = cfg.models
     # each tokenizer once, read by load_pair and load_pool_juniors; refuses what a junior of another
     # tokenizer cannot train, before the data
-    tokenizers, junior_tokenizers, other = checked_tokenizers(cfg) if given is None or given.pair is None else [None] * 3
+    load = given is None or given.pair is None
+    tokenizers, junior_tokenizers, other = checked_tokenizers(cfg) if load else [None] * 3
     train, val = split_problems(cfg) if given is None else (given.train, given.val)
     if given is not None and given.pair is not None:  # models given as objects: nothing to load
         prep = Prepared(cfg, given.pair, train, val, "plain", given=given)

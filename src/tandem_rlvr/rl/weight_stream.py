@@ -8,8 +8,9 @@ casting after) and gathered whole; tensors are handed over in buckets of at most
 after the consumer has taken the last one, so at most one bucket of full tensors exists per rank
 and no rank ever builds a second full state dict. Under ZeRO-3 a bucket's parameters are gathered
 together (``rl.zero3.gathered_bucket``) and released when the next bucket is asked for. An
-unsharded model streams the same way without collectives. Consumers take ``Iterable[tuple[str, Tensor]]`` (``push`` flattens the
-buckets; a tied tensor comes under each of its names, gathered once): the hf engine's
+unsharded model streams the same way without collectives. Consumers take
+``Iterable[tuple[str, Tensor]]`` (``push`` flattens the buckets; a tied tensor comes under each of
+its names, gathered once): the hf engine's
 ``RolloutModel.load_weights`` (every rank refreshes its plain copy), the vllm engine's
 ``load_weights`` (every rank's colocated engine, one layer-wise reload fed as the buckets arrive),
 the vllm-server engine's on rank 0 alone (``push(..., every_rank=False)``: the other ranks gather

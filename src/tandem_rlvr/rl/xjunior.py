@@ -5,8 +5,8 @@ Rollouts then hand off at text level, word by word (``decoding.xtandem``, ``engi
 senior's sequence, its mask and the GRPO loss mean what they mean with a same-tokenizer junior.
 What needs the junior to read the senior's ids is refused or skipped: KL-Reg (its reference is
 the junior, scored on the senior's ids) is refused, and the KL-to-junior monitoring
-(``kl_every``) is skipped (in a pool: for the rows of such juniors). Cross-tokenizer rollouts run on ``--engine hf`` only for now
-(docs/cross_tokenizer.md).
+(``kl_every``) is skipped (in a pool: for the rows of such juniors). Cross-tokenizer rollouts run
+on ``--engine hf`` only for now (docs/cross_tokenizer.md).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[b
         return (False,) * len(junior_tokenizers)
     vocab = senior_tokenizer.get_vocab()
     other = tuple(t.get_vocab() != vocab for t in junior_tokenizers)
-    names = [n for n, o in zip(m.pool.names, other) if o]
+    names = [n for n, o in zip(m.pool.names, other, strict=True) if o]
     if not names:
         return other
     from ..decoding.schedule import schedule_kind, schedule_names
@@ -57,7 +57,8 @@ def other_tokenizers(cfg, senior_tokenizer, junior_tokenizers: tuple) -> tuple[b
                           "ids under the junior, which needs one vocabulary")
     if cfg.method_kind.junior_in_rollout and not schedule_kind(cfg.rollout_schedule).cross_tokenizers:
         raise TandemError(f"{who} has another tokenizer than the senior: schedule {cfg.rollout_schedule!r} cannot "
-                          f"hand off between tokenizers; valid: {', '.join(schedule_names(lambda k: k.cross_tokenizers))}")
+                          "hand off between tokenizers; "
+                          f"valid: {', '.join(schedule_names(lambda k: k.cross_tokenizers))}")
     log.info("junior(s) %s have another tokenizer: their rollouts hand off at text level, word by word",
              ", ".join(names))
     return other
@@ -70,7 +71,8 @@ def attach_junior_prompts(prep) -> None:
     from ..prompting import encode_prompt, resolve_template
     from ..tasks import prompt_text
 
-    seen = {id(x): x for x in (prep.pair.xjunior, *prep.pair.xjuniors) if x is not None}  # a pool's first is pair.xjunior
+    # a pool's first is pair.xjunior
+    seen = {id(x): x for x in (prep.pair.xjunior, *prep.pair.xjuniors) if x is not None}
     for xj in seen.values():
         template = resolve_template(xj.tokenizer, prep.cfg.data.template)
         if template == prep.template == "plain":

@@ -83,8 +83,9 @@ def build_fingerprint() -> dict:
     import tokenizers
     import transformers
 
-    return {"format": FORMAT_VERSION, "threads": BUILD_THREADS, "code": source_hash(Path(__file__).resolve().parents[1]),
-            "torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+    return {"format": FORMAT_VERSION, "threads": BUILD_THREADS,
+            "code": source_hash(Path(__file__).resolve().parents[1]), "torch": torch.__version__,
+            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
 
 
 def source_hash(pkg: Path) -> str:
@@ -226,7 +227,8 @@ def world_root(cfg: WorldConfig, cache: str | os.PathLike | None = None) -> Path
 def _paths(root: Path) -> WorldPaths:
     from .records import read_record
 
-    meta = read_record(root / "world.json", ("key",), fix=f"remove {root} and build it again (`tandem world build --force`)")
+    meta = read_record(root / "world.json", ("key",),
+                       fix=f"remove {root} and build it again (`tandem world build --force`)")
     return WorldPaths(root, root / "senior", root / "junior", meta)
 
 
@@ -433,12 +435,12 @@ def make_batch(problems: list[WorldProblem], tok, rng: random.Random, slip_prob:
     else:
         texts = draw_solutions(problems, rng, slip_prob, shorthand_frac, shorthand_slip_prob)
     sols = tok(texts)["input_ids"]
-    seqs = [pr + so + [tok.eos_token_id] for pr, so in zip(prompts, sols)]
+    seqs = [pr + so + [tok.eos_token_id] for pr, so in zip(prompts, sols, strict=True)]
     T = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), T), tok.pad_token_id)  # (B, T)
     labels = torch.full((len(seqs), T), -100)  # (B, T)
     mask = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
-    for b, (pr, s) in enumerate(zip(prompts, seqs)):
+    for b, (pr, s) in enumerate(zip(prompts, seqs, strict=True)):
         ids[b, : len(s)] = torch.tensor(s)
         labels[b, len(pr): len(s)] = ids[b, len(pr): len(s)]
         mask[b, : len(s)] = 1

@@ -68,7 +68,8 @@ class CrossJuniorConfig:
 
 
 def cross_root(world: WorldConfig, cfg: CrossJuniorConfig, cache: str | os.PathLike | None = None) -> Path:
-    return Path(cache if cache is not None else cache_dir()).expanduser() / "worlds" / f"{world.key()}-x{cfg.key(world)}"
+    cache_root = Path(cache if cache is not None else cache_dir()).expanduser()
+    return cache_root / "worlds" / f"{world.key()}-x{cfg.key(world)}"
 
 
 def build_cross_junior(world: WorldConfig | None = None, cfg: CrossJuniorConfig | None = None,

@@ -29,7 +29,8 @@ def solo_accuracy(model, tok, problems: list[WorldProblem], temperature: float =
         max_new_tokens = int(1.5 * max(len(ids) for ids in tok([p.solution for p in problems])["input_ids"])) + 8
     model.eval()
     torch.manual_seed(seed)
-    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
+    sampling = (dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0
+                else dict(do_sample=False))
     correct = 0.0
     for i in range(0, len(problems), batch_size):
         chunk = problems[i: i + batch_size]
@@ -38,7 +39,8 @@ def solo_accuracy(model, tok, problems: list[WorldProblem], temperature: float =
         out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id, **sampling)  # (B, T0 + new)
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        correct += sum(grade(texts, chunk) if grade else [score(t, p.answer) for t, p in zip(texts, chunk)])
+        correct += sum(grade(texts, chunk) if grade
+                       else [score(t, p.answer) for t, p in zip(texts, chunk, strict=True)])
     return correct / len(problems)
 
 
@@ -54,9 +56,9 @@ def style_measure(model, tok, problems: list[WorldProblem], seed: int = 0, batch
     for i in range(0, len(problems), batch_size):
         chunk = problems[i: i + batch_size]
         enc = tok([plain_prompt(p.problem) for p in chunk], return_tensors="pt", padding=True, padding_side="left")
-        out = model.generate(**enc, max_new_tokens=max_new, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                             do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+        out = model.generate(**enc, max_new_tokens=max_new, pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
         batch_texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         texts += batch_texts
-        correct += [score(t, p.answer) for t, p in zip(batch_texts, chunk)]
+        correct += [score(t, p.answer) for t, p in zip(batch_texts, chunk, strict=True)]
     return style_summary(texts, correct)

@@ -37,7 +37,8 @@ def shipped_root(name: str, shipped: Path | None = None) -> Path:
     root = (shipped or SHIPPED_DIR) / name
     meta = root / ("cross.json" if name == CROSS_JUNIOR else "world.json")
     if not meta.is_file():
-        raise TandemError(f"the built-in world {name} is missing from this installation ({meta} not found); {REINSTALL}")
+        raise TandemError(f"the built-in world {name} is missing from this installation ({meta} not found); "
+                          f"{REINSTALL}")
     return root
 
 

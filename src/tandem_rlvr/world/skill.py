@@ -121,7 +121,8 @@ class SkillConfig:
 
 
 def skill_root(world: WorldConfig, cfg: SkillConfig, cache: str | os.PathLike | None = None) -> Path:
-    return Path(cache if cache is not None else cache_dir()).expanduser() / "worlds" / f"{world.key()}-s{cfg.key(world)}"
+    cache_root = Path(cache if cache is not None else cache_dir()).expanduser()
+    return cache_root / "worlds" / f"{world.key()}-s{cfg.key(world)}"
 
 
 def check_world(world: WorldConfig) -> None:
@@ -220,8 +221,8 @@ def skill_juniors(root: Path) -> dict[str, dict]:
     """{folder name: skill.json} of the finished juniors under a skill root, by level."""
     from .records import read_record
 
-    found = {d.name: read_record(d / SKILL_JSON, SKILL_KEYS, ("level", "accuracy", "t"), f"remove {d} and build it again (`tandem world build "
-                                 "--juniors LEVEL`)")
+    found = {d.name: read_record(d / SKILL_JSON, SKILL_KEYS, ("level", "accuracy", "t"),
+                                 f"remove {d} and build it again (`tandem world build --juniors LEVEL`)")
              for d in sorted(root.iterdir()) if (d / SKILL_JSON).is_file()} if root.is_dir() else {}
     return dict(sorted(found.items(), key=lambda kv: kv[1]["level"]))
 

@@ -52,7 +52,8 @@ def compare_builds(shipped: Path, rebuilt: Path) -> dict:
     meta_name = META["cross"] if (shipped / META["cross"]).is_file() else META["world"]
     old, new = _read(shipped / meta_name), _read(rebuilt / meta_name)
     files, tensors = {}, {}
-    names = {p.relative_to(shipped) for p in _model_files(shipped)} | {p.relative_to(rebuilt) for p in _model_files(rebuilt)}
+    names = ({p.relative_to(shipped) for p in _model_files(shipped)}
+             | {p.relative_to(rebuilt) for p in _model_files(rebuilt)})
     for rel in sorted(names):
         a, b = shipped / rel, rebuilt / rel
         if not b.is_file() or not a.is_file():
