@@ -230,18 +230,19 @@ def _tandem_budget(dec: TandemDecoder, N: int) -> str:
 
 def format_decode(res: dict) -> list[str]:
     """Human-readable lines of a ``bench_decode`` result."""
-    mode = (f"lengths log-normal, median {res['length_median']}, mean {res['length_mean']:.0f}, max {res['length_max']} "
-            f"of {res['new_tokens']} (useful tokens/s)" if res["lengths"] == "lognormal" else
+    mode = (f"lengths log-normal, median {res['length_median']}, mean {res['length_mean']:.0f}, "
+            f"max {res['length_max']} of {res['new_tokens']} (useful tokens/s)" if res["lengths"] == "lognormal" else
             f"every row {res['new_tokens']} tokens")
     lines = [f"batch {res['batch']}, {mode}; {res['device']}, budget {res['threads']} thread(s) for every decoder"]
     sweep = [k[: -len("_tok_s")] for k in res if "_compact_" in k and "no_compact" not in k and k.endswith("_tok_s")]
-    for k in ("solo", "solo_best", "tandem", "naive_tandem", "hf_generate", "solo_no_compact", "tandem_no_compact", *sweep):
+    for k in ("solo", "solo_best", "tandem", "naive_tandem", "hf_generate", "solo_no_compact", "tandem_no_compact",
+              *sweep):
         if f"{k}_tok_s" in res:
             extra = f" ({res['solo_best_threads']} thread(s))" if k == "solo_best" else f" ({res['budget'][k]})" \
                 if k in res["budget"] else ""
             lines.append(f"  {k:18s} {res[k + '_tok_s']:10.0f} tok/s{extra}")
-    lines.append(f"tandem/solo {res['tandem_over_solo']:.3f} = {res['tandem_over_solo_vs_bound']:.3f} of the FLOP bound "
-                 f"{res['bound']:.3f} (vs the fastest solo: {res['tandem_over_best_solo_vs_bound']:.3f}); "
+    lines.append(f"tandem/solo {res['tandem_over_solo']:.3f} = {res['tandem_over_solo_vs_bound']:.3f} of the FLOP "
+                 f"bound {res['bound']:.3f} (vs the fastest solo: {res['tandem_over_best_solo_vs_bound']:.3f}); "
                  f"tandem/naive {res['tandem_over_naive']:.2f}x; solo/generate() {res['solo_over_hf_generate']:.2f}x, "
                  f"tandem/generate() {res['tandem_over_hf_generate']:.2f}x")
     if "roofline_bound" in res:
@@ -278,7 +279,7 @@ def bench_decode_vllm(senior: str, junior: str, tokenizer, prompts: list[str], b
         try:
             dec = eng.decoder("word" if tandem else "senior", sp, p=p, ignore_eos=True)
             dec.generate(enc, seeds)  # warm-up
-            secs[name] = best_seconds(lambda: dec.generate(enc, seeds), repeats)
+            secs[name] = best_seconds(lambda dec=dec: dec.generate(enc, seeds), repeats)
             device = str(eng.llm.llm_engine.vllm_config.device_config.device)
         finally:
             eng.close()
@@ -301,7 +302,8 @@ def bench_decode_vllm(senior: str, junior: str, tokenizer, prompts: list[str], b
     return res
 
 
-def bench_train_step(preset: str = "tiny", overrides: dict | None = None, steps: int = 4, methods=("grpo", "tandem"), print_fn=print) -> dict:
+def bench_train_step(preset: str = "tiny", overrides: dict | None = None, steps: int = 4, methods=("grpo", "tandem"),
+                     print_fn=print) -> dict:
     """Mean wall-clock of an optimiser step per method (first step dropped as warm-up), same
     config otherwise; reports tandem / GRPO. Runs in throwaway directories."""
     import shutil
@@ -386,8 +388,8 @@ def _memory_child(senior: str, junior: str, rows: int, new_tokens: int) -> dict:
     th.join()
     peak[0] = max(peak[0], proc.memory_info().rss)
     tokens = max(len(p) for p in prompts) + out.tokens.shape[1]
-    weights = sum(p.numel() * p.element_size() for m in {id(pair.senior): pair.senior, id(pair.junior): pair.junior}.values()
-                  for p in m.parameters())
+    models = {id(pair.senior): pair.senior, id(pair.junior): pair.junior}.values()  # a self-pair counts once
+    weights = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
     kv = kv_bytes(pair.senior, tokens, rows) + kv_bytes(pair.junior, tokens, rows)
     return {"new_tokens": new_tokens, "rows": rows, "context": tokens, "weights_mb": weights / 2**20,
             "kv_mb": kv / 2**20, "rss_before_models_mb": rss0 / 2**20, "rss_loaded_mb": rss_loaded / 2**20,

@@ -101,8 +101,9 @@ def format_cross(res: dict) -> list[str]:
     for k in ("solo", "tandem_same_tokenizer", "tandem_cross_tokenizer", "tandem_cross_whole_segments"):
         lines.append(f"  {k:28s} {res[k + '_tok_s']:10.0f} tok/s")
     fed = res["cross_fed_per_row"]
-    lines.append(f"cross/same {res['cross_over_same']:.3f} (whole segments {res['whole_segments_over_same']:.3f}); cross/solo {res['cross_over_solo']:.3f}, same/solo "
-                 f"{res['same_over_solo']:.3f}; cross rows hold {res['cross_senior_ids_per_row']:.1f} senior ids "
-                 f"(senior share {res['cross_senior_share']:.2f}), fed per row: senior {fed['senior']:.1f}, "
+    lines.append(f"cross/same {res['cross_over_same']:.3f} (whole segments {res['whole_segments_over_same']:.3f}); "
+                 f"cross/solo {res['cross_over_solo']:.3f}, same/solo {res['same_over_solo']:.3f}; "
+                 f"cross rows hold {res['cross_senior_ids_per_row']:.1f} senior ids (senior share "
+                 f"{res['cross_senior_share']:.2f}), fed per row: senior {fed['senior']:.1f}, "
                  f"junior {fed['junior']:.1f} ids")
     return lines

@@ -57,7 +57,8 @@ from ..io import atomic_write, write_json
 from ..runtime import DEMO_THREADS, configure_cpu_threads
 from ..outdir import output_dir
 from .demo_headline import headline
-from .pipeline import METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, method_config, world_paths
+from .pipeline import (METHODS, QUICK_TRAIN, battery, checkpoint, eval_settings, evaluate_senior, method_config,
+                       world_paths)
 
 log = logging.getLogger("tandem_rlvr")
 
@@ -211,8 +212,8 @@ def _probe(eval_dir: Path, junior: str, limit: int) -> dict | None:
     if not any(r["correct"] for r in read_run(eval_dir / "solo").rows):
         return None
     p = run_probe(ProbeSettings(samples=str(eval_dir / "solo"), junior=junior, limit=limit), eval_dir / "probe")
-    return {"probed": p["overall"]["probed"], "success_rate": p["overall"]["success_rate"], "ci95": p["overall"]["ci95"],
-            "no_divergence": p["no_divergence"]}
+    return {"probed": p["overall"]["probed"], "success_rate": p["overall"]["success_rate"],
+            "ci95": p["overall"]["ci95"], "no_divergence": p["no_divergence"]}
 
 
 def reward_terms_table(runs: dict[str, Path]) -> dict:
@@ -257,7 +258,8 @@ def _write_summary(out: Path, summary: dict) -> None:
     for name, r in summary["results"].items():
         hand = r.get("handoff", {})
         share = f"{r['handoff_senior_share']['mean']:.2f}" if "handoff_senior_share" in r else "-"
-        line = f"| {name} | {cell(r['solo'], 'pass@1')} | {cell(r['solo'], 'pass@2')} | {cell(hand, 'pass@1')} | {share} |"
+        line = (f"| {name} | {cell(r['solo'], 'pass@1')} | {cell(r['solo'], 'pass@2')} | {cell(hand, 'pass@1')} "
+                f"| {share} |")
         if drift:
             sh = r.get("shorthand_share")
             line += f" {sh:.2f} |" if sh is not None else " - |"

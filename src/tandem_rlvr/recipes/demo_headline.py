@@ -48,8 +48,8 @@ def headline(out: Path, results: dict, quick: bool, best_steps: dict | None = No
              if t["candidate"] == "tandem" and t["baseline"] == "grpo"}
     hand = {m: (results[m].get("handoff", {}).get("pass@1") or {}).get("mean") for m in ("grpo", "tandem", "base")}
     if "handoff pass@1 (handoff)" in tests:
-        lines.append(_line("1. handoff robustness", "handoff pass@1 with the junior", hand, tests["handoff pass@1 (handoff)"],
-                           ".3f"))
+        lines.append(_line("1. handoff robustness", "handoff pass@1 with the junior", hand,
+                           tests["handoff pass@1 (handoff)"], ".3f"))
     for m in measures():
         for col in m.headline if comp.get(m.name) else ():
             if col.claim and col.stat in tests:

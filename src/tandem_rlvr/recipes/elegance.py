@@ -104,7 +104,7 @@ def calibrate(judge, rows: list[dict]) -> dict:
     verdicts, stats = judge.verdicts([i[:3] for i in items])
     out = {"paths": len(items), "failures": stats.failed}
     for label in (None, *LABELS):
-        hits = [v == float(lab == "elegant") for (*_, lab), v in zip(items, verdicts)
+        hits = [v == float(lab == "elegant") for (*_, lab), v in zip(items, verdicts, strict=True)
                 if v is not None and label in (None, lab)]
         out[f"agreement_{label}" if label else "agreement"] = sum(hits) / len(hits) if hits else None
     return out
@@ -118,7 +118,7 @@ def training_elegance(run_dir: Path) -> dict:
     if not steps:
         return {"steps": 0}
     read = [r.get("judge/asked", 0.0) - r.get("judge/failures", 0.0) for r in steps]
-    elegant = sum(r.get("judge/mean_verdict", 0.0) * k for r, k in zip(steps, read))
+    elegant = sum(r.get("judge/mean_verdict", 0.0) * k for r, k in zip(steps, read, strict=True))
     return {"steps": len(steps), "accuracy": sum(r["rewards/correct/mean"] for r in steps) / len(steps),
             "elegant_correct_share": sum(r["rewards/judge/mean"] for r in steps) / len(steps),
             "elegant_share_of_correct": elegant / sum(read) if sum(read) else None,
@@ -160,7 +160,8 @@ def _check_before_writing(s: EleganceSettings, out: Path) -> None:
     output_dir(out, "--out", create=False)
     JudgeSettings(s.judge, s.judge_template, s.judge_parser, max_tokens=s.judge_max_tokens)
     for method in s.methods:
-        load_train_config(s.preset, overrides=dict(method=method, senior=s.senior, output_dir=str(out / "runs" / method),
+        load_train_config(s.preset, overrides=dict(method=method, senior=s.senior,
+                                                   output_dir=str(out / "runs" / method),
                                                    junior=s.junior if method_kind(method).uses_junior else None,
                                                    **_train_overrides(s, out, method)))
     _eval_config(s, out, s.senior)
@@ -194,7 +195,8 @@ def _run(out: Path, s: EleganceSettings, rows: list[dict], print_fn) -> dict:
 
     order = list(range(len(rows)))
     random.Random(s.seed).shuffle(order)
-    split = {"test": [rows[i] for i in sorted(order[:s.test_size])], "train": [rows[i] for i in sorted(order[s.test_size:])]}
+    split = {"test": [rows[i] for i in sorted(order[:s.test_size])],
+             "train": [rows[i] for i in sorted(order[s.test_size:])]}
     for name, part in split.items():
         if not (out / "data" / f"{name}.jsonl").is_file():
             (out / "data").mkdir(exist_ok=True)
@@ -219,7 +221,8 @@ def _run(out: Path, s: EleganceSettings, rows: list[dict], print_fn) -> dict:
             if not (d / "elegance.json").is_file():
                 print_fn(f"elegance: solo evaluation of {name}")
                 evaluate(_eval_config(s, out, model), d / "solo", progress=False)
-                write_json(d / "elegance.json", solo_elegance(judge, read_samples(d / "solo" / "samples.jsonl"), answers))
+                samples = read_samples(d / "solo" / "samples.jsonl")
+                write_json(d / "elegance.json", solo_elegance(judge, samples, answers))
             solo[name] = read_json(d / "elegance.json")
     finally:
         judge.close()
@@ -250,7 +253,8 @@ def to_markdown(r: dict) -> str:
         lines.append(f"| {m} | {t['steps']} | {_f(t.get('accuracy'))} | {_f(t.get('elegant_correct_share'))} | "
                      f"{_f(t.get('elegant_share_of_correct'))} | {t.get('judged', 0)} | {t.get('judge_failures', 0)} |")
     lines += ["", f"## Solo evaluation afterwards ({s['n']} samples per test problem)", "",
-              "| senior | samples | accuracy | elegant & correct | elegant share of correct | judged | judge failures |",
+              "| senior | samples | accuracy | elegant & correct | elegant share of correct | judged "
+              "| judge failures |",
               "|---|---:|---:|---:|---:|---:|---:|"]
     for m, e in r["solo"].items():
         lines.append(f"| {m} | {e['samples']} | {_f(e['accuracy'])} | {_f(e['elegant_correct_share'])} | "

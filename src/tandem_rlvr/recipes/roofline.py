@@ -105,7 +105,8 @@ def machine_rates(device: torch.device, dtype: torch.dtype = torch.float32, repe
     x = torch.randn(256, 2048, generator=g).to(device, dtype)
     big = torch.randn(8192, 8192, generator=g).to(device, dtype)
     one = torch.randn(1, 8192, generator=g).to(device, dtype)
-    small_product, streaming = (lambda: torch.nn.functional.linear(x, w)), (lambda: torch.nn.functional.linear(one, big))
+    small_product, streaming = ((lambda: torch.nn.functional.linear(x, w)),
+                                (lambda: torch.nn.functional.linear(one, big)))
     small_product(), streaming()  # warm-up
     flops = 2.0 * 256 * 2048 * 2048 / best_seconds(small_product, repeats, device)
     bw = big.numel() * big.element_size() / best_seconds(streaming, repeats, device)

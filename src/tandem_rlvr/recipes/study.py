@@ -12,10 +12,10 @@ What it does, per seed s (the RL seed; the world is fixed):
    model trained on the word style only, which never saw the shorthand);
 2. evaluates every senior's final checkpoint (``--checkpoint best``: the validation-best)
    and, once for all seeds, the base model and the weak junior, with the battery: solo
-   pass@k, paragraph round-robin handoff pass@k with each junior, junior legibility (CE, alpha) for each junior, drift against each junior
-   (KL, survival, top over-emitted tokens, recovery), ``compare`` tables with paired
-   one-sided t-tests against GRPO (per seed and junior), and the style of every solo
-   response (``world.style``);
+   pass@k, paragraph round-robin handoff pass@k with each junior, junior legibility (CE, alpha) for
+   each junior, drift against each junior (KL, survival, top over-emitted tokens, recovery),
+   ``compare`` tables with paired one-sided t-tests against GRPO (per seed and junior), and the
+   style of every solo response (``world.style``);
 3. aggregates over seeds into ``OUT/study.json`` and ``OUT/study.md`` (``study_stats``):
    mean and standard error over seeds per variant, plus paired one-sided t-tests over
    problems of the seed-averaged per-problem statistics (Tandem/KL-Reg vs GRPO).
@@ -112,7 +112,8 @@ def run_study(out: str | Path, settings: StudySettings, print_fn=print) -> dict:
                              dict(seed=seed, **settings.train), print_fn=lambda *a, **k: None)
                 print_fn(f"study: seed {seed}: {v} trained in {time.perf_counter() - t1:.0f} s")
             t1 = time.perf_counter()
-            evaluate_senior(str(checkpoint(run, settings.checkpoint)), sd / "eval" / v, juniors, ev, skip_done=True, progress=False)
+            evaluate_senior(str(checkpoint(run, settings.checkpoint)), sd / "eval" / v, juniors, ev, skip_done=True,
+                            progress=False)
             print_fn(f"study: seed {seed}: {v} evaluated ({time.perf_counter() - t1:.0f} s)")
         for j in settings.juniors:
             _seed_battery(sd, shared, j, settings.juniors)

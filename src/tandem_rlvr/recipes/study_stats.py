@@ -205,7 +205,8 @@ def _fmt(x) -> str:
 
 
 def _ci(m: dict | None) -> str:
-    """"[lo, hi]" of a bootstrap interval, or "n/a (why)" where it is not defined (or not computed: older study.json)."""
+    """"[lo, hi]" of a bootstrap interval, or "n/a (why)" where it is not defined (or not computed: older
+    study.json)."""
     if not m or m.get("lo") is None:
         return "n/a" + (f" ({m['why']})" if m and m.get("why") else "")
     return f"[{m['lo']:+.4f}, {m['hi']:+.4f}]"
@@ -236,7 +237,8 @@ def to_markdown(res: dict) -> str:
                   "'junior' = the junior's solo samples):", "",
                   "| token | counts | log-ratio grpo |", "|---|---|---|"]
         for r in top["rows"]:
-            lines.append(f"| {json.dumps(r.get('token'))} | {r['counts']} | {r['log_ratio'].get('grpo', float('nan')):.2f} |")
+            grpo = r["log_ratio"].get("grpo", float("nan"))
+            lines.append(f"| {json.dumps(r.get('token'))} | {r['counts']} | {grpo:.2f} |")
     return "\n".join(lines) + "\n"
 
 
