@@ -33,7 +33,7 @@ _FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM
 def _named_plugins(argv: list[str]) -> list[str]:
     """The modules of a ``--plugins`` flag (``tandem train``'s ``plugins`` setting), read before the
     parser is built; the rest of the command line is parsed later."""
-    named = [v for flag, v in zip(argv, argv[1:]) if flag == "--plugins"]
+    named = [v for flag, v in zip(argv, argv[1:], strict=False) if flag == "--plugins"]  # each word and the next
     named += [x.split("=", 1)[1] for x in argv if x.startswith("--plugins=")]
     return [m for v in named for m in module_list(v)]
 

@@ -72,8 +72,8 @@ def cmd_cot_rating(a) -> None:
     print_tables([Table(f"{measure('cot-rating').title}: {a.samples} ({res['samples']} samples; unrated: "
                         f"{res['failed']['legibility']} / {res['failed']['coverage']})",
                         ["benchmark", "problems", "legibility", "coverage"],
-                        [[b, str(s["legibility"][b]["problems"]), mean_se(s["legibility"][b]), mean_se(s["coverage"][b])]
-                         for b in s["legibility"]])])
+                        [[b, str(s["legibility"][b]["problems"]), mean_se(s["legibility"][b]),
+                          mean_se(s["coverage"][b])] for b in s["legibility"]])])
     print(f"results in {a.out}")
 
 
@@ -139,8 +139,10 @@ def _compare_flags(p) -> None:
         p.add_argument(f"--{m.name}", action="append", default=[], metavar="NAME=DIR", dest=_dest(m.name),
                        help=f"a senior's {m.name} dir, with {m.result_file} (repeatable)")
     p.add_argument("--drift", default=None, metavar="DIR", help="a `tandem eval drift` output dir")
-    p.add_argument("--baseline", default=None, metavar="NAME", help="senior the t-tests compare against (default: the first)")
-    p.add_argument("--ks", default=None, metavar="K,K,...", help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
+    p.add_argument("--baseline", default=None, metavar="NAME",
+                   help="senior the t-tests compare against (default: the first)")
+    p.add_argument("--ks", default=None, metavar="K,K,...",
+                   help="pass@k values, e.g. 1,2,4,8 (default: each run's, up to its n); "
                    "a k above the samples per problem is an error")
     p.add_argument("--n-boot", type=number(int, 2, 10**7), default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--macro", choices=("ours", "paper"), default="ours",
@@ -200,13 +202,15 @@ def register(sub, esub) -> None:
     lg.add_argument("--out", required=True, help="output dir: legibility.json, per_problem.jsonl, per_sample.jsonl")
     lg.set_defaults(fn=cmd_legibility)
 
-    cr = esub.add_parser("cot-rating", help="a judge's 0-4 legibility and coverage rating of each solo chain of thought")
+    cr = esub.add_parser("cot-rating",
+                         help="a judge's 0-4 legibility and coverage rating of each solo chain of thought")
     cr.add_argument("--samples", required=True, help="a `tandem eval solo` run dir of the senior")
     cr.add_argument("--judge", required=True, help="the judge: an http(s) URL of an OpenAI-compatible server, or a "
                     "local model (dir, hub id)")
     cr.add_argument("--judge-served-model", default=None, help="the model name at the URL (default: the first listed)")
     cr.add_argument("--judge-max-tokens", type=COUNT, default=512, help="reply budget per rating (default 512)")
-    cr.add_argument("--judge-batch-size", type=COUNT, default=16, help="rows a local judge decodes together (default 16)")
+    cr.add_argument("--judge-batch-size", type=COUNT, default=16,
+                    help="rows a local judge decodes together (default 16)")
     cr.add_argument("--benchmarks", default=None, help="comma-separated benchmark specs (default: the run's sources)")
     cr.add_argument("--split", default=None, help="split of registered/hub benchmarks, as given to `eval solo`")
     cr.add_argument("--device", default="auto", help="a local judge's device: auto, cpu, cuda:0, ... (default auto)")
@@ -216,9 +220,9 @@ def register(sub, esub) -> None:
     cr.set_defaults(fn=cmd_cot_rating)
 
     rg = esub.add_parser("regrade", help="rescore a run's saved samples with today's grader (beside the originals)",
-                         description="Writes samples.regraded.jsonl and regrade.json (grader version, package versions, "
-                         "input hash, flips per benchmark) in RUN_DIR; samples.jsonl is never changed. compare and "
-                         "report then use the regraded verdicts.")
+                         description="Writes samples.regraded.jsonl and regrade.json (grader version, package "
+                         "versions, input hash, flips per benchmark) in RUN_DIR; samples.jsonl is never changed. "
+                         "compare and report then use the regraded verdicts.")
     rg.add_argument("run", metavar="RUN_DIR", help="a `tandem eval solo|handoff` run directory")
     rg.add_argument("--replace", action="store_true",
                     help="regrade again a run regraded by another grader or from samples that changed since")
@@ -230,12 +234,15 @@ def register(sub, esub) -> None:
     dr.add_argument("--seniors", required=True, help="NAME=DIR,NAME=DIR: solo run dirs of the seniors")
     dr.add_argument("--reference", default=None,
                     help="senior whose over-emitted tokens are tracked, e.g. GRPO (default: first)")
-    dr.add_argument("--candidate", default=None, help="senior whose recovery is measured, e.g. tandem (default: second)")
-    dr.add_argument("--smoothing", type=number(float, 0, lo_open=True), default=1.0, help="additive pseudo-count per token (default 1.0)")
+    dr.add_argument("--candidate", default=None,
+                    help="senior whose recovery is measured, e.g. tandem (default: second)")
+    dr.add_argument("--smoothing", type=number(float, 0, lo_open=True), default=1.0,
+                    help="additive pseudo-count per token (default 1.0)")
     dr.add_argument("--min-count", type=COUNT, default=10, help="junior count for a token to be frequent (default 10)")
     dr.add_argument("--top-n", type=COUNT, default=500, help="over-emitted tokens tracked for recovery (default 500)")
-    dr.add_argument("--min-ref-count", type=COUNT, default=5, help="times the reference must have emitted a token for it "
-                    "to count as over-emitted (default 5; see docs/evaluation.md)")
+    dr.add_argument("--min-ref-count", type=COUNT, default=5,
+                    help="times the reference must have emitted a token for it to count as over-emitted "
+                    "(default 5; see docs/evaluation.md)")
     dr.add_argument("--out", required=True, help="output dir: drift.json, drift.md, over_emitted.csv, counts.npz")
     dr.set_defaults(fn=cmd_drift)
 
@@ -264,7 +271,8 @@ def register(sub, esub) -> None:
     rp.add_argument("--compare", default=None, metavar="DIR", help="a `tandem compare` output dir")
     _compare_flags(rp)
     rp.add_argument("--train-log", action="append", default=[], metavar="[NAME=]LOG",
-                    help="training log jsonl (step, reward/mean, completions/mean_length, senior/token_share, wall/step_s)")
+                    help="training log jsonl (step, reward/mean, completions/mean_length, senior/token_share, "
+                    "wall/step_s)")
     rp.add_argument("--samples-per-run", type=number(int, 0), default=3,
                     help="problems shown in Sample solutions, every senior side by side (default 3)")
     rp.add_argument("--note", action="append", default=[], metavar="TEXT",

@@ -99,8 +99,9 @@ def cmd_eval(a, mode: str, names: list[str]):
                               "senior with itself)")
         print(f"junior: {keys['junior']} (the junior of the senior's training run)", file=sys.stderr)
     keys.setdefault("schedule", "senior")  # solo: the senior alone
-    cfg = EvalConfig.from_keys(**keys, mode=mode, sampling=sampling_from_args(a), engine=engine_of(a, mode == "handoff"),
-                               vllm_settings=vllm_settings(a), server=server_settings(a))
+    cfg = EvalConfig.from_keys(**keys, mode=mode, sampling=sampling_from_args(a),
+                               engine=engine_of(a, mode == "handoff"), vllm_settings=vllm_settings(a),
+                               server=server_settings(a))
     configure_cpu_threads()
     metrics = evaluate(cfg, a.out, say=print)  # what loads and what it costs, on stdout (stderr: one-line errors)
     _print_metrics(metrics, a.out)
@@ -146,7 +147,8 @@ def register(sub, parser_class):
     """Add ``tandem eval solo|handoff``; the ``eval`` subparsers, for the battery's commands."""
     e = sub.add_parser("eval", help="evaluation battery")
     esub = e.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=parser_class)
-    for mode, helptext in (("solo", "pass@k of the senior alone"), ("handoff", "pass@k with paragraph/word handoffs to a junior")):
+    for mode, helptext in (("solo", "pass@k of the senior alone"),
+                           ("handoff", "pass@k with paragraph/word handoffs to a junior")):
         x = esub.add_parser(mode, help=helptext)
         x.add_argument("--out", required=True, help="run directory (resumes if it exists)")
         names = setting_flags(x, mode)  # solo samples the senior alone: no --junior, --schedule, --p, --K, --protocol

@@ -29,6 +29,7 @@ def register(sub) -> None:
                    "other columns are kept")
     g.add_argument("--out", required=True, help="directory for graded.jsonl and summary.json (resumes if it exists)")
     g.add_argument("--split", default=None, help="split for registered or hub benchmarks")
-    g.add_argument("--workers", type=number(int, 1, optional=True), default=None, help="programs run at once (code; default: CPUs, at most 8)")
+    g.add_argument("--workers", type=number(int, 1, optional=True), default=None,
+                   help="programs run at once (code; default: CPUs, at most 8)")
     grader_flag(g)
     g.set_defaults(fn=cmd_grade)

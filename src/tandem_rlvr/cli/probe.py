@@ -34,7 +34,8 @@ def register(sub) -> None:
     f.add_argument("--junior", required=True, help="the junior model")
     f.add_argument("--senior", default=None, help="the senior model (default: the run's)")
     f.add_argument("--position", default="first", choices=POSITIONS, help="which differing position per sample")
-    f.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="seed of the random positions and of the continuations")
+    f.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0,
+                   help="seed of the random positions and of the continuations")
     f.add_argument("--limit", type=COUNT, default=None, help="first N correct samples")
     f.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
                    help="engine of the senior's continuations")

@@ -39,8 +39,8 @@ def register(sub, parser_class) -> None:
     s.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"),
                    help="key clients must send (Authorization: Bearer KEY); default $VLLM_API_KEY")
     s.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (bf16 on CUDA, else fp32)")
-    s.add_argument("--kv-cache-gib", type=number(float, 0, lo_open=True), default=None, help="KV-cache GiB (default: vLLM's share of GPU "
-                   "memory; 1 GiB on CPU)")
+    s.add_argument("--kv-cache-gib", type=number(float, 0, lo_open=True), default=None,
+                   help="KV-cache GiB (default: vLLM's share of GPU memory; 1 GiB on CPU)")
     s.add_argument("--weight-sync", nargs="?", const="auto", default=None, choices=WEIGHT_SYNCS,
                    help="accept weight pushes from a trainer (tandem train --engine vllm-server): vLLM's weight "
                         "transfer, nccl on GPU, tandem_gloo on CPU (auto). Opens vLLM's development endpoints, "

@@ -34,7 +34,8 @@ def cmd_world_build(a):
         return _build_juniors(a, cfg)
     w = build_world(cfg, force=a.force)
     print(json.dumps({"root": str(w.root), "senior": str(w.base), "junior": str(w.junior),
-                      **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)}, indent=2, default=str))
+                      **{k: v for k, v in w.meta.items() if k != "config"}, "config": asdict(cfg)},
+                     indent=2, default=str))
 
 
 def _build_juniors(a, cfg):
