@@ -108,10 +108,13 @@ class Overlap:
 
     def _start_upcoming(self, trainer, senior, step: int) -> None:
         """Start the next k rollout steps' batches whose prompts the data loader holds, by update ``step``'s
-        weights (every process plans the same steps: the plan gathers the global batch's prompts)."""
+        weights (every process plans the same steps: the plan gathers the global batch's prompts); none past the run's
+        last update."""
         per = self.rollout.cfg.loop.updates_per_batch
         for j, prompts in enumerate(trainer.upcoming_prompts(self.k), start=1):
             s = step + j * per
+            if trainer.state.max_steps and s >= trainer.state.max_steps:
+                break  # the run ends before it
             if s in self.started:
                 continue
             planned = self.rollout.plan(prompts, trainer, s)

@@ -198,7 +198,7 @@ class TandemRollout:
             switches = gather_object(switches)
             kl = tuple(map(sum, zip(*kls)))
         share = torch.tensor(share, dtype=torch.float64)
-        metrics = {**timing, "overlap/staleness": float(step - version),
+        metrics = {**timing, "overlap/staleness": float((step - version) // cfg.loop.updates_per_batch),
                    "senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
                    "response/mean_length": float(torch.tensor(lengths, dtype=torch.float64).mean()),
                    "senior/switches_per_seq": sum(switches) / max(len(switches), 1)}

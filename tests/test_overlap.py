@@ -1,0 +1,216 @@
+"""Rollouts overlapping training (``max_staleness``, ``rl.overlap``): which weights draw each batch, the
+importance-sampling correction of stale batches, and where overlap is refused.
+
+The pipeline runs here on the hf engine's rollout copy (a bfloat16 copy of fp32 master weights) on the CPU,
+switched on after ``build_run`` (a run on one CPU is refused overlap: decoding would share the training
+cores). The vllm-server engine runs it as users do: ``test_overlap_vllm.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from tandem_rlvr.errors import TandemError
+from tandem_rlvr.rl.assemble import build_run
+from tandem_rlvr.rl.losses import LossSettings, PolicyBatch, importance_weights, policy_term
+
+from helpers.train import train_cfg
+
+
+# -- the correction, against hand-worked numbers -------------------------------------------------------------------
+
+def _batch(old, behaviour, senior, advantages=None, logps=None):
+    old, behaviour = torch.tensor(old), torch.tensor(behaviour)
+    senior = torch.tensor(senior, dtype=torch.float32)
+    return PolicyBatch(logps=old.clone() if logps is None else torch.tensor(logps), old_logps=old, ref_logps=None,
+                       advantages=torch.ones(old.shape[0], 1) if advantages is None else torch.tensor(advantages),
+                       response_mask=torch.ones_like(old), senior_mask=senior, normalizer=torch.tensor(1.0),
+                       behaviour_logps=behaviour)
+
+
+def test_importance_weights_are_exp_old_minus_behaviour_on_senior_tokens_truncated_or_masked_at_the_clip():
+    import math
+
+    # row 0: senior, junior, senior; row 1: senior, senior, junior (junior tokens' log-probs are nonsense on purpose)
+    b = _batch(old=[[-1.0, -5.0, -0.5], [-2.0, -0.1, -9.0]], behaviour=[[-1.5, -0.1, -2.0], [-1.0, -0.1, -0.2]],
+               senior=[[1, 0, 1], [1, 1, 0]])
+    w = importance_weights(b, LossSettings(importance_correction="token_truncate", importance_clip=3.0))
+    # exp(0.5) = 1.6487, junior 1, exp(1.5) = 4.48 -> 3; exp(-1) = 0.3679, exp(0) = 1, junior 1
+    want = [[math.exp(0.5), 1.0, 3.0], [math.exp(-1.0), 1.0, 1.0]]
+    torch.testing.assert_close(w, torch.tensor(want), rtol=1e-6, atol=0)
+    w = importance_weights(b, LossSettings(importance_correction="token_mask", importance_clip=3.0))
+    torch.testing.assert_close(w, torch.tensor([[math.exp(0.5), 1.0, 0.0], [math.exp(-1.0), 1.0, 1.0]]), rtol=1e-6,
+                               atol=0)
+    # sequence: the senior tokens' log-ratios summed per row: 0.5 + 1.5 = 2 -> exp 7.39 (clipped to 3 / masked); -1
+    w = importance_weights(b, LossSettings(importance_correction="sequence_truncate", importance_clip=3.0))
+    torch.testing.assert_close(w, torch.tensor([[3.0], [math.exp(-1.0)]]), rtol=1e-6, atol=0)
+    w = importance_weights(b, LossSettings(importance_correction="sequence_mask", importance_clip=3.0))
+    torch.testing.assert_close(w, torch.tensor([[0.0], [math.exp(-1.0)]]), rtol=1e-6, atol=0)
+
+
+def test_a_stale_batch_scales_each_senior_tokens_clipped_surrogate_by_its_weight():
+    import math
+
+    # one row, two senior tokens; the policy moved from old by +0.1 and -0.3 in log-prob; advantage 2
+    b = _batch(old=[[-1.0, -2.0]], behaviour=[[-1.2, -1.0]], senior=[[1, 1]], advantages=[[2.0]],
+               logps=[[-0.9, -2.3]])
+    s = LossSettings(loss_type="dapo", clip_low=0.2, clip_high=0.2, importance_clip=3.0)
+    loss, stats = policy_term(b, s)
+    # token 0: ratio e^0.1 = 1.1052 (inside 1 +- 0.2), weight e^0.2; token 1: ratio e^-0.3 = 0.7408, clipped to 0.8
+    # for A > 0 min(r A, clip(r) A) = r A = 1.4816; weight e^-1
+    t0 = -math.exp(0.1) * 2.0 * math.exp(0.2)
+    t1 = -math.exp(-0.3) * 2.0 * math.exp(-1.0)
+    assert float(loss) == pytest.approx(t0 + t1, rel=1e-6)  # dapo: token sum / normalizer 1
+    assert float((stats["importance/weight_mean"].values * stats["importance/weight_mean"].mask).sum() / 2) == \
+        pytest.approx((math.exp(0.2) + math.exp(-1.0)) / 2, rel=1e-6)
+    no = PolicyBatch(**{**b.__dict__, "behaviour_logps": None})
+    assert float(policy_term(no, s)[0]) == pytest.approx(-math.exp(0.1) * 2.0 - math.exp(-0.3) * 2.0, rel=1e-6)
+
+
+# -- where overlap is refused ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("keys, words", [
+    (dict(engine="hf"), "engine hf decodes on the training devices"),
+    (dict(engine="vllm"), "engine vllm decodes in the training process"),
+    (dict(engine="hf", rollout_device="cuda:1", max_staleness=2, sharding="fsdp2"), r"a sharded senior \(fsdp2\) overlaps with max_staleness 1"),
+])
+def test_max_staleness_is_refused_in_one_line_where_it_cannot_overlap(train_inputs, tmp_path, keys, words):
+    with pytest.raises(TandemError, match=words):
+        train_cfg(train_inputs, tmp_path, **{"max_staleness": 1, **keys})
+
+
+def test_max_staleness_on_the_training_device_is_refused_before_the_run_directory_exists(train_inputs, tmp_path):
+    cfg = train_cfg(train_inputs, tmp_path, max_staleness=1, rollout_device="cpu")
+    with pytest.raises(TandemError, match="rollout_device cpu is the device the senior trains on"):
+        build_run(cfg, print_fn=lambda *_: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_cli_refuses_max_staleness_on_the_hf_engine_without_a_rollout_device(tmp_path, capsys):
+    from tandem_rlvr.cli import main
+
+    code = main(["train", "--preset", "tiny", "--max-staleness", "1", "--output-dir", str(tmp_path / "r")])
+    assert code != 0 and not (tmp_path / "r").exists()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tandem: error: max_staleness 1: engine hf"), lines
+
+
+# -- the schedule: which weights draw which batch -------------------------------------------------------------------
+
+def _digest(model) -> float:
+    """A number that changes with every parameter update: the sum of every weight as bfloat16 holds it (the
+    rollout copy's dtype), in float64; the copy of a version has exactly that version's digest."""
+    return float(sum(p.detach().to(torch.bfloat16).double().sum() for p in model.parameters()))
+
+
+def _overlapped_run(train_inputs, tmp_path, k: int, steps: int, **keys):
+    """A run on the hf engine's bf16 rollout copy with overlap switched on after build_run (module docstring);
+    records, per generation, the update it feeds, its prompts and seeds, the copy's weights when it is decoded
+    and when each decode starts and ends; and the senior's weights after every update."""
+    from transformers import TrainerCallback
+
+    cfg = train_cfg(train_inputs, tmp_path, dtype="bfloat16", max_steps=steps, save_every=steps, **keys)
+    run = build_run(cfg.with_keys(max_staleness=0) if k else cfg, print_fn=lambda *_: None)
+    if k:
+        object.__setattr__(run.rollout.cfg.rollout, "max_staleness", k)
+        run.rollout.start_overlap()
+        run.trainer.importance = (cfg.rollout.importance_correction, cfg.rollout.importance_clip)
+        run.start.closers.insert(0, run.rollout.overlap.close)
+    senior = run.prep.pair.senior
+    versions = {0: _digest(senior)}
+    decoded, pushes = [], []
+    engine, decode = run.rollout.engine, run.rollout.decode
+    load = engine.load_weights
+
+    def spy_decode(planned):
+        t0 = time.perf_counter()
+        time.sleep(0.2)  # a slow decode, so that a push which does not wait for it would land inside it
+        roll = decode(planned)
+        copy = engine.rollout_copy.copy
+        decoded.append({"step": planned.step, "prompts": list(planned.prompts), "seeds": list(planned.seeds),
+                        "copy": _digest(copy), "t0": t0, "t1": time.perf_counter(),
+                        "thread": threading.current_thread().name})
+        return roll
+
+    def spy_load(weights):
+        pushes.append(time.perf_counter())
+        return load(weights)
+
+    class Versions(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            versions[state.global_step] = _digest(senior)
+
+    run.rollout.decode = spy_decode
+    engine.load_weights = spy_load
+    run.trainer.add_callback(Versions())
+    try:
+        run.trainer.train()
+    finally:
+        run.close()
+    return run, decoded, pushes, versions
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_each_batch_is_drawn_by_the_weights_k_rollout_steps_back_with_the_synchronous_runs_prompts_and_seeds(
+        train_inputs, tmp_path, k):
+    import json
+    import zlib
+
+    from tandem_rlvr.decoding.rng import row_seed
+
+    steps = 4
+    sync, sync_decoded, _, _ = _overlapped_run(train_inputs, tmp_path / "sync", 0, steps)
+    run, decoded, pushes, versions = _overlapped_run(train_inputs, tmp_path / "over", k, steps, eval_every=1)
+    # every rollout step's batch, in the order the trainer took them, with the synchronous run's prompts and seeds
+    assert [d["step"] for d in sorted(decoded, key=lambda d: d["step"])] == list(range(steps))
+    by_step = {d["step"]: d for d in decoded}
+    for d in sync_decoded:
+        assert by_step[d["step"]]["prompts"] == d["prompts"]
+        assert by_step[d["step"]]["seeds"] == d["seeds"]
+    for d in decoded:  # the seeds are (run seed, update, prompt, copy): an independent derivation
+        seen = {}
+        want = []
+        for text in d["prompts"]:
+            key = zlib.crc32(text.encode())
+            want.append(row_seed(0, d["step"], key, seen.get(key, 0)))
+            seen[key] = seen.get(key, 0) + 1
+        assert d["seeds"] == want
+    # the copy that decoded update s's batch held the senior of update max(0, s - k), cast to bfloat16
+    assert len(set(versions.values())) == len(versions)  # every update moved the weights
+    for d in decoded:
+        assert d["copy"] == versions[max(0, d["step"] - k)], (d["step"], d["copy"], versions)
+    # the first batch is decoded on the training thread, the rest on the worker
+    assert by_step[0]["thread"] == "MainThread" and all(by_step[s]["thread"] != "MainThread" for s in range(1, steps))
+    # no push landed inside a decode (validation runs after every update and waits for the batch in flight)
+    for d in decoded:
+        assert not any(d["t0"] < t < d["t1"] for t in pushes), d["step"]
+    log = [json.loads(line) for line in (tmp_path / "over" / "run" / "log.jsonl").read_text().splitlines()]
+    stale = [r["overlap/staleness"] for r in log if "overlap/staleness" in r]
+    assert stale == [min(s, k) for s in range(steps)]
+    assert all(r["importance/weight_mean"] > 0 for r in log if "loss" in r)
+    sync_log = [json.loads(line) for line in (tmp_path / "sync" / "run" / "log.jsonl").read_text().splitlines()]
+    assert all("importance/weight_mean" not in r for r in sync_log)
+    assert [r["overlap/staleness"] for r in sync_log if "overlap/staleness" in r] == [0.0] * steps
+
+
+def test_prefetched_rollouts_of_other_prompts_than_the_trainers_batch_are_an_error():
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from tandem_rlvr.rl.overlap import Overlap, Started
+    from tandem_rlvr.rl.rollout import Planned
+
+    rollout = SimpleNamespace(sync=SimpleNamespace(), render=lambda prompts: list(prompts))
+    ov = Overlap(rollout, 1)
+    done = Future()
+    done.set_result((None, 0.0))
+    ov.started[4] = Started(Planned(4, ["a", "b"], [[1], [2]], [1, 2], None, None), 3, done)
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=4), model=None,
+                              accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    with pytest.raises(TandemError, match="prefetched for update 4 are of other prompts"):
+        ov(["a", "c"], trainer)
+    ov.close()
