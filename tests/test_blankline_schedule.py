@@ -19,7 +19,7 @@ from tandem_rlvr.decoding.boundary import boundary_mask
 from tandem_rlvr.decoding.schedule import make_schedule, replay
 from tandem_rlvr.decoding.tandem import TandemDecoder
 
-from test_chunk_schedules import plain_generate_by
+from reference.schedules import plain_generate_by
 
 NAME = "blankline-token-roundrobin"
 
@@ -91,9 +91,9 @@ def test_hf_decoder_equals_plain_generation(tok, pair):
 
 
 def test_vllm_processor_picks_the_plain_rules_author(tok, monkeypatch):
-    from test_chunk_schedules import _processor_class_on_stubs
+    from helpers.vllm_stubs import processor_class_on_stubs
 
-    TandemLogitsProcessor = _processor_class_on_stubs(monkeypatch)
+    TandemLogitsProcessor = processor_class_on_stubs(monkeypatch)
     V = len(tok)
     proc = TandemLogitsProcessor.__new__(TandemLogitsProcessor)
     proc.active, proc.rows, proc.schedules, proc.tokenizer, proc.Vs, proc.Vj = True, {}, {}, tok, V, [V]  # one junior

@@ -11,18 +11,17 @@ and the client's replay of the schedule from token ids.
 
 from __future__ import annotations
 
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
-from tandem_rlvr.decoding import rng
-from tandem_rlvr.decoding.reference import reference_sample
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import SCHEDULES, make_schedule, replay
 from tandem_rlvr.decoding.tandem import TandemDecoder
+
+from helpers.vllm_stubs import processor_class_on_stubs
+from reference.schedules import plain_generate_by
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
 SEEDS = [11, 22, 33, 44]
@@ -49,24 +48,6 @@ def plain_authors(tokens: list[int], name: str, K: int, words: set[int]) -> list
             if count == K:
                 senior, count = not senior, 0
     return out
-
-
-@torch.no_grad()
-def plain_generate_by(senior, junior, author_of, sampling, prompt, seed, eos):
-    """Full-prefix generation, one token at a time; ``author_of(toks)`` says whether the senior
-    writes the next position, from the tokens so far (True: senior)."""
-    ids, toks, flags = list(prompt), [], []
-    for t in range(sampling.max_new_tokens):
-        author = author_of(toks)
-        model = senior if author else junior
-        logits = model(torch.tensor([ids])).logits[0, -1].float()  # (V,)
-        tok = reference_sample(logits, float(rng.uniform(torch.tensor([seed]), t, rng.SAMPLE)[0]), sampling)
-        toks.append(tok)
-        flags.append(author)
-        if tok == eos:
-            break
-        ids.append(tok)
-    return toks, flags
 
 
 def plain_generate(senior, junior, name, K, words, sampling, prompt, seed, eos):
@@ -142,34 +123,13 @@ def test_client_replay_recovers_the_decoders_authorship(tok, pair, name, K):
 
 
 # --------------------------------------------------------------------------- the vLLM processor on CPU
-def _processor_class_on_stubs(monkeypatch):
-    """``engines.vllm_logits.TandemLogitsProcessor`` loaded against stand-ins for the three vLLM names it
-    imports, under a private module name; every stand-in and that module leave ``sys.modules`` after
-    the test, so nothing stubbed is ever seen by a test that has the real vLLM."""
-    import importlib.util
-
-    import tandem_rlvr.engines as engines
-
-    lp = types.ModuleType("vllm.v1.sample.logits_processor")
-    lp.BatchUpdate = object
-    lp.LogitsProcessor = object
-    lp.MoveDirectionality = types.SimpleNamespace(SWAP="swap", UNIDIRECTIONAL="uni")
-    for name in ("vllm", "vllm.v1", "vllm.v1.sample"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "vllm.v1.sample.logits_processor", lp)
-    name = "tandem_rlvr.engines._vllm_logits_on_stubs"
-    spec = importlib.util.spec_from_file_location(name, Path(engines.__file__).parent / "vllm_logits.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)
-    spec.loader.exec_module(module)
-    return module.TandemLogitsProcessor
 
 
 @pytest.mark.parametrize("name,K", CASES)
 def test_vllm_processor_picks_the_plain_rules_author_token_by_token(tok, monkeypatch, name, K):
     """The processor replays each request's schedule over the tokens vLLM appended since its last
     call (several at once after a scheduling gap) and returns the active half of the logits."""
-    TandemLogitsProcessor = _processor_class_on_stubs(monkeypatch)
+    TandemLogitsProcessor = processor_class_on_stubs(monkeypatch)
 
     V = len(tok)
     proc = TandemLogitsProcessor.__new__(TandemLogitsProcessor)

@@ -18,101 +18,87 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tandem_rlvr.cli import main
 
-from test_provenance import _bench, models  # noqa: F401  (models: the shared module fixture)
-
-
-def _eval(out, senior, bench, *extra, mode="solo"):
-    rc = main(["eval", mode, "--senior", str(senior), "--benchmarks", str(bench), "--n", "2", "--max-tokens", "3",
-               "--template", "plain", "--out", str(out), *extra])
-    assert rc == 0
+from helpers.evals import eval_ok, run_compare, write_bench
 
 
-def _compare(capsys, tmp_path, *args):
-    capsys.readouterr()
-    rc = main(["compare", *args, "--n-boot", "200", "--out", str(tmp_path / "cmp")])
-    res = capsys.readouterr()
-    return rc, res.out, [ln for ln in res.err.splitlines() if ln.startswith("tandem: error:")]
-
-
-def test_same_named_handoff_runs_with_different_juniors_are_refused(tmp_path, capsys, models):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
-    _eval(tmp_path / "grpo" / "handoff", models["a"], bench, "--junior", str(models["b"]), mode="handoff")
-    _eval(tmp_path / "tandem" / "handoff", models["b"], bench, "--junior", str(models["a"]), mode="handoff")
+def test_same_named_handoff_runs_with_different_juniors_are_refused(tmp_path, capsys, chat_models):
+    bench = write_bench(tmp_path / "b.jsonl")
+    eval_ok(tmp_path / "grpo" / "handoff", chat_models["a"], bench, "--junior", str(chat_models["b"]), mode="handoff")
+    eval_ok(tmp_path / "tandem" / "handoff", chat_models["b"], bench, "--junior", str(chat_models["a"]), mode="handoff")
     runs = [f"grpo={tmp_path / 'grpo'}", f"tandem={tmp_path / 'tandem'}"]
-    rc, _, err = _compare(capsys, tmp_path, *runs)
+    rc, _, err = run_compare(capsys, tmp_path, *runs)
     assert rc != 0 and len(err) == 1 and "have different juniors" in err[0] and "--allow-mixed" in err[0]
     assert not (tmp_path / "cmp" / "compare.json").exists()
 
-    rc, out, err = _compare(capsys, tmp_path, *runs, "--allow-mixed")
+    rc, out, err = run_compare(capsys, tmp_path, *runs, "--allow-mixed")
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert rc == 0 and "junior a" in md and "junior b" in md  # the header names both juniors
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["mixed"]
 
 
-def test_runs_with_another_schedule_are_refused(tmp_path, capsys, models):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
-    _eval(tmp_path / "x" / "handoff", models["a"], bench, "--junior", str(models["b"]), mode="handoff")
-    _eval(tmp_path / "y" / "handoff", models["b"], bench, "--junior", str(models["b"]), "--schedule", "word",
+def test_runs_with_another_schedule_are_refused(tmp_path, capsys, chat_models):
+    bench = write_bench(tmp_path / "b.jsonl")
+    eval_ok(tmp_path / "x" / "handoff", chat_models["a"], bench, "--junior", str(chat_models["b"]), mode="handoff")
+    eval_ok(tmp_path / "y" / "handoff", chat_models["b"], bench, "--junior", str(chat_models["b"]), "--schedule", "word",
           mode="handoff")
-    rc, _, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
+    rc, _, err = run_compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
     assert rc != 0 and len(err) == 1 and "differ in schedule" in err[0]
 
 
-def test_runs_with_another_limit_are_refused_and_mixed_headers_give_each_count(tmp_path, capsys, models):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
-    _eval(tmp_path / "x" / "solo", models["a"], bench)
-    _eval(tmp_path / "y" / "solo", models["b"], bench, "--limit", "2")
+def test_runs_with_another_limit_are_refused_and_mixed_headers_give_each_count(tmp_path, capsys, chat_models):
+    bench = write_bench(tmp_path / "b.jsonl")
+    eval_ok(tmp_path / "x" / "solo", chat_models["a"], bench)
+    eval_ok(tmp_path / "y" / "solo", chat_models["b"], bench, "--limit", "2")
     runs = [f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}"]
-    rc, _, err = _compare(capsys, tmp_path, *runs)
+    rc, _, err = run_compare(capsys, tmp_path, *runs)
     assert rc != 0 and len(err) == 1 and "differ in benchmark b (4 problems vs 2" in err[0]
-    rc, out, _ = _compare(capsys, tmp_path, *runs, "--allow-mixed")
+    rc, out, _ = run_compare(capsys, tmp_path, *runs, "--allow-mixed")
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert rc == 0 and "(problems: x 4, y 2)" in md and "200 problems" not in md
 
 
-def test_a_reordered_copy_reusing_problem_ids_is_refused_even_with_allow_mixed(tmp_path, capsys, models):  # noqa: F811
+def test_a_reordered_copy_reusing_problem_ids_is_refused_even_with_allow_mixed(tmp_path, capsys, chat_models):
     (tmp_path / "copy").mkdir()
-    bench, copy = _bench(tmp_path / "b.jsonl"), _bench(tmp_path / "copy" / "b.jsonl", order=[3, 2, 1, 0])
+    bench, copy = write_bench(tmp_path / "b.jsonl"), write_bench(tmp_path / "copy" / "b.jsonl", order=[3, 2, 1, 0])
     for r in (rows := [json.loads(x) for x in copy.read_text().splitlines()]):
         r["id"] = str(rows.index(r))  # ids 0..3 again, now naming other problems
     copy.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _eval(tmp_path / "x" / "solo", models["a"], bench)
-    _eval(tmp_path / "y" / "solo", models["b"], copy)
+    eval_ok(tmp_path / "x" / "solo", chat_models["a"], bench)
+    eval_ok(tmp_path / "y" / "solo", chat_models["b"], copy)
     for extra in ([], ["--allow-mixed"]):
-        rc, _, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
+        rc, _, err = run_compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
         assert rc != 0 and len(err) == 1 and "is not the problem" in err[0], (extra, err)
 
 
 @pytest.mark.parametrize("key,value", [("sampling", {"temperature": 1.0, "top_p": 0.8, "top_k": 20, "max_new_tokens": 3}),
                                        ("n", 1), ("template", "chat"), ("instruction", "reason-step"),
                                        ("dtype", "bfloat16")])
-def test_each_compared_setting_is_refused_when_it_differs(tmp_path, capsys, models, key, value):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
-    _eval(tmp_path / "x" / "solo", models["a"], bench)
+def test_each_compared_setting_is_refused_when_it_differs(tmp_path, capsys, chat_models, key, value):
+    bench = write_bench(tmp_path / "b.jsonl")
+    eval_ok(tmp_path / "x" / "solo", chat_models["a"], bench)
     shutil.copytree(tmp_path / "x", tmp_path / "y")
     cfg_path = tmp_path / "y" / "solo" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg[key] = value
     cfg_path.write_text(json.dumps(cfg))
-    rc, _, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
+    rc, _, err = run_compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
     assert rc != 0 and len(err) == 1 and f"differ in {key}" in err[0]
 
 
-def _run_and_altered_copy(tmp_path, models, key, value):
+def _run_and_altered_copy(tmp_path, chat_models, key, value):
     """Solo run x, and y: its copy whose config.json says ``key: value``."""
-    bench = _bench(tmp_path / "b.jsonl")
-    _eval(tmp_path / "x" / "solo", models["a"], bench)
+    bench = write_bench(tmp_path / "b.jsonl")
+    eval_ok(tmp_path / "x" / "solo", chat_models["a"], bench)
     shutil.copytree(tmp_path / "x", tmp_path / "y")
     cfg_path = tmp_path / "y" / "solo" / "config.json"
     cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), key: value}))
 
 
 @pytest.mark.parametrize("key,value", [("seed", 7), ("engine", "vllm")])
-def test_seed_and_engine_may_differ(tmp_path, capsys, models, key, value):  # noqa: F811
-    _run_and_altered_copy(tmp_path, models, key, value)
-    rc, out, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
+def test_seed_and_engine_may_differ(tmp_path, capsys, chat_models, key, value):
+    _run_and_altered_copy(tmp_path, chat_models, key, value)
+    rc, out, err = run_compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
     assert rc == 0 and err == [] and "(4 problems)" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
@@ -180,10 +166,10 @@ def test_every_one_sided_test_is_small_in_the_right_direction_and_large_in_the_o
 
 
 @pytest.mark.parametrize("key,value", [("answer_mode", "final-boxes"), ("task", "gsm8k"), ("verifier", "gsm8k@1")])
-def test_verdicts_of_different_verifiers_are_refused_even_with_allow_mixed(tmp_path, capsys, models, key, value):  # noqa: F811
-    _run_and_altered_copy(tmp_path, models, key, value)
+def test_verdicts_of_different_verifiers_are_refused_even_with_allow_mixed(tmp_path, capsys, chat_models, key, value):
+    _run_and_altered_copy(tmp_path, chat_models, key, value)
     for extra in ([], ["--allow-mixed"]):
-        rc, _, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
+        rc, _, err = run_compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
         assert rc == 2 and len(err) == 1 and f"differ in {key}" in err[0] and "never mixed" in err[0], (extra, err)
         assert not (tmp_path / "cmp" / "compare.json").exists()
 

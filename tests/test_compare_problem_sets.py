@@ -16,8 +16,8 @@ import pytest
 from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.fingerprint import problem_set_fingerprint
 
-from test_compare_checks import _compare, _eval
-from test_provenance import _bench, models  # noqa: F401  (models: the shared module fixture)
+from helpers.evals import eval_ok, run_compare
+from helpers.evals import write_bench
 
 BASE = [Problem("b", str(i), f"Mia has {i} shells.", str(i)) for i in range(4)]
 
@@ -53,23 +53,23 @@ def _rows(bench):
 
 @pytest.mark.parametrize("edit,shared", [("order", 4), ("replaced", 3)])
 def test_same_size_different_problem_sets_are_refused_and_allow_mixed_pairs_them_saying_so(
-        tmp_path, capsys, caplog, models, edit, shared):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
+        tmp_path, capsys, caplog, chat_models, edit, shared):
+    bench = write_bench(tmp_path / "b.jsonl")
     rows = _rows(bench)
     if edit == "order":
         rows = rows[::-1]  # the same problems under the same ids, in another order
     else:
         rows[1] = {"id": "9", "problem": "Tom has 9 cards.", "answer": "9"}  # one problem swapped for another
     copy = _write(tmp_path / "copy" / "b.jsonl", rows)
-    _eval(tmp_path / "x" / "solo", models["a"], bench)
-    _eval(tmp_path / "y" / "solo", models["b"], copy)
+    eval_ok(tmp_path / "x" / "solo", chat_models["a"], bench)
+    eval_ok(tmp_path / "y" / "solo", chat_models["b"], copy)
     runs = [f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}"]
-    rc, _, err = _compare(capsys, tmp_path, *runs)
+    rc, _, err = run_compare(capsys, tmp_path, *runs)
     assert rc == 2 and len(err) == 1 and "differ in benchmark b (4 problems in both, but fingerprint" in err[0], err
     assert "--allow-mixed" in err[0] and not (tmp_path / "cmp" / "compare.json").exists()
 
     caplog.clear()
-    rc, _, err = _compare(capsys, tmp_path, *runs, "--allow-mixed")
+    rc, _, err = run_compare(capsys, tmp_path, *runs, "--allow-mixed")
     comp = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert rc == 0 and err == []
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -80,13 +80,13 @@ def test_same_size_different_problem_sets_are_refused_and_allow_mixed_pairs_them
 
 
 @pytest.mark.parametrize("field,value", [("problem", "Mia has 2 shells!"), ("answer", "3")])
-def test_one_id_naming_two_problems_is_refused_even_with_allow_mixed(tmp_path, capsys, models, field, value):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
+def test_one_id_naming_two_problems_is_refused_even_with_allow_mixed(tmp_path, capsys, chat_models, field, value):
+    bench = write_bench(tmp_path / "b.jsonl")
     rows = _rows(bench)
     rows[2][field] = value  # problem "2" edited in place: its text or its gold answer
     copy = _write(tmp_path / "copy" / "b.jsonl", rows)
-    _eval(tmp_path / "x" / "solo", models["a"], bench)
-    _eval(tmp_path / "y" / "solo", models["b"], copy)
+    eval_ok(tmp_path / "x" / "solo", chat_models["a"], bench)
+    eval_ok(tmp_path / "y" / "solo", chat_models["b"], copy)
     for extra in ([], ["--allow-mixed"]):
-        rc, _, err = _compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
+        rc, _, err = run_compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}", *extra)
         assert rc == 2 and len(err) == 1 and "problem '2' of b is not the problem" in err[0], (extra, err)

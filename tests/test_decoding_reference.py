@@ -3,10 +3,12 @@
 import pytest
 import torch
 
-from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_generate, reference_surfaces
+from tandem_rlvr.decoding.reference import reference_generate, reference_surfaces
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import REGISTRY, BernoulliRedraw, make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder
+
+from reference.schedules import boundary_ids
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]
 EXEMPT: dict[str, str] = {}  # registered schedules the reference does not decode, each with its reason
@@ -22,12 +24,6 @@ def test_every_registered_schedule_is_checked_against_the_reference_or_exempt_by
             "alternating"} <= set(SCHEDULES)  # the twelve of the module docstring, spot-checked by name
 
 
-def _boundary_ids(tok, name):
-    """The reference's own boundary set for the rule of ``name`` (paragraph breaks: found on the text itself)."""
-    fires = REGISTRY[name].rule.fires
-    return reference_boundary_ids(tok, fires) if fires in ("word", "sentence", "blank-line-end") else set()
-
-
 def _run_both(tok, pair, name, sampling, p=0.5, K=4):
     senior, junior = pair
     prompts = [tok.encode(x) for x in PROMPTS]
@@ -37,7 +33,7 @@ def _run_both(tok, pair, name, sampling, p=0.5, K=4):
     out = dec.generate(prompts, seeds)
     for b, (prompt, seed) in enumerate(zip(prompts, seeds)):
         ref_toks, ref_flags, ref_lps = reference_generate(
-            senior, junior, name, sampling, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=p, K=K,
+            senior, junior, name, sampling, prompt, seed, [tok.eos_token_id], boundary_ids(tok, name), p=p, K=K,
             surfaces=reference_surfaces(tok))
         assert out.row_tokens(b) == ref_toks, f"{name} row {b}"
         assert out.row_mask(b) == [int(f) for f in ref_flags], f"{name} row {b} authorship"

@@ -13,7 +13,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_reward_training import setup as terms_setup  # noqa: F401  (a module fixture)
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rewards.terms import build_terms, parse_terms
@@ -44,10 +43,10 @@ def fine(completions, **kw): return [0.5, None]
 
 
 @pytest.fixture(scope="module")
-def setup(terms_setup):
+def setup(train_root):
     """test_reward_training's tiny senior, junior and data, plus the reward functions above."""
-    (terms_setup / "rewards.py").write_text(REWARDS)
-    return terms_setup
+    (train_root / "rewards.py").write_text(REWARDS)
+    return train_root
 
 
 def _cfg(root, out, **kw):

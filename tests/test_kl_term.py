@@ -16,8 +16,9 @@ import torch
 
 from tandem_rlvr.rl.losses import k3_kl
 
-from test_loss_reference import _check, _hand_loss_and_grads, _prepared, _teacher_forced_logps, _trainer_loss_and_grads
-from test_train import setup  # noqa: F401  (setup is the shared module fixture)
+from helpers.loss import check_loss_and_grads, prepared, trainer_loss_and_grads
+from reference.grpo_loss import hand_loss_and_grads, teacher_forced_logps
+
 
 LN2 = math.log(2.0)
 # d = log p_ref - log p_senior; k3 = e^d - d - 1; d k3 / d log p_senior = -(e^d - 1) = 1 - e^d
@@ -60,43 +61,43 @@ def test_one_extreme_log_ratio_gives_a_finite_loss_and_no_nan_gradient(kl_clamp)
     assert all(math.isfinite(g) for g in grad)
 
 
-def test_klreg_without_a_clamp_still_pulls_the_senior_toward_the_junior(setup, tmp_path):  # noqa: F811
-    run, batch = _prepared(setup, tmp_path, temperature=0.6, method="klreg", beta=0.5, kl_clamp=0.0)
+def test_klreg_without_a_clamp_still_pulls_the_senior_toward_the_junior(train_inputs, tmp_path):
+    run, batch = prepared(train_inputs, tmp_path, temperature=0.6, method="klreg", beta=0.5, kl_clamp=0.0)
     assert run.trainer.kl_clamp == 0.0
-    _check(run, batch, 0.6, beta=0.5, kl_clamp=0.0)  # beta x the unclamped k3, loss and gradient
+    check_loss_and_grads(run, batch, 0.6, beta=0.5, kl_clamp=0.0)  # beta x the unclamped k3, loss and gradient
     # the term is material: without it both the loss and the gradient are measurably other
-    loss, grads = _trainer_loss_and_grads(run.trainer, batch)
-    no_kl, no_kl_grads = _hand_loss_and_grads(run, batch, 0.6, beta=0.0)
+    loss, grads = trainer_loss_and_grads(run.trainer, batch)
+    no_kl, no_kl_grads = hand_loss_and_grads(run, batch, 0.6, beta=0.0)
     assert float(loss - no_kl) > 1e-3
     assert max(float((grads[n] - no_kl_grads[n]).abs().max()) for n in grads) > 1e-4
 
 
-def test_klreg_clamp_of_any_value_changes_only_the_terms_beyond_it(setup, tmp_path):  # noqa: F811
-    run, batch = _prepared(setup, tmp_path, temperature=0.6, method="klreg", beta=0.5, kl_clamp=0.0)
+def test_klreg_clamp_of_any_value_changes_only_the_terms_beyond_it(train_inputs, tmp_path):
+    run, batch = prepared(train_inputs, tmp_path, temperature=0.6, method="klreg", beta=0.5, kl_clamp=0.0)
     with torch.no_grad():
-        lp = _teacher_forced_logps(run.trainer.model, batch, 0.6)
+        lp = teacher_forced_logps(run.trainer.model, batch, 0.6)
     d = batch["ref_per_token_logps"] - lp
     k3 = (torch.exp(d) - d - 1)[batch["completion_mask"].bool()]  # textbook k3 of every response token
     tokens = batch["completion_mask"].sum()
-    base, _ = _trainer_loss_and_grads(run.trainer, batch)
+    base, _ = trainer_loss_and_grads(run.trainer, batch)
     for c in (float(k3.quantile(q)) for q in (0.25, 0.5, 0.9)):
         run.trainer.kl_clamp = c
-        loss, _ = _trainer_loss_and_grads(run.trainer, batch)
+        loss, _ = trainer_loss_and_grads(run.trainer, batch)
         # each token beyond c loses (k3 - c); every other token's term is untouched
         want = base + 0.5 * float((k3.clamp(max=c) - k3).sum()) / tokens
         torch.testing.assert_close(loss, want.to(loss.dtype), atol=1e-5, rtol=1e-5)
-        _check(run, batch, 0.6, beta=0.5, kl_clamp=c)  # and the gradient, by plain torch
+        check_loss_and_grads(run, batch, 0.6, beta=0.5, kl_clamp=c)  # and the gradient, by plain torch
     run.trainer.kl_clamp = float(k3.max()) + 1.0  # beyond every token: the unclamped loss exactly
-    torch.testing.assert_close(_trainer_loss_and_grads(run.trainer, batch)[0], base)
+    torch.testing.assert_close(trainer_loss_and_grads(run.trainer, batch)[0], base)
 
 
-def test_klreg_loss_stays_finite_with_one_extreme_log_ratio(setup, tmp_path):  # noqa: F811
-    run, batch = _prepared(setup, tmp_path, temperature=0.6, method="klreg", beta=0.5, kl_clamp=10.0)
+def test_klreg_loss_stays_finite_with_one_extreme_log_ratio(train_inputs, tmp_path):
+    run, batch = prepared(train_inputs, tmp_path, temperature=0.6, method="klreg", beta=0.5, kl_clamp=10.0)
     assert batch["completion_mask"][0, 0] == 1
     model, tokens = run.trainer.model, batch["completion_mask"].sum()
-    want, want_grads = _hand_loss_and_grads(run, batch, 0.6, beta=0.5, kl_clamp=10.0)
+    want, want_grads = hand_loss_and_grads(run, batch, 0.6, beta=0.5, kl_clamp=10.0)
     # by plain torch: token (0, 0)'s own k3 term, which the doctored reference replaces by the constant 10
-    lp = _teacher_forced_logps(model, batch, 0.6)
+    lp = teacher_forced_logps(model, batch, 0.6)
     d0 = batch["ref_per_token_logps"][0, 0] - lp[0, 0]
     own = 0.5 * (torch.exp(d0) - d0 - 1).clamp(max=10.0) / tokens
     model.zero_grad()
@@ -107,7 +108,7 @@ def test_klreg_loss_stays_finite_with_one_extreme_log_ratio(setup, tmp_path):  #
     model.zero_grad()
     batch["ref_per_token_logps"] = batch["ref_per_token_logps"].clone()
     batch["ref_per_token_logps"][0, 0] = lp[0, 0].detach() + 100.0  # d = 100: e^d overflows fp32
-    loss, grads = _trainer_loss_and_grads(run.trainer, batch)
+    loss, grads = trainer_loss_and_grads(run.trainer, batch)
     assert math.isfinite(float(loss)) and all(torch.isfinite(g).all() for g in grads.values())
     torch.testing.assert_close(loss, want, atol=1e-5, rtol=1e-4)
     for n in grads:

@@ -12,6 +12,8 @@ from tandem_rlvr.cli import main
 from tandem_rlvr.eval.measure.legibility import pack_batches, score_sequences, token_ce_alpha
 from tandem_rlvr.prompting import encode_prompt, format_prompt
 
+from helpers.legibility import rows_for, write_run
+
 
 def direct_ce_alpha(senior, junior, prompt, response):
     """Unpadded single-sequence forward of each model; CE by F.cross_entropy, alpha by its definition."""
@@ -22,43 +24,6 @@ def direct_ce_alpha(senior, junior, prompt, response):
     ce = F.cross_entropy(lj, torch.tensor(response, device=lj.device), reduction="none")
     alpha = torch.minimum(ls.softmax(-1), lj.softmax(-1)).sum(-1)
     return ce.mean().item(), alpha.mean().item()
-
-
-def rows_for(tok, problems, n, rng, benchmark="bench", pick=None):
-    """Sample rows whose token_ids decode to their response; pick(rng) -> (T,) ids."""
-    pick = pick or (lambda r: r.integers(1, len(tok), r.integers(2, 25)))
-    rows = []
-    for p in problems:
-        for s in range(n):
-            ids = [int(i) for i in pick(rng)]
-            rows.append({"benchmark": benchmark, "problem_id": str(p), "sample_idx": s, "correct": bool(rng.random() < 0.5),
-                         "response": tok.decode(ids, skip_special_tokens=True), "senior_share": 1.0, "tokens": len(ids),
-                         "token_ids": ids, "senior_mask": [1] * len(ids)})
-    return rows
-
-
-def write_run(d, rows, senior, schedule="senior", benchmarks=("bench",)):
-    d.mkdir(parents=True, exist_ok=True)
-    cfg = {"n": 2, "schedule": {"name": schedule}, "template": "plain", "models": {"senior": senior, "junior": None},
-           "benchmarks": list(benchmarks), "ks": [1, 2]}
-    (d / "config.json").write_text(json.dumps(cfg))
-    (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return d
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, tok, pair):
-    """Saved senior/junior dirs and a 6-problem benchmark file."""
-    root = tmp_path_factory.mktemp("world")
-    dirs = {}
-    for name, model in zip(("senior", "junior"), pair):
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-        dirs[name] = str(root / name)
-    bench = root / "bench.jsonl"
-    bench.write_text("".join(json.dumps({"id": str(p), "problem": f"Mia has {p} shells.", "answer": str(p)}) + "\n"
-                             for p in range(6)))
-    return dirs, bench
 
 
 def test_token_ce_alpha_matches_definitions():
@@ -98,8 +63,8 @@ def test_batched_scores_equal_direct_transformers_computation(pair):
         assert res["alpha"][i] == pytest.approx(alpha, abs=1e-5)
 
 
-def test_eval_legibility_command(tmp_path, tok, pair, world):
-    dirs, bench = world
+def test_eval_legibility_command(tmp_path, tok, pair, legibility_world):
+    dirs, bench = legibility_world
     rows = rows_for(tok, range(6), 2, np.random.default_rng(0))
     run = write_run(tmp_path / "solo", rows, dirs["senior"])
     out = tmp_path / "leg"
@@ -135,8 +100,8 @@ def _fails(capsys, argv, *needles):
         assert n in err, err
 
 
-def test_legibility_bad_input_names_file_and_line_and_writes_nothing(tmp_path, tok, capsys, world):
-    dirs, bench = world
+def test_legibility_bad_input_names_file_and_line_and_writes_nothing(tmp_path, tok, capsys, legibility_world):
+    dirs, bench = legibility_world
     out = tmp_path / "leg"
     out.mkdir()
     (out / "legibility.json").write_text("old")
@@ -172,8 +137,8 @@ def _drift_runs(tmp_path, tok, senior):
             for name, over in (("junior", 0.0), ("grpo", 0.5), ("tandem", 0.25))}
 
 
-def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, world):
-    dirs, _ = world
+def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, legibility_world):
+    dirs, _ = legibility_world
     runs = _drift_runs(tmp_path, tok, dirs["senior"])
     out = tmp_path / "drift"
     assert main(["eval", "drift", "--junior-samples", str(runs["junior"]), "--seniors",
@@ -204,8 +169,8 @@ def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, world):
     assert "Recovery" in (out / "drift.md").read_text()
 
 
-def test_drift_bad_input(tmp_path, tok, capsys, world):
-    dirs, _ = world
+def test_drift_bad_input(tmp_path, tok, capsys, legibility_world):
+    dirs, _ = legibility_world
     runs = _drift_runs(tmp_path, tok, dirs["senior"])
     out = tmp_path / "drift"
     base = ["eval", "drift", "--junior-samples", str(runs["junior"]), "--out", str(out)]

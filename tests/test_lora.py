@@ -12,12 +12,12 @@ from safetensors.torch import load_file
 
 pytest.importorskip("peft")
 
-from tandem_rlvr.cli import main  # noqa: E402
-from tandem_rlvr.models import load_model  # noqa: E402
-from tandem_rlvr.rl import assemble, prepare  # noqa: E402
-from tandem_rlvr.rl.train import build_run, train  # noqa: E402
+from tandem_rlvr.cli import main
+from tandem_rlvr.models import load_model
+from tandem_rlvr.rl import assemble, prepare
+from tandem_rlvr.rl.train import build_run, train
 
-from test_train import _cfg, setup  # noqa: F401,E402  (setup is the shared module fixture)
+from helpers.train import train_cfg
 
 R, ALPHA = 4, 8.0  # scaling alpha / r = 2
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # all-linear on Qwen3
@@ -35,8 +35,8 @@ def varied_reward(monkeypatch):
     monkeypatch.setattr(assemble, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
 
 
-def _lora(setup, tmp_path, **kw):  # noqa: F811
-    return _cfg(setup, tmp_path, lora_r=R, lora_alpha=ALPHA, lr=5e-2, max_steps=2, **kw)
+def _lora(train_inputs, tmp_path, **kw):
+    return train_cfg(train_inputs, tmp_path, lora_r=R, lora_alpha=ALPHA, lr=5e-2, max_steps=2, **kw)
 
 
 def _by_hand(base: dict, adapter: dict, name: str) -> torch.Tensor:
@@ -47,10 +47,10 @@ def _by_hand(base: dict, adapter: dict, name: str) -> torch.Tensor:
 
 
 def test_after_two_steps_only_adapter_tensors_changed_and_rollout_copy_is_base_plus_scaled_BA_in_bf16(
-        setup, tmp_path, varied_reward):  # noqa: F811
-    root = setup[0]
+        train_inputs, tmp_path, varied_reward):
+    root = train_inputs[0]
     base = load_file(str(root / "senior" / "model.safetensors"))  # the initial senior, fp32 on disk
-    run = build_run(_lora(setup, tmp_path, dtype="bfloat16"), print_fn=lambda *_: None)
+    run = build_run(_lora(train_inputs, tmp_path, dtype="bfloat16"), print_fn=lambda *_: None)
     try:
         trainer = run.trainer
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -89,12 +89,12 @@ def test_after_two_steps_only_adapter_tensors_changed_and_rollout_copy_is_base_p
 
 
 @pytest.fixture(scope="module")
-def lora_run(setup, tmp_path_factory):  # noqa: F811
+def lora_run(train_inputs, tmp_path_factory):
     """One finished LoRA run (2 updates, a checkpoint each, --save-merged), trained with a varied reward."""
     mp = pytest.MonkeyPatch()
     mp.setattr(assemble, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
     tmp = tmp_path_factory.mktemp("lora")
-    cfg = _lora(setup, tmp, save_every=1, save_merged=True, eval_every=1)
+    cfg = _lora(train_inputs, tmp, save_every=1, save_merged=True, eval_every=1)
     try:
         train(cfg, print_fn=lambda *_: None)
     finally:
@@ -102,11 +102,11 @@ def lora_run(setup, tmp_path_factory):  # noqa: F811
     return cfg, tmp / "run"
 
 
-def test_saves_hold_the_adapter_and_merged_weights_equal_to_base_plus_scaled_BA(setup, lora_run):  # noqa: F811
+def test_saves_hold_the_adapter_and_merged_weights_equal_to_base_plus_scaled_BA(train_inputs, lora_run):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    root = setup[0]
+    root = train_inputs[0]
     base = load_file(str(root / "senior" / "model.safetensors"))
     _, out = lora_run
     for save in ("checkpoint-1", "checkpoint-2", "best", "final"):
@@ -137,7 +137,7 @@ def test_eval_takes_a_lora_save_by_its_merged_weights_or_merged_on_load(lora_run
     assert rc == 0 and (tmp_path / "ev" / "samples.jsonl").is_file()
 
 
-def test_resumed_lora_run_equals_the_uninterrupted_one(setup, lora_run, tmp_path_factory, varied_reward):  # noqa: F811
+def test_resumed_lora_run_equals_the_uninterrupted_one(train_inputs, lora_run, tmp_path_factory, varied_reward):
     cfg, out = lora_run
     whole = load_file(str(out / "final" / "adapter_model.safetensors"))
     again = tmp_path_factory.mktemp("resume") / "run"
@@ -154,11 +154,11 @@ def test_resumed_lora_run_equals_the_uninterrupted_one(setup, lora_run, tmp_path
         torch.testing.assert_close(resumed[k], whole[k], rtol=1e-6, atol=1e-7)
 
 
-def test_lora_r_0_is_full_fine_tuning_bit_for_bit(setup, tmp_path, varied_reward):  # noqa: F811
+def test_lora_r_0_is_full_fine_tuning_bit_for_bit(train_inputs, tmp_path, varied_reward):
     finals = []
     # LoRA settings beside r = 0 are refused (tests/test_config_models.py), so r = 0 is given alone
     for name, extra in (("plain", {}), ("r0", {"lora_r": 0})):
-        cfg = _cfg(setup, tmp_path / name, lr=5e-2, max_steps=2, **extra)
+        cfg = train_cfg(train_inputs, tmp_path / name, lr=5e-2, max_steps=2, **extra)
         run = build_run(cfg, print_fn=lambda *_: None)
         try:
             model = run.trainer.accelerator.unwrap_model(run.trainer.model)
@@ -172,8 +172,8 @@ def test_lora_r_0_is_full_fine_tuning_bit_for_bit(setup, tmp_path, varied_reward
     assert finals[0].keys() == finals[1].keys() and all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
 
 
-def test_klreg_reference_under_lora_stays_the_junior(setup, tmp_path):  # noqa: F811
-    run = build_run(_lora(setup, tmp_path, method="klreg"), print_fn=lambda *_: None)
+def test_klreg_reference_under_lora_stays_the_junior(train_inputs, tmp_path):
+    run = build_run(_lora(train_inputs, tmp_path, method="klreg"), print_fn=lambda *_: None)
     try:
         assert run.trainer.reference is run.prep.pair.junior  # never the adapter-disabled base
     finally:
@@ -186,9 +186,9 @@ def test_klreg_reference_under_lora_stays_the_junior(setup, tmp_path):  # noqa: 
     (["--lora-r", "4", "--lora-targets", "q_proj,qkv_fused"], "qkv_fused"),
     (["--lora-r", "4", "--lora-targets", "lm_head"], "lm_head"),
 ])
-def test_bad_lora_settings_are_one_line_errors_before_any_model_loads(setup, tmp_path, capsys, monkeypatch,
-                                                                      flags, named):  # noqa: F811
-    root, senior, junior, data = setup
+def test_bad_lora_settings_are_one_line_errors_before_any_model_loads(train_inputs, tmp_path, capsys, monkeypatch,
+                                                                      flags, named):
+    root, senior, junior, data = train_inputs
 
     def no_loading(*a, **k):
         raise AssertionError("a model was loaded before the LoRA settings were checked")

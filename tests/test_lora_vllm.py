@@ -16,12 +16,12 @@ from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
 from tandem_rlvr.engines.base import RolloutSpec  # noqa: E402
 from tandem_rlvr.rl.train import build_run  # noqa: E402
 
-from test_vllm_train import _cfg, setup  # noqa: F401,E402  (setup is the shared module fixture)
+from helpers.vllm_train import vllm_cfg  # noqa: E402
 from vllm_dp_entry import parity_reward, teacher_forced  # noqa: E402
 
 
-def test_vllm_engine_decodes_the_merged_lora_senior_after_an_update(setup, tmp_path, tok):  # noqa: F811
-    run = build_run(_cfg(setup, tmp_path, method="grpo", lora_r=4, lora_alpha=8.0), print_fn=lambda *_: None)
+def test_vllm_engine_decodes_the_merged_lora_senior_after_an_update(vllm_train_inputs, tmp_path, tok):
+    run = build_run(vllm_cfg(vllm_train_inputs, tmp_path, method="grpo", lora_r=4, lora_alpha=8.0), print_fn=lambda *_: None)
     try:
         eng, trainer = run.rollout.engine, run.trainer
         model = trainer.accelerator.unwrap_model(trainer.model)  # the PeftModel

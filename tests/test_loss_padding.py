@@ -17,9 +17,9 @@ from tandem_rlvr.rl.losses import loss_denominator, token_weights
 
 from tandem_rlvr.rl.assemble import build_run
 
-from test_loss_reference import RATIOS, _check, _teacher_forced_logps, _trainer_loss_and_grads
-from test_microbatch import _reward
-from test_train import _batch, _cfg, setup  # noqa: F401  (setup is the shared module fixture)
+from helpers.loss import RATIOS, check_loss_and_grads, trainer_loss_and_grads
+from reference.grpo_loss import teacher_forced_logps
+from helpers.train import first_batch, spread_reward, train_cfg
 
 W = 0.25
 
@@ -35,13 +35,13 @@ def test_padding_positions_have_zero_weight_and_do_not_count(pad):
     assert float(loss_denominator(completion, w, "response_tokens")) == 4  # 3 + 1 response tokens
 
 
-def _padded_batch(setup, tmp_path, **kw):  # noqa: F811
+def _padded_batch(train_inputs, tmp_path, **kw):
     """A run and one generation batch through TRL's pipeline in which rows 1 and 2 (mod 3) end 3 and
     6 tokens early (TRL pads them); old log-probs set as in ``test_loss_reference`` so that clipped
     and unclipped tokens occur. Also returns the rollout's raw, unpadded senior masks."""
-    run = build_run(_cfg(setup, tmp_path, temperature=0.6, **kw), print_fn=lambda *_: None)
+    run = build_run(train_cfg(train_inputs, tmp_path, temperature=0.6, **kw), print_fn=lambda *_: None)
     trainer, raw = run.trainer, []
-    trainer.reward_funcs[0] = _reward
+    trainer.reward_funcs[0] = spread_reward
     inner = trainer.rollout_func
 
     def short(prompts, tr):
@@ -54,10 +54,10 @@ def _padded_batch(setup, tmp_path, **kw):  # noqa: F811
         return out
 
     trainer.rollout_func = short
-    batch, _ = _batch(run)
+    batch, _ = first_batch(run)
     B, T = batch["completion_ids"].shape
     with torch.no_grad():
-        lp = _teacher_forced_logps(trainer.model, batch, 0.6)
+        lp = teacher_forced_logps(trainer.model, batch, 0.6)
     batch["old_per_token_logps"] = lp - torch.tensor([RATIOS[t % len(RATIOS)] for t in range(T)]).log().expand(B, T)
     return run, batch, raw
 
@@ -80,8 +80,8 @@ def _row(batch: dict, b: int) -> dict:
                                 dict(loss_normalizer="senior_tokens", junior_imitation=0.5),
                                 dict(loss_normalizer="response_tokens", method="klreg", beta=0.5, kl_clamp=0.05)],
                          ids=["senior-tokens-w", "response-tokens-w", "senior-tokens-imitation", "klreg"])
-def test_a_padded_batch_has_the_loss_normaliser_and_gradient_of_its_rows_unpadded(setup, tmp_path, kw):  # noqa: F811
-    run, batch, raw = _padded_batch(setup, tmp_path, **kw)
+def test_a_padded_batch_has_the_loss_normaliser_and_gradient_of_its_rows_unpadded(train_inputs, tmp_path, kw):
+    run, batch, raw = _padded_batch(train_inputs, tmp_path, **kw)
     completion, senior = batch["completion_mask"], batch["tool_mask"]
     pad = completion == 0
     assert len(set(completion.sum(1).tolist())) >= 2 and pad.any()  # rows of several lengths
@@ -106,10 +106,10 @@ def test_a_padded_batch_has_the_loss_normaliser_and_gradient_of_its_rows_unpadde
             batch[k] = batch[k].masked_fill(pad, -3.0)
 
     # loss and gradient: the padded batch against the sum of its rows alone, unpadded
-    loss, grads = _trainer_loss_and_grads(run.trainer, batch)
+    loss, grads = trainer_loss_and_grads(run.trainer, batch)
     want, want_grads = 0.0, {}
     for b in range(completion.shape[0]):
-        l_b, g_b = _trainer_loss_and_grads(run.trainer, _row(batch, b))
+        l_b, g_b = trainer_loss_and_grads(run.trainer, _row(batch, b))
         want = want + l_b
         for n, g in g_b.items():
             want_grads[n] = want_grads.get(n, 0) + g
@@ -118,5 +118,5 @@ def test_a_padded_batch_has_the_loss_normaliser_and_gradient_of_its_rows_unpadde
     for n in grads:
         torch.testing.assert_close(grads[n], want_grads[n], atol=1e-6, rtol=1e-3, msg=n)
     if "junior_imitation" not in kw:  # plain torch agrees too
-        _check(run, batch, 0.6, normalizer=kw["loss_normalizer"], w=w,
+        check_loss_and_grads(run, batch, 0.6, normalizer=kw["loss_normalizer"], w=w,
                **(dict(beta=0.5, kl_clamp=0.05) if klreg else {}))

@@ -16,8 +16,7 @@ import torch
 from tandem_rlvr.rl.assemble import build_run
 
 from conftest import make_model
-from test_train import _batch, _cfg
-
+from helpers.train import first_batch, train_cfg
 TEMPERATURE = 0.6
 
 
@@ -49,7 +48,7 @@ def _logps(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
 
 
 def test_trl_loss_mask_equals_teacher_forced_authorship(eos_setup, tmp_path, tok):
-    run = build_run(_cfg(eos_setup, tmp_path, temperature=TEMPERATURE, max_new_tokens=16), print_fn=lambda *_: None)
+    run = build_run(train_cfg(eos_setup, tmp_path, temperature=TEMPERATURE, max_new_tokens=16), print_fn=lambda *_: None)
     outs = []
     inner = run.trainer.rollout_func
 
@@ -58,7 +57,7 @@ def test_trl_loss_mask_equals_teacher_forced_authorship(eos_setup, tmp_path, tok
         return outs[-1]
 
     run.trainer.rollout_func = keep
-    batch, _ = _batch(run)
+    batch, _ = first_batch(run)
     recorded = {(tuple(p), tuple(c)): lp for p, c, lp in zip(outs[0]["prompt_ids"], outs[0]["completion_ids"],
                                                              outs[0]["logprobs"])}
     assert len(recorded) == len(outs[0]["prompt_ids"])  # rows are told apart by their tokens

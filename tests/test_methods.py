@@ -28,8 +28,9 @@ from tandem_rlvr.config.loss import LOSS_TYPES, TRL_LOSS_UNSUPPORTED
 from tandem_rlvr.config.methods import REGISTRY, MethodKind, method_kind, register_method
 from tandem_rlvr.errors import TandemError
 
-from test_loss_reference import _check, _prepared, _teacher_forced_logps, _trainer_loss_and_grads
-from test_train import setup  # noqa: F401  (setup is the shared module fixture)
+from helpers.loss import check_loss_and_grads, prepared, trainer_loss_and_grads
+from reference.grpo_loss import teacher_forced_logps
+
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
 
@@ -53,8 +54,8 @@ def _figures(trainer, fn, batch):
     return loss, grads, figures
 
 
-def test_each_implemented_trl_loss_type_equals_trls_own_loss_gradient_and_figures(setup, tmp_path):  # noqa: F811
-    run, batch = _prepared(setup, tmp_path, temperature=0.6)  # ratios 0.5 .. 4: clipped, dual-clipped, inside
+def test_each_implemented_trl_loss_type_equals_trls_own_loss_gradient_and_figures(train_inputs, tmp_path):
+    run, batch = prepared(train_inputs, tmp_path, temperature=0.6)  # ratios 0.5 .. 4: clipped, dual-clipped, inside
     trainer = run.trainer
     assert trainer.args.beta == 0.0 and trainer.args.delta == 3.0
     senior = batch["completion_mask"] * batch["tool_mask"]
@@ -62,7 +63,7 @@ def test_each_implemented_trl_loss_type_equals_trls_own_loss_gradient_and_figure
     for loss_type in LOSS_TYPES:
         for level in ("token", "sequence"):
             trainer.loss_type, trainer.importance_sampling_level = loss_type, level
-            loss, grads, figures = _figures(trainer, _trainer_loss_and_grads, batch)
+            loss, grads, figures = _figures(trainer, trainer_loss_and_grads, batch)
             want, want_grads, want_figures = _figures(trainer, _trl_loss_and_grads, batch)
             where = f"{loss_type}/{level}"
             torch.testing.assert_close(loss, want, atol=1e-6, rtol=1e-5, msg=where)
@@ -117,15 +118,15 @@ def test_a_trl_loss_setting_the_tandem_loss_does_not_implement_is_one_line(trl, 
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_tandem_klreg_is_the_gated_surrogate_plus_k3_to_the_junior_on_senior_tokens(setup, tmp_path):  # noqa: F811
-    run, batch = _prepared(setup, tmp_path, temperature=0.6, method="tandem-klreg", beta=0.5, junior_imitation=0.5)
+def test_tandem_klreg_is_the_gated_surrogate_plus_k3_to_the_junior_on_senior_tokens(train_inputs, tmp_path):
+    run, batch = prepared(train_inputs, tmp_path, temperature=0.6, method="tandem-klreg", beta=0.5, junior_imitation=0.5)
     response, senior = batch["completion_mask"], batch["completion_mask"] * batch["tool_mask"]
     assert 0 < senior.sum() < response.sum()  # tandem rollouts: both authors wrote
     with torch.no_grad():
-        ref = _teacher_forced_logps(run.prep.pair.junior, batch, 0.6)
+        ref = teacher_forced_logps(run.prep.pair.junior, batch, 0.6)
     m = response.bool()
     torch.testing.assert_close(batch["ref_per_token_logps"][m], ref[m], atol=1e-4, rtol=1e-4)
-    _check(run, batch, 0.6, beta=0.5, lam=0.5)  # loss and every gradient, by plain torch
+    check_loss_and_grads(run, batch, 0.6, beta=0.5, lam=0.5)  # loss and every gradient, by plain torch
     assert run.trainer._metrics["train"]["kl"] and run.trainer._metrics["train"]["junior_imitation/nll"]
     with pytest.raises(TandemError, match="no senior mask"):  # fail-closed, as tandem
         run.trainer._compute_loss(run.trainer.model, {k: v for k, v in batch.items() if k != "tool_mask"})

@@ -11,21 +11,13 @@ import torch
 
 from tandem_rlvr.rl.assemble import build_run
 
-from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
-
-
-def _reward(completions, completion_ids, **_):
-    """A non-binary reward of the token ids, so every group has a spread and advantages are non-zero."""
-    return [(sum(c) % 5) / 4 + 0.5 * (len(c) % 2) for c in completion_ids]
-
-
-_reward.__name__ = "accuracy_reward"
+from helpers.train import spread_reward, train_cfg
 
 
 def _micro_batches(run) -> list[dict]:
     """The loss inputs TRL buffers for one rollout batch (one per micro-batch)."""
     trainer = run.trainer
-    trainer.reward_funcs[0] = _reward
+    trainer.reward_funcs[0] = spread_reward
     inputs = next(iter(trainer.get_train_dataloader()))
     trainer.model.train()
     trainer._prepare_inputs(inputs)
@@ -49,11 +41,11 @@ def _accumulated_grads(run) -> dict[str, torch.Tensor]:
                                 dict(method="tandem", junior_imitation=0.5),
                                 dict(method="klreg", beta=0.5)], ids=["tandem-response", "tandem-senior",
                                                                        "tandem-imitation", "klreg"])
-def test_four_micro_batches_of_two_rows_give_the_gradient_of_one_batch_of_eight(setup, tmp_path, kw):  # noqa: F811
+def test_four_micro_batches_of_two_rows_give_the_gradient_of_one_batch_of_eight(train_inputs, tmp_path, kw):
     common = dict(prompts_per_step=2, prompts_per_minibatch=2, group_size=4, temperature=0.8, **kw)
-    whole = build_run(_cfg(setup, tmp_path / "whole", output_dir=str(tmp_path / "whole"), **common),
+    whole = build_run(train_cfg(train_inputs, tmp_path / "whole", output_dir=str(tmp_path / "whole"), **common),
                       print_fn=lambda *_: None)
-    split = build_run(_cfg(setup, tmp_path / "split", output_dir=str(tmp_path / "split"), micro_batch_rows=2,
+    split = build_run(train_cfg(train_inputs, tmp_path / "split", output_dir=str(tmp_path / "split"), micro_batch_rows=2,
                            **common), print_fn=lambda *_: None)
     assert whole.trainer.args.gradient_accumulation_steps == 1 and whole.trainer.args.per_device_train_batch_size == 8
     assert split.trainer.args.gradient_accumulation_steps == 4 and split.trainer.args.per_device_train_batch_size == 2
@@ -69,8 +61,8 @@ def test_four_micro_batches_of_two_rows_give_the_gradient_of_one_batch_of_eight(
         torch.testing.assert_close(got[n], want[n], atol=1e-6, rtol=1e-4, msg=n)
 
 
-def test_micro_batch_rows_must_divide_a_mini_batch(setup, tmp_path):  # noqa: F811
+def test_micro_batch_rows_must_divide_a_mini_batch(train_inputs, tmp_path):
     from tandem_rlvr.errors import TandemError
 
     with pytest.raises(TandemError, match="micro_batch_rows"):
-        _cfg(setup, tmp_path, prompts_per_step=2, prompts_per_minibatch=2, group_size=4, micro_batch_rows=3)
+        train_cfg(train_inputs, tmp_path, prompts_per_step=2, prompts_per_minibatch=2, group_size=4, micro_batch_rows=3)

@@ -10,7 +10,7 @@ import torch
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.prepare import drop_overlong_prompts, held_out_rows, split_problems
 
-from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
+from helpers.train import train_cfg
 
 
 def test_pandas_draw_is_dataframe_sample_with_the_same_random_state():
@@ -23,8 +23,8 @@ def test_pandas_draw_is_dataframe_sample_with_the_same_random_state():
         assert held_out_rows(n, k, seed, "pandas") == list(frame.sample(n=k, random_state=seed).index)
 
 
-def test_paper_draw_holds_out_those_rows_in_sample_order_and_trains_on_the_rest(setup, tmp_path):  # noqa: F811
-    cfg = _cfg(setup, tmp_path, val_size=4, val_draw="pandas", seed=0)
+def test_paper_draw_holds_out_those_rows_in_sample_order_and_trains_on_the_rest(train_inputs, tmp_path):
+    cfg = train_cfg(train_inputs, tmp_path, val_size=4, val_draw="pandas", seed=0)
     train, val = split_problems(cfg)
     # the fixture's 40 problems have answers i + 5; numpy.random.RandomState(0).permutation(40) begins 22, 20, 25, 4
     assert [p.answer for p in val] == [str(i + 5) for i in (22, 20, 25, 4)]
@@ -107,8 +107,8 @@ def test_macro_pass_at_n_averages_benchmarks_of_solved_problems_by_hand():
     assert macro_pass_at_n(benchmarks, problems, correct) == pytest.approx((0.5 + 1.0) / 2)
 
 
-def test_paper_test_sets_validation_uses_the_older_stacks_sets_and_trains_on_everything(setup, tmp_path, caplog):  # noqa: F811
-    cfg = _cfg(setup, tmp_path, validation="paper-test-sets", eval_n=4)
+def test_paper_test_sets_validation_uses_the_older_stacks_sets_and_trains_on_everything(train_inputs, tmp_path, caplog):
+    cfg = train_cfg(train_inputs, tmp_path, validation="paper-test-sets", eval_n=4)
     with caplog.at_level("WARNING", logger="tandem_rlvr"):
         train, val = split_problems(cfg)
     assert len(train) == 40 and "selects checkpoints on the test sets" in caplog.text
@@ -117,4 +117,4 @@ def test_paper_test_sets_validation_uses_the_older_stacks_sets_and_trains_on_eve
         counts[p.benchmark] = counts.get(p.benchmark, 0) + 1
     assert counts == {"amc23_25": 121, "aime": 90, "minerva": 272}
     with pytest.raises(TandemError, match="leave val_dataset unset"):
-        _cfg(setup, tmp_path, validation="paper-test-sets", val_dataset="math500")
+        train_cfg(train_inputs, tmp_path, validation="paper-test-sets", val_dataset="math500")

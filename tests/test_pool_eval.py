@@ -10,7 +10,6 @@
   a paired test per junior.
 """
 
-import hashlib
 import json
 from math import comb
 
@@ -20,7 +19,8 @@ import pytest
 from tandem_rlvr.cli import main
 from tandem_rlvr.eval.measure.pool_metrics import junior_pass_at_k
 
-from test_provenance import _bench, models  # noqa: F401  (models: the shared module fixture)
+from helpers.evals import write_bench
+from reference.pool import draw
 
 
 def _unbiased(n: int, c: int, k: int) -> float:
@@ -62,13 +62,6 @@ def test_per_junior_pass_at_k_is_the_unbiased_estimator_over_each_juniors_sample
     assert a["y"]["pass@1"]["se"] == 0.0 and a["x"]["pass@1"]["se"] > 0
 
 
-def _draw(weights, row_seed: int) -> int:
-    """The pool's inverse-CDF draw for a sample, from sha256 of its row seed (step, prompt, rollout = 0)."""
-    d = hashlib.sha256(f"tandem-junior-pool|{row_seed}|0|0|0".encode()).digest()
-    u = int.from_bytes(d[:8], "big") / 2**64
-    return int(np.searchsorted(np.cumsum(weights)[:-1], u, side="right"))
-
-
 def _handoff(out, senior, junior, bench, *extra):
     rc = main(["eval", "handoff", "--senior", str(senior), "--junior", junior, "--benchmarks", str(bench), "--n", "4",
                "--max-tokens", "4", "--template", "plain", "--protocol", "stream", "--schedule", "word",
@@ -77,14 +70,14 @@ def _handoff(out, senior, junior, bench, *extra):
 
 
 @pytest.fixture(scope="module")
-def pool_runs(models, tmp_path_factory):  # noqa: F811
+def pool_runs(chat_models, tmp_path_factory):
     """Handoff runs of seniors a and b with the pool a,b and one of a with the pool a:0.7,b:0.3."""
     root = tmp_path_factory.mktemp("pool")
-    bench = _bench(root / "b.jsonl")
-    pool = f"{models['a']},{models['b']}"
-    _handoff(root / "a", models["a"], pool, bench)
-    _handoff(root / "b", models["b"], pool, bench)
-    _handoff(root / "a-other", models["a"], f"{models['a']}:0.7,{models['b']}:0.3", bench)
+    bench = write_bench(root / "b.jsonl")
+    pool = f"{chat_models['a']},{chat_models['b']}"
+    _handoff(root / "a", chat_models["a"], pool, bench)
+    _handoff(root / "b", chat_models["b"], pool, bench)
+    _handoff(root / "a-other", chat_models["a"], f"{chat_models['a']}:0.7,{chat_models['b']}:0.3", bench)
     return root, bench
 
 
@@ -92,11 +85,11 @@ def _lines(path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_each_samples_junior_is_the_seeded_draw_and_a_resume_draws_the_same(pool_runs, models):  # noqa: F811
+def test_each_samples_junior_is_the_seeded_draw_and_a_resume_draws_the_same(pool_runs, chat_models):
     root, bench = pool_runs
     rows = _lines(root / "a" / "samples.jsonl")
-    names = [str(models["a"].resolve()), str(models["b"].resolve())]
-    assert [r["junior"] for r in rows] == [names[_draw([0.5, 0.5], r["seed"])] for r in rows]
+    names = [str(chat_models["a"].resolve()), str(chat_models["b"].resolve())]
+    assert [r["junior"] for r in rows] == [names[draw([0.5, 0.5], r["seed"])] for r in rows]
     assert {r["junior"] for r in rows} == set(names)  # 16 draws: both juniors drawn
     cfg = json.loads((root / "a" / "config.json").read_text())
     assert cfg["schedule"]["pool"] == {"juniors": names, "weights": [0.5, 0.5], "draw": "sample"}
@@ -106,7 +99,8 @@ def test_each_samples_junior_is_the_seeded_draw_and_a_resume_draws_the_same(pool
     keep = [ln for ln in before.splitlines() if json.loads(ln)["problem_id"] in ("0", "1")]
     (root / "a" / "samples.jsonl").write_text("\n".join(keep) + "\n")
     (root / "a" / "metrics.json").unlink()
-    _handoff(root / "a", models["a"], f"{models['a']},{models['b']}", bench)
+    _handoff(root / "a", chat_models["a"], f"{chat_models['a']},{chat_models['b']}", bench)
+
     def key(r):  # what a resume must reproduce (log-prob sums move in the last float digits with the batch)
         return r["problem_id"], r["sample_idx"], r["seed"], r["junior"], r["token_ids"], r["senior_mask"]
 
@@ -116,29 +110,29 @@ def test_each_samples_junior_is_the_seeded_draw_and_a_resume_draws_the_same(pool
     assert {j: m["juniors"][j]["samples"] for j in names} == per
 
 
-def test_a_resume_with_another_pool_is_refused(pool_runs, models, capsys):  # noqa: F811
+def test_a_resume_with_another_pool_is_refused(pool_runs, chat_models, capsys):
     root, bench = pool_runs
     capsys.readouterr()
-    rc = main(["eval", "handoff", "--senior", str(models["a"]), "--junior", f"{models['b']},{models['a']}",
+    rc = main(["eval", "handoff", "--senior", str(chat_models["a"]), "--junior", f"{chat_models['b']},{chat_models['a']}",
                "--benchmarks", str(bench), "--n", "4", "--max-tokens", "4", "--template", "plain", "--protocol",
                "stream", "--schedule", "word", "--out", str(root / "a")])
     assert rc == 2 and "schedule" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("form", ["weight", "yaml"])
-def test_a_one_junior_pool_is_todays_evaluation_bit_for_bit(models, tmp_path, form):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
-    spec = f"{models['b']}:1"
+def test_a_one_junior_pool_is_todays_evaluation_bit_for_bit(chat_models, tmp_path, form):
+    bench = write_bench(tmp_path / "b.jsonl")
+    spec = f"{chat_models['b']}:1"
     if form == "yaml":
-        (tmp_path / "pool.yaml").write_text(f"- name: {models['b']}\n  weight: 2\n")
+        (tmp_path / "pool.yaml").write_text(f"- name: {chat_models['b']}\n  weight: 2\n")
         spec = str(tmp_path / "pool.yaml")
-    _handoff(tmp_path / "plain", models["a"], str(models["b"]), bench)
-    _handoff(tmp_path / "pool", models["a"], spec, bench)
+    _handoff(tmp_path / "plain", chat_models["a"], str(chat_models["b"]), bench)
+    _handoff(tmp_path / "pool", chat_models["a"], spec, bench)
     for name in ("samples.jsonl", "metrics.json", "config.json"):
         assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "pool" / name).read_bytes(), name
 
 
-def test_compare_refuses_another_pool_and_gives_each_junior_a_row_and_a_test(pool_runs, models, capsys):  # noqa: F811
+def test_compare_refuses_another_pool_and_gives_each_junior_a_row_and_a_test(pool_runs, chat_models, capsys):
     root, _ = pool_runs
     out = root / "cmp"
     capsys.readouterr()
@@ -151,7 +145,7 @@ def test_compare_refuses_another_pool_and_gives_each_junior_a_row_and_a_test(poo
     assert main(["compare", "--handoff", f"a:pool={root / 'a'}", "--handoff", f"b:pool={root / 'b'}",
                  "--n-boot", "200", "--out", str(out)]) == 0
     comp = json.loads((out / "compare.json").read_text())
-    names = [str(models["a"].resolve()), str(models["b"].resolve())]
+    names = [str(chat_models["a"].resolve()), str(chat_models["b"].resolve())]
     assert set(comp["handoff"]["pool"]["a"]["juniors"]) == set(names)
     stats = [t["statistic"] for t in comp["ttests"]]
     assert "handoff pass@1 (pool)" in stats
@@ -167,14 +161,14 @@ def test_compare_refuses_another_pool_and_gives_each_junior_a_row_and_a_test(poo
     assert "per junior of the pool" in md
 
 
-def test_the_text_protocol_hands_each_chain_to_its_drawn_junior(models, tmp_path):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
-    rc = main(["eval", "handoff", "--senior", str(models["a"]), "--junior", f"{models['a']},{models['b']}",
+def test_the_text_protocol_hands_each_chain_to_its_drawn_junior(chat_models, tmp_path):
+    bench = write_bench(tmp_path / "b.jsonl")
+    rc = main(["eval", "handoff", "--senior", str(chat_models["a"]), "--junior", f"{chat_models['a']},{chat_models['b']}",
                "--benchmarks", str(bench), "--n", "4", "--max-tokens", "6", "--template", "plain",
                "--out", str(tmp_path / "t")])
     assert rc == 0
-    names = [str(models["a"].resolve()), str(models["b"].resolve())]
+    names = [str(chat_models["a"].resolve()), str(chat_models["b"].resolve())]
     rows = _lines(tmp_path / "t" / "samples.jsonl")
-    assert [r["junior"] for r in rows] == [names[_draw([0.5, 0.5], r["seed"])] for r in rows]
+    assert [r["junior"] for r in rows] == [names[draw([0.5, 0.5], r["seed"])] for r in rows]
     cfg = json.loads((tmp_path / "t" / "config.json").read_text())
     assert cfg["schedule"]["protocol"] == "text" and cfg["schedule"]["pool"]["juniors"] == names

@@ -19,6 +19,7 @@ from tandem_rlvr.rl.pool_log import junior_figures
 from tandem_rlvr.rl.train import train
 
 from conftest import make_model, save_training_inputs
+from helpers.train import one_junior_pool
 
 # a reward that differs between rollouts (random models never answer right): share of distinct characters
 REWARDS = "def variety(completions, **kw):\n    return [len(set(c)) / (1 + len(c)) for c in completions]\n"
@@ -70,16 +71,6 @@ def _same_run_figures(rec: dict) -> dict:
     run has none)."""
     return {k: v for k, v in rec.items()
             if k != "step_time" and not k.startswith(("wall/", "junior/junior", "val/junior/", "val/best_by"))}
-
-
-def one_junior_pool(setup, tmp_path, pool: str) -> dict:
-    """The settings of a pool that must train as the plain ``--junior setup/junior``: ``yaml-one``, a pool
-    file of that one junior; ``two-copies``, the junior and its byte copy, drawn per rollout."""
-    if pool == "yaml-one":
-        f = tmp_path / "pool.yaml"
-        f.write_text(f"- {{name: {setup / 'junior'}, weight: 1}}\n")
-        return {"junior": str(f)}
-    return {"junior": f"{setup / 'junior'},{setup / 'junior_copy'}", "junior_draw": "rollout"}
 
 
 @pytest.mark.parametrize("pool", ["yaml-one", "two-copies"])

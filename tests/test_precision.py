@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from tandem_rlvr.rl.train import train
 
-from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
+from helpers.train import train_cfg
 
 LR = 1e-6
 BF16_REACH = 2.0 ** -11  # largest |w| whose half-ulp in bf16 is still within one step of size lr
@@ -44,12 +44,12 @@ def _spread_reward(completions, completion_ids, **_):
 
 
 @pytest.mark.slow
-def test_fp32_masters_train_at_lr_1e_6_where_pure_bf16_rounds_the_updates_away(setup, tmp_path, monkeypatch):  # noqa: F811
+def test_fp32_masters_train_at_lr_1e_6_where_pure_bf16_rounds_the_updates_away(train_inputs, tmp_path, monkeypatch):
     monkeypatch.setattr("tandem_rlvr.rl.assemble.reward_functions", lambda *a: ([_spread_reward], [1.0], None))
-    base = load_file(str(setup[1] / "model.safetensors"))  # the fixture's senior, saved in fp32
+    base = load_file(str(train_inputs[1] / "model.safetensors"))  # the fixture's senior, saved in fp32
     kw = dict(method="grpo", dtype="bfloat16", lr=LR, max_steps=3, save_every=1, temperature=1.0)
-    train(_cfg(setup, tmp_path, output_dir=str(tmp_path / "mixed"), **kw), print_fn=lambda *_: None)
-    train(_cfg(setup, tmp_path, output_dir=str(tmp_path / "pure"), master_dtype="compute", **kw),
+    train(train_cfg(train_inputs, tmp_path, output_dir=str(tmp_path / "mixed"), **kw), print_fn=lambda *_: None)
+    train(train_cfg(train_inputs, tmp_path, output_dir=str(tmp_path / "pure"), master_dtype="compute", **kw),
           print_fn=lambda *_: None)
 
     mixed, _ = _changed(tmp_path / "mixed", base, torch.float32)  # checkpoints hold the fp32 masters
@@ -67,10 +67,10 @@ def test_fp32_masters_train_at_lr_1e_6_where_pure_bf16_rounds_the_updates_away(s
     assert "float32 master weights" in (tmp_path / "mixed" / "final" / "README.md").read_text()
 
 
-def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(setup, tmp_path):  # noqa: F811
+def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(train_inputs, tmp_path):
     from tandem_rlvr.rl.assemble import build_run
 
-    run = build_run(_cfg(setup, tmp_path, dtype="bfloat16"), print_fn=lambda *_: None)
+    run = build_run(train_cfg(train_inputs, tmp_path, dtype="bfloat16"), print_fn=lambda *_: None)
     assert next(run.prep.pair.senior.parameters()).dtype == torch.float32
     assert next(run.prep.pair.junior.parameters()).dtype == torch.bfloat16
     assert run.trainer.args.bf16 and not run.trainer.args.fp16
@@ -78,8 +78,8 @@ def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(setup, tmp_p
     copy = run.rollout.engine.rollout_copy.copy
     assert next(copy.parameters()).dtype == torch.bfloat16
     # the copy holds the masters rounded to bf16; at step 0 that is the junior, bit for bit (self-paired)
-    run2 = build_run(_cfg(setup, tmp_path / "b", output_dir=str(tmp_path / "b"), dtype="bfloat16",
-                          junior=str(setup[1])), print_fn=lambda *_: None)
+    run2 = build_run(train_cfg(train_inputs, tmp_path / "b", output_dir=str(tmp_path / "b"), dtype="bfloat16",
+                          junior=str(train_inputs[1])), print_fn=lambda *_: None)
     run2.rollout.sync(run2.prep.pair.senior, 0)
     copy2 = run2.rollout.engine.rollout_copy.copy
     junior2 = dict(run2.prep.pair.junior.named_parameters())
@@ -93,10 +93,10 @@ def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(setup, tmp_p
     assert torch.equal(dict(again.named_parameters())[name], master.to(torch.bfloat16))
 
 
-def test_pure_compute_dtype_is_the_senior_itself(setup, tmp_path):  # noqa: F811
+def test_pure_compute_dtype_is_the_senior_itself(train_inputs, tmp_path):
     from tandem_rlvr.rl.assemble import build_run
 
-    run = build_run(_cfg(setup, tmp_path, dtype="bfloat16", master_dtype="compute"), print_fn=lambda *_: None)
+    run = build_run(train_cfg(train_inputs, tmp_path, dtype="bfloat16", master_dtype="compute"), print_fn=lambda *_: None)
     senior = run.prep.pair.senior
     assert next(senior.parameters()).dtype == torch.bfloat16
     assert run.rollout.engine.rollout_copy is None and run.rollout.engine.senior is senior  # it decodes itself

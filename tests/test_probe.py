@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tandem_rlvr.cli import main
 from tandem_rlvr.eval.sample.probe import bootstrap_interval, choose_position, summarize
 
-from test_provenance import _bench, models  # noqa: F401  (models: the shared module fixture)
+from helpers.evals import write_bench
 
 
 def _solo_run(tmp_path, senior, bench):
@@ -39,23 +39,23 @@ def _plain_argmax(model_dir, prompt_text: str, response_ids: list[int]) -> np.nd
     return logits[len(p) - 1: len(p) - 1 + len(response_ids)].argmax(-1).numpy()
 
 
-def test_first_position_is_where_the_greedy_paths_first_differ(tmp_path, models):  # noqa: F811
-    bench = _bench(tmp_path / "b.jsonl")
-    run, rows = _solo_run(tmp_path, models["a"], bench)
+def test_first_position_is_where_the_greedy_paths_first_differ(tmp_path, chat_models):
+    bench = write_bench(tmp_path / "b.jsonl")
+    run, rows = _solo_run(tmp_path, chat_models["a"], bench)
     out = tmp_path / "probe"
-    assert main(["probe", "forced-junior", "--samples", str(run), "--junior", str(models["b"]), "--out", str(out),
+    assert main(["probe", "forced-junior", "--samples", str(run), "--junior", str(chat_models["b"]), "--out", str(out),
                  "--n-boot", "200", "--device", "cpu", "--dtype", "float32"]) == 0
     probed = {(r["problem_id"], r["sample_idx"]): r for r in map(json.loads, (out / "probe.jsonl").read_text().splitlines())}
     problems = {json.loads(x)["id"]: json.loads(x)["problem"] for x in bench.read_text().splitlines()}
     for r in rows:
         prompt = problems[r["problem_id"]] + "\n\n"  # the plain template
-        sa = _plain_argmax(models["a"], prompt, r["token_ids"])
-        ja = _plain_argmax(models["b"], prompt, r["token_ids"])
+        sa = _plain_argmax(chat_models["a"], prompt, r["token_ids"])
+        ja = _plain_argmax(chat_models["b"], prompt, r["token_ids"])
         differ = np.flatnonzero(sa != ja)
         got = probed[(r["problem_id"], r["sample_idx"])]
         assert got["position"] == (int(differ[0]) if differ.size else None)
         if differ.size:
-            tok = AutoTokenizer.from_pretrained(models["b"])
+            tok = AutoTokenizer.from_pretrained(chat_models["b"])
             assert got["junior_token"] == tok.decode([int(ja[differ[0]])])
     summary = json.loads((out / "probe.json").read_text())
     n_probed = sum(r["position"] is not None for r in probed.values())
@@ -64,19 +64,19 @@ def test_first_position_is_where_the_greedy_paths_first_differ(tmp_path, models)
     assert sum(b["probed"] for b in summary["by_relative_position"].values()) == n_probed
 
 
-def test_a_junior_equal_to_the_senior_never_diverges(tmp_path, models):  # noqa: F811
-    run, rows = _solo_run(tmp_path, models["a"], _bench(tmp_path / "b.jsonl"))
+def test_a_junior_equal_to_the_senior_never_diverges(tmp_path, chat_models):
+    run, rows = _solo_run(tmp_path, chat_models["a"], write_bench(tmp_path / "b.jsonl"))
     out = tmp_path / "probe"
-    assert main(["probe", "forced-junior", "--samples", str(run), "--junior", str(models["a"]), "--out", str(out),
+    assert main(["probe", "forced-junior", "--samples", str(run), "--junior", str(chat_models["a"]), "--out", str(out),
                  "--position", "random", "--device", "cpu", "--dtype", "float32"]) == 0
     summary = json.loads((out / "probe.json").read_text())
     assert summary["no_divergence"] == len(rows) and summary["overall"]["success_rate"] is None
 
 
-def test_a_finished_probe_rerun_is_a_no_op_and_other_settings_are_refused(tmp_path, capsys, models):  # noqa: F811
-    run, _ = _solo_run(tmp_path, models["a"], _bench(tmp_path / "b.jsonl"))
+def test_a_finished_probe_rerun_is_a_no_op_and_other_settings_are_refused(tmp_path, capsys, chat_models):
+    run, _ = _solo_run(tmp_path, chat_models["a"], write_bench(tmp_path / "b.jsonl"))
     out = tmp_path / "probe"
-    args = ["probe", "forced-junior", "--samples", str(run), "--junior", str(models["b"]), "--out", str(out),
+    args = ["probe", "forced-junior", "--samples", str(run), "--junior", str(chat_models["b"]), "--out", str(out),
             "--n-boot", "100", "--device", "cpu", "--dtype", "float32", "--batch-size", "3"]
     assert main(args) == 0
     before = (out / "probe.jsonl").read_bytes()

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from conftest import make_model, make_tokenizer
-from test_text_handoff import PROBLEMS, _fit
+from helpers.handoff import PROBLEMS, fit
 
 pytestmark = pytest.mark.vllm
 
@@ -28,7 +28,7 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("vprobe")
     tok = make_tokenizer(300)
     for name, seed, steps in (("senior", 0, 30), ("junior", 2, 8)):
-        _fit(make_model(len(tok), seed, hidden=128, layers=1), tok, steps).save_pretrained(root / name)
+        fit(make_model(len(tok), seed, hidden=128, layers=1), tok, steps).save_pretrained(root / name)
         tok.save_pretrained(root / name)
     data = root / "probs.jsonl"
     data.write_text("".join(json.dumps({"problem": p.problem, "answer": "12"}) + "\n" for p in PROBLEMS))

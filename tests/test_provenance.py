@@ -9,7 +9,6 @@ changed. The resume check covers every setting that changes results (seed includ
 evaluation and training runs. Expected fingerprints are recomputed here with hashlib.
 """
 
-import copy
 import hashlib
 import json
 import os
@@ -24,29 +23,7 @@ from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.eval.sample.sampler import evaluate
 
-from conftest import make_model
-
-
-def _bench(path, answers=None, order=None):
-    rows = [{"id": str(i), "problem": f"Mia has {i} shells.", "answer": str(i if answers is None else answers[i])}
-            for i in range(4)]
-    rows = [rows[i] for i in (order or range(4))]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory, tok):
-    """Two saved one-layer random models with ``tok`` and a minimal chat template: {"a": dir, "b": dir}."""
-    root = tmp_path_factory.mktemp("models")
-    chat_tok = copy.deepcopy(tok)
-    chat_tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
-    out = {}
-    for i, name in enumerate(("a", "b")):
-        make_model(len(tok), i, hidden=32, layers=1).save_pretrained(root / name)
-        chat_tok.save_pretrained(root / name)
-        out[name] = root / name
-    return out
+from helpers.evals import write_bench
 
 
 def _eval(capsys, out, senior, bench, *extra, mode="solo"):
@@ -69,69 +46,69 @@ def _refused(capsys, run, needle, *args, **kw):
     assert _snapshot(run) == before  # nothing rewritten
 
 
-def test_rerun_after_the_senior_weights_are_replaced_is_refused_not_stale(tmp_path, capsys, models, tok):
+def test_rerun_after_the_senior_weights_are_replaced_is_refused_not_stale(tmp_path, capsys, chat_models, tok):
     senior = tmp_path / "senior"
-    shutil.copytree(models["a"], senior)
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    shutil.copytree(chat_models["a"], senior)
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
     assert _eval(capsys, run, senior, bench)[0] == 0
-    shutil.copy(models["b"] / "model.safetensors", senior / "model.safetensors")
+    shutil.copy(chat_models["b"] / "model.safetensors", senior / "model.safetensors")
     _refused(capsys, run, "the senior model's files changed", senior, bench)
 
 
-def test_rerun_after_a_benchmark_answer_is_edited_is_refused(tmp_path, capsys, models):
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
-    assert _eval(capsys, run, models["a"], bench)[0] == 0
-    _bench(bench, answers=[0, 1, 999, 3])
-    _refused(capsys, run, "benchmark b differs", models["a"], bench)
+def test_rerun_after_a_benchmark_answer_is_edited_is_refused(tmp_path, capsys, chat_models):
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    assert _eval(capsys, run, chat_models["a"], bench)[0] == 0
+    write_bench(bench, answers=[0, 1, 999, 3])
+    _refused(capsys, run, "benchmark b differs", chat_models["a"], bench)
 
 
-def test_rerun_after_the_benchmark_is_reordered_under_the_same_ids_is_refused(tmp_path, capsys, models):
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
-    assert _eval(capsys, run, models["a"], bench)[0] == 0
+def test_rerun_after_the_benchmark_is_reordered_under_the_same_ids_is_refused(tmp_path, capsys, chat_models):
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    assert _eval(capsys, run, chat_models["a"], bench)[0] == 0
     rows = [json.loads(x) for x in bench.read_text().splitlines()]
     for r, other in zip(rows, rows[::-1]):  # ids stay 0..3, problems and answers reversed
         r["problem"], r["answer"] = other["problem"], other["answer"]
     bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _refused(capsys, run, "benchmark b differs", models["a"], bench)
+    _refused(capsys, run, "benchmark b differs", chat_models["a"], bench)
 
 
-def test_rerun_with_another_limit_is_refused(tmp_path, capsys, models):
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
-    assert _eval(capsys, run, models["a"], bench, "--limit", "2")[0] == 0
-    _refused(capsys, run, "2 problems vs 4", models["a"], bench)
+def test_rerun_with_another_limit_is_refused(tmp_path, capsys, chat_models):
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    assert _eval(capsys, run, chat_models["a"], bench, "--limit", "2")[0] == 0
+    _refused(capsys, run, "2 problems vs 4", chat_models["a"], bench)
 
 
-def test_handoff_rerun_after_the_junior_weights_are_replaced_is_refused(tmp_path, capsys, models):
+def test_handoff_rerun_after_the_junior_weights_are_replaced_is_refused(tmp_path, capsys, chat_models):
     junior = tmp_path / "junior"
-    shutil.copytree(models["b"], junior)
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "handoff"
-    assert _eval(capsys, run, models["a"], bench, "--junior", str(junior), mode="handoff")[0] == 0
-    shutil.copy(models["a"] / "model.safetensors", junior / "model.safetensors")
-    _refused(capsys, run, "the junior model's files changed", models["a"], bench, "--junior", str(junior),
+    shutil.copytree(chat_models["b"], junior)
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "handoff"
+    assert _eval(capsys, run, chat_models["a"], bench, "--junior", str(junior), mode="handoff")[0] == 0
+    shutil.copy(chat_models["a"] / "model.safetensors", junior / "model.safetensors")
+    _refused(capsys, run, "the junior model's files changed", chat_models["a"], bench, "--junior", str(junior),
              mode="handoff")
 
 
-def test_a_run_made_before_fingerprints_is_refused_with_a_clear_line(tmp_path, capsys, models):
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
-    assert _eval(capsys, run, models["a"], bench)[0] == 0
+def test_a_run_made_before_fingerprints_is_refused_with_a_clear_line(tmp_path, capsys, chat_models):
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    assert _eval(capsys, run, chat_models["a"], bench)[0] == 0
     cfg = json.loads((run / "config.json").read_text())
     del cfg["inputs"]  # what config.json looked like before this change
     (run / "config.json").write_text(json.dumps(cfg))
-    _refused(capsys, run, "made before runs recorded input fingerprints", models["a"], bench)
+    _refused(capsys, run, "made before runs recorded input fingerprints", chat_models["a"], bench)
 
 
-def test_a_finished_rerun_is_a_no_op_and_rows_carry_answer_and_problem_fingerprint(tmp_path, capsys, models):
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
-    assert _eval(capsys, run, models["a"], bench)[0] == 0
+def test_a_finished_rerun_is_a_no_op_and_rows_carry_answer_and_problem_fingerprint(tmp_path, capsys, chat_models):
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    assert _eval(capsys, run, chat_models["a"], bench)[0] == 0
     before = _snapshot(run)
-    rc, res = _eval(capsys, run, models["a"], bench)
+    rc, res = _eval(capsys, run, chat_models["a"], bench)
     assert rc == 0 and "pass@1" in res.out and _snapshot(run)["samples.jsonl"] == before["samples.jsonl"]
     rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
     for r in rows:
         i = int(r["problem_id"])
         want = hashlib.sha256(json.dumps([f"Mia has {i} shells.", str(i)]).encode()).hexdigest()[:16]
         assert r["answer"] == str(i) and r["problem_fp"] == want
-    files = sorted(p for p in models["a"].iterdir() if p.is_file())  # config, generation config, weights, tokenizer
+    files = sorted(p for p in chat_models["a"].iterdir() if p.is_file())  # config, generation config, weights, tokenizer
     h = hashlib.sha256()
     for p in files:
         h.update(f"{p.name}\t{p.stat().st_size}\t{hashlib.sha256(p.read_bytes()).hexdigest()}\n".encode())
@@ -139,12 +116,12 @@ def test_a_finished_rerun_is_a_no_op_and_rows_carry_answer_and_problem_fingerpri
     assert cfg["inputs"]["models"] == {"senior": h.hexdigest()[:16]}
 
 
-def test_fingerprint_changes_when_one_byte_changes_even_with_size_and_mtime_kept(tmp_path, models, monkeypatch):
+def test_fingerprint_changes_when_one_byte_changes_even_with_size_and_mtime_kept(tmp_path, chat_models, monkeypatch):
     from tandem_rlvr.fingerprint import model_fingerprint
 
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))  # a cache entry exists for the old content
     d = tmp_path / "m"
-    shutil.copytree(models["a"], d)
+    shutil.copytree(chat_models["a"], d)
     w = d / "model.safetensors"
     first = model_fingerprint(str(d))
     assert model_fingerprint(str(d)) == first  # cached, same answer
@@ -170,23 +147,23 @@ def test_built_in_model_is_fingerprinted_by_its_files(tmp_path):
 
 
 # --------------------------------------------------------------------------- legibility reads what was sampled
-def test_legibility_refuses_samples_whose_problems_changed(tmp_path, capsys, models):
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
-    assert _eval(capsys, run, models["a"], bench)[0] == 0
-    _bench(bench, answers=[0, 1, 999, 3])
-    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(models["b"]), "--out", str(tmp_path / "leg")])
+def test_legibility_refuses_samples_whose_problems_changed(tmp_path, capsys, chat_models):
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    assert _eval(capsys, run, chat_models["a"], bench)[0] == 0
+    write_bench(bench, answers=[0, 1, 999, 3])
+    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(chat_models["b"]), "--out", str(tmp_path / "leg")])
     err = capsys.readouterr().err
     assert rc != 0 and "problem '2' of benchmark 'b' was sampled from another version" in err
     assert not (tmp_path / "leg" / "legibility.json").exists()
 
 
-def test_legibility_refuses_a_senior_whose_weights_changed(tmp_path, capsys, models):
+def test_legibility_refuses_a_senior_whose_weights_changed(tmp_path, capsys, chat_models):
     senior = tmp_path / "senior"
-    shutil.copytree(models["a"], senior)
-    bench, run = _bench(tmp_path / "b.jsonl"), tmp_path / "run"
+    shutil.copytree(chat_models["a"], senior)
+    bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
     assert _eval(capsys, run, senior, bench)[0] == 0
-    shutil.copy(models["b"] / "model.safetensors", senior / "model.safetensors")
-    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(models["b"]), "--out", str(tmp_path / "leg")])
+    shutil.copy(chat_models["b"] / "model.safetensors", senior / "model.safetensors")
+    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(chat_models["b"]), "--out", str(tmp_path / "leg")])
     err = capsys.readouterr().err
     assert rc != 0 and "is not the model that sampled this run" in err
 
@@ -199,17 +176,17 @@ EVAL_EXEMPT = {"device", "junior_device", "batch_size", "vllm_settings",  # same
                "protocol"}  # needs a paragraph schedule: test_text_handoff.py checks its resume refusal
 
 
-def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, models):
+def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, chat_models):
     """Change each EvalConfig field alone (seed included) and the resume is refused."""
-    bench = _bench(tmp_path / "b.jsonl")
-    base = EvalConfig.from_keys(senior=str(models["a"]), junior=str(models["b"]), mode="handoff", schedule="word",
+    bench = write_bench(tmp_path / "b.jsonl")
+    base = EvalConfig.from_keys(senior=str(chat_models["a"]), junior=str(chat_models["b"]), mode="handoff", schedule="word",
                       benchmarks=(str(bench),), limit=3, n=2, sampling=SamplingParams(0.7, 0.8, 20, 3), seed=0,
                       template="plain", device="cpu", dtype="float32")
     run = tmp_path / "run"
     evaluate(base, run, progress=False)
     (tmp_path / "c").mkdir()
-    other_bench = _bench(tmp_path / "c" / "b.jsonl", answers=[0, 1, 5, 3])  # same name, problem 2's answer edited
-    changes = {"senior": str(models["b"]), "junior": str(models["a"]), "schedule": "word-atomic",
+    other_bench = write_bench(tmp_path / "c" / "b.jsonl", answers=[0, 1, 5, 3])  # same name, problem 2's answer edited
+    changes = {"senior": str(chat_models["b"]), "junior": str(chat_models["a"]), "schedule": "word-atomic",
                "benchmarks": (str(other_bench),), "limit": 2, "n": 3, "template": "chat", "instruction": "reason-step",
                "answer_mode": "final-boxes", "grader": "paper", "task": "answer-tag", "seed": 1, "p": 0.25, "K": 2, "dtype": "bfloat16",
                "sampling": [SamplingParams(1.0, 0.8, 20, 3), SamplingParams(0.7, 0.9, 20, 3),

@@ -12,7 +12,7 @@ import pytest
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.recipes.pipeline import eval_settings, evaluate_senior
 
-from test_provenance import _bench, models  # noqa: F401  (models: the shared module fixture)
+from helpers.evals import write_bench
 
 
 def _copy(src, dst):
@@ -24,9 +24,9 @@ def _settings(bench):
     return eval_settings(limit=4, n=1, max_tokens=4, benchmark=str(bench))
 
 
-def test_finished_evaluations_are_kept_after_their_inputs_are_checked(tmp_path, models, monkeypatch):  # noqa: F811
-    senior, junior = _copy(models["a"], tmp_path / "senior"), _copy(models["b"], tmp_path / "junior")
-    bench = _bench(tmp_path / "b.jsonl")
+def test_finished_evaluations_are_kept_after_their_inputs_are_checked(tmp_path, chat_models, monkeypatch):
+    senior, junior = _copy(chat_models["a"], tmp_path / "senior"), _copy(chat_models["b"], tmp_path / "junior")
+    bench = write_bench(tmp_path / "b.jsonl")
     d = tmp_path / "eval"
     first = evaluate_senior(str(senior), d, {"": str(junior)}, _settings(bench), progress=False)
     stored = {k: json.loads((d / k / "metrics.json").read_text()) for k in ("solo", "handoff")}
@@ -53,15 +53,15 @@ def test_finished_evaluations_are_kept_after_their_inputs_are_checked(tmp_path, 
         evaluate_senior(str(senior), d, {"": str(junior)}, _settings(bench), skip_done=True, progress=False)
 
 
-def test_a_changed_junior_or_problem_set_is_refused(tmp_path, models):  # noqa: F811
-    senior, junior = _copy(models["a"], tmp_path / "senior"), _copy(models["b"], tmp_path / "junior")
-    bench = _bench(tmp_path / "b.jsonl")
+def test_a_changed_junior_or_problem_set_is_refused(tmp_path, chat_models):
+    senior, junior = _copy(chat_models["a"], tmp_path / "senior"), _copy(chat_models["b"], tmp_path / "junior")
+    bench = write_bench(tmp_path / "b.jsonl")
     d = tmp_path / "eval"
     evaluate_senior(str(senior), d, {"": str(junior)}, _settings(bench), progress=False)
-    _bench(bench, answers=[0, 1, 2, 9])  # one answer edited
+    write_bench(bench, answers=[0, 1, 2, 9])  # one answer edited
     with pytest.raises(TandemError, match="benchmark .* differs"):
         evaluate_senior(str(senior), d, {"": str(junior)}, _settings(bench), skip_done=True, progress=False)
-    _bench(bench)
+    write_bench(bench)
     (junior / "config.json").write_text((junior / "config.json").read_text().replace('"rms_norm_eps": 1e-06',
                                                                                      '"rms_norm_eps": 1e-05'))
     with pytest.raises(TandemError, match="junior model's files changed"):

@@ -23,7 +23,7 @@ from tandem_rlvr.eval.sample.sampler import run_eval
 from tandem_rlvr.rl import assemble as assembly
 from tandem_rlvr.rl.train import train
 
-from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
+from helpers.train import train_cfg
 
 
 def _decoder(tok, pair, generated):
@@ -82,13 +82,13 @@ def test_eval_rerun_generates_nothing_twice_and_duplicates_no_row(tmp_path, tok,
     assert metrics["bench"]["problems"] == 4
 
 
-def test_training_rerun_after_a_kill_reproduces_the_step_values(setup, tmp_path, monkeypatch):  # noqa: F811
+def test_training_rerun_after_a_kill_reproduces_the_step_values(train_inputs, tmp_path, monkeypatch):
     def parity_reward(completions, **kw):  # a reward that varies inside a group, so step 1 changes the senior
         return [float(len(c) % 2) for c in completions]
 
     parity_reward.__name__ = "accuracy_reward"
     monkeypatch.setattr(assembly, "reward_functions", lambda *a: ([parity_reward], [1.0], None))
-    cfg = _cfg(setup, tmp_path, max_steps=2, save_every=1, eval_every=0)
+    cfg = train_cfg(train_inputs, tmp_path, max_steps=2, save_every=1, eval_every=0)
     train(cfg, print_fn=lambda *_: None)
     log = tmp_path / "run" / "log.jsonl"
     before = {r["step"]: r for r in map(json.loads, log.read_text().splitlines()) if "reward/mean" in r}

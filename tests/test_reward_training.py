@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import save_training_inputs
 from judge_helpers import FakeJudgeServer
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
@@ -36,13 +35,6 @@ class EvenTask:
 
     def grade(self, responses, rows):
         return [Grade(float(len(r) % 2 == 0), "even" if len(r) % 2 == 0 else "odd") for r in responses]
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory, tok):
-    root = tmp_path_factory.mktemp("terms")
-    save_training_inputs(root, tok)
-    return root
 
 
 @pytest.fixture
@@ -73,9 +65,9 @@ def _steps(out):
     return {r["step"]: r for r in rows if "reward/mean" in r}
 
 
-def test_each_reward_term_is_logged_per_step_and_the_reward_is_their_weighted_sum(setup, tmp_path, server, even_task):
+def test_each_reward_term_is_logged_per_step_and_the_reward_is_their_weighted_sum(train_root, tmp_path, server, even_task):
     out = tmp_path / "run"
-    train(_cfg(setup, out, server), print_fn=lambda *_: None)
+    train(_cfg(train_root, out, server), print_fn=lambda *_: None)
     rec = _steps(out)[1]
     correct, length, judge = (rec[f"rewards/{t}/mean"] for t in ("correct", "length", "judge"))
     # each term also under the name reward/NAME (TRL's rewards/NAME/mean kept beside it)
@@ -98,9 +90,9 @@ def test_each_reward_term_is_logged_per_step_and_the_reward_is_their_weighted_su
 
 
 @pytest.mark.slow
-def test_resumed_run_asks_the_judge_nothing_it_already_answered(setup, tmp_path, server, even_task):
+def test_resumed_run_asks_the_judge_nothing_it_already_answered(train_root, tmp_path, server, even_task):
     out = tmp_path / "run"
-    cfg = _cfg(setup, out, server, max_steps=2)
+    cfg = _cfg(train_root, out, server, max_steps=2)
     train(cfg, print_fn=lambda *_: None)
     before = _steps(out)
     asked = len(server.requests)

@@ -20,7 +20,6 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 
 from tandem_rlvr.cli import main
 
-from test_provenance import models  # noqa: F401  (the shared module fixture)
 
 PROBLEM = "Mia has 7 shells."
 TEMPERATURE = 0.5  # the sharpened random model: 8 tokens with n p >= 5 at n = 400 (top one 0.45)
@@ -46,10 +45,10 @@ def _run(tmp_path, senior, n, max_tokens):
     return [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
 
 
-def test_the_n_samples_of_a_problem_are_independent_draws(tmp_path, models, tok):  # noqa: F811
+def test_the_n_samples_of_a_problem_are_independent_draws(tmp_path, chat_models, tok):
     n = 400
-    probs = _first_token_probs(models["a"], tok)
-    rows = _run(tmp_path, models["a"], n, 1)
+    probs = _first_token_probs(chat_models["a"], tok)
+    rows = _run(tmp_path, chat_models["a"], n, 1)
     first = np.array([r["token_ids"][0] for r in rows])
     counts = np.bincount(first, minlength=probs.size)
     assert len(rows) == n and len(set(first.tolist())) > 5 and counts.max() < 0.9 * n  # not copies of one draw
@@ -64,9 +63,9 @@ def test_the_n_samples_of_a_problem_are_independent_draws(tmp_path, models, tok)
     assert stats.chisquare(observed, expected).pvalue > 1e-3
 
 
-def test_every_end_of_sequence_id_listed_in_the_generation_config_ends_a_sample(tmp_path, models, tok):  # noqa: F811
+def test_every_end_of_sequence_id_listed_in_the_generation_config_ends_a_sample(tmp_path, chat_models, tok):
     senior = tmp_path / "senior"
-    shutil.copytree(models["a"], senior)
+    shutil.copytree(chat_models["a"], senior)
     probs = _first_token_probs(senior, tok)
     probs[tok.eos_token_id] = 0
     x, y = (int(v) for v in np.argsort(-probs)[:2])  # the two likeliest first tokens become EOS ids

@@ -152,7 +152,7 @@ def test_serve_refuses_a_bad_port_before_loading_anything(capsys):
 def test_client_mask_from_token_ids_equals_the_reference_decoders(tok, pair, name, K):
     """The reference decoder samples with its own coins; ``client.senior_mask`` sees only the
     returned ids and the request's (schedule, p, K, seed), as a client of a server does."""
-    from test_decoding_reference import _boundary_ids
+    from reference.schedules import boundary_ids
 
     from tandem_rlvr.client import senior_mask
     from tandem_rlvr.decoding.reference import reference_generate, reference_surfaces
@@ -164,7 +164,7 @@ def test_client_mask_from_token_ids_equals_the_reference_decoders(tok, pair, nam
     for seed, text in enumerate(texts * 2):
         prompt = tok.encode(text)
         toks, flags, _ = reference_generate(pair[0].cpu(), pair[1].cpu(), name, sp, prompt, seed, [tok.eos_token_id],
-                                            _boundary_ids(tok, name), p=0.5, K=K, surfaces=reference_surfaces(tok))
+                                            boundary_ids(tok, name), p=0.5, K=K, surfaces=reference_surfaces(tok))
         assert senior_mask(tok, toks, name, 0.5, K, seed) == [bool(f) for f in flags]
         switches += sum(x != y for x, y in zip(flags, flags[1:]))
     assert switches > 0, "no handoff in the samples; the check is vacuous"

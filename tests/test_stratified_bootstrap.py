@@ -23,7 +23,7 @@ from tandem_rlvr.cli import main
 from tandem_rlvr.eval.measure.legibility_text import paper_summary
 from tandem_rlvr.eval.measure.metrics import macro_bootstrap_se, mean_se_summary, pass_at_k_summary
 
-from test_legibility_drift import rows_for, world, write_run  # noqa: F401  (world: a module fixture)
+from helpers.legibility import rows_for, write_run
 
 N_BOOT = 10_000
 REL = 0.04
@@ -113,8 +113,8 @@ def test_paper_legibility_summary_ses_are_stratified_for_ce_and_alpha():
         assert out[stat]["macro"]["se"] == pytest.approx(want, rel=REL), stat
 
 
-def test_eval_legibility_macro_ses_are_stratified_for_ce_and_alpha(tmp_path, tok, world):  # noqa: F811
-    dirs, _ = world
+def test_eval_legibility_macro_ses_are_stratified_for_ce_and_alpha(tmp_path, tok, legibility_world):
+    dirs, _ = legibility_world
     rng = np.random.default_rng(0)
     sizes = {"easy": 2, "hard": 8}  # stratified and pooled SEs differ by about 25% at these sizes
     rows, files = [], []

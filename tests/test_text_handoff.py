@@ -9,49 +9,14 @@ import torch
 
 from tandem_rlvr.cli import main
 from tandem_rlvr.config import EvalConfig
-from tandem_rlvr.data.benchmarks import Problem
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.eval.measure.metrics import handoff_diagnostics
 from tandem_rlvr.eval.sample.text_handoff import TextHandoff, TurnModel
-from tandem_rlvr.tasks import task_for_eval, task_row
+from tandem_rlvr.tasks import task_row
 
-from conftest import TEXT, make_model, make_tokenizer
-
-TASK = task_for_eval("math", instruction="none", answer_mode="last-box")  # the prompts and verdicts of these tests
-
-PROBLEMS = [Problem("t", str(i), q, "12") for i, q in
-            enumerate(["Mia has 7 shells.", "Tom buys 3 apples", "Leo has 9 cards.", "She finds 5"])]
-
-
-def _fit(model, tok, steps):
-    """A few full-batch steps on the fixture text, so greedy turns write sentences and paragraph breaks."""
-    torch.manual_seed(0)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    batch = tok(TEXT[:3], return_tensors="pt", padding=True, padding_side="right")
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    model.train()
-    for _ in range(steps):
-        loss = model(**batch, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval().requires_grad_(False)
-
-
-@pytest.fixture(scope="module")
-def cross_pair():
-    """(senior, its tokenizer, junior, another tokenizer): 300 vs 280 ids, other merges."""
-    tok_s, tok_j = make_tokenizer(300), make_tokenizer(280)
-    return (_fit(make_model(len(tok_s), 0, hidden=32, layers=1), tok_s, 30), tok_s,
-            _fit(make_model(len(tok_j), 2, hidden=32, layers=1), tok_j, 15), tok_j)
-
-
-def _handoff(cross_pair, budget=80, **kw):
-    s, ts, j, tj = cross_pair
-    sp = SamplingParams(0.0, 1.0, 0, budget)
-    return TextHandoff(TurnModel(s, ts, sp, "plain"), TurnModel(j, tj, sp, "plain"), "paragraph-roundrobin",
-                       max_new_tokens=budget, **kw)
+from conftest import make_model, make_tokenizer
+from helpers.handoff import PROBLEMS, TASK, exact_row, handoff
 
 
 def _reference(models, toks, prompts, budget):
@@ -82,7 +47,7 @@ def _reference(models, toks, prompts, budget):
 @torch.no_grad()
 def test_batched_turns_equal_one_row_reference_greedy(cross_pair):
     s, ts, j, tj = cross_pair
-    th = _handoff(cross_pair)
+    th = handoff(cross_pair)
     chains = [th.new_chain(p, k, 100 + 10 * i + k, TASK) for i, p in enumerate(PROBLEMS) for k in range(2)]
     th.run(chains)
     prompts = [p.problem + "\n\n" for p in PROBLEMS]  # the plain template, both models
@@ -95,7 +60,7 @@ def test_batched_turns_equal_one_row_reference_greedy(cross_pair):
 
 def test_rows_keep_authorship_per_character_and_shares_by_hand(cross_pair):
     s, ts, j, tj = cross_pair
-    th = _handoff(cross_pair)
+    th = handoff(cross_pair)
     chains = [th.new_chain(p, 0, 5, TASK) for p in PROBLEMS]
     th.run(chains)
     for c in chains:
@@ -118,7 +83,7 @@ def test_rows_keep_authorship_per_character_and_shares_by_hand(cross_pair):
 
 
 def test_round_cap_ends_live_chains_after_one_senior_and_one_junior_turn(cross_pair):
-    th = _handoff(cross_pair, max_rounds=1)
+    th = handoff(cross_pair, max_rounds=1)
     chains = [th.new_chain(p, 0, 5, TASK) for p in PROBLEMS]
     th.run(chains)
     for c in chains:
@@ -173,18 +138,9 @@ def test_text_protocol_command_resumes_to_the_same_rows(dirs, tmp_path):
     path.write_text("\n".join(first[:-3]) + "\n")  # the last problem lost, the one before torn in half
     assert main(argv) == 0
     again = path.read_text().splitlines()
-    assert sorted(map(_exact, again)) == sorted(map(_exact, first))  # resumed, the same text from the same seeds
+    assert sorted(map(exact_row, again)) == sorted(map(exact_row, first))  # resumed, the same text from the same seeds
     lps = lambda lines: sorted(json.loads(x)["junior_lp_sum"] for x in lines)  # noqa: E731
     assert lps(again) == pytest.approx(lps(first), abs=1e-4)  # float sums depend on the batch's padding
-
-
-def _exact(line: str) -> str:
-    """A row without its log-prob sums (floats that vary in the last digits with the batch)."""
-    row = json.loads(line)
-    row.pop("junior_lp_sum")
-    for t in row["turns"]:
-        t.pop("logprob_sum")
-    return json.dumps(row, sort_keys=True)
 
 
 def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
@@ -244,7 +200,7 @@ def test_bernoulli_turns_follow_the_coin_at_its_extremes(cross_pair, p, author):
 
 
 def test_one_generate_call_per_turn_for_every_live_chain(cross_pair):
-    th = _handoff(cross_pair)
+    th = handoff(cross_pair)
     calls = []
     for m in th.pair:
         real = m.decoder.generate

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from conftest import make_model, make_tokenizer
-from test_text_handoff import PROBLEMS, _exact, _fit
+from helpers.handoff import PROBLEMS, exact_row, fit
 
 pytestmark = pytest.mark.vllm
 
@@ -29,7 +29,7 @@ def dirs(tmp_path_factory):
     out = []
     for name, vocab, seed, steps in (("senior", 300, 0, 30), ("junior", 280, 2, 15)):
         t = make_tokenizer(vocab)
-        _fit(make_model(len(t), seed, hidden=128, layers=1), t, steps).save_pretrained(root / name)
+        fit(make_model(len(t), seed, hidden=128, layers=1), t, steps).save_pretrained(root / name)
         t.save_pretrained(root / name)
         out.append(str(root / name))
     data = root / "probs.jsonl"
@@ -61,7 +61,7 @@ def test_greedy_vllm_text_handoff_equals_the_hf_rows_one_generate_call_per_turn(
     a, b = sorted(_rows(hf), key=key), sorted(_rows(vl), key=key)
     assert len(a) == len(b) == 2 * len(PROBLEMS)
     for x, y in zip(a, b):
-        assert _exact(json.dumps(y)) == _exact(json.dumps(x)), key(x)  # turns: texts, authors, tokens, ends
+        assert exact_row(json.dumps(y)) == exact_row(json.dumps(x)), key(x)  # turns: texts, authors, tokens, ends
         assert y["junior_lp_sum"] == pytest.approx(x["junior_lp_sum"], abs=1e-3)
         for tx, ty in zip(x["turns"], y["turns"]):
             assert ty["logprob_sum"] == pytest.approx(tx["logprob_sum"], abs=1e-3)
@@ -85,4 +85,4 @@ def test_sampled_vllm_text_run_resumes_to_the_same_rows(dirs, tmp_path):
     path.write_text("\n".join(first[:-3]) + "\n")  # the last problem lost, the one before torn in half
     assert main(argv) == 0
     again = path.read_text().splitlines()
-    assert sorted(map(_exact, again)) == sorted(map(_exact, first))  # the same turns from the same seeds
+    assert sorted(map(exact_row, again)) == sorted(map(exact_row, first))  # the same turns from the same seeds

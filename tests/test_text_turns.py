@@ -17,7 +17,7 @@ import pytest
 from tandem_rlvr.eval.sample.turns import turn_result
 from tandem_rlvr.tasks import task_row
 
-from test_text_handoff import PROBLEMS, TASK, _handoff, cross_pair  # noqa: F401  (cross_pair: module fixture)
+from helpers.handoff import PROBLEMS, TASK, handoff
 
 
 class Pieces:
@@ -41,9 +41,9 @@ def test_a_turn_keeps_the_paragraph_break_that_stopped_it(toks, eos, want):
     assert (text, n, end) == want and lp == -1.5
 
 
-def test_co_written_rows_are_their_turns_joined_and_the_mask_covers_the_seniors_turns(cross_pair):  # noqa: F811
+def test_co_written_rows_are_their_turns_joined_and_the_mask_covers_the_seniors_turns(cross_pair):
     _, ts, _, _ = cross_pair
-    th = _handoff(cross_pair, budget=80)
+    th = handoff(cross_pair, budget=80)
     chains = [th.new_chain(p, k, 7 + k, TASK) for p in PROBLEMS for k in range(2)]
     th.run(chains)
     breaks, authors = 0, set()

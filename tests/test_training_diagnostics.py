@@ -7,11 +7,11 @@ import torch
 
 from tandem_rlvr.rl.assemble import build_run
 
-from test_train import _cfg, setup  # noqa: F401  (the module fixture: tiny senior, junior and data)
+from helpers.train import train_cfg
 
 
-def test_tandem_rollout_logs_switches_and_junior_logprob_of_every_emitted_token(setup, tmp_path):  # noqa: F811
-    run = build_run(_cfg(setup, tmp_path, schedule="alternating"), print_fn=lambda *_: None)
+def test_tandem_rollout_logs_switches_and_junior_logprob_of_every_emitted_token(train_inputs, tmp_path):
+    run = build_run(train_cfg(train_inputs, tmp_path, schedule="alternating"), print_fn=lambda *_: None)
     trainer, rollout = run.trainer, run.rollout
     prompts = [f"Mia has {i} shells. She finds 5 more." for i in (1, 1, 2, 2)]
     out = rollout(prompts, trainer)
@@ -30,8 +30,8 @@ def test_tandem_rollout_logs_switches_and_junior_logprob_of_every_emitted_token(
     assert abs(rollout.last["junior/logprob"] - total / count) < 1e-4
 
 
-def test_grpo_rollout_logs_zero_switches(setup, tmp_path):  # noqa: F811
-    run = build_run(_cfg(setup, tmp_path, method="grpo"), print_fn=lambda *_: None)
+def test_grpo_rollout_logs_zero_switches(train_inputs, tmp_path):
+    run = build_run(train_cfg(train_inputs, tmp_path, method="grpo"), print_fn=lambda *_: None)
     run.rollout(["Mia has 3 shells. She finds 5 more."] * 2, run.trainer)
     assert run.rollout.last["senior/switches_per_seq"] == 0.0 and "junior/logprob" in run.rollout.last
 

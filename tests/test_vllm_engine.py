@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import save_vllm_pair
-from test_decoding_reference import _boundary_ids  # the reference decoder's own boundary sets
+from reference.schedules import boundary_ids
 
 pytestmark = pytest.mark.vllm
 
@@ -64,7 +64,7 @@ def test_greedy_vllm_equals_reference_tokens_and_authors(tok, engine, hf_pair, n
     switches = 0
     for b, (prompt, seed) in enumerate(zip(prompts, SEEDS)):
         ref_toks, ref_flags, ref_lps = reference_generate(
-            hf_pair[0], hf_pair[1], name, sp, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=0.5,
+            hf_pair[0], hf_pair[1], name, sp, prompt, seed, [tok.eos_token_id], boundary_ids(tok, name), p=0.5,
             K=K, surfaces=reference_surfaces(tok))
         assert out.row_tokens(b) == ref_toks, f"{name} row {b}"
         assert out.row_mask(b) == [int(f) for f in ref_flags], f"{name} row {b} authorship"

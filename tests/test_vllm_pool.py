@@ -31,7 +31,7 @@ from tandem_rlvr.engines.base import EngineSetup, RolloutSpec, open_engine  # no
 from tandem_rlvr.engines.vllm_engine import VLLMSettings  # noqa: E402
 from tandem_rlvr.errors import TandemError  # noqa: E402
 from tandem_rlvr.rl.train import train  # noqa: E402
-from test_pool_train import one_junior_pool  # noqa: E402  (the pools that must train as the plain junior)
+from helpers.train import one_junior_pool  # noqa: E402  (the pools that must train as the plain junior)
 
 REWARDS = "def variety(completions, **kw):\n    return [len(set(c)) / (1 + len(c)) for c in completions]\n"
 
@@ -138,8 +138,8 @@ def test_eval_handoff_with_a_pool_on_vllm_opens_one_engine_and_each_row_is_the_r
         setup, tok, tmp_path, monkeypatch):
     """``tandem eval handoff --engine vllm --junior A,B`` (in-stream): one vLLM engine is opened, holding both
     juniors, and every greedy row equals the reference decoder with the junior its seed draws (names, tokens,
-    senior mask; tests/pool_reference.py)."""
-    from pool_reference import check_rows_against_reference, write_bench
+    senior mask; tests/reference/pool.py)."""
+    from reference.pool import check_rows_against_reference, write_bench
     from tandem_rlvr.cli import main
     from tandem_rlvr.engines.vllm_engine import VLLMEngine
 
@@ -166,11 +166,11 @@ def test_eval_handoff_with_a_pool_on_vllm_opens_one_engine_and_each_row_is_the_r
 def fitted(tmp_path_factory, tok):
     """A senior and two juniors of ``tok``, fitted a few steps on the fixture text (so greedy turns end at
     paragraph breaks and chains hand off), the juniors fitted differently; a problems file."""
-    from test_text_handoff import PROBLEMS, _fit
+    from helpers.handoff import PROBLEMS, fit
 
     root = tmp_path_factory.mktemp("vtextpool")
     for name, seed, steps in (("senior", 0, 30), ("junior", 2, 15), ("other", 3, 8)):
-        _fit(make_model(len(tok), seed, hidden=128, layers=1), tok, steps).save_pretrained(root / name)
+        fit(make_model(len(tok), seed, hidden=128, layers=1), tok, steps).save_pretrained(root / name)
         tok.save_pretrained(root / name)
     (root / "probs.jsonl").write_text("".join(json.dumps({"problem": p.problem, "answer": "12"}) + "\n"
                                               for p in PROBLEMS))
@@ -183,8 +183,8 @@ def test_text_handoff_with_a_pool_on_vllm_runs_on_one_engine_and_equals_the_hf_r
     (turns: texts, authors, tokens, ends; each chain's junior), with chains handed to both juniors."""
     from tandem_rlvr.cli import main
     from tandem_rlvr.engines.vllm_engine import VLLMEngine
-    from test_pool_eval import _draw
-    from test_text_handoff import _exact
+    from reference.pool import draw
+    from helpers.handoff import exact_row
 
     opened = []
     real = VLLMEngine.__init__
@@ -206,7 +206,7 @@ def test_text_handoff_with_a_pool_on_vllm_runs_on_one_engine_and_equals_the_hf_r
     assert opened == [juniors]  # one engine for the senior and the pool
     assert len(hf) == len(vl) == 16
     for x, y in zip(hf, vl):
-        assert _exact(json.dumps(y)) == _exact(json.dumps(x)), (x["problem_id"], x["sample_idx"])
-        assert y["junior"] == juniors[_draw([0.5, 0.5], y["seed"])]
+        assert exact_row(json.dumps(y)) == exact_row(json.dumps(x)), (x["problem_id"], x["sample_idx"])
+        assert y["junior"] == juniors[draw([0.5, 0.5], y["seed"])]
     handed = {r["junior"] for r in hf if any(t["author"] == "junior" for t in r["turns"])}
     assert handed == set(juniors), "a junior wrote no turn: its routing is unchecked"

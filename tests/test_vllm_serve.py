@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from test_decoding_reference import _boundary_ids
+from reference.schedules import boundary_ids
 
 pytestmark = pytest.mark.vllm
 
@@ -67,7 +67,7 @@ def test_greedy_server_tokens_and_recovered_mask_equal_the_reference_decoders(to
         c = complete(client, model, prompt, tok, schedule=name, p=0.5, K=K, seed=seed, max_tokens=30,
                      temperature=0.0, stop_token_ids=[tok.eos_token_id])
         ref_toks, ref_flags, ref_lps = reference_generate(
-            hf_pair[0], hf_pair[1], name, sp, prompt, seed, [tok.eos_token_id], _boundary_ids(tok, name), p=0.5, K=K,
+            hf_pair[0], hf_pair[1], name, sp, prompt, seed, [tok.eos_token_id], boundary_ids(tok, name), p=0.5, K=K,
             surfaces=reference_surfaces(tok))
         assert c.token_ids == ref_toks, f"{name}: {text!r}"
         assert c.senior_mask == [bool(f) for f in ref_flags], f"{name}: {text!r} authorship"
@@ -167,7 +167,6 @@ def test_generate_and_eval_against_the_server_resume_and_match_its_completions(t
     (out / "metrics.json").unlink()
     assert main(argv) == 0 and (out / "samples.jsonl").read_bytes() == full
     assert main(argv) == 0 and (out / "samples.jsonl").read_bytes() == full
-
 
 
 def test_guard_the_vllm_server_surface_serving_relies_on(pair_dirs):

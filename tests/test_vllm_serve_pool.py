@@ -85,8 +85,8 @@ def test_the_server_reports_its_pool_in_order_with_each_juniors_weight_fingerpri
 
 def test_eval_handoff_with_the_servers_pool_routes_each_row_to_its_drawn_junior(served, tok, tmp_path):
     """``--server URL --junior A,B`` (in-stream): every greedy row equals the reference decoder with the junior
-    its seed draws (tests/pool_reference.py); config.json records the pool and the served juniors' fingerprints."""
-    from pool_reference import check_rows_against_reference, write_bench
+    its seed draws (tests/reference/pool.py); config.json records the pool and the served juniors' fingerprints."""
+    from reference.pool import check_rows_against_reference, write_bench
     from tandem_rlvr.cli import main
     from tandem_rlvr.fingerprint import model_fingerprint
 
@@ -157,4 +157,3 @@ def test_a_pool_trains_on_the_server_and_records_each_rollouts_junior(served):
     for label in ("junior", "other"):
         assert step[f"junior/{label}/count"] == sum(r["junior"] == label for r in rows)
     assert any("val/junior/other/accuracy" in r for r in recs)
-

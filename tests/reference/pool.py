@@ -1,19 +1,28 @@
-"""The independent check of a pool evaluation's rows (tests/test_vllm_pool.py, tests/test_vllm_serve_pool.py):
-each greedy ``word`` row is what the reference decoder (``decoding.reference``: one row, full prefix every
-step, its own sampler and boundary set) writes with the junior the row's seed draws, the draw recomputed
-from sha256 (``test_pool_eval._draw``), the models loaded here by transformers."""
+"""A junior pool's draw and the independent check of a pool evaluation's rows (the pool tests on vLLM and on a
+served pool): ``draw`` recomputes the pool's seeded junior from sha256 of a row seed; each greedy ``word`` row
+is what the reference decoder (``decoding.reference``: one row, full prefix every step, its own sampler and
+boundary set) writes with the junior its seed draws, the models loaded here by transformers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
+import numpy as np
 import torch
 
 from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_generate
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.models import eos_ids
 from tandem_rlvr.prompting import encode_prompt, plain_prompt
-from test_pool_eval import _draw
+
+
+def draw(weights, row_seed: int) -> int:
+    """The pool's inverse-CDF draw for a sample, from sha256 of its row seed (step, prompt, rollout = 0)."""
+    d = hashlib.sha256(f"tandem-junior-pool|{row_seed}|0|0|0".encode()).digest()
+    u = int.from_bytes(d[:8], "big") / 2**64
+    return int(np.searchsorted(np.cumsum(weights)[:-1], u, side="right"))
+
 
 PROBLEMS = [f"Mia has {7 ** i} shells. She finds 5 more." for i in range(3)]
 
@@ -42,7 +51,7 @@ def check_rows_against_reference(rows, tok, senior: str, juniors: list[str], K: 
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_tokens)
     drawn, routed = set(), False
     for r in rows:
-        j = _draw([0.5] * len(juniors), r["seed"])
+        j = draw([0.5] * len(juniors), r["seed"])
         assert r["junior"] == juniors[j], r
         drawn.add(j)
         prompt = encode_prompt(tok, plain_prompt(PROBLEMS[int(r["problem_id"])]))
