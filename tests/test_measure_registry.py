@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 
 import numpy as np
@@ -162,3 +163,109 @@ def test_a_measure_registered_from_outside_the_package_is_compared_and_reported(
                  "--resp-length", f"b={tmp_path / 'short' / 'resp-length'}", "--out", str(tmp_path / "c2"),
                  "--n-boot", "20"]) == 0
     assert set(json.loads((tmp_path / "c2" / "compare.json").read_text())["resp-length"]) == {"a", "b"}
+
+
+SECTION_PLUGIN = '''
+"""A contributor's section of compare.json: each senior's mean solo response length, tested paired, in a
+table, a headline column, a figure and its caption."""
+import numpy as np
+from matplotlib.figure import Figure
+
+from tandem_rlvr.eval.measure.registry import Section, register_section
+from tandem_rlvr.eval.report.tables import Table
+from tandem_rlvr.eval.run_files import problem_of
+
+
+def per_problem(run):
+    per = {}
+    for r in run.rows:
+        per.setdefault(problem_of(r), []).append(len(r["token_ids"]))
+    return {k: float(np.mean(v)) for k, v in per.items()}
+
+
+def build(c):
+    return {"solo-length": {n: float(np.mean(list(per_problem(r).values()))) for n, r in c.solo.items()}}
+
+
+def tests(c, cand, base):
+    return [("solo tokens", "less", per_problem(c.solo[cand]), per_problem(c.solo[base]))]
+
+
+def figure(comp):
+    fig = Figure()
+    ax = fig.subplots()
+    ax.bar(list(comp["solo-length"]), list(comp["solo-length"].values()))
+    return {"solo_length.png": fig}
+
+
+register_section(Section(
+    "solo-length", ("solo-length",), build, tests=tests,
+    tables=lambda comp: [Table("Solo length (plug-in section)", ["senior", "tokens"],
+                               [[n, format(v, ".2f")] for n, v in comp["solo-length"].items()])],
+    headline=lambda comp: [("solo tokens", ".1f", comp["solo-length"])],
+    figures=figure, captions=lambda comp: {"solo_length.png": "Mean solo response tokens per senior (plug-in)."}))
+'''
+
+
+def test_a_section_registered_from_outside_the_package_is_compared_and_reported(tmp_path, monkeypatch, tok):
+    from test_report import write_sampling_run
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "length_section_plugin.py").write_text(textwrap.dedent(SECTION_PLUGIN))
+    registry.sections()  # the package's own rows first, then the copy the plug-in's row leaves with
+    monkeypatch.setattr(registry, "SECTIONS", dict(registry.SECTIONS))
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("TANDEM_PLUGINS", "length_section_plugin")
+    rng = np.random.default_rng(4)
+    data = {}
+    for name in ("long", "short"):
+        data[name] = write_sampling_run(tmp_path / name / "solo", [0.5] * 5, tok, "m", rng)
+        for r in data[name]:
+            r["token_ids"] = r["token_ids"][:int(rng.integers(2, 12)) if name == "short" else 12]
+            r["senior_mask"] = [1] * len(r["token_ids"])
+        (tmp_path / name / "solo" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data[name]))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "long"), str(tmp_path / "short"), "--out", str(out), "--n-boot", "20"]) == 0
+    assert [s.name for s in registry.sections()] == ["solo", "handoff", "measures", "drift", "solo-length"]
+    comp = json.loads((out / "compare.json").read_text())
+
+    def lengths(rows):  # mean tokens per problem, by hand from the rows written
+        keys = sorted({(r["benchmark"], r["problem_id"]) for r in rows})
+        return np.array([np.mean([len(r["token_ids"]) for r in rows if (r["benchmark"], r["problem_id"]) == k])
+                         for k in keys])
+
+    short, long = lengths(data["short"]), lengths(data["long"])
+    assert comp["solo-length"] == {"long": pytest.approx(long.mean()), "short": pytest.approx(short.mean())}
+    assert list(comp)[:4] == ["baseline", "runs", "solo", "handoff"]  # the package's sections keep their places
+    test = next(t for t in comp["ttests"] if t["statistic"] == "solo tokens")
+    assert test["p"] == pytest.approx(stats.ttest_rel(short, long, alternative="less").pvalue) and test["n"] == 10
+    assert [t["statistic"] for t in comp["ttests"]] == ["solo pass@1", "solo tokens"]  # in the sections' order
+    md = (out / "compare.md").read_text()
+    assert "### Solo length (plug-in section)" in md and f"| short | {short.mean():.2f} |" in md
+    assert md.index("### Solo: pass@k") < md.index("### Solo length") < md.index("### Paired one-sided t-tests")
+    assert main(["report", "--compare", str(out), "--out", str(tmp_path / "rep")]) == 0
+    page = (tmp_path / "rep" / "report.html").read_text()
+    headline = page[page.index('id="headline"'):page.index("<figure>")]
+    assert "<th>solo tokens</th>" in headline and f"<td>{short.mean():.1f}</td>" in headline
+    figures = re.findall(r'<figure><img alt="([^"]+)"[^>]*><figcaption>(.*?)</figcaption></figure>', page, re.S)
+    assert figures == [("pass_at_k_solo.png", figures[0][1]),
+                       ("solo_length.png", "Mean solo response tokens per senior (plug-in).")]
+    assert (tmp_path / "rep" / "figures" / "solo_length.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_section_taking_a_key_of_compare_json_or_a_measure_is_refused_in_one_line(monkeypatch):
+    from tandem_rlvr.eval.measure.registry import Section, register_section
+
+    registry.sections()
+    monkeypatch.setattr(registry, "SECTIONS", dict(registry.SECTIONS))
+    monkeypatch.setattr(registry, "MEASURES", dict(registry.MEASURES))
+    register_measure(_row(name="probe-y", result_file="probe_y.json"))  # a measure's name, whatever loaded before
+    for name, keys, taken in (("mine", ("ttests",), "'ttests'"), ("mine", ("solo",), "'solo'"),
+                              ("probe-y", ("probe-y",), "'probe-y'"), ("drift", ("x",), "'drift'")):
+        with pytest.raises(TandemError, match=f"section '{name}': {taken} is taken in compare.json") as e:
+            register_section(Section(name, keys, build=lambda c: {}))
+        assert "\n" not in str(e.value)
+    register_section(Section("mine", ("mine-key",), build=lambda c: {}))
+    with pytest.raises(TandemError, match="a key of compare.json's section 'mine'"):
+        register_measure(_row(name="mine-key", result_file="mine.json"))

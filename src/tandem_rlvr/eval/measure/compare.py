@@ -52,7 +52,7 @@ from .metrics import paired_bootstrap, paired_ttest, pair_by_key, pass_at_k_summ
 from .comparable import check_same_problems, refuse_mixed_verdicts, refuse_or_warn, settings_differences
 from .pool_metrics import junior_pass_at_k, per_junior_correct, run_juniors
 from .regrade import apply_regrade
-from .registry import measures, result_files
+from .registry import Compared, Section, measures, register_section, result_files, sections
 from ..run_files import EvalRun, Senior, check_same_benchmarks, discover, read_drift, read_run
 
 
@@ -149,27 +149,12 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
     for m in rows.values():
         if results[m.name]:
             mixed += refuse_or_warn(m.differences({n: res for n, (res, _) in results[m.name].items()}), allow_mixed)
-    drift = read_drift(drift_dir) if drift_dir else None
+    compared = Compared(seniors, solo_runs, handoff_runs, results, drift_dir, ks, n_boot, macro)
+    secs = sections()
 
     ttests, bootstrap = [], []
     for cand in (n for n in seniors if n != baseline):
-        tests = []
-        if cand in solo_runs and baseline in solo_runs:
-            tests.append(("solo pass@1", "greater", solo_runs[cand].per_problem_correct(),
-                          solo_runs[baseline].per_problem_correct()))
-        for lb, runs in handoff_runs.items():
-            if cand in runs and baseline in runs:
-                tests.append((f"handoff pass@1 ({lb})", "greater", runs[cand].per_problem_correct(),
-                              runs[baseline].per_problem_correct()))
-                tests += pool_tests(lb, runs[cand].rows, runs[baseline].rows)
-        for m in rows.values():
-            got = results[m.name]
-            if cand in got and baseline in got:
-                for st in m.stats:
-                    a, b = ({k: r[st.key] for k, r in got[who][1].items() if r.get(st.key) is not None}
-                            for who in (cand, baseline))
-                    if a and b:  # a stat a result lacks (alpha across vocabularies; an unrated problem) is left out
-                        tests.append((st.label, st.alternative, a, b))
+        tests = [t for sec in secs for t in sec.tests(compared, cand, baseline)]
         for stat, alt, a, b in tests:
             x, y, keys = pair_by_key(a, b)
             if not keys and ", junior " in stat:
@@ -180,16 +165,69 @@ def build_comparison(seniors: dict[str, Senior], drift_dir: Path | None = None, 
             bootstrap.append({"candidate": cand, "baseline": baseline, "statistic": stat,
                               **paired_bootstrap(a, b, n_boot)})
 
-    return {"baseline": baseline,
-            # absolute, so `report --compare DIR` finds the runs from any working directory
-            "runs": {n: {"solo": _abs(s.solo), "handoff": {lb: _abs(p) for lb, p in s.handoff.items()},
-                         **{k: _abs(p) for k, p in s.measures.items()}} for n, s in seniors.items()},
-            "solo": {n: run_pass_at_k(r, ks, n_boot, macro) for n, r in solo_runs.items()},
-            "handoff": {lb: {n: run_pass_at_k(r, ks, n_boot, macro) for n, r in runs.items()}
-                        for lb, runs in handoff_runs.items()},
-            **{name: {n: rows[name].summary(res) for n, (res, _) in got.items()} for name, got in results.items()},
-            "drift": drift, "drift_dir": _abs(drift_dir), "ttests": ttests, "bootstrap": bootstrap, "mixed": mixed,
-            "regraded": regraded}
+    out = {"baseline": baseline,
+           # absolute, so `report --compare DIR` finds the runs from any working directory
+           "runs": {n: {"solo": _abs(s.solo), "handoff": {lb: _abs(p) for lb, p in s.handoff.items()},
+                        **{k: _abs(p) for k, p in s.measures.items()}} for n, s in seniors.items()}}
+    for sec in secs:
+        out.update(sec.build(compared))
+    return {**out, "ttests": ttests, "bootstrap": bootstrap, "mixed": mixed, "regraded": regraded}
+
+
+# --------------------------------------------------------------------------- the sections of compare.json
+def _solo_tests(c: Compared, cand: str, base: str) -> list[tuple]:
+    if cand in c.solo and base in c.solo:
+        return [("solo pass@1", "greater", c.solo[cand].per_problem_correct(), c.solo[base].per_problem_correct())]
+    return []
+
+
+def _handoff_tests(c: Compared, cand: str, base: str) -> list[tuple]:
+    tests = []
+    for lb, runs in c.handoff.items():
+        if cand in runs and base in runs:
+            tests.append((f"handoff pass@1 ({lb})", "greater", runs[cand].per_problem_correct(),
+                          runs[base].per_problem_correct()))
+            tests += pool_tests(lb, runs[cand].rows, runs[base].rows)
+    return tests
+
+
+def _measure_tests(c: Compared, cand: str, base: str) -> list[tuple]:
+    tests = []
+    for m in measures():
+        got = c.results.get(m.name) or {}
+        if cand in got and base in got:
+            for st in m.stats:
+                a, b = ({k: r[st.key] for k, r in got[who][1].items() if r.get(st.key) is not None} for who in (cand, base))
+                if a and b:  # a stat a result lacks (alpha across vocabularies; an unrated problem) is left out
+                    tests.append((st.label, st.alternative, a, b))
+    return tests
+
+
+def _measure_sections(c: Compared) -> dict:
+    """Each registered measure's section: {measure: {senior: its row's summary}} (empty without results)."""
+    rows = {m.name: m for m in measures()}
+    return {name: {n: rows[name].summary(res) for n, (res, _) in got.items()} for name, got in c.results.items()}
+
+
+_REPORT = "tandem_rlvr.eval.report"
+SOLO = register_section(Section(
+    "solo", ("solo",), lambda c: {"solo": {n: run_pass_at_k(r, c.ks, c.n_boot, c.macro) for n, r in c.solo.items()}},
+    tests=_solo_tests, tables=f"{_REPORT}.tables:solo_tables", headline=f"{_REPORT}.headline:solo_columns",
+    figures=f"{_REPORT}.html:solo_figures", captions=f"{_REPORT}.html:solo_captions"))
+HANDOFF = register_section(Section(
+    "handoff", ("handoff",),
+    lambda c: {"handoff": {lb: {n: run_pass_at_k(r, c.ks, c.n_boot, c.macro) for n, r in runs.items()}
+                           for lb, runs in c.handoff.items()}},
+    tests=_handoff_tests, tables=f"{_REPORT}.tables:handoff_tables", headline=f"{_REPORT}.headline:handoff_columns",
+    figures=f"{_REPORT}.html:handoff_figures", captions=f"{_REPORT}.html:handoff_captions"))
+MEASURES_SECTION = register_section(Section(
+    "measures", (), _measure_sections, tests=_measure_tests, tables=f"{_REPORT}.tables:measures_tables",
+    headline=f"{_REPORT}.headline:measure_columns"))
+DRIFT = register_section(Section(
+    "drift", ("drift", "drift_dir"),
+    lambda c: {"drift": read_drift(c.drift_dir) if c.drift_dir else None, "drift_dir": _abs(c.drift_dir)},
+    tables=f"{_REPORT}.tables:drift_section_tables", headline=f"{_REPORT}.headline:drift_columns",
+    figures=f"{_REPORT}.html:drift_figures", captions=f"{_REPORT}.html:drift_captions"))
 
 
 def pool_tests(label: str, cand_rows: list[dict], base_rows: list[dict]) -> list[tuple]:

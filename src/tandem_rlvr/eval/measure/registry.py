@@ -19,7 +19,18 @@ and ``per_problem.jsonl``; the judge's chain-of-thought rating: ``cot_rating.jso
   (a paired one-sided test at ``metrics.ALPHA``) on the measure's paired stats, never a rule of its own.
 
 Register a row with ``register_measure`` (from a plug-in module too: ``tandem_rlvr.plugins``); every
-reader iterates ``measures()``. docs/evaluation.md, "Measures".
+reader iterates ``measures()``.
+
+What compare.json holds besides one senior's measure results is a ``Section`` row: the seniors' solo
+pass@k, their handoff pass@k per handoff set-up, the registered measures as one group, drift, and any
+a plug-in registers (``register_section``). A section is **computed** by ``build`` from what ``compare``
+read (``Compared``) into its keys of compare.json, **compared** by ``tests`` (its paired tests of a
+candidate against the baseline) and **shown** by four presenters of compare.json's content: ``tables``
+(the tables of ``compare``, compare.md and the report), ``headline`` (the report's headline columns),
+``figures`` and ``captions`` (the report's figures and what each measures). ``compare``, the headline,
+the report's tables and figures iterate ``sections()`` in order, so a section shown everywhere is one
+row. The package's own rows name their presenters as ``"module:function"`` of the report layer, imported
+when shown, so measuring never imports presenting. docs/evaluation.md, "Measures".
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from ...errors import TandemError
 # compare.json's own keys: a measure's section sits beside them, under its name
 RESERVED = frozenset({"baseline", "runs", "solo", "handoff", "drift", "drift_dir", "ttests", "bootstrap", "mixed",
                       "regraded", "measures"})
+OWN_KEYS = frozenset({"baseline", "runs", "ttests", "bootstrap", "mixed", "regraded"})  # no section's
 NEEDS = frozenset({"junior", "judge"})
 
 
@@ -81,6 +93,54 @@ class MeasureInputs:
     progress: bool = True
 
 
+@dataclass
+class Compared:
+    """What ``compare`` read, for the sections' ``build`` and ``tests``: each senior's runs, the solo and
+    handoff runs read from them ({senior: EvalRun}; {label: {senior: EvalRun}}), each measure's results
+    ({measure: {senior: (result, {(benchmark, problem_id): row})}}), the drift directory, and the pass@k
+    settings (``ks``, ``n_boot``, ``macro``)."""
+
+    seniors: dict
+    solo: dict
+    handoff: dict
+    results: dict
+    drift_dir: Path | None = None
+    ks: tuple | None = None
+    n_boot: int = 10_000
+    macro: str = "ours"
+
+
+Presenter = Callable[[dict], object] | str | None
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of compare.json (see the module docstring): ``keys`` are the compare.json keys ``build``
+    writes; a presenter is a callable of compare.json's content, or ``"module:function"`` naming one."""
+
+    name: str
+    keys: tuple[str, ...]
+    build: Callable[[Compared], dict]
+    tests: Callable[[Compared, str, str], list[tuple]] = lambda compared, candidate, baseline: []
+    tables: Presenter = None
+    headline: Presenter = None
+    figures: Presenter = None
+    captions: Presenter = None
+
+    def show(self, hook: str) -> Callable[[dict], list | dict]:
+        """The presenter ``hook`` ("tables", "headline": lists; "figures", "captions": dicts) as a callable of
+        compare.json's content; one that gives nothing where the row has none."""
+        fn = getattr(self, hook)
+        if fn is None:
+            return lambda comp: [] if hook in ("tables", "headline") else {}
+        if isinstance(fn, str):
+            from importlib import import_module
+
+            module, _, name = fn.partition(":")
+            fn = getattr(import_module(module), name)
+        return fn
+
+
 @dataclass(frozen=True)
 class Measure:
     """One registered measure (see the module docstring for each field's role)."""
@@ -115,8 +175,23 @@ class Measure:
 
 
 MEASURES: dict[str, Measure] = {}
+SECTIONS: dict[str, Section] = {}
 _BUILTINS = ("legibility", "cot_rating")  # modules of this package whose import registers a row
-_loaded = False
+_SECTION_BUILTINS = ("compare",)  # the module whose import registers solo, handoff, the measures and drift
+
+
+def _own_first(rows: dict, kind: type, modules: tuple[str, ...]) -> None:
+    """Put the package's own rows (the ``kind`` rows of its ``modules``, in their order) first in ``rows``,
+    where any is missing: a module registers its rows once, at import, and a registry swapped since (a
+    test's copy) would otherwise lose them."""
+    from importlib import import_module
+
+    own = {r.name: r for mod in modules for r in vars(import_module(f"{__package__}.{mod}")).values()
+           if isinstance(r, kind)}
+    if any(rows.get(name) is not r for name, r in own.items()):
+        rest = {k: v for k, v in rows.items() if k not in own}
+        rows.clear()
+        rows.update({**own, **rest})
 
 
 def register_measure(m: Measure) -> Measure:
@@ -129,6 +204,9 @@ def register_measure(m: Measure) -> Measure:
     bad = [s.label for s in m.stats if s.alternative not in ("greater", "less")]
     if bad:
         raise TandemError(f"measure {m.name!r}: paired stat {bad[0]!r} needs alternative 'greater' or 'less'")
+    section = next((x.name for x in SECTIONS.values() if m.name in x.keys), None)
+    if section:
+        raise TandemError(f"measure name {m.name!r} is a key of compare.json's section {section!r}")
     other = next((o.name for o in MEASURES.values() if o.result_file == m.result_file and o.name != m.name), None)
     if other:
         raise TandemError(f"measure {m.name!r}: result file {m.result_file} is measure {other!r}'s")
@@ -138,17 +216,30 @@ def register_measure(m: Measure) -> Measure:
 
 def measures() -> list[Measure]:
     """Every registered measure: the package's own first, then plug-ins' (``plugins.load_plugins``)."""
-    global _loaded
-    if not _loaded:
-        from importlib import import_module
-
-        for mod in _BUILTINS:
-            import_module(f"{__package__}.{mod}")
-        _loaded = True
+    _own_first(MEASURES, Measure, _BUILTINS)
     from ...plugins import load_plugins
 
     load_plugins()
     return list(MEASURES.values())
+
+
+def register_section(s: Section) -> Section:
+    """Add ``s`` after the sections registered before it (a one-line TandemError for a name or key that
+    compare.json, a registered section or a measure has)."""
+    taken = next((k for k in (s.name, *s.keys) if k in OWN_KEYS or k in MEASURES
+                  or any(k in (x.name, *x.keys) for x in SECTIONS.values())), None)
+    if not s.name or taken:
+        raise TandemError(f"section {s.name!r}: {taken!r} is taken in compare.json (by itself, a measure or a section)")
+    SECTIONS[s.name] = s
+    return s
+
+
+def sections() -> list[Section]:
+    """Every section of compare.json in the order it is shown: solo, handoff, the measures, drift, then
+    plug-ins' (``measures()`` loads the plug-ins)."""
+    _own_first(SECTIONS, Section, _SECTION_BUILTINS)
+    measures()
+    return list(SECTIONS.values())
 
 
 def measure(name: str) -> Measure:

@@ -3,7 +3,8 @@
 What: ``headline(comp)`` turns a comparison (``compare.json``'s content) into one ``Table``, a
 row per senior with solo pass@1, handoff pass@1 for each handoff set-up, each registered
 measure's headline columns (``registry``: the junior's cross-entropy on the senior's solo text,
-a judge's ratings, ...) and the KL of its solo token distribution to the junior's, each beside
+a judge's ratings, ...) and the KL of its solo token distribution to the junior's (each section's
+columns, ``registry.sections()``: a plug-in section's too), each beside
 its difference from the base model when one of the seniors is called ``base``; and two or
 three sentences: every senior's solo and handoff pass@1 against the base, and which paired
 one-sided t-tests against the comparison's baseline show their claim under the one headline
@@ -17,7 +18,7 @@ not its own starting point has not helped). Only numbers of the comparison enter
 from __future__ import annotations
 
 from ..measure.metrics import ALPHA, paired_verdict
-from ..measure.registry import measures
+from ..measure.registry import measures, sections
 from .tables import Table
 
 
@@ -33,22 +34,39 @@ def _cell(v: float | None, base: float | None, fmt: str = ".3f") -> list[str]:
 
 
 def _columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]]:
-    """(column title, number format, {senior: value}) of each headline quantity the comparison has."""
+    """(column title, number format, {senior: value}) of each headline quantity the comparison has, section
+    by section (``registry.sections()``: solo, handoff, the measures, drift, plug-ins')."""
+    return [col for section in sections() for col in section.show("headline")(comp)]
+
+
+def solo_columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]]:
+    """Solo pass@1 (macro) of every senior."""
+    return [("solo pass@1", ".3f", {n: _macro(m) for n, m in comp["solo"].items()})] if comp["solo"] else []
+
+
+def handoff_columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]]:
+    """Handoff pass@1 (macro) of every senior, a column per handoff set-up named by its junior and schedule."""
     from ...models import model_name
 
     cols = []
-    if comp["solo"]:
-        cols.append(("solo pass@1", ".3f", {n: _macro(m) for n, m in comp["solo"].items()}))
     for lb, metrics in comp["handoff"].items():
         cfg = next(iter(metrics.values()))["config"]
         who = f"with {model_name(cfg['models'].get('junior'))}, {(cfg['schedule'] or {}).get('name')}"
         cols.append((f"handoff pass@1 ({who})", ".3f", {n: _macro(m) for n, m in metrics.items()}))
-    for m in measures():  # each registered measure's headline columns, from its section of compare.json
-        for col in m.headline if comp.get(m.name) else ():
-            cols.append((col.title, col.fmt, {n: col.value(x) for n, x in comp[m.name].items()}))
-    if comp.get("drift"):
-        cols.append(("KL to junior", ".3f", {n: m["kl_to_junior"] for n, m in comp["drift"]["models"].items()}))
     return cols
+
+
+def measure_columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]]:
+    """Each registered measure's headline columns, from its section of compare.json."""
+    return [(col.title, col.fmt, {n: col.value(x) for n, x in comp[m.name].items()})
+            for m in measures() for col in (m.headline if comp.get(m.name) else ())]
+
+
+def drift_columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]]:
+    """KL of each model's solo token distribution to the junior's."""
+    if not comp.get("drift"):
+        return []
+    return [("KL to junior", ".3f", {n: m["kl_to_junior"] for n, m in comp["drift"]["models"].items()})]
 
 
 def headline_table(comp: dict) -> Table:

@@ -9,7 +9,8 @@ colours and styles read back from the drawn artists), containing:
   junior CE and KL to the junior beside its difference from the base model, the sentences
   that say it, and the caller's notes (the demo's: what its world builds in, which checkpoint);
 - pass@k curves per benchmark and macro: solo (paper Figure 2) and per handoff set-up (Figure 3);
-- drift survival curves and the top-500 recovery scatter (Figure 4), if drift was compared;
+- drift survival curves and the top-500 recovery scatter (Figure 4), if drift was compared (these
+  figures and their captions are each section's, ``registry.sections()``: a plug-in section's too);
 - training dynamics (Figure 5) from ``--train-log [NAME=]log.jsonl`` files: reward, response
   length, senior token share, validation accuracy, KL to the junior, wall-clock per step and
   accumulated, and the accumulated wall-clock to the best validation step; whichever of these
@@ -43,6 +44,7 @@ from ...errors import TandemError
 from ...io import atomic_write, read_json
 from ...outdir import output_dir
 from ..measure.compare import run_compare
+from ..measure.registry import sections
 from .palette import drawn_styles, line_style
 from .provenance import provenance_html
 from .headline import headline_sentences, headline_table
@@ -255,14 +257,8 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
     builds in and which checkpoints it evaluated); ``train_dirs`` are the training runs'
     directories, for provenance."""
     figs: dict[str, Figure] = {}
-    if comp["solo"]:
-        figs["pass_at_k_solo.png"] = pass_at_k_figure(comp["solo"], "Solo reasoning: pass@k")
-    for lb, metrics in comp["handoff"].items():
-        figs[f"pass_at_k_handoff_{lb}.png"] = pass_at_k_figure(metrics, f"Handoff robustness ({lb}): pass@k")
-    if comp.get("drift"):
-        figs["drift_survival.png"] = survival_figure(comp["drift"])
-        if comp["drift"].get("recovery"):
-            figs["drift_recovery.png"] = recovery_figure(comp["drift"]["recovery"])
+    for section in sections():  # solo, handoff, drift, plug-ins' (registry.Section)
+        figs.update(section.show("figures")(comp))
     summaries = {}
     if train_logs:
         if (f := training_figure(train_logs)) is not None:
@@ -295,26 +291,77 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
 
 
 def captions(comp: dict, train_logs: dict[str, list[dict]] | None = None) -> dict[str, str]:
-    """What each figure of ``build_report`` measures, by file name: one or two plain sentences."""
+    """What each figure of ``build_report`` measures, by file name: one or two plain sentences (each
+    section's, ``registry.sections()``, then the training figure's)."""
+    out = {}
+    for section in sections():
+        out.update(section.show("captions")(comp))
+    if train_logs:
+        val = measured_by(train_logs, "validation accuracy")
+        out["training.png"] = (
+            "Training dynamics per optimiser step, from each run's log: reward of the rollouts the run trained on, "
+            "response length, the senior's share of the tokens, validation accuracy on held-out training problems, "
+            "KL(senior || junior) on the senior's rollouts and wall-clock, whichever the logs hold. "
+            + (f"Validation differs by method ({val}), so its curves compare each run with itself, not the "
+               "methods with one another." if val else ""))
+    return out
+
+
+# --------------------------------------------------------------------------- the sections' figures
+EST = "unbiased pass@k per problem, averaged over problems; error bars: bootstrap standard errors over problems"
+
+
+def _sampling(metrics: dict) -> str:
+    cfg = next(iter(metrics.values())).get("config", {})
+    sp = cfg.get("sampling") or {}
+    return (f"{cfg.get('n', '?')} samples per problem at temperature {sp.get('temperature', '?')}, "
+            f"top-p {sp.get('top_p', '?')}, top-k {sp.get('top_k', '?')}, at most {sp.get('max_new_tokens', '?')} new tokens")
+
+
+def solo_figures(comp: dict) -> dict[str, Figure]:
+    """Solo pass@k per benchmark and macro (paper Figure 2)."""
+    return {"pass_at_k_solo.png": pass_at_k_figure(comp["solo"], "Solo reasoning: pass@k")} if comp["solo"] else {}
+
+
+def solo_captions(comp: dict) -> dict[str, str]:
+    if not comp["solo"]:
+        return {}
+    return {"pass_at_k_solo.png": f"Solo reasoning: each senior answers alone; {EST}; {_sampling(comp['solo'])}."}
+
+
+def handoff_figures(comp: dict) -> dict[str, Figure]:
+    """Handoff pass@k per handoff set-up (paper Figure 3)."""
+    return {f"pass_at_k_handoff_{lb}.png": pass_at_k_figure(metrics, f"Handoff robustness ({lb}): pass@k")
+            for lb, metrics in comp["handoff"].items()}
+
+
+def handoff_captions(comp: dict) -> dict[str, str]:
     from ...models import model_name
 
-    def sampling(metrics: dict) -> str:
-        cfg = next(iter(metrics.values())).get("config", {})
-        sp = cfg.get("sampling") or {}
-        return (f"{cfg.get('n', '?')} samples per problem at temperature {sp.get('temperature', '?')}, "
-                f"top-p {sp.get('top_p', '?')}, top-k {sp.get('top_k', '?')}, at most {sp.get('max_new_tokens', '?')} new tokens")
-
-    est = "unbiased pass@k per problem, averaged over problems; error bars: bootstrap standard errors over problems"
     out = {}
-    if comp["solo"]:
-        out["pass_at_k_solo.png"] = f"Solo reasoning: each senior answers alone; {est}; {sampling(comp['solo'])}."
     for lb, metrics in comp["handoff"].items():
         cfg = next(iter(metrics.values()))["config"]
         out[f"pass_at_k_handoff_{lb}.png"] = (
             f"Handoff robustness: each senior co-writes with the junior {model_name(cfg['models'].get('junior'))} "
-            f"under the {(cfg['schedule'] or {}).get('name')} schedule (the same junior for every senior); {est}; "
-            f"{sampling(metrics)}.")
+            f"under the {(cfg['schedule'] or {}).get('name')} schedule (the same junior for every senior); {EST}; "
+            f"{_sampling(metrics)}.")
+    return out
+
+
+def drift_figures(comp: dict) -> dict[str, Figure]:
+    """Drift survival curves and the top-N recovery scatter (paper Figure 4)."""
+    drift = comp.get("drift")
+    if not drift:
+        return {}
+    figs = {"drift_survival.png": survival_figure(drift)}
+    if drift.get("recovery"):
+        figs["drift_recovery.png"] = recovery_figure(drift["recovery"])
+    return figs
+
+
+def drift_captions(comp: dict) -> dict[str, str]:
     drift = comp.get("drift") or {}
+    out = {}
     if drift:
         out["drift_survival.png"] = (
             f"Drift: over the {drift['survival']['frequent_tokens']} tokens frequent in the junior's own solo outputs, "
@@ -326,14 +373,6 @@ def captions(comp: dict, train_logs: dict[str, list[dict]] | None = None) -> dic
                 f"Recovery: each dot is one of the tokens {rec['reference']} over-emits most relative to the junior; "
                 f"x: {rec['reference']}'s log-ratio to the junior; y: {rec['candidate']}'s shift relative to "
                 f"{rec['reference']} (below 0: moved back toward the junior). {recovery_sentence(rec)}.")
-    if train_logs:
-        val = measured_by(train_logs, "validation accuracy")
-        out["training.png"] = (
-            "Training dynamics per optimiser step, from each run's log: reward of the rollouts the run trained on, "
-            "response length, the senior's share of the tokens, validation accuracy on held-out training problems, "
-            "KL(senior || junior) on the senior's rollouts and wall-clock, whichever the logs hold. "
-            + (f"Validation differs by method ({val}), so its curves compare each run with itself, not the "
-               "methods with one another." if val else ""))
     return out
 
 

@@ -2,8 +2,10 @@
 
 ``Table`` (title, columns, rows of strings) is what ``compare``, ``drift`` and the report
 share; ``comparison_tables`` builds the paper's tables from compare.json's content in the
-paper's order, a registered measure's from its row (``measure_table``), ``drift_tables`` those
-of a drift result. Rendered as GitHub markdown
+paper's order: each section's (``registry.sections()``: ``solo_tables``, ``handoff_tables``,
+``measures_tables``, a registered measure's from its row by ``measure_table``,
+``drift_section_tables``, a plug-in section's own), then the t-tests and diagnostics;
+``drift_tables`` are those of a drift result. Rendered as GitHub markdown
 (``to_markdown``; the files compare.md and drift.md beside the measured results:
 ``write_compare_md``, ``write_drift_md``), on the terminal (``print_tables``, rich) and as
 HTML (``html.py``).
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ...io import atomic_write
-from ..measure.registry import measures
+from ..measure.registry import measures, sections
 
 
 @dataclass
@@ -151,7 +153,25 @@ def comparison_tables(comp: dict) -> list[Table]:
     tables = [Table("Compared with --allow-mixed: these runs differ in settings", ["difference"],
                     [[d] for d in comp["mixed"]])] if comp.get("mixed") else []
     tables += [regraded_table(comp["regraded"])] if comp.get("regraded") else []
-    tables += _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
+    for section in sections():  # solo, handoff, the measures, drift, plug-ins' (registry.Section)
+        tables += section.show("tables")(comp)
+    if comp["ttests"]:
+        tables.append(Table(f"Paired one-sided t-tests vs {comp['baseline']} (per-problem, pooled over benchmarks)",
+                            ["candidate", "statistic", "H1", "problems", "candidate", "baseline", "diff", "t", "p"],
+                            [[t["candidate"], t["statistic"], f"cand {'>' if t['alternative'] == 'greater' else '<'} base",
+                              str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
+                              _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
+    return tables + diagnostics_tables(comp)
+
+
+def solo_tables(comp: dict) -> list[Table]:
+    """The solo section's tables: pass@k macro, pass@1 per benchmark (and the paper's macro)."""
+    return _pass_tables("Solo", comp["solo"]) if comp["solo"] else []
+
+
+def handoff_tables(comp: dict) -> list[Table]:
+    """Each handoff set-up's pass@k tables, named by its junior and schedule, and its junior pool's."""
+    tables = []
     for lb, metrics in comp["handoff"].items():
         label = "Handoff" if lb == "handoff" else f"Handoff {lb}"
         junior = _distinct(metrics, lambda c: _junior_words(c["models"].get("junior")))
@@ -160,16 +180,17 @@ def comparison_tables(comp: dict) -> list[Table]:
         schedule = _distinct(metrics, lambda c: str((c["schedule"] or {}).get("name")))
         tables += _pass_tables(f"{label} ({junior}, {schedule})", metrics)
         tables += _pool_tables(label, metrics)
-    tables += [measure_table(m, comp[m.name]) for m in measures() if comp.get(m.name)]
-    if comp["drift"]:
-        tables += drift_tables(comp["drift"])
-    if comp["ttests"]:
-        tables.append(Table(f"Paired one-sided t-tests vs {comp['baseline']} (per-problem, pooled over benchmarks)",
-                            ["candidate", "statistic", "H1", "problems", "candidate", "baseline", "diff", "t", "p"],
-                            [[t["candidate"], t["statistic"], f"cand {'>' if t['alternative'] == 'greater' else '<'} base",
-                              str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
-                              _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
-    return tables + diagnostics_tables(comp)
+    return tables
+
+
+def measures_tables(comp: dict) -> list[Table]:
+    """Every registered measure's table that the comparison has results of."""
+    return [measure_table(m, comp[m.name]) for m in measures() if comp.get(m.name)]
+
+
+def drift_section_tables(comp: dict) -> list[Table]:
+    """The drift section's tables (``drift_tables``), when the comparison has one."""
+    return drift_tables(comp["drift"]) if comp.get("drift") else []
 
 
 def measure_table(m, section: dict[str, dict]) -> Table:
