@@ -137,8 +137,8 @@ def save_vllm_pair(tok, root) -> list[str]:
 
 @pytest.fixture(scope="session")
 def shared_server(tmp_path_factory, tok):
-    """The session's one single-junior ``tandem serve`` (``serve_helpers.SharedServer``), started on first use."""
-    from serve_helpers import SharedServer
+    """The session's one single-junior ``tandem serve`` (``helpers.serve.SharedServer``), started on first use."""
+    from helpers.serve import SharedServer
 
     server = SharedServer(save_training_inputs(tmp_path_factory.mktemp("shared_server"), tok, layers=2, hidden=128))
     yield server

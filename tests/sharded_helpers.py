@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-ENTRY = str(Path(__file__).with_name("sharded_entry.py"))
+ENTRY = str(Path(__file__).resolve().parent / "distributed" / "sharded_entry.py")
 METRICS = ("loss", "reward/mean", "senior/token_share", "response/mean_length", "kl/junior", "grad_norm")
 REWARD = '''import time
 
@@ -132,7 +132,7 @@ def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *ex
     4 updates) updates within ``rel`` and final weights that ``weights(baseline's, run's)`` accepts.
     The killed run's stderr is kept beside ``run`` and shown when it ends before its checkpoint.
     ``file``: the weights compared (and awaited in ``checkpoint-2``); a LoRA run's ``adapter_model.safetensors``.
-    With ``ranks`` (a folder), both runs go through ``tests/sharded_entry.py`` and the resumed run's
+    With ``ranks`` (a folder), both runs go through ``tests/distributed/sharded_entry.py`` and the resumed run's
     rank records are returned, so one killed run also answers what a 2-process run of its own would."""
     flags = train_flags(world, run, 4, "--sharding", sharding, *extra)
     if ranks is not None:

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from conftest import make_model, save_training_inputs
-from serve_helpers import running_server
+from helpers.serve import running_server
 
 pytestmark = pytest.mark.vllm
 

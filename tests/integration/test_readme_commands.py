@@ -23,7 +23,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 TRAIN_QUICK = ["--max-steps", "2", "--eval-every", "1", "--save-every", "1", "--val-size", "8", "--limit", "200",
                "--max-new-tokens", "48"]
 # Small settings appended per command (by its first words); a command not listed runs as written.

@@ -44,7 +44,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from serve_helpers import push_weights, server_digest
+from helpers.serve import push_weights, server_digest
 from sharded_helpers import (ENTRY, REWARD, assert_lora_partitioned, assert_same_updates, assert_split, free_port,
                              kill_resume_and_compare, max_diff, rank_records, run_ok, start_nodes, stop_nodes, torchrun,
                              train_flags, update_rows, wait_for)

@@ -16,7 +16,7 @@ import pytest
 import tandem_rlvr
 from tandem_rlvr.errors import TandemError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _rows(split: str, n: int) -> list[dict]:

@@ -159,7 +159,7 @@ def test_the_servers_digest_changes_with_a_decoder_matrix_and_only_with_it(share
     tensor that holds it changes."""
     from safetensors.torch import load_file
 
-    from serve_helpers import push_weights, server_digest
+    from helpers.serve import push_weights, server_digest
 
     url = shared_server.fresh()
     before = server_digest(url)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from judge_helpers import FakeJudgeServer
+from helpers.judge import FakeJudgeServer
 from tandem_rlvr.engines.judge_local import open_judge
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rewards.judge import Judge, JudgeSettings, parse_verdict, template_text

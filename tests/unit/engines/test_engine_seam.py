@@ -24,7 +24,7 @@ from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.precision import RolloutModel
 from tandem_rlvr.rl.weights import EngineSync, senior_weights
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
+SRC = Path(__file__).resolve().parents[3] / "src" / "tandem_rlvr"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from judge_helpers import FakeJudgeServer
+from helpers.judge import FakeJudgeServer
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.train import train

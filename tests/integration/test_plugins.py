@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-SRC = TESTS.parent / "src"
+SRC = TESTS.parents[1] / "src"
 
 SCHEDULE_PLUGIN = """
 import os

@@ -103,7 +103,7 @@ def test_alike_settings_differ_nowhere(same):
 @pytest.mark.slow
 def test_two_torchrun_nodes_with_different_lr_exit_2_with_the_line_above_the_launchers_banner(tmp_path):
     """The issue's case: two one-process "nodes" on a loopback rendezvous, node 1 with --lr 1e-2."""
-    port, src = _port(), str(Path(__file__).parents[1] / "src")
+    port, src = _port(), str(Path(__file__).parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
                                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),

@@ -20,7 +20,7 @@ import pytest
 
 from tandem_rlvr.rewards import score
 
-SAMPLE = Path(__file__).parent / "data" / "minerva_handoff_sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "minerva_handoff_sample.jsonl"
 
 
 def sample_rows() -> list[dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from tandem_rlvr.rl.accelerate_state import PRIVATE_SURFACE
 
 WHERE = "; rl/accelerate_state.py relies on it (PRIVATE_SURFACE): adapt it to this accelerate release"
-SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
+SRC = Path(__file__).resolve().parents[3] / "src" / "tandem_rlvr"
 
 
 def _resolve(path: str):

@@ -2,7 +2,7 @@
 OpenAI-compatible judge on localhost and a local tiny model, its registry row in ``compare`` (paired tests
 against scipy on hand-derived per-problem ratings), compare.md and the HTML report.
 
-The fake judge (``judge_helpers.FakeJudgeServer``) rates by what the response says: under the legibility
+The fake judge (``helpers.judge.FakeJudgeServer``) rates by what the response says: under the legibility
 rubric "SCORE: 4" when the response has the word "clearly", else "SCORE: 1"; under the coverage rubric
 "SCORE: 3" when it has "because", else "SCORE: 0"; a response with "mute" gets a reply without a number
 (no rating). So every expected value below is counted from the responses written here.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from judge_helpers import FakeJudgeServer
+from helpers.judge import FakeJudgeServer
 from tandem_rlvr.cli import main
 from tandem_rlvr.data.benchmarks import tiny_benchmark
 from tandem_rlvr.errors import TandemError

@@ -1,6 +1,6 @@
 """A real ``tandem serve`` for tests: a free port on 127.0.0.1, bounded retries, always shut down
 (SIGTERM to its whole process group, SIGKILL if it lingers). ``WeightDigest`` is a vLLM worker
-extension (``--worker-extension-cls serve_helpers.WeightDigest``, with tests/ on the server's
+extension (``--worker-extension-cls helpers.serve.WeightDigest``, with tests/ on the server's
 PYTHONPATH) through which ``server_digest`` reads a digest of each of the served senior's tensors."""
 
 from __future__ import annotations
@@ -136,10 +136,10 @@ class SharedServer:
     def _start(self) -> None:
         self._stack.close()
         self._stack = contextlib.ExitStack()
-        tests = os.path.dirname(os.path.abspath(__file__))
+        tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
         args = [self.senior, "--junior", self.junior, "--dtype", "float32", "--kv-cache-gib", "0.25",
-                "--max-num-seqs", "16", "--weight-sync", "--worker-extension-cls", "serve_helpers.WeightDigest"]
+                "--max-num-seqs", "16", "--weight-sync", "--worker-extension-cls", "helpers.serve.WeightDigest"]
         self.log = self.root / "server.log"
         self._url = None
         url = self._stack.enter_context(running_server(args, self.log, env=env))

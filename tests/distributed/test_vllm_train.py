@@ -115,7 +115,7 @@ def test_two_process_vllm_training_matches_one_process_and_every_engine_follows_
     if torch.cuda.is_available() and torch.cuda.device_count() < 2:
         pytest.skip("data-parallel vLLM training on CUDA needs a GPU per process (2)")
     entry = str(Path(__file__).with_name("vllm_dp_entry.py"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
                                                         os.environ.get("PYTHONPATH", "")])}
     runs = {}
     for n in (1, 2):

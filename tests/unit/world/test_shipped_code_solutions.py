@@ -47,7 +47,7 @@ from tandem_rlvr.sandbox import Limits, sandbox_python
 from tandem_rlvr.tasks.code import CodeTask
 from tandem_rlvr.tasks.code_data import CODE_BENCHMARKS, load_code
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[3] / "src"
 PACKAGES = ("tandem_rlvr/sandbox", "tandem_rlvr/tasks", "tandem_rlvr/rewards", "tandem_rlvr/data/files/code")
 MODULES = ("tandem_rlvr/__init__.py", "tandem_rlvr/errors.py", "tandem_rlvr/io.py", "tandem_rlvr/paths.py",
            "tandem_rlvr/prompting.py")

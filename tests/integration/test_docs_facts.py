@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tandem_rlvr.data.benchmarks import load_benchmark
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_tiny_world_doc_states_the_split_sizes_the_benchmark_serves():
@@ -39,7 +39,7 @@ def test_tiny_world_parameter_counts_in_the_docs_are_the_models():
     text = (DOCS / "tiny_world.md").read_text()
     assert f"embeddings: {base:,} parameters" in text and f"| base model (senior init) | {base:,} |" in text
     assert f"same data order): {small:,} parameters" in text
-    src = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr" / "world"
+    src = Path(__file__).resolve().parents[2] / "src" / "tandem_rlvr" / "world"
     for name in ("build.py", "tasks.py"):  # the docstrings round it
         assert f"{base / 1e6:.2f}M" in (src / name).read_text(), name
 

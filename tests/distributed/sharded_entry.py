@@ -1,6 +1,6 @@
-"""Entry point of the sharded-training tests (``tests/test_sharded_training.py``), run under torchrun.
+"""Entry point of the sharded-training tests (``tests/distributed/test_sharded_training.py``), run under torchrun.
 
-``python -m torch.distributed.run --standalone --nproc_per_node N tests/sharded_entry.py OUT FLAGS...``
+``python -m torch.distributed.run --standalone --nproc_per_node N tests/distributed/sharded_entry.py OUT FLAGS...``
 trains like ``tandem train FLAGS...`` (the same ``rl.train`` path), and each process writes
 ``OUT/rank{R}.json`` with what the tests check that only the process itself can see: the share of
 each parameter it holds (ZeRO-3: each partition's size against the whole tensor's, and whether the
@@ -18,7 +18,7 @@ the engine holds once it is fed the reference (the senior gathered with plain
 worked out by hand in plain torch from the senior on disk and ``final/``'s saved adapter,
 W + (alpha / r) B A, ``hand_merged``). vllm: each process compares its own engine's
 parameters; vllm-server: the main process records the server's digests
-(``serve_helpers.server_digest``) and writes the reference as ``OUT/reference.safetensors`` for
+(``helpers.serve.server_digest``) and writes the reference as ``OUT/reference.safetensors`` for
 the test to feed the server.
 """
 
@@ -232,7 +232,8 @@ def engine_check(run, out: Path, engine0, bucket_bytes: int) -> dict:
         rec["equal_bf16"] = _same(pushed, eng.engine_params("senior"))
         rec["bf16_rounded"] = not _same(pushed, synced)
         return rec
-    from serve_helpers import server_digest
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for its helpers package
+    from helpers.serve import server_digest
 
     url = eng.settings.url
     if main:

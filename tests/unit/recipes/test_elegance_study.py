@@ -10,7 +10,7 @@ import math
 import pytest
 
 from conftest import make_model
-from judge_helpers import FakeJudgeServer
+from helpers.judge import FakeJudgeServer
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.recipes.elegance import (EleganceSettings, calibrate, load_paths, run_elegance, solo_elegance,
                                           training_elegance)

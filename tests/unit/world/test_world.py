@@ -293,7 +293,7 @@ def test_readme_generate_example_is_a_problem_of_the_tiny_world_and_states_its_a
     # out here from the story's wording alone: a regex per clause template of tasks.py.
     from tandem_rlvr.world import tasks
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
     block = readme[readme.index("tandem generate --prompt"):]
     prompt = re.search(r'--prompt "([^"]+)"', block).group(1)
     names = "|".join(n for n, _ in tasks.NAMES)

@@ -27,9 +27,9 @@ from tandem_rlvr.cli import eval as cli_eval
 from tandem_rlvr.config import TrainConfig, load_train_config, preset_names
 from tandem_rlvr.errors import TandemError
 
-DATA = Path(__file__).parent / "data" / "main_configs"
+DATA = Path(__file__).resolve().parents[2] / "data" / "main_configs"
 BEFORE = json.loads((DATA / "commands.json").read_text())
-SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
+SRC = Path(__file__).resolve().parents[3] / "src" / "tandem_rlvr"
 # Training settings added after the fixture was written, at the defaults their issue gives them (LoRA,
 # issue 31: r = 0 is full fine-tuning, alpha TRL's 32, no dropout, PEFT's all-linear, no merged/ copy).
 ADDED_SETTINGS = {"lora_r": 0, "lora_alpha": 32.0, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
@@ -168,7 +168,7 @@ def test_a_readme_command_added_since_builds_the_settings_its_flags_say(argv, mo
 
 def test_the_readme_commands_in_the_fixture_are_the_readmes_own():
     """A README command added since the fixture was written would go unchecked: say so."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    text = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
     lines = [line.strip() for line in text.splitlines() if re.match(r"\s*tandem (train|eval (solo|handoff)) ", line)]
     assert len(lines) == len(BEFORE["commands"]) + len(ADDED_COMMANDS)
     flat = [" ".join(shlex.split(line.split("#")[0])[1:]) for line in lines]
