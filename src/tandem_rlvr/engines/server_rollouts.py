@@ -6,12 +6,12 @@ do no generation. An evaluation loads the served model's tokenizer (``--server-t
 else the checkpoint path the server reports); a training run uses its own.
 
 Weights (training): the server is ``tandem serve SENIOR --junior JUNIOR --weight-sync``, the
-checkpoints the run trains from with vLLM's weight transfer enabled. ``load_weights`` joins the
-server's weight transfer on first use (``nccl`` when the trainer is on CUDA, ``tandem_gloo`` on
+checkpoints the run trains from with vLLM's weight transfer enabled. ``load_weights`` pauses the server's
+scheduler (requests in flight wait), joins the server's weight transfer on first use (``nccl`` when the trainer is on CUDA, ``tandem_gloo`` on
 CPU; the trainer is rank 0 of a group with the server's workers, reached at the local address
 that routes to the server), then pushes the stream as one update in rounds of at most
 ``bucket_bytes`` (``engines.weight_sync.push_stream``), then resets the server's prefix cache,
-since cached KV blocks hold the old weights' keys. Tensors go in the served model's dtype
+since cached KV blocks hold the old weights' keys, and resumes the scheduler. Tensors go in the served model's dtype
 (``weight_dtype``: the server's own, read from vLLM's ``/server_info``, which ``--weight-sync``
 opens), so a sharded senior is cast on its shards before they are gathered.
 
@@ -30,7 +30,7 @@ juniors refuses the request (HTTP 400, a one-line error here).
 The server's junior (or pool, in order) must be the run's: the server reports what it holds and the
 run checks it before any model loads (``served_pool.check_served_juniors``, called by training's
 ``rl.assemble`` and by ``tandem eval handoff --junior``). Limits: the server serves other clients
-meanwhile, and their requests during a push see a mix of old and new weights.
+meanwhile; a request of theirs in flight during a push waits for it, then goes on under the new weights.
 """
 
 from __future__ import annotations
@@ -149,10 +149,15 @@ class ServerRollouts:
         self.transfer = WeightTransferTrainerFactory.trainer_init(info, client=self.sync_client,
                                                                   source=ListSource([]))
         self.reset_url = f"{base}/reset_prefix_cache"
+        self.base = base
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Push the stream to the server's senior as one update, then drop its stale prefix cache."""
+        """Push the stream to the server's senior as one update, then drop its stale prefix cache. The server's
+        scheduler is paused meanwhile (vLLM's ``/pause?mode=keep``: requests in flight are frozen, then go on
+        under the new weights after ``/resume``): vLLM's layer-wise reload empties each layer while it loads it,
+        and a forward in between kills the engine (seen on CPU: ``onednn_mm`` on meta tensors), so a push never
+        meets a running forward, whoever's request it is."""
         import requests
 
         from .weight_sync import push_stream
@@ -163,9 +168,14 @@ class ServerRollouts:
             return
         try:
             self._join(first[1].device)
-            push_stream(self.transfer, itertools.chain([first], it), self.bucket_bytes)
-            r = requests.post(self.reset_url, timeout=self.settings.timeout)
-            r.raise_for_status()
+            requests.post(f"{self.base}/pause", params={"mode": "keep"}, timeout=self.settings.timeout) \
+                .raise_for_status()
+            try:
+                push_stream(self.transfer, itertools.chain([first], it), self.bucket_bytes)
+                r = requests.post(self.reset_url, timeout=self.settings.timeout)
+                r.raise_for_status()
+            finally:
+                requests.post(f"{self.base}/resume", timeout=self.settings.timeout).raise_for_status()
         except (OSError, RuntimeError) as e:  # requests' errors are OSErrors; gloo's RuntimeErrors
             raise TandemError(f"{self.settings.url}: the weight push failed (is the server still up?): "
                               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
