@@ -271,7 +271,9 @@ def test_dry_run_prints_the_sharded_plan_and_the_layouts_table(monkeypatch, caps
     out = capsys.readouterr().out
     assert "one training process of FSDP2 x 2" in out and "senior weight shards" in out
     table = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [line.split(" | ")[0] for line in table] == ["| 2", "| 2", "| 4", "| 4", "| 8", "| 8"]
+    # the synchronous table (colocated and split per GPU count), then the overlapped one (one row per count)
+    assert [line.split(" | ")[0] for line in table] == ["| 2", "| 2", "| 4", "| 4", "| 8", "| 8", "| 2", "| 4", "| 8"]
+    assert out.index("recommended layouts on 2, 4, 8 GPUs") < out.index("overlapped (max_staleness 1: rollouts on a")
 
 
 def test_lora_saves_on_disk_are_the_adapter_and_its_moments(paper):

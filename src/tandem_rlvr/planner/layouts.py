@@ -164,8 +164,9 @@ def requested_layout(cfg, processes: int = 1, sharding: str | None = None, offlo
 
 def dry_run_report(cfg, lay: Layout, gib: float | None) -> str:
     """What ``tandem train --dry-run`` prints after the config: the plan of the requested layout
-    (``requested_layout``), the cheapest layout that fits when it does not, and the table
-    of recommended layouts on 2, 4 and 8 GPUs (of ``gib``, else 80 GiB)."""
+    (``requested_layout``), the cheapest layout that fits when it does not, and the tables
+    of recommended layouts on 2, 4 and 8 GPUs (of ``gib``, else 80 GiB): synchronous, and overlapped
+    (``overlap.overlapped_table``, at the run's ``max_staleness`` or 1)."""
     from .memory import render
 
     p = plan(cfg, gpu_gib=gib, layout=lay)
@@ -178,4 +179,10 @@ def dry_run_report(cfg, lay: Layout, gib: float | None) -> str:
     table = gib or 80.0
     out += [f"\nrecommended layouts on {', '.join(map(str, GPU_COUNTS))} GPUs of {table:g} GiB (docs/scale.md):",
             layouts_table(cfg, table)]
+    from .overlap import overlapped_table, staleness_of
+
+    k = max(1, staleness_of(cfg))
+    out += [f"\noverlapped (max_staleness {k}: rollouts on a `tandem serve` vLLM server on GPUs of its own, "
+            f"tensor-parallel over them, while the others train; docs/scale.md):",
+            overlapped_table(cfg, table, staleness=k)]
     return "\n".join(out)
