@@ -28,6 +28,7 @@ def cmd_demo(a) -> None:
 STUDY_FLAGS = {
     "drift": {"seeds", "juniors", "steps", "limit", "n", "checkpoint", "quick"},
     "pool": {"seeds", "steps", "limit", "n", "checkpoint", "quick", "mid_steps"},
+    "overlap": {"seeds", "steps", "preset", "max_staleness"},
     "elegance": {"steps", "n", "quick", "problems", "judge", "senior", "junior", "preset", "coef", "judge_template",
                  "judge_parser", "judge_max_tokens", "test_size", "max_tokens"},
 }
@@ -56,6 +57,18 @@ def cmd_study(a) -> None:
         from ..recipes.elegance import run_elegance
 
         run_elegance(a.out, elegance_settings(a))
+        return
+    if a.study == "overlap":
+        from ..recipes.study_overlap import OverlapStudySettings, run_overlap_study
+
+        try:
+            seeds = tuple(int(x) for x in a.seeds.split(",") if x.strip())
+        except ValueError:
+            raise TandemError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
+        if not seeds:
+            raise TandemError("--seeds must name some seeds")
+        run_overlap_study(a.out, OverlapStudySettings(seeds=seeds, preset=a.preset, steps=a.steps,
+                                                      max_staleness=a.max_staleness))
         return
     if a.study == "pool":
         from ..recipes.study_pool import run_pool_study
@@ -140,9 +153,10 @@ def register_demo(sub) -> None:
 
 def register_study(sub) -> None:
     p = sub.add_parser("study", help="multi-seed studies: drift = GRPO vs Tandem vs KL-Reg on the drift world")
-    p.add_argument("study", choices=["drift", "elegance", "pool"], help="which study (drift: the drift world, "
-                   "docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md; pool: "
-                   "juniors trained as a pool vs alone, one held out, docs/pool_study.md)")
+    p.add_argument("study", choices=["drift", "elegance", "pool", "overlap"], help="which study (drift: the drift "
+                   "world, docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md; pool: "
+                   "juniors trained as a pool vs alone, one held out, docs/pool_study.md; overlap: overlapped vs "
+                   "synchronous rollouts through a server, docs/overlap.md)")
     p.add_argument("--seeds", action=_Given, default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
     p.add_argument("--juniors", action=_Given, default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
@@ -153,6 +167,8 @@ def register_study(sub) -> None:
     p.add_argument("--checkpoint", action=_Given, default="final", choices=["final", "best"],
                    help="evaluate each run's final (default) or validation-best checkpoint")
     p.add_argument("--quick", action=_Given, nargs=0, const=True, default=False, help="a minutes-long smoke version on the shipped world (mechanics only: seconds of training)")
+    p.add_argument("--max-staleness", action=_Given, type=COUNT, default=1,
+                   help="study overlap: the overlapped arm's max_staleness (default 1)")
     p.add_argument("--mid-steps", action=_Given, type=COUNT, default=10,
                    help="study pool: GRPO steps of the intermediate-checkpoint junior (default 10)")
     e = p.add_argument_group("study elegance")
@@ -245,6 +261,20 @@ def cmd_bench_train(a):
     print(json.dumps(res) if a.json else f"tandem step / GRPO step: {res['tandem_over_grpo']:.2f}x")
 
 
+def cmd_bench_overlap(a):
+    from ..recipes.bench_overlap import bench_overlap, report
+
+    cores = None
+    if a.cores:
+        try:
+            cores = tuple(int(x) for x in a.cores.split(","))
+        except ValueError:
+            raise TandemError(f"--cores must be two comma-separated core numbers, got {a.cores!r}") from None
+    res = bench_overlap(a.preset, steps=a.steps, k=a.max_staleness, warmup=a.warmup, cores=cores, keep=a.keep,
+                        print_fn=(lambda *_: None) if a.json else print)
+    print(json.dumps(res) if a.json else report(res))
+
+
 def cmd_bench_memory(a):
     from ..recipes.bench import bench_memory
     from ..models import resolve_model_path
@@ -291,6 +321,17 @@ def register_bench(sub, parser_class) -> None:
                     help=f"rollout engine of both methods, weights synced per step: {engine_help(LOCAL_ENGINES)} "
                          f"(default {DEFAULT_ENGINE})")
     bt.set_defaults(fn=cmd_bench_train)
+
+    bo = bsub.add_parser("overlap", help="rollout-step wall-clock, synchronous vs overlapped (max_staleness), with a "
+                         "rollout server and the trainer on one core each (needs vLLM)")
+    bo.add_argument("--preset", default="tiny")
+    bo.add_argument("--steps", type=COUNT, default=12, help="rollout steps per run")
+    bo.add_argument("--warmup", type=number(int, 0), default=2, help="first rollout steps of each run not timed")
+    bo.add_argument("--max-staleness", type=COUNT, default=1, help="the overlapped run's max_staleness")
+    bo.add_argument("--cores", default=None, help="SERVER,TRAINER core numbers (default: the first two allowed)")
+    bo.add_argument("--keep", default=None, help="a folder to keep both runs and the server's log in")
+    bo.add_argument("--json", action="store_true", help="print one JSON object")
+    bo.set_defaults(fn=cmd_bench_overlap)
 
     bm = bsub.add_parser("memory", help="peak memory of a tandem rollout batch vs KV-cache arithmetic")
     bm.add_argument("--senior", default="tiny")
