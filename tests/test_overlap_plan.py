@@ -1,4 +1,4 @@
-"""The overlapped layout of the memory plan (``planner/overlap.py``; docs/scale.md, "Overlapped rollouts"): the
+"""The overlapped layout of the memory plan (``planner/layouts.py``; docs/scale.md, "Overlapped rollouts"): the
 rollout GPU holds the pair's bf16 weights and one batch's caches, priced here by hand from the shipped Qwen3-4B
 config; the training GPU holds what a run against a server holds and no rollout engine; max_staleness >= 2 adds
 its weight snapshots."""
@@ -12,7 +12,7 @@ import torch
 from tandem_rlvr.config import load_train_config
 from tandem_rlvr.errors import TandemError
 from tandem_rlvr.planner.memory import GiB, Layout, plan
-from tandem_rlvr.planner.overlap import overlapped_plan, overlapped_table
+from tandem_rlvr.planner.layouts import overlapped_plan, overlapped_table
 
 PRESET = "qwen3-4b-deepscaler"
 
