@@ -33,6 +33,12 @@
 # 16 zero3_lora_2_steps (with DeepSpeed): a 2-step LoRA run (r 8, bf16, --save-merged) of the tiny preset under
 #    --sharding zero3 on NPROC processes (torchrun): DeepSpeed's bf16 mode on a GPU (adapters as bf16 partitions
 #    over fp32 masters, merged stream layer by layer), peak GPU memory printed; the CPU tests run it in fp32 only
+# 17 overlap_step_time (NEEDS the main session's `max_staleness` key, issue 50; not run on a GPU yet): the tiny
+#    preset for 8 updates, synchronous (--max-staleness 0) and overlapped (--max-staleness 1), rollouts by the hf
+#    decoder on a device of their own (2 GPUs: senior cuda:0, rollouts and junior cuda:1; 1 GPU: the senior trains
+#    on the CPU, rollouts and junior on cuda:0); prints each run's mean step time after the first two, its split
+#    (wall/rollout_wait_s, wall/generate_s, wall/weight_sync_s) and the ratio overlapped / synchronous beside its
+#    bound max(rollout, train) / (rollout + train) from the synchronous run's own split
 # and prints one summary table, then the sharded checks that need more GPUs than this machine has
 # (for a user to run). Exit status is non-zero if any step fails.
 # GPU_CHECK_STEPS="paper_layout train_2_steps" runs only the named steps (default: all).
@@ -124,6 +130,34 @@ GIB=$(python -c "import torch; print(torch.cuda.get_device_properties(0).total_m
 run fsdp2_plan_9b tandem train --preset qwen3.5-9b-2b --dry-run --plan-gpu-gib "$GIB" --plan-processes "$NPROC" \
     --plan-sharding fsdp2
 CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps paper_layout fsdp2_memory fsdp2_plan_9b)
+# 17: overlap (needs `--max-staleness`, the main session's key of issue 50): skipped with a line until it exists
+OVL_DEV=(--senior-device cpu --rollout-device "$SDEV" --junior-device "$SDEV")
+[ "$NGPU" -ge 2 ] && OVL_DEV=(--senior-device cuda:0 --rollout-device cuda:1 --junior-device cuda:1)
+[ "${GPU_CHECK_CPU:-0}" = 1 ] && OVL_DEV=(--senior-device cpu --rollout-device cpu:1 --junior-device cpu)
+if tandem train --help 2>/dev/null | grep -q -- --max-staleness; then
+  for k in 0 1; do
+    run "overlap_k$k" tandem train --preset tiny --engine hf "${OVL_DEV[@]}" --dtype float32 --max-staleness "$k" \
+        --max-steps 8 --eval-every 0 --save-every 100 --output-dir "$OUT/train_overlap_k$k"
+  done
+  run overlap_step_time python - "$OUT/train_overlap_k0/log.jsonl" "$OUT/train_overlap_k1/log.jsonl" <<'PY'
+import json, sys
+def split(path):  # mean seconds per update after the first two (start-up, first prefetch), and the step's parts
+    rows = [r for r in map(json.loads, open(path)) if isinstance(r.get("wall/step_s"), (int, float))][2:]
+    mean = lambda k: sum(r.get(k) or 0.0 for r in rows) / max(len(rows), 1)
+    return {k: mean(k) for k in ("wall/step_s", "wall/rollout_wait_s", "wall/generate_s", "wall/weight_sync_s")}
+sync, over = split(sys.argv[1]), split(sys.argv[2])
+for name, s in (("synchronous", sync), ("overlapped", over)):
+    print(name + ": " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()))
+roll = sync["wall/generate_s"] or sync["wall/rollout_wait_s"]
+train = sync["wall/step_s"] - roll
+bound = max(roll, train) / sync["wall/step_s"] if roll and sync["wall/step_s"] else float("nan")
+print(f"overlap: step time overlapped / synchronous {over['wall/step_s'] / sync['wall/step_s']:.3f}, bound {bound:.3f}"
+      " (max(rollout, train) / (rollout + train) of the synchronous split; issue 50 asks within 1.15x of it)")
+PY
+  CHECKS+=(overlap_k0 overlap_k1 overlap_step_time)
+else
+  echo "== tandem train has no --max-staleness yet: the overlap check is skipped (issue 50)"
+fi
 if python -c "import deepspeed" >/dev/null 2>&1; then
   run zero3_memory python scripts/memory_check.py --zero3 --nproc "$NPROC" "${SHARD_ARCH[@]}" --out "$OUT/zero3_memory.json"
   CHECKS+=(zero3_memory)
@@ -176,6 +210,7 @@ PY
 grep -h "predicted" "$OUT/paper_layout.log" 2>/dev/null | grep -v "^ " | sed 's/^/paper layout: /'
 grep -h "FSDP2 x" "$OUT/fsdp2_memory.log" 2>/dev/null | sed 's/^/sharded: /'
 grep -h "ZeRO-3 x" "$OUT/zero3_memory.log" 2>/dev/null | sed 's/^/sharded: /'
+grep -h "^overlap: " "$OUT/overlap_step_time.log" 2>/dev/null
 echo "needs more GPUs than one machine's check runs (docs/scale.md), for a user to run:"
 [ "$NPROC" -ge 2 ] || echo "  python scripts/memory_check.py --fsdp2 --nproc 2 --arch Qwen/Qwen3-0.6B   # 2 GPUs: per-rank peaks, sync"
 echo "  python scripts/memory_check.py --fsdp2 --nproc 8 --arch Qwen/Qwen3-4B-Instruct-2507   # 8 GPUs"
