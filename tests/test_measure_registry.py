@@ -203,7 +203,8 @@ register_section(Section(
     tables=lambda comp: [Table("Solo length (plug-in section)", ["senior", "tokens"],
                                [[n, format(v, ".2f")] for n, v in comp["solo-length"].items()])],
     headline=lambda comp: [("solo tokens", ".1f", comp["solo-length"])],
-    figures=figure, captions=lambda comp: {"solo_length.png": "Mean solo response tokens per senior (plug-in)."}))
+    figures=figure, captions=lambda comp: {"solo_length.png": "Mean solo response tokens per senior (plug-in)."},
+    provenance=lambda comp: ["<h3>solo-length</h3><ul><li>counted from each solo run's token ids</li></ul>"]))
 '''
 
 
@@ -252,6 +253,7 @@ def test_a_section_registered_from_outside_the_package_is_compared_and_reported(
     assert figures == [("pass_at_k_solo.png", figures[0][1]),
                        ("solo_length.png", "Mean solo response tokens per senior (plug-in).")]
     assert (tmp_path / "rep" / "figures" / "solo_length.png").read_bytes()[:4] == b"\x89PNG"
+    assert "<h3>solo-length</h3><ul><li>counted from each solo run" in page[page.index('id="provenance"'):]
 
 
 def test_a_section_taking_a_key_of_compare_json_or_a_measure_is_refused_in_one_line(monkeypatch):

@@ -227,7 +227,8 @@ DRIFT = register_section(Section(
     "drift", ("drift", "drift_dir"),
     lambda c: {"drift": read_drift(c.drift_dir) if c.drift_dir else None, "drift_dir": _abs(c.drift_dir)},
     tables=f"{_REPORT}.tables:drift_section_tables", headline=f"{_REPORT}.headline:drift_columns",
-    figures=f"{_REPORT}.html:drift_figures", captions=f"{_REPORT}.html:drift_captions"))
+    figures=f"{_REPORT}.html:drift_figures", captions=f"{_REPORT}.html:drift_captions",
+    provenance=f"{_REPORT}.provenance:drift_provenance"))
 
 
 def pool_tests(label: str, cand_rows: list[dict], base_rows: list[dict]) -> list[tuple]:

@@ -27,7 +27,8 @@ a plug-in registers (``register_section``). A section is **computed** by ``build
 read (``Compared``) into its keys of compare.json, **compared** by ``tests`` (its paired tests of a
 candidate against the baseline) and **shown** by four presenters of compare.json's content: ``tables``
 (the tables of ``compare``, compare.md and the report), ``headline`` (the report's headline columns),
-``figures`` and ``captions`` (the report's figures and what each measures). ``compare``, the headline,
+``figures`` and ``captions`` (the report's figures and what each measures), ``provenance`` (the report's
+provenance entries of the section's own inputs, HTML). ``compare``, the headline,
 the report's tables and figures iterate ``sections()`` in order, so a section shown everywhere is one
 row. The package's own rows name their presenters as ``"module:function"`` of the report layer, imported
 when shown, so measuring never imports presenting. docs/evaluation.md, "Measures".
@@ -126,13 +127,14 @@ class Section:
     headline: Presenter = None
     figures: Presenter = None
     captions: Presenter = None
+    provenance: Presenter = None
 
     def show(self, hook: str) -> Callable[[dict], list | dict]:
-        """The presenter ``hook`` ("tables", "headline": lists; "figures", "captions": dicts) as a callable of
-        compare.json's content; one that gives nothing where the row has none."""
+        """The presenter ``hook`` ("tables", "headline", "provenance": lists; "figures", "captions": dicts) as a
+        callable of compare.json's content; one that gives nothing where the row has none."""
         fn = getattr(self, hook)
         if fn is None:
-            return lambda comp: [] if hook in ("tables", "headline") else {}
+            return lambda comp: {} if hook in ("figures", "captions") else []
         if isinstance(fn, str):
             from importlib import import_module
 

@@ -23,7 +23,7 @@ import json
 import shlex
 from pathlib import Path
 
-from ..measure.registry import measures
+from ..measure.registry import measures, sections
 
 
 def _read(path: Path) -> dict:
@@ -69,6 +69,15 @@ def _sampling(cfg: dict) -> str:
             f"benchmarks {', '.join(map(str, cfg.get('benchmarks') or []))}")
 
 
+def drift_provenance(comp: dict) -> list[str]:
+    """The drift section's provenance: its directory, the junior samples it read and its command."""
+    if not comp.get("drift"):
+        return []
+    cfg = comp["drift"].get("config", {})
+    return [f"<h3>drift</h3><ul><li>{_code(comp.get('drift_dir'))}: junior samples "
+            f"{_code(cfg.get('junior_samples'))}; {_command(cfg)}</li></ul>"]
+
+
 def provenance_html(comp: dict, train_dirs: dict[str, Path]) -> str:
     """The section's HTML (without its heading) for a comparison and its training runs."""
     runs = []  # (senior, kind, path, config, sources)
@@ -97,10 +106,8 @@ def provenance_html(comp: dict, train_dirs: dict[str, Path]) -> str:
                 items.append(f"<li>{html.escape(m.name)}: {_code(dirs[m.name])}: {made}; "
                              f"{'fingerprints: ' + fps if fps else 'fingerprints not recorded'}; {_command(cfg)}</li>")
         out.append(f"<h3>{html.escape(name)}</h3><ul>{''.join(items)}</ul>")
-    if comp.get("drift"):
-        cfg = comp["drift"].get("config", {})
-        out.append(f"<h3>drift</h3><ul><li>{_code(comp.get('drift_dir'))}: junior samples "
-                   f"{_code(cfg.get('junior_samples'))}; {_command(cfg)}</li></ul>")
+    for section in sections():  # drift's inputs, a plug-in section's (registry.Section.provenance)
+        out += section.show("provenance")(comp)
     if train_dirs:
         items = []
         for name, d in train_dirs.items():
