@@ -116,7 +116,7 @@ register_measure(Measure(
 
 
 def test_a_measure_registered_from_outside_the_package_is_compared_and_reported(tmp_path, monkeypatch, tok):
-    from test_report import write_sampling_run
+    from helpers.report import write_sampling_run
 
     site = tmp_path / "site"
     site.mkdir()
@@ -209,7 +209,7 @@ register_section(Section(
 
 
 def test_a_section_registered_from_outside_the_package_is_compared_and_reported(tmp_path, monkeypatch, tok):
-    from test_report import write_sampling_run
+    from helpers.report import write_sampling_run
 
     site = tmp_path / "site"
     site.mkdir()
