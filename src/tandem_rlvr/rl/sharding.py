@@ -16,7 +16,8 @@ Either way the transformers Trainer builds accelerate's ``FullyShardedDataParall
   extra all-gather transformers' own checkpointing costs under FSDP;
 - checkpoints are ``SHARDED_STATE_DICT`` (each rank writes its own shard of weights and AdamW
   moments, so no rank gathers a second full state), plus loadable HF weights written by
-  ``rl.weight_stream.save_streamed``.
+  ``rl.weight_stream.save_streamed``; a LoRA run's holds the adapter alone, which PEFT finds under the
+  activation-checkpoint wrapper only through ``rl.peft_checkpoint`` (``configure`` installs it).
 
 accelerate keeps FSDP off on a CPU machine (it becomes plain DDP without a word); FSDP2 itself
 runs on CPU with gloo, so ``force_on_cpu`` switches accelerate's state to FSDP there (through
@@ -89,6 +90,9 @@ def configure(args, compute: torch.dtype, on_cpu: bool) -> None:
     CPU machine, make accelerate really shard. Call after ``args`` exists, before the trainer."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
+    from .peft_checkpoint import install
+
+    install()  # a LoRA run's resume checkpoint holds the adapter under FSDP's activation checkpointing
     args.bf16 = args.fp16 = False
     args.mixed_precision = "no"  # no autocast; an accelerate config's bf16 would reduce in bf16
     args.fsdp_plugin_args["mixed_precision_policy"] = MixedPrecisionPolicy(param_dtype=compute,
