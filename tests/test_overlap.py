@@ -76,7 +76,8 @@ def test_a_stale_batch_scales_each_senior_tokens_clipped_surrogate_by_its_weight
 @pytest.mark.parametrize("keys, words", [
     (dict(engine="hf"), "engine hf decodes on the training devices"),
     (dict(engine="vllm"), "engine vllm decodes in the training process"),
-    (dict(engine="hf", rollout_device="cuda:1", max_staleness=2, sharding="fsdp2"), r"a sharded senior \(fsdp2\) overlaps with max_staleness 1"),
+    (dict(engine="hf", rollout_device="cuda:1", max_staleness=2, sharding="fsdp2"),
+     r"a sharded senior \(fsdp2\) overlaps with max_staleness 1"),
 ])
 def test_max_staleness_is_refused_in_one_line_where_it_cannot_overlap(train_inputs, tmp_path, keys, words):
     with pytest.raises(TandemError, match=words):

@@ -85,7 +85,7 @@ def test_an_overlapped_runs_traces_replay_their_authors_from_their_seeds_with_we
         want = replay(schedule, torch.tensor(t["seeds"], dtype=torch.int64), t["tokens"])
         assert [list(map(bool, m)) for m in t["mask"]] == want
         expect = response_logprobs(junior, t["ids"], t["tokens"], tok.pad_token_id, 1.0)
-        for mask, served, jun in zip(want, t["logprobs"], expect):
+        for mask, served, jun in zip(want, t["logprobs"], expect, strict=True):  # one per row of the trace
             m = torch.tensor(mask, dtype=torch.bool)
             torch.testing.assert_close(served[~m], jun[~m].to(served.dtype), atol=1e-4, rtol=1e-4)
             junior_tokens += int((~m).sum())

@@ -35,7 +35,8 @@ STUDY_FLAGS = {
 
 
 class _Given(argparse.Action):
-    """argparse's store (``nargs=0``: store ``const``), remembering in ``given`` that the flag was on the command line."""
+    """argparse's store (``nargs=0``: store ``const``), remembering in ``given`` that the flag was on the command
+    line."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
@@ -154,36 +155,45 @@ def register_demo(sub) -> None:
 def register_study(sub) -> None:
     p = sub.add_parser("study", help="multi-seed studies: drift = GRPO vs Tandem vs KL-Reg on the drift world")
     p.add_argument("study", choices=["drift", "elegance", "pool", "overlap"], help="which study (drift: the drift "
-                   "world, docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md; pool: "
-                   "juniors trained as a pool vs alone, one held out, docs/pool_study.md; overlap: overlapped vs "
-                   "synchronous rollouts through a server, docs/overlap.md)")
+                   "world, docs/drift_world.md; elegance: judge-rewarded elegance, tandem vs GRPO, docs/tasks.md; "
+                   "pool: juniors trained as a pool vs alone, one held out, docs/pool_study.md; overlap: overlapped "
+                   "vs synchronous rollouts through a server, docs/overlap.md)")
     p.add_argument("--seeds", action=_Given, default="0,1,2", help="RL seeds, comma-separated (default 0,1,2)")
     p.add_argument("--out", required=True, help="study directory (rerun to resume or add seeds)")
-    p.add_argument("--juniors", action=_Given, default="self,weak", help="comma-separated juniors: self (the base), weak (the world's small word-only junior); "
-                   "default self,weak")
-    p.add_argument("--steps", action=_Given, type=number(int, 1, optional=True), default=None, help="training steps (default: the preset's)")
+    p.add_argument("--juniors", action=_Given, default="self,weak", help="comma-separated juniors: self (the base), "
+                   "weak (the world's small word-only junior); default self,weak")
+    p.add_argument("--steps", action=_Given, type=number(int, 1, optional=True), default=None,
+                   help="training steps (default: the preset's)")
     p.add_argument("--limit", action=_Given, type=COUNT, default=200, help="test problems per evaluation (default 200)")
     p.add_argument("--n", action=_Given, type=COUNT, default=4, help="samples per problem (default 4)")
     p.add_argument("--checkpoint", action=_Given, default="final", choices=["final", "best"],
                    help="evaluate each run's final (default) or validation-best checkpoint")
-    p.add_argument("--quick", action=_Given, nargs=0, const=True, default=False, help="a minutes-long smoke version on the shipped world (mechanics only: seconds of training)")
+    p.add_argument("--quick", action=_Given, nargs=0, const=True, default=False, help="a minutes-long smoke version "
+                   "on the shipped world (mechanics only: seconds of training)")
     p.add_argument("--max-staleness", action=_Given, type=COUNT, default=1,
                    help="study overlap: the overlapped arm's max_staleness (default 1)")
     p.add_argument("--mid-steps", action=_Given, type=COUNT, default=10,
                    help="study pool: GRPO steps of the intermediate-checkpoint junior (default 10)")
     e = p.add_argument_group("study elegance")
-    e.add_argument("--problems", action=_Given, default=None, help="problems with labelled solution paths (JSONL; sample = the "
-                   "shipped four-problem example; format: docs/tasks.md)")
-    e.add_argument("--judge", action=_Given, default=None, help="the judge: a local model or an OpenAI-compatible server's URL")
+    e.add_argument("--problems", action=_Given, default=None, help="problems with labelled solution paths (JSONL; "
+                   "sample = the shipped four-problem example; format: docs/tasks.md)")
+    e.add_argument("--judge", action=_Given, default=None,
+                   help="the judge: a local model or an OpenAI-compatible server's URL")
     e.add_argument("--senior", action=_Given, default="tiny", help="base model of both methods (default tiny)")
     e.add_argument("--junior", action=_Given, default=None, help="tandem's junior (default: the senior's checkpoint)")
     e.add_argument("--preset", action=_Given, default="tiny", help="training preset (default tiny)")
-    e.add_argument("--coef", action=_Given, type=number(float, 0), default=0.5, help="judge bonus: correct x (1 + coef x verdict) (default 0.5)")
-    e.add_argument("--judge-template", action=_Given, default="elegance", help="judge prompt template (default elegance)")
-    e.add_argument("--judge-parser", action=_Given, default="elegant-bashy", help="verdict parser (default elegant-bashy)")
-    e.add_argument("--judge-max-tokens", action=_Given, type=COUNT, default=512, help="judge reply budget (default 512)")
-    e.add_argument("--test-size", action=_Given, type=COUNT, default=2, help="problems held out for the solo evaluation (default 2)")
-    e.add_argument("--max-tokens", action=_Given, type=COUNT, default=1024, help="solo evaluation: new tokens per sample (default 1024)")
+    e.add_argument("--coef", action=_Given, type=number(float, 0), default=0.5,
+                   help="judge bonus: correct x (1 + coef x verdict) (default 0.5)")
+    e.add_argument("--judge-template", action=_Given, default="elegance",
+                   help="judge prompt template (default elegance)")
+    e.add_argument("--judge-parser", action=_Given, default="elegant-bashy",
+                   help="verdict parser (default elegant-bashy)")
+    e.add_argument("--judge-max-tokens", action=_Given, type=COUNT, default=512,
+                   help="judge reply budget (default 512)")
+    e.add_argument("--test-size", action=_Given, type=COUNT, default=2,
+                   help="problems held out for the solo evaluation (default 2)")
+    e.add_argument("--max-tokens", action=_Given, type=COUNT, default=1024,
+                   help="solo evaluation: new tokens per sample (default 1024)")
     p.set_defaults(fn=cmd_study)
 
 
@@ -204,7 +214,8 @@ def cmd_bench_decode(a):
         if a.json:
             print(json.dumps(res))
         else:
-            print(f"vLLM engine ({res['device']}), batch {a.batch} x {a.new_tokens}: solo {res['solo_tok_s']:.0f} tok/s, "
+            print(f"vLLM engine ({res['device']}), batch {a.batch} x {a.new_tokens}: "
+                  f"solo {res['solo_tok_s']:.0f} tok/s, "
                   f"tandem {res['tandem_tok_s']:.0f} tok/s; tandem/solo {res['tandem_over_solo']:.3f} = "
                   f"{res['tandem_over_solo_vs_bound']:.3f} of the bound {res['bound']:.3f} (both output layers)")
         return
@@ -303,7 +314,8 @@ def register_bench(sub, parser_class) -> None:
                     help="thread budget of every decoder (default: the CLI's pick, $TANDEM_THREADS or idle cores)")
     bd.add_argument("--lengths", default="fixed", choices=("fixed", "lognormal"),
                     help="fixed: every row --new-tokens (EOS ignored); lognormal: per-row lengths, long-tailed")
-    bd.add_argument("--median-frac", type=number(float, 0, 1, lo_open=True), default=0.25, help="lognormal: median length / --new-tokens")
+    bd.add_argument("--median-frac", type=number(float, 0, 1, lo_open=True), default=0.25,
+                    help="lognormal: median length / --new-tokens")
     bd.add_argument("--sigma", type=number(float, 0), default=1.0, help="lognormal: sigma of log-length")
     bd.add_argument("--compact-sweep", default="",
                     help="comma-separated compaction thresholds to time as well (fraction of finished rows, 0-1)")
@@ -315,7 +327,8 @@ def register_bench(sub, parser_class) -> None:
 
     bt = bsub.add_parser("train", help="optimiser-step wall-clock: tandem vs GRPO on a preset")
     bt.add_argument("--preset", default="tiny")
-    bt.add_argument("--steps", type=number(int, 2), default=6, help="steps per method (the first is dropped as warm-up)")
+    bt.add_argument("--steps", type=number(int, 2), default=6,
+                    help="steps per method (the first is dropped as warm-up)")
     bt.add_argument("--json", action="store_true", help="print one JSON object")
     bt.add_argument("--engine", default=DEFAULT_ENGINE, choices=LOCAL_ENGINES,
                     help=f"rollout engine of both methods, weights synced per step: {engine_help(LOCAL_ENGINES)} "

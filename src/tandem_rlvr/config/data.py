@@ -62,7 +62,7 @@ class DataPart:
         at_least(self, 1, "max_prompt_tokens", "val_size")
         if self.validation == "paper-test-sets" and self.val_dataset:
             raise TandemError("validation paper-test-sets validates on its own sets; leave val_dataset unset")
-        self.run_task  # a bad task name, or a grader the task does not take, fails here
+        _ = self.run_task  # a bad task name, or a grader the task does not take, fails here
 
     @cached_property
     def run_task(self):

@@ -102,8 +102,8 @@ class EvalDecoding:
     seed: int = setting(0, "base of every row's seed", range=(0, SEED_MAX, False))
     batch_size: int = setting(64, "rows decoded together (vllm: rows handed to the engine at once; finished problems "
                               "are saved after each batch)", range=(1, None, False))
-    engine: str = setting(DEFAULT_ENGINE, "the engine that samples", choices=ENGINES.keys(), names=lambda: engine_help(),
-                          **SHARED_FLAG)
+    engine: str = setting(DEFAULT_ENGINE, "the engine that samples", choices=ENGINES.keys(),
+                          names=lambda: engine_help(), **SHARED_FLAG)
     vllm_settings: Any = field(default=None, metadata={"help": "engine vllm: the --vllm-* settings "
                                                        "(engines.vllm_engine.VLLMSettings)", **SHARED_FLAG})
     server: Any = field(default=None, metadata={"help": "engine vllm-server: the --server* settings "
@@ -140,7 +140,7 @@ class EvalProblems:
 
         check_types(self)
         check_part(self)
-        self.run_task  # a bad task name, or an answer mode or grader it does not take, fails here
+        _ = self.run_task  # a bad task name, or an answer mode or grader it does not take, fails here
         user_message("", self.instruction)  # an unknown instruction name fails here, before any loading
 
     @cached_property
@@ -165,9 +165,9 @@ class EvalConfig:
     protocol: str | None = setting(None, "text: turns end at a paragraph break and the text is re-tokenised for the "
                                    "other model (the paper's eval/handoff.py; any junior, its own tokenizer and "
                                    "template); stream: one token stream, authors switch inside it (one shared "
-                                   "tokenizer). Default: text for schedules with paragraph turns (paragraph-roundrobin, "
-                                   "paragraph-bernoulli) on every engine (a resumed run keeps the protocol it was made "
-                                   "with), else stream", choices=PROTOCOLS, **HANDOFF)
+                                   "tokenizer). Default: text for schedules with paragraph turns "
+                                   "(paragraph-roundrobin, paragraph-bernoulli) on every engine (a resumed run keeps "
+                                   "the protocol it was made with), else stream", choices=PROTOCOLS, **HANDOFF)
     models: EvalModels = field(default_factory=EvalModels)
     decoding: EvalDecoding = field(default_factory=EvalDecoding)
     problems: EvalProblems = field(default_factory=EvalProblems)
@@ -180,7 +180,8 @@ class EvalConfig:
             raise TandemError("--junior/--junior-device have no effect on a solo evaluation (the senior samples "
                               "alone); use `tandem eval handoff` to sample with a junior")
         if self.mode == "handoff" and self.schedule == "senior":
-            raise TandemError("--schedule senior hands nothing off (the junior would be ignored); use `tandem eval solo`")
+            raise TandemError("--schedule senior hands nothing off (the junior would be ignored); "
+                              "use `tandem eval solo`")
         if self.mode == "solo" and self.protocol is not None:
             raise TandemError("--protocol applies to `tandem eval handoff` only (a solo run has no handoff)")
         if self.handoff_protocol == "text" and not schedule_kind(self.schedule).text_turns:
@@ -195,7 +196,8 @@ class EvalConfig:
         unknown = [k for k in keys if k not in where and k not in own]
         if unknown:
             raise TandemError(f"unknown evaluation key {unknown[0]!r}")
-        parts = {name: part(**{k: v for k, v in keys.items() if where.get(k) == name}) for name, part in EVAL_PARTS.items()}
+        parts = {name: part(**{k: v for k, v in keys.items() if where.get(k) == name})
+                 for name, part in EVAL_PARTS.items()}
         return cls(**{k: v for k, v in keys.items() if k in own}, **parts)
 
     def keys(self) -> dict:

@@ -78,7 +78,8 @@ class LoopPart:
         at_least(self, 1, "save_every")
         if self.save_updates % self.updates_per_batch:
             raise TandemError(f"save_every ({self.save_every} {self.step_unit}s) must be a multiple of the updates per "
-                              f"rollout batch ({self.updates_per_batch}) so a resumed run regenerates the same rollouts")
+                              f"rollout batch ({self.updates_per_batch}) so a resumed run regenerates the same "
+                              "rollouts")
         check_seed(self.seed)
 
     @property

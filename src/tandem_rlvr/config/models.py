@@ -46,7 +46,8 @@ class ModelsPart:
                                 "in `dtype`; with bf16 and lr 1e-6 most updates round away: only for comparison)",
                                 choices=("float32", "compute"))
     gradient_checkpointing: bool = setting(True, "recompute each layer's activations in the backward pass (less "
-                                           "memory, about a third more compute; the paper's runs and TRL's default: on)")
+                                           "memory, about a third more compute; the paper's runs and TRL's default: "
+                                           "on)")
     rollout_device: str | None = setting(None, "engine hf: device of the senior copy the rollouts decode with "
                                          "(default: the senior's device). With fp32 master weights the rollouts "
                                          "decode a copy in `dtype`, refreshed after each update; beside the junior "
@@ -56,8 +57,8 @@ class ModelsPart:
                             "fp32 master shards, bf16 compute with fp32 gradient reduction, FSDP's activation "
                             "checkpointing; also chosen by an accelerate FSDP config under `accelerate launch`) or "
                             "zero3 (DeepSpeed ZeRO-3 through accelerate: fp32 master partitions, bf16 partitions, fp32 "
-                            "gradient reduction; also chosen by an accelerate DeepSpeed config with zero_stage 3; needs "
-                            "the sharded extra); docs/sharding.md", choices=SHARDINGS)
+                            "gradient reduction; also chosen by an accelerate DeepSpeed config with zero_stage 3; "
+                            "needs the sharded extra); docs/sharding.md", choices=SHARDINGS)
     shard_offload: bool = setting(False, "fsdp2/zero3: keep parameter shards, gradients and AdamW states in host "
                                   "memory (FSDP2's CPUOffloadPolicy; ZeRO-3's offload_param and offload_optimizer on "
                                   "the CPU); the optimiser step runs on the CPU")
@@ -84,12 +85,14 @@ class ModelsPart:
     def __post_init__(self):
         if self.junior not in (None, ""):
             try:
-                object.__setattr__(self, "junior", JuniorPool.parse(self.junior).spec())  # a YAML list or file: its spec
+                # a YAML list or file: its spec
+                object.__setattr__(self, "junior", JuniorPool.parse(self.junior).spec())
             except TandemError as e:  # named once: the pool's own errors may name the spec already
                 said = str(e)
-                raise TandemError(said if repr(str(self.junior)) in said else f"junior {self.junior!r}: {said}") from None
+                raise TandemError(said if repr(str(self.junior)) in said
+                                  else f"junior {self.junior!r}: {said}") from None
         check_part(self)
-        self.junior_devices  # one device for all juniors or one each
+        _ = self.junior_devices  # one device for all juniors or one each: a mismatch fails here
         if self.shard_offload and not self.backend.can_offload:
             offloading = " or ".join(k.name for k in SHARDING_KINDS.values() if k.can_offload)
             raise TandemError(f"shard_offload needs --sharding {offloading} (it offloads the shards)")

@@ -7,9 +7,9 @@ else the checkpoint path the server reports); a training run uses its own.
 
 Weights (training): the server is ``tandem serve SENIOR --junior JUNIOR --weight-sync``, the
 checkpoints the run trains from with vLLM's weight transfer enabled. ``load_weights`` pauses the server's
-scheduler (requests in flight wait), joins the server's weight transfer on first use (``nccl`` when the trainer is on CUDA, ``tandem_gloo`` on
-CPU; the trainer is rank 0 of a group with the server's workers, reached at the local address
-that routes to the server), then pushes the stream as one update in rounds of at most
+scheduler (requests in flight wait), joins the server's weight transfer on first use (``nccl`` when the
+trainer is on CUDA, ``tandem_gloo`` on CPU; the trainer is rank 0 of a group with the server's workers,
+reached at the local address that routes to the server), then pushes the stream as one update in rounds of at most
 ``bucket_bytes`` (``engines.weight_sync.push_stream``), then resets the server's prefix cache,
 since cached KV blocks hold the old weights' keys, and resumes the scheduler. Tensors go in the served model's dtype
 (``weight_dtype``: the server's own, read from vLLM's ``/server_info``, which ``--weight-sync``

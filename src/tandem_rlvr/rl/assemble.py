@@ -183,7 +183,8 @@ def _assemble(cfg, prep, args, ds, rollout, start: RunStart, resume_step: int, p
 
 
 def server_settings(cfg: TrainConfig):
-    """The ``engines.server_client.ServerSettings`` of a run on ``--engine vllm-server`` (key: $VLLM_API_KEY), else None."""
+    """The ``engines.server_client.ServerSettings`` of a run on ``--engine vllm-server`` (key: $VLLM_API_KEY),
+    else None."""
     from ..engines.server_client import ServerSettings
 
     return ServerSettings(cfg.rollout.server, api_key=os.environ.get("VLLM_API_KEY")) if cfg.rollout.server else None

@@ -1,8 +1,8 @@
 """Trainer callbacks: the run log (jsonl + console line) and validation with best-checkpoint keeping.
 
 ``RunLog`` writes every TRL log record to ``run_dir/log.jsonl`` with our namespaced keys
-(``reward/mean``, ``reward/NAME`` per reward term, ``senior/token_share``, ``wall/step_s``, ``wall/total_s``) next to TRL's
-own, and prints one line per step. On resume it first drops records past the checkpoint,
+(``reward/mean``, ``reward/NAME`` per reward term, ``senior/token_share``, ``wall/step_s``, ``wall/total_s``) next to
+TRL's own, and prints one line per step. On resume it first drops records past the checkpoint,
 so the log continues without a gap or a duplicate, and carries the accumulated wall-clock on.
 
 ``Validation`` measures validation accuracy every ``eval_every`` steps (in ``step_unit``)
@@ -150,7 +150,7 @@ def macro_pass_at_n(benchmarks: list[str], problems: list[int], correct: list[fl
     n samples (the older stack's checkpoint rule, n = 4). One entry per sample, aligned."""
     solved: dict[int, bool] = {}
     bench: dict[int, str] = {}
-    for b, i, c in zip(benchmarks, problems, correct):
+    for b, i, c in zip(benchmarks, problems, correct, strict=True):
         solved[i] = solved.get(i, False) or c > 0
         bench[i] = b
     per: dict[str, list[bool]] = {}
@@ -216,7 +216,8 @@ class Validation(TrainerCallback):
         model.eval()
         try:
             self.sync(model, step)  # the engine decodes this update's weights
-            n = self.cfg.rollout.rollout_batch_rows or self.batch_rows  # the rollouts' row budget bounds the KV caches here too
+            # the rollouts' row budget bounds the KV caches here too
+            n = self.cfg.rollout.rollout_batch_rows or self.batch_rows
             for s in range(0, len(rows), n):
                 chunk = rows[s:s + n]
                 seeds = [row_seed(self.cfg.loop.seed, VALIDATION_STEP_SEED, i, k) for i, k in chunk]
@@ -243,8 +244,9 @@ class Validation(TrainerCallback):
             accs = [self.accuracy(model, step, j) for j in range(len(self.pool.names))]
             from ..models import recorded_labels
 
-            figures = {f"val/junior/{label}/accuracy": a for label, a in zip(recorded_labels(self.pool), accs)}
-            mean = sum(w * a for w, a in zip(self.pool.weights, accs))
+            figures = {f"val/junior/{label}/accuracy": a
+                       for label, a in zip(recorded_labels(self.pool), accs, strict=True)}
+            mean = sum(w * a for w, a in zip(self.pool.weights, accs, strict=True))
             by = self.cfg.loop.best_by_junior
             figures.update({"val/accuracy": mean, "val/best_by": by})
             acc = mean if by == "pool-mean" else accs[self.pool.index(by)]
@@ -268,8 +270,9 @@ class Validation(TrainerCallback):
             to_trackers(self.trainer, {**rec, "val/best_step": self.best["step"]})
         if self.runlog.is_main:
             pooled = f", pool mean; by {self.cfg.loop.best_by_junior} {acc:.3f}" if self.per_junior else ""
-            self.runlog.print(f"step {step:4d} | validation accuracy {figures['val/accuracy']:.3f} ({self.spec.schedule}"
-                              f"{pooled}) | best {self.best['accuracy']:.3f} at step {self.best['step']}"
+            self.runlog.print(f"step {step:4d} | validation accuracy {figures['val/accuracy']:.3f} "
+                              f"({self.spec.schedule}{pooled}) | best {self.best['accuracy']:.3f} "
+                              f"at step {self.best['step']}"
                               + ("  ** sharp decline **" if decline else ""))
 
     def _save_best(self, model):
@@ -285,7 +288,8 @@ class Validation(TrainerCallback):
         if sharded:
             PartialState().wait_for_everyone()  # no process writes into the old tmp
         if is_lora(model):  # the adapter, and merged/ weights with save_merged (collective when sharded)
-            save_lora(model, tmp, self.dtype, self.tok, self.cfg.models.save_merged, self.cfg.models.sync_bucket_mb << 20)
+            save_lora(model, tmp, self.dtype, self.tok, self.cfg.models.save_merged,
+                      self.cfg.models.sync_bucket_mb << 20)
         elif sharded:
             save_streamed(model, tmp, self.dtype, self.cfg.models.sync_bucket_mb << 20)
         if not main:
@@ -315,8 +319,9 @@ class Validation(TrainerCallback):
         if self.cfg.loop.keep_weights and model is not None:  # every process: a sharded senior is gathered collectively
             out = self.run_dir / "weights" / f"checkpoint-{state.global_step}"
             out.parent.mkdir(exist_ok=True)
+            rollout_step = state.global_step // self.cfg.loop.updates_per_batch
             self._export(self._unwrap(model), out, {"step.json": {"step": state.global_step,
-                                                                  "rollout_step": state.global_step // self.cfg.loop.updates_per_batch}})
+                                                                  "rollout_step": rollout_step}})
 
     def _unwrap(self, model):
         return self.trainer.accelerator.unwrap_model(model) if self.trainer is not None else model

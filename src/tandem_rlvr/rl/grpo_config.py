@@ -93,7 +93,8 @@ def micro_batching(cfg: TrainConfig, num_processes: int) -> tuple[int, int]:
     per_process = rows // num_processes
     micro = cfg.loop.micro_batch_rows or per_process
     if per_process % micro:
-        raise TandemError(f"micro_batch_rows={micro} does not divide the {per_process} rows of a mini-batch per process")
+        raise TandemError(f"micro_batch_rows={micro} does not divide the {per_process} rows of a mini-batch "
+                          "per process")
     return micro, per_process // micro
 
 
@@ -149,7 +150,8 @@ def from_train_config(cfg: TrainConfig, num_processes: int, on_cpu: bool, sharde
             delta=loss.dual_clip or None,  # TRL's cap of the ratio; for A < 0 it is verl's dual-clip
             ddp_timeout=m.dist_timeout_s, **{**RUN_DEFAULTS, **loop.trl},
             # KL-Reg is plain k3 (the paper's verl low_var_kl); newer TRL multiplies it by the ratio by default
-            **({"use_bias_correction_kl": False} if "use_bias_correction_kl" in GRPOConfig.__dataclass_fields__ else {}),
+            **({"use_bias_correction_kl": False}
+               if "use_bias_correction_kl" in GRPOConfig.__dataclass_fields__ else {}),
             **(sharded or {}))
     except (ValueError, TypeError) as e:
         raise TandemError(f"GRPOConfig refused the run's settings: {e}") from None

@@ -42,7 +42,7 @@ def check_senior_mask(completion_ids: list[list[int]], senior_mask) -> None:
         raise TandemError("tandem batch has no senior mask; refusing to fall back to vanilla GRPO")
     if len(senior_mask) != len(completion_ids):
         raise TandemError(f"senior mask has {len(senior_mask)} rows for {len(completion_ids)} completions")
-    for i, (c, m) in enumerate(zip(completion_ids, senior_mask)):
+    for i, (c, m) in enumerate(zip(completion_ids, senior_mask, strict=True)):
         if len(c) != len(m):
             raise TandemError(f"senior mask of completion {i} has length {len(m)}, completion has {len(c)} tokens")
 
@@ -84,7 +84,8 @@ class TandemRollout:
         self.cfg, self.tok = cfg, pair.tokenizer
         # KL monitoring reads the senior's ids under each junior: none for a junior of another tokenizer
         xjuniors = pair.xjuniors or (pair.xjunior,) * len(pair.juniors or (pair.junior,))
-        self.juniors = tuple(None if x is not None else j for j, x in zip(pair.juniors or (pair.junior,), xjuniors))
+        self.juniors = tuple(None if x is not None else j
+                             for j, x in zip(pair.juniors or (pair.junior,), xjuniors, strict=True))
         self.junior = self.juniors[0]  # a pool's juniors, in pool order; ``junior`` the first (one junior: it)
         self.pool = cfg.models.pool
         from ..models import recorded_labels
@@ -155,7 +156,8 @@ class TandemRollout:
         ids = [encode_prompt(self.tok, p) for p in prompts]
         too_long = [len(x) for x in ids if len(x) > cfg.data.max_prompt_tokens]
         if too_long:
-            raise TandemError(f"a training prompt has {max(too_long)} tokens, over max_prompt_tokens={cfg.data.max_prompt_tokens}")
+            raise TandemError(f"a training prompt has {max(too_long)} tokens, "
+                              f"over max_prompt_tokens={cfg.data.max_prompt_tokens}")
         return Planned(step, prompts, ids, seeds, juniors, pool)
 
     def push(self, senior, step: int) -> None:
@@ -184,7 +186,8 @@ class TandemRollout:
             if self.completions is None:
                 from .completions import CompletionsLog
 
-                self.completions = CompletionsLog(trainer.args.output_dir, self.tok, trainer.args.num_completions_to_print)
+                self.completions = CompletionsLog(trainer.args.output_dir, self.tok,
+                                                  trainer.args.num_completions_to_print)
             self.completions.write(trainer, prompts, completion_ids, senior_mask)
 
         # Metrics of the whole step: with several processes each holds only its share of the rows.
@@ -196,7 +199,7 @@ class TandemRollout:
         if acc.num_processes > 1:
             share, lengths, kls = gather_object(share), gather_object(lengths), gather_object([kl])
             switches = gather_object(switches)
-            kl = tuple(map(sum, zip(*kls)))
+            kl = tuple(map(sum, zip(*kls, strict=True)))  # each process's kl: the same 4 sums
         share = torch.tensor(share, dtype=torch.float64)
         metrics = {**timing, "overlap/staleness": float((step - version) // cfg.loop.updates_per_batch),
                    "senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
@@ -228,7 +231,8 @@ class TandemRollout:
             self.rollout_log.write([
                 {"step": d["step"], "rollout_step": rollout_step, "problem_id": key, "rollout": k,
                  "junior": labels[j], "reward": None if math.isnan(r) else r, "senior_share": s, "length": n}
-                for key, k, j, r, s, n in zip(d["keys"], d["copies"], d["juniors"], rewards, d["shares"], d["lengths"])])
+                for key, k, j, r, s, n in zip(d["keys"], d["copies"], d["juniors"], rewards, d["shares"], d["lengths"],
+                                              strict=True)])
 
     @torch.no_grad()
     def _kl_to_junior(self, ids, completion_ids, senior_mask, logprobs, juniors=None) -> tuple[float, int, float, int]:
@@ -246,11 +250,12 @@ class TandemRollout:
             if rows and model is not None:
                 got = response_logprobs(model, [ids[b] for b in rows], [completion_ids[b] for b in rows],
                                         self.tok.pad_token_id, self.sampling.temperature)
-                for b, x in zip(rows, got):
+                for b, x in zip(rows, got, strict=True):
                     lj[b] = x
         tot, n = 0.0, 0
-        lp_tot, lp_n = sum(float(x.double().sum()) for x in lj if x is not None), sum(len(x) for x in lj if x is not None)
-        for b, c in enumerate(completion_ids):
+        lp_tot = sum(float(x.double().sum()) for x in lj if x is not None)
+        lp_n = sum(len(x) for x in lj if x is not None)
+        for b in range(len(completion_ids)):
             m = torch.tensor(senior_mask[b], dtype=torch.bool)
             if lj[b] is None or not m.any():
                 continue

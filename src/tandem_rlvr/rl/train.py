@@ -73,8 +73,9 @@ def run_training(run, cfg: TrainConfig, print_fn=print, extra: dict | None = Non
         summary = {"method": cfg.method, "steps": steps, "rollout_steps": loop.rollout_steps(steps),
                    "best": run.validation.best, "processes": trainer.accelerator.num_processes,
                    "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
+        # every process: sharded weights are gathered
         _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, steps, extra), cfg.models.precision.compute,
-                    cfg.models.sync_bucket_mb << 20, cfg.models.save_merged)  # every process: sharded weights are gathered
+                    cfg.models.sync_bucket_mb << 20, cfg.models.save_merged)
         if trainer.accelerator.is_main_process:
             write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     except BaseException:

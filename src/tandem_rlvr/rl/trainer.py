@@ -47,11 +47,12 @@ SENIOR_MASK = "tool_mask"
 # The private names we rely on: (object, attribute). Methods we override or call, then
 # attributes TRL's __init__ sets; trl.trainer.utils / trl.models.utils helpers for the reference.
 PRIVATE_SURFACE = {
-    "methods": ("_compute_loss", "_generate_and_score_completions", "_calculate_rewards", "_get_per_token_logps_and_entropies",
-                "_prepare_inputs", "_load_from_checkpoint", "_issue_warnings_after_load", "get_batch_samples"),
-    "attributes": ("_metrics", "temperature", "num_iterations", "current_gradient_accumulation_steps", "loss_type", "epsilon_low",
-                   "epsilon_high", "importance_sampling_level", "max_completion_length", "aux_loss_enabled",
-                   "router_aux_loss_coef"),
+    "methods": ("_compute_loss", "_generate_and_score_completions", "_calculate_rewards",
+                "_get_per_token_logps_and_entropies", "_prepare_inputs", "_load_from_checkpoint",
+                "_issue_warnings_after_load", "get_batch_samples"),
+    "attributes": ("_metrics", "temperature", "num_iterations", "current_gradient_accumulation_steps", "loss_type",
+                   "epsilon_low", "epsilon_high", "importance_sampling_level", "max_completion_length",
+                   "aux_loss_enabled", "router_aux_loss_coef"),
     "helpers": ("trl.trainer.utils.add_fused_lm_head", "trl.trainer.utils.disable_dropout_in_model"),
 }
 
