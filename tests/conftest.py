@@ -18,13 +18,15 @@ TEXT = [
     "Tom buys 3 apples and eats 1 apple.\nSo 3 minus 1 is 2.\n\nThe answer is \\boxed{2}.",
 ] * 20
 
-SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+         r"""|\s+(?!\S)|\s+""")
 
 
 def make_tokenizer(vocab_size: int = 300) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(SPLIT), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        [pre_tokenizers.Split(Regex(SPLIT), "isolated"),
+         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
@@ -47,7 +49,8 @@ def make_model(vocab_size: int, seed: int, hidden: int = 64, layers: int = 2) ->
 
 def save_training_inputs(root, tok, layers: int = 1, hidden: int = 32, tied: bool = False):
     """A training run's inputs under ``root``: ``senior/`` (seed 0) and ``junior/`` (seed 1) random
-    models of ``layers`` layers and width ``hidden`` (vLLM on CPU needs 128: head_dim 32) with ``tok`` (``tied``: the output layer is the
+    models of ``layers`` layers and width ``hidden`` (vLLM on CPU needs 128: head_dim 32) with ``tok`` (``tied``: the
+    output layer is the
     embedding), and ``data.jsonl``, 40 shell problems with their answers."""
     for name, seed in (("senior", 0), ("junior", 1)):
         model = make_model(len(tok), seed, hidden=hidden, layers=layers)
@@ -155,7 +158,7 @@ def legibility_world(tmp_path_factory, tok, pair):
     """({"senior": dir, "junior": dir} of ``pair`` saved with ``tok``, a 6-problem benchmark file)."""
     root = tmp_path_factory.mktemp("world")
     dirs = {}
-    for name, model in zip(("senior", "junior"), pair):
+    for name, model in zip(("senior", "junior"), pair, strict=True):
         model.save_pretrained(root / name)
         tok.save_pretrained(root / name)
         dirs[name] = str(root / name)

@@ -26,7 +26,8 @@ def spaces(prompts, completions, **kwargs):
 
 
 def train_flags(world, out, steps, *extra):
-    return ["--senior", str(world / "senior"), "--junior", str(world / "junior"), "--dataset", str(world / "data.jsonl"),
+    return ["--senior", str(world / "senior"), "--junior", str(world / "junior"), "--dataset",
+            str(world / "data.jsonl"),
             "--dataset-split", "none", "--val-size", "4", "--template", "plain", "--lr", "1e-2", "--group-size", "4",
             "--prompts-per-step", "2", "--prompts-per-minibatch", "2", "--max-prompt-tokens", "64",
             "--max-new-tokens", "12", "--temperature", "1.0", "--max-steps", str(steps), "--eval-every", "2",
@@ -85,7 +86,8 @@ def assert_partitioned(ranks, hidden: int):
         if [r["fractions"][name] for r in ranks] == [1.0, 1.0]:
             assert both[0]["dims"] == 1 and both[0]["whole"] < 10 * hidden, name
         else:
-            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
+            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0,
+                                                                                                                0], name
     assert all(r["fractions"]["lm_head.weight"] == 0.5 for r in ranks)
 
 
@@ -98,7 +100,8 @@ def assert_lora_partitioned(ranks, hidden: int, adapters: int):
     for name, parts in ranks[0]["partitions"].items():
         both = [r["partitions"][name] for r in ranks]
         if parts["dims"] == 2 and ".lora_" not in name:
-            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0, 0], name
+            assert [b["local"] * 2 for b in both] == [parts["whole"]] * 2 and [b["resident"] for b in both] == [0,
+                                                                                                                0], name
         else:
             assert parts["whole"] < 10 * hidden and [r["fractions"][name] for r in ranks] == [1.0, 1.0], name
     assert all(r["loaded_partitioned"] for r in ranks)

@@ -44,7 +44,7 @@ def _ranks(xs):
 
 def _pearson(a, b):
     ma, mb = sum(a) / len(a), sum(b) / len(b)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True))
     return cov / math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
 
 
@@ -69,7 +69,7 @@ def test_drift_statistics_match_plain_python():
         assert m["kl_to_junior"] == pytest.approx(sum(p[n][v] * math.log(p[n][v] / p["junior"][v]) for v in range(V)))
         big = [v for v in frequent if abs(lr[n][v]) > 1]
         assert m["share_abs_log_ratio_gt_1"] == pytest.approx(len(big) / len(frequent))
-        for tau, s in zip(res["survival"]["grid"], res["survival"]["curves"][n]):
+        for tau, s in zip(res["survival"]["grid"], res["survival"]["curves"][n], strict=True):
             assert s == pytest.approx(sum(abs(lr[n][v]) > tau for v in frequent) / len(frequent))
     assert res["survival"]["grid"][-1] == pytest.approx(max(abs(lr[n][v]) for n in lr for v in frequent))
     # over-emitted by grpo, most first: 5 (30 vs 0), 3 (40 vs 12), 7 (12 vs 5); then 1 (25 vs 30) is not

@@ -63,7 +63,7 @@ def test_the_reference_solution_passes_and_a_mutated_one_fails(bench, pid, old, 
 def test_fast_subset_of_references_passes_in_the_sandbox():
     rows = [r for name in CODE_BENCHMARKS for r in load_code(name, limit=4)]
     grades = TASK.grade([r["solution"] for r in rows], rows)
-    assert [(r["problem_id"], g.reason) for r, g in zip(rows, grades) if g.score != 1.0] == []
+    assert [(r["problem_id"], g.reason) for r, g in zip(rows, grades, strict=True) if g.score != 1.0] == []
 
 
 def test_pass_fraction_and_the_first_failing_test_are_reported():
@@ -201,7 +201,8 @@ def test_a_stdin_grade_takes_one_wall_clock_limit_whatever_the_inputs(monkeypatc
     task = CodeTask(limits=Limits(wall_s=6, cpu_s=60), workers=1)
     (g,) = task.grade([slow_echo], [_stdio_row(3)])
     assert (g.score, g.reason, len(runs)) == (0.0, "timeout", 2)
-    assert runs[0][1] == pytest.approx(6, abs=0.05)  # the whole limit for the first input, what is left of it for the next
+    assert runs[0][1] == pytest.approx(6,
+                                       abs=0.05)  # the whole limit for the first input, what is left of it for the next
     ends = [start + budget for start, budget in runs]
     assert max(ends) - min(ends) < 0.05  # every run ends by the same deadline: the first start + 6 s
 
@@ -222,6 +223,7 @@ def test_a_stdin_program_that_meets_a_limit_on_one_input_is_stopped_there_and_a_
     task = CodeTask(limits=Limits(wall_s=60, cpu_s=60, output_bytes=1 << 16), workers=1)
     (g,) = task.grade([program], [_stdio_row(4)])
     reason, n_runs, fraction = ON_INPUT_1[misbehaviour]
-    assert (g.score, g.reason, len(runs), g.details["pass_fraction"], g.details["tests"]) == (0.0, reason, n_runs, fraction, 4)
+    assert (g.score, g.reason, len(runs), g.details["pass_fraction"],
+            g.details["tests"]) == (0.0, reason, n_runs, fraction, 4)
     if n_runs == 2:
         assert g.details["error"] == f"{reason} on input 2"

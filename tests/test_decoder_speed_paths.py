@@ -83,7 +83,8 @@ def _uneven(tok, pair, name, caps, compact, eos):
     prompts = [tok.encode(PROMPTS[b % len(PROMPTS)]) for b in range(len(caps))]
     seeds = [100 + b for b in range(len(caps))]
     sp = SamplingParams(temperature=1.0, max_new_tokens=max(caps))
-    dec = TandemDecoder(senior, junior if name != "senior" else None, make_schedule(name, tok, p=0.5, K=4, vocab_size=len(tok)),
+    dec = TandemDecoder(senior, junior if name != "senior" else None,
+                        make_schedule(name, tok, p=0.5, K=4, vocab_size=len(tok)),
                         sp, eos_ids=eos, pad_id=tok.pad_token_id, compact=compact)
     return prompts, seeds, dec.generate(prompts, seeds, max_new_tokens=caps)
 
@@ -145,7 +146,8 @@ def test_two_bodies_split_the_threads_and_the_count_is_restored(tok, pair):
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        default = TandemDecoder(*pair, make_schedule("word", tok, vocab_size=len(tok)), SamplingParams(max_new_tokens=3),
+        default = TandemDecoder(*pair, make_schedule("word", tok, vocab_size=len(tok)),
+                                SamplingParams(max_new_tokens=3),
                                 [], tok.pad_token_id)
         assert default.threads() == (False, None)
         dec = TandemDecoder(*pair, make_schedule("word", tok, vocab_size=len(tok)), SamplingParams(max_new_tokens=3),
@@ -210,7 +212,9 @@ def test_bench_decode_lognormal_counts_useful_tokens(capsys, model_dir):
     assert main(["bench", "decode", "--json", "--senior", str(model_dir), "--batch", "6", "--new-tokens", "16",
                  "--repeats", "1", "--threads", "1", "--lengths", "lognormal"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert res["useful_tokens"] == sum(lognormal_lengths(6, 16)) and res["padded_tokens"] == 6 * max(lognormal_lengths(6, 16))
+    assert res["useful_tokens"] == sum(lognormal_lengths(6,
+                                                         16)) and res["padded_tokens"] == 6 * max(lognormal_lengths(6,
+                                                                                                                    16))
     assert res["threads"] == 1 and res["budget"]["tandem"].startswith("1 intra-op thread")
     for key in ("solo_tok_s", "tandem_tok_s", "hf_generate_tok_s", "solo_no_compact_tok_s", "tandem_no_compact_tok_s"):
         assert res[key] > 0

@@ -45,7 +45,7 @@ def test_k3_without_clamp_is_the_textbook_estimator_value_and_gradient():
 def test_a_k3_clamp_changes_only_the_tokens_beyond_it(c):
     k3, grad = _k3_and_grad(D, c)
     want = [min(v, c) for v in K3]  # k3 >= 0, so only the upper bound can bind
-    want_grad = [g if v <= c else 0.0 for v, g in zip(K3, DK3)]
+    want_grad = [g if v <= c else 0.0 for v, g in zip(K3, DK3, strict=True)]
     assert k3 == pytest.approx(want, rel=1e-6, abs=1e-7)
     assert grad == pytest.approx(want_grad, rel=1e-6, abs=1e-7)
 

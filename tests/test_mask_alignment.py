@@ -48,7 +48,8 @@ def _logps(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
 
 
 def test_trl_loss_mask_equals_teacher_forced_authorship(eos_setup, tmp_path, tok):
-    run = build_run(train_cfg(eos_setup, tmp_path, temperature=TEMPERATURE, max_new_tokens=16), print_fn=lambda *_: None)
+    run = build_run(train_cfg(eos_setup, tmp_path, temperature=TEMPERATURE, max_new_tokens=16),
+                    print_fn=lambda *_: None)
     outs = []
     inner = run.trainer.rollout_func
 
@@ -59,7 +60,7 @@ def test_trl_loss_mask_equals_teacher_forced_authorship(eos_setup, tmp_path, tok
     run.trainer.rollout_func = keep
     batch, _ = first_batch(run)
     recorded = {(tuple(p), tuple(c)): lp for p, c, lp in zip(outs[0]["prompt_ids"], outs[0]["completion_ids"],
-                                                             outs[0]["logprobs"])}
+                                                             outs[0]["logprobs"], strict=True)}
     assert len(recorded) == len(outs[0]["prompt_ids"])  # rows are told apart by their tokens
     senior, junior = run.prep.pair.senior, run.prep.pair.junior
     loss_mask = batch["completion_mask"] * batch["tool_mask"]  # (B, T): what TRL's loss multiplies in

@@ -119,7 +119,8 @@ def test_a_trl_loss_setting_the_tandem_loss_does_not_implement_is_one_line(trl, 
 
 
 def test_tandem_klreg_is_the_gated_surrogate_plus_k3_to_the_junior_on_senior_tokens(train_inputs, tmp_path):
-    run, batch = prepared(train_inputs, tmp_path, temperature=0.6, method="tandem-klreg", beta=0.5, junior_imitation=0.5)
+    run, batch = prepared(train_inputs, tmp_path, temperature=0.6, method="tandem-klreg", beta=0.5,
+                          junior_imitation=0.5)
     response, senior = batch["completion_mask"], batch["completion_mask"] * batch["tool_mask"]
     assert 0 < senior.sum() < response.sum()  # tandem rollouts: both authors wrote
     with torch.no_grad():
@@ -208,7 +209,7 @@ def test_a_method_registered_by_a_plugin_module_trains_through_its_own_loss(own_
     seen = sys.modules["own_words_method"].SEEN
     steps = [r for r in _rows(run / "log.jsonl") if "loss" in r]
     assert [r["step"] for r in steps] == [1, 2, 3] and len(seen) == 3  # one loss call per update
-    for r, nll in zip(steps, seen):  # its own figure reached the log: the value it computed
+    for r, nll in zip(steps, seen, strict=True):  # its own figure reached the log: the value it computed
         assert r["own_words/nll"] == pytest.approx(nll, rel=1e-5)
         assert 0 < r["senior/token_share"] < 1  # rolled out by the schedule, as its row says
     assert _moved(run) > 0

@@ -45,7 +45,8 @@ def test_four_micro_batches_of_two_rows_give_the_gradient_of_one_batch_of_eight(
     common = dict(prompts_per_step=2, prompts_per_minibatch=2, group_size=4, temperature=0.8, **kw)
     whole = build_run(train_cfg(train_inputs, tmp_path / "whole", output_dir=str(tmp_path / "whole"), **common),
                       print_fn=lambda *_: None)
-    split = build_run(train_cfg(train_inputs, tmp_path / "split", output_dir=str(tmp_path / "split"), micro_batch_rows=2,
+    split = build_run(train_cfg(train_inputs, tmp_path / "split", output_dir=str(tmp_path / "split"),
+                                micro_batch_rows=2,
                            **common), print_fn=lambda *_: None)
     assert whole.trainer.args.gradient_accumulation_steps == 1 and whole.trainer.args.per_device_train_batch_size == 8
     assert split.trainer.args.gradient_accumulation_steps == 4 and split.trainer.args.per_device_train_batch_size == 2

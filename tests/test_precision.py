@@ -96,7 +96,8 @@ def test_mixed_precision_loads_fp32_senior_and_compute_dtype_junior(train_inputs
 def test_pure_compute_dtype_is_the_senior_itself(train_inputs, tmp_path):
     from tandem_rlvr.rl.assemble import build_run
 
-    run = build_run(train_cfg(train_inputs, tmp_path, dtype="bfloat16", master_dtype="compute"), print_fn=lambda *_: None)
+    run = build_run(train_cfg(train_inputs, tmp_path, dtype="bfloat16", master_dtype="compute"),
+                    print_fn=lambda *_: None)
     senior = run.prep.pair.senior
     assert next(senior.parameters()).dtype == torch.bfloat16
     assert run.rollout.engine.rollout_copy is None and run.rollout.engine.senior is senior  # it decodes itself

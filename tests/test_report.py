@@ -20,7 +20,8 @@ from helpers.report import BENCHES, write_sampling_run
 
 
 def write_legibility(d, ce_by_problem, junior="jr"):
-    per_problem = [{"benchmark": b, "problem_id": f"{b}-{p}", "ce": ce, "alpha": 1 / (1 + ce), "samples": 4, "tokens": 48}
+    per_problem = [{"benchmark": b, "problem_id": f"{b}-{p}", "ce": ce, "alpha": 1 / (1 + ce), "samples": 4,
+                    "tokens": 48}
                    for b in BENCHES for p, ce in enumerate(ce_by_problem)]
     d.mkdir(parents=True)
     (d / "per_problem.jsonl").write_text("".join(json.dumps(r) + "\n" for r in per_problem))
@@ -60,18 +61,21 @@ def test_compare_tables_and_ttests_match_scipy(runs, tmp_path, capsys):
     assert "Paired one-sided t-tests vs grpo" in capsys.readouterr().out
     comp = json.loads((out / "compare.json").read_text())
     for name in ("grpo", "trl"):
-        assert comp["solo"][name]["macro"]["pass@1"]["mean"] == pytest.approx(_per_problem_acc(data[name]["solo"]).mean())
+        want = _per_problem_acc(data[name]["solo"]).mean()
+        assert comp["solo"][name]["macro"]["pass@1"]["mean"] == pytest.approx(want)
         assert set(comp["solo"][name]) >= {"alpha", "beta", "macro"} and "pass@4" in comp["solo"][name]["macro"]
     tests = {t["statistic"]: t for t in comp["ttests"]}
     assert set(tests) == {"solo pass@1", "handoff pass@1 (handoff)", "junior CE", "junior alpha"}
     for stat, kind, alt in (("solo pass@1", "solo", "greater"), ("handoff pass@1 (handoff)", "handoff", "greater")):
-        ref = stats.ttest_rel(_per_problem_acc(data["trl"][kind]), _per_problem_acc(data["grpo"][kind]), alternative=alt)
+        ref = stats.ttest_rel(_per_problem_acc(data["trl"][kind]), _per_problem_acc(data["grpo"][kind]),
+                              alternative=alt)
         assert tests[stat]["n"] == 10 and tests[stat]["p"] == pytest.approx(ref.pvalue)
         assert tests[stat]["t"] == pytest.approx(ref.statistic)
     ce = [np.array([r["ce"] for r in data[n]["legibility"]]) for n in ("trl", "grpo")]
     assert tests["junior CE"]["p"] == pytest.approx(stats.ttest_rel(*ce, alternative="less").pvalue)
     md = (out / "compare.md").read_text()
-    for title in ("Solo: pass@k", "Solo: pass@1 per benchmark", "Handoff (junior", "Junior legibility", "Paired one-sided"):
+    for title in ("Solo: pass@k", "Solo: pass@1 per benchmark", "Handoff (junior", "Junior legibility",
+                  "Paired one-sided"):
         assert title in md
     assert "Solo: pass@k, macro over 2 benchmarks: alpha, beta (10 problems)" in md
     assert comp["solo"]["grpo"]["macro"]["sets"] == ["alpha", "beta"]
@@ -109,14 +113,16 @@ def test_compare_bad_input_is_one_line_and_overwrites_nothing(runs, tmp_path, to
     write_sampling_run(other / "solo", [0.5] * 5, tok, "x", np.random.default_rng(1))
     lines = (other / "solo" / "samples.jsonl").read_text().replace('"beta"', '"gamma"')
     (other / "solo" / "samples.jsonl").write_text(lines)
-    (other / "solo" / "config.json").write_text(json.dumps({"benchmarks": ["alpha", "gamma"], "schedule": {"name": "senior"}}))
+    (other / "solo" / "config.json").write_text(json.dumps({"benchmarks": ["alpha", "gamma"],
+                                                            "schedule": {"name": "senior"}}))
     fails(["compare", str(root / "grpo"), str(other)], "other/solo/samples.jsonl:21", "another benchmark set")
     assert (out / "compare.json").read_text() == "old"
 
 
 def test_training_log_keys_are_optional(tmp_path):
     log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps({"step": s, "reward": s / 10, "val/acc": [0.1, 0.5, 0.3][s]}) + "\n" for s in range(3)))
+    log.write_text("".join(json.dumps({"step": s, "reward": s / 10,
+                                       "val/acc": [0.1, 0.5, 0.3][s]}) + "\n" for s in range(3)))
     rows = read_train_log(log)
     assert training_figure({"run": rows}) is not None
     assert training_summary(rows) == {"steps": 3, "wall_s": None, "best_key": "val/acc", "best_step": 1.0,
@@ -125,7 +131,8 @@ def test_training_log_keys_are_optional(tmp_path):
     only_reward = [{"step": 1, "reward/mean": 0.1}, {"step": 2, "reward/mean": 0.2}]
     assert training_figure({"run": only_reward}) is not None
     assert training_summary(only_reward) == {"steps": 2, "wall_s": None}
-    assert training_figure({"run": [{"step": 1}]}) is None and training_summary([{"step": 1}]) == {"steps": 0, "wall_s": None}
+    assert training_figure({"run": [{"step": 1}]}) is None and training_summary([{"step": 1}]) == {"steps": 0,
+                                                                                                   "wall_s": None}
     log.write_text('{"step": 1}\n{"step": 2, "rew')
     with pytest.raises(TandemError, match="log.jsonl:2"):
         read_train_log(log)
@@ -140,7 +147,8 @@ def report(runs, tmp_path_factory):
         log = out / name / "log.jsonl"
         log.parent.mkdir()
         log.write_text("".join(json.dumps({"step": s, "reward/mean": s / 20, "completions/mean_length": 50 - s,
-                                           "senior/token_share": share, "wall/step_s": 1.5}) + "\n" for s in range(1, 21)))
+                                           "senior/token_share": share, "wall/step_s": 1.5}) + "\n" for s in range(1,
+                                                                                                                   21)))
         logs += ["--train-log", f"{name}={log}"]
     assert main(["compare", str(root / "grpo"), str(root / "trl"), "--out", str(out / "cmp"), "--n-boot", "200"]) == 0
     assert main(["report", "--compare", str(out / "cmp"), *logs, "--out", str(out / "rep")]) == 0
@@ -199,7 +207,7 @@ def test_rendered_samples_sit_side_by_side_and_rendered_tables_hold_no_paths(rep
     rows: dict[tuple[str, str], list] = {}
     for problem, kind, senior, left, top, width in cells:
         rows.setdefault((problem, kind), []).append((senior, left, top, width))
-    for (problem, kind), row in rows.items():
+    for row in rows.values():
         assert [r[0] for r in row] == ["grpo", "trl"]
         assert row[1][1] > row[0][1] + row[0][3] - 1  # the second senior's cell starts right of the first's
         assert abs(row[0][2] - row[1][2]) < 1 and min(r[3] for r in row) > 200  # one row, readable widths
@@ -211,7 +219,8 @@ def test_rendered_samples_sit_side_by_side_and_rendered_tables_hold_no_paths(rep
 
 def test_training_steps_leave_out_the_step0_validation_row(tmp_path):
     log = tmp_path / "log.jsonl"
-    rows = [{"step": 0, "val/accuracy": 0.2}] + [{"step": s, "reward/mean": 0.1, "val/accuracy": 0.3} for s in (1, 2, 3)]
+    rows = [{"step": 0,
+             "val/accuracy": 0.2}] + [{"step": s, "reward/mean": 0.1, "val/accuracy": 0.3} for s in (1, 2, 3)]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert training_summary(read_train_log(log))["steps"] == 3  # 3 training steps, not 4 distinct step values
 
@@ -246,7 +255,8 @@ def test_drift_and_training_figures_draw_each_method_in_its_colour():
                                          "curves": {n: [1.0, 0.5, 0.3, 0.2, 0.1] for n in names}}})
     train = training_figure({n: [{"step": s, "reward/mean": s / 10} for s in range(1, 4)] for n in names})
     for fig in (surv, train):
-        drawn = {ln.get_label(): (to_hex(ln.get_color()), ln.get_linestyle()) for ax in fig.axes for ln in ax.get_lines()}
+        drawn = {ln.get_label(): (to_hex(ln.get_color()),
+                                  ln.get_linestyle()) for ax in fig.axes for ln in ax.get_lines()}
         assert drawn == {n: EXPECTED_STYLE[n] for n in names}
     assert len({EXPECTED_STYLE[n][0] for n in names}) == len(names)  # five methods, five colours
     rec = recovery_figure({"ref_drift": [1.0, 2.0], "cand_shift": [-0.5, 0.1], "top_n": 2, "reference": "grpo",
@@ -294,14 +304,16 @@ def test_samples_show_the_same_problems_side_by_side_with_verdicts(report, runs)
         bench, pid = key.split("/")
         assert pid in differing, pid
         cells = re.findall(r'class="cell (ok|bad)" data-senior="(\w+)" data-kind="(\w+)" data-correct="(\w+)"', body)
-        assert [(c[2], c[1]) for c in cells] == [("solo", "grpo"), ("solo", "trl"), ("handoff", "grpo"), ("handoff", "trl")]
+        assert [(c[2], c[1]) for c in cells] == [("solo", "grpo"), ("solo", "trl"), ("handoff", "grpo"),
+                                                 ("handoff", "trl")]
         for mark, senior, kind, correct in cells:
             assert correct == str(verdict[(kind, senior, pid)]).lower()
             assert mark == ("ok" if verdict[(kind, senior, pid)] else "bad")
 
 
 def test_training_summary_counts_optimiser_steps_not_the_step_zero_validation(tmp_path):
-    rows = [{"step": 0, "val/accuracy": 0.1}] + [{"step": s, "reward/mean": 0.5, "wall/step_s": 1.0} for s in range(1, 61)]
+    rows = [{"step": 0,
+             "val/accuracy": 0.1}] + [{"step": s, "reward/mean": 0.5, "wall/step_s": 1.0} for s in range(1, 61)]
     rows.append({"step": 60, "val/accuracy": 0.4})
     assert training_summary(rows)["steps"] == 60
 
@@ -312,7 +324,8 @@ def test_recovery_figure_title_fits_inside_the_figure():
     from tandem_rlvr.eval.report.html import recovery_figure
 
     rec = {"reference": "grpo-long-name", "candidate": "tandem-long-name", "top_n": 500, "qualifying": 500,
-           "share_moved_back": 0.985, "spearman": {"rho": -0.3212, "p": 8.9e-13}, "ref_drift": [1.0, 2.0], "cand_shift": [-1.0, 0.5]}
+           "share_moved_back": 0.985, "spearman": {"rho": -0.3212, "p": 8.9e-13}, "ref_drift": [1.0, 2.0],
+           "cand_shift": [-1.0, 0.5]}
     fig = recovery_figure(rec)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
@@ -323,11 +336,15 @@ def test_recovery_figure_title_fits_inside_the_figure():
 def _comp_with_base():
     """A comparison by hand: base, grpo, tandem; solo and handoff pass@1, junior CE, KL, t-tests."""
     def run(p1, share=1.0):
-        return {"macro": {"problems": 500, "pass@1": {"mean": p1, "se": 0.01}}, "senior_share": {"mean": share, "sd": 0.0},
+        return {"macro": {"problems": 500, "pass@1": {"mean": p1, "se": 0.01}},
+                "senior_share": {"mean": share, "sd": 0.0},
                 "config": {"models": {"senior": "/m", "junior": "/w/jr"}, "schedule": {"name": "paragraph-roundrobin"},
                            "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 96}, "n": 4}}
-    leg = lambda ce: {"summary": {"ce": {"macro": {"mean": ce, "se": 0.1}}, "alpha": {"macro": {"mean": 0.5, "se": 0.01}}},  # noqa: E731
-                      "junior": "/w/jr", "samples": 2000}
+
+    def leg(ce):
+        return {"summary": {"ce": {"macro": {"mean": ce, "se": 0.1}}, "alpha": {"macro": {"mean": 0.5, "se": 0.01}}},
+                "junior": "/w/jr", "samples": 2000}
+
     return {"baseline": "grpo",
             "solo": {"base": run(0.223), "grpo": run(0.251), "tandem": run(0.165)},
             "handoff": {"handoff": {"base": run(0.134, 0.47), "grpo": run(0.111, 0.46), "tandem": run(0.147, 0.49)}},
@@ -345,7 +362,8 @@ def test_headline_compares_every_senior_with_the_base():
     from tandem_rlvr.eval.report.headline import headline_sentences, headline_table
 
     t = headline_table(_comp_with_base())
-    assert t.columns == ["senior", "solo pass@1", "vs base", "handoff pass@1 (with jr, paragraph-roundrobin)", "vs base",
+    assert t.columns == ["senior", "solo pass@1", "vs base", "handoff pass@1 (with jr, paragraph-roundrobin)",
+                         "vs base",
                          "junior CE (nats)", "vs base"]
     # differences by hand: 0.251 - 0.223, 0.165 - 0.223, 0.111 - 0.134, 0.147 - 0.134, 9.69 - 6.27, 1.83 - 6.27
     assert t.rows == [["base", "0.223", "", "0.134", "", "6.27", ""],
@@ -355,12 +373,14 @@ def test_headline_compares_every_senior_with_the_base():
     assert solo == "Solo pass@1 against the base model's 0.223: grpo 0.251 (+0.028), tandem 0.165 (-0.058)."
     assert hand.startswith("Handoff pass@1 (with jr, paragraph-roundrobin) against the base model's 0.134: ")
     # only the test below 0.05 is named, in its own direction; the base's own test is not a method's
-    assert tests == "Paired one-sided t-tests against grpo at p < 0.05: tandem handoff pass@1 (handoff) higher (+0.036, p = 0.001)."
+    assert tests == ("Paired one-sided t-tests against grpo at p < 0.05: tandem handoff pass@1 (handoff) higher "
+                     "(+0.036, p = 0.001).")
     no_base = _comp_with_base()
     for part in ("solo", "legibility"):
         del no_base[part]["base"]
     del no_base["handoff"]["handoff"]["base"]
-    assert headline_table(no_base).columns == ["senior", "solo pass@1", "handoff pass@1 (with jr, paragraph-roundrobin)",
+    assert headline_table(no_base).columns == ["senior", "solo pass@1",
+                                               "handoff pass@1 (with jr, paragraph-roundrobin)",
                                                "junior CE (nats)"]
     assert headline_sentences(no_base)[0] == "Solo pass@1: grpo 0.251, tandem 0.165."
 

@@ -66,7 +66,8 @@ def _cases():
                 if np.array_equal(a > 0, b > 0):
                     break
                 seed += 1000
-            out.append(pytest.param(logits, SamplingParams(temperature=t, top_k=k, top_p=p), id=f"{kind}-T{t}-k{k}-p{p}"))
+            out.append(pytest.param(logits, SamplingParams(temperature=t, top_k=k, top_p=p),
+                                    id=f"{kind}-T{t}-k{k}-p{p}"))
     return out
 
 

@@ -76,7 +76,7 @@ def test_junior_positions_change_neither_loss_nor_gradient(train_inputs, tmp_pat
     loss_b, grads_b = _loss_and_grad(trainer, changed)
     trainer._get_per_token_logps_and_entropies = orig
     torch.testing.assert_close(loss_a, loss_b)
-    for ga, gb in zip(grads_a, grads_b):
+    for ga, gb in zip(grads_a, grads_b, strict=True):
         torch.testing.assert_close(ga, gb)
 
 
@@ -157,7 +157,8 @@ def test_gpu_preset_loads_and_validates():
     cfg = load_train_config("qwen3-4b-deepscaler")
     assert cfg.models.senior == cfg.models.junior == "Qwen/Qwen3-4B-Instruct-2507"
     assert (cfg.models.senior_device, cfg.models.junior_device) == ("cuda:0", "cuda:1")
-    assert (cfg.loss.lr, cfg.loss.clip, cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.data.max_prompt_tokens) == (1e-6, 0.2, 0.6, 3000, 1024)
+    assert (cfg.loss.lr, cfg.loss.clip, cfg.rollout.temperature, cfg.rollout.max_new_tokens,
+            cfg.data.max_prompt_tokens) == (1e-6, 0.2, 0.6, 3000, 1024)
     # 16 prompts x 8 rollouts per rollout batch, mini-batches of 8 prompts: two updates per batch
     assert cfg.loop.prompts_per_step * cfg.rollout.group_size == 128 and cfg.loop.updates_per_batch == 2
     from tandem_rlvr.rl.trl_args import grpo_args
@@ -319,10 +320,12 @@ def test_a_run_is_recognised_however_its_path_is_spelled_and_after_a_move(train_
     cfg = train_cfg(train_inputs, tmp_path, max_steps=1, save_every=1, output_dir="runs/x")
     train(cfg, print_fn=lambda *_: None)
     for spelling in ("./runs/x", "runs/x/", str(tmp_path / "runs" / "x")):
-        assert train(train_cfg(train_inputs, tmp_path, max_steps=1, save_every=1, output_dir=spelling), print_fn=lambda *_: None)["steps"] == 1
+        assert train(train_cfg(train_inputs, tmp_path, max_steps=1, save_every=1, output_dir=spelling),
+                     print_fn=lambda *_: None)["steps"] == 1
     import shutil
     shutil.move(tmp_path / "runs" / "x", tmp_path / "moved")
-    assert train(train_cfg(train_inputs, tmp_path, max_steps=1, save_every=1, output_dir="moved"), print_fn=lambda *_: None)["steps"] == 1
+    assert train(train_cfg(train_inputs, tmp_path, max_steps=1, save_every=1, output_dir="moved"),
+                 print_fn=lambda *_: None)["steps"] == 1
     # paths stored in the run are absolute: they work from another directory
     stored = json.loads((tmp_path / "moved" / "config.json").read_text())
     assert stored["senior"] == str(train_inputs[1].resolve()) and stored["dataset"] == str(train_inputs[3].resolve())
@@ -337,7 +340,8 @@ def test_a_second_training_writer_is_refused_naming_the_holder(train_inputs, tmp
         # flock is per open file: a second lock in this process conflicts like another process would
         with pytest.raises(TandemError, match=f"pid {os.getpid()} on host {socket.gethostname()}"):
             train(train_cfg(train_inputs, tmp_path, max_steps=1), print_fn=lambda *_: None)
-    assert train(train_cfg(train_inputs, tmp_path, max_steps=1), print_fn=lambda *_: None)["steps"] == 1  # released: runs
+    assert train(train_cfg(train_inputs, tmp_path, max_steps=1),
+                 print_fn=lambda *_: None)["steps"] == 1  # released: runs
 
 
 def test_a_run_that_fails_before_its_first_checkpoint_leaves_nothing(train_inputs, tmp_path, monkeypatch):
@@ -370,9 +374,10 @@ def test_a_failed_start_removes_what_it_wrote_and_keeps_what_was_there(train_inp
     assert (tmp_path / "run" / "README.md").read_text() == "my notes\n"
 
 
-@pytest.mark.parametrize("key,value,needle", [("scale_rewards", "no", "expected bool"), ("max_steps", 2.5, "expected int"),
-                                              ("lr", "fast", "expected float"), ("schedule", "wrod", "valid: "),
-                                              ("eval_every", True, "expected int"), ("template", 3, "expected str")])
+@pytest.mark.parametrize("key,value,needle",
+                         [("scale_rewards", "no", "expected bool"), ("max_steps", 2.5, "expected int"),
+                          ("lr", "fast", "expected float"), ("schedule", "wrod", "valid: "),
+                          ("eval_every", True, "expected int"), ("template", 3, "expected str")])
 def test_config_values_are_type_checked_naming_the_key(tmp_path, key, value, needle):
     import yaml
     f = tmp_path / "c.yaml"
@@ -408,7 +413,7 @@ def test_kl_monitor_is_the_k3_sum_over_senior_tokens_from_a_plain_forward(tok):
     tot, n, lp_tot, lp_n = ro._kl_to_junior(ids, comps, masks, sen_lp)
     want, count, want_lp = 0.0, 0, 0.0
     with torch.no_grad():
-        for p, c, m, ls in zip(ids, comps, masks, sen_lp):
+        for p, c, m, ls in zip(ids, comps, masks, sen_lp, strict=True):
             logits = junior(torch.tensor([p + c])).logits[0, len(p) - 1: len(p) + len(c) - 1] / 0.7
             lj = torch.log_softmax(logits.double(), -1)[torch.arange(len(c)), torch.tensor(c)]
             want_lp += float(lj.sum())  # junior/logprob: every emitted token, whoever wrote it

@@ -21,14 +21,16 @@ def main(out: str, run: str) -> None:
     rows = [{"prompt": p.problem + "\n\n", "answer": p.answer} for p in load_benchmark("tiny", split="train", limit=8)]
 
     def correct(prompts, completions, answer, **kw):
-        return [score(c, a) for c, a in zip(completions, answer)]
+        return [score(c, a) for c, a in zip(completions, answer, strict=True)]
 
     args = TandemGRPOConfig(output_dir=run, use_cpu=True, bf16=False, num_generations=4, per_device_train_batch_size=8,
                             max_completion_length=16, max_steps=1, save_steps=1, junior="tiny-junior", report_to=[])
-    trainer = TandemGRPOTrainer("tiny", reward_funcs=[correct], args=args, train_dataset=datasets.Dataset.from_list(rows))
+    trainer = TandemGRPOTrainer("tiny", reward_funcs=[correct], args=args,
+                                train_dataset=datasets.Dataset.from_list(rows))
     summary = trainer.train()
     senior = trainer.accelerator.unwrap_model(trainer.model)
-    shares = {n: (p.to_local().numel() / p.numel() if isinstance(p, DTensor) else 1.0) for n, p in senior.named_parameters()}
+    shares = {n: (p.to_local().numel() / p.numel() if isinstance(p, DTensor) else 1.0) for n,
+              p in senior.named_parameters()}
     rank = int(os.environ["RANK"])
     with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
         json.dump({"rank": rank, "fractions": shares, "processes": summary["processes"],

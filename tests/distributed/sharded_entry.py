@@ -86,7 +86,8 @@ def main(out: Path, argv: list[str]) -> None:
     sync, rm = run.rollout.sync, seen["copy"]
     if rm is not None and sync.synced != (id(senior), trainer.state.global_step):  # stale: the last update's weights
         model, named = stream_source(senior)  # a LoRA senior merged
-        push(model, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20, named=named)  # collective, as the engine takes them
+        push(model, rm.load_weights, rm.dtype, cfg.models.sync_bucket_mb << 20,
+             named=named)  # collective, as the engine takes them
     copy = rm.copy if rm is not None else None
     copy_equal = None
     zero3 = hasattr(next(senior.parameters()), "ds_id")
@@ -96,9 +97,11 @@ def main(out: Path, argv: list[str]) -> None:
         for name, full in reference(senior, zero3):  # gathered in fp32 (ZeRO-3: the fp32 master), then cast
             copy_equal &= bool(torch.equal(full.to(copy.dtype), mine[name]))
     if zero3:  # DeepSpeed's: the dtype of its parameter partitions and of its gradient reduce-scatter
-        mixed = {"param": str(next(senior.parameters()).dtype), "reduce": str(trainer.model_wrapped.communication_data_type)}
+        mixed = {"param": str(next(senior.parameters()).dtype),
+                 "reduce": str(trainer.model_wrapped.communication_data_type)}
         master = str(trainer.model_wrapped.optimizer.fp32_partitioned_groups_flat[0].dtype)
-        partitions = {n: {"local": p.ds_tensor.numel(), "whole": p.ds_numel, "resident": p.data.numel(), "dims": len(p.ds_shape)}
+        partitions = {n: {"local": p.ds_tensor.numel(), "whole": p.ds_numel, "resident": p.data.numel(),
+                          "dims": len(p.ds_shape)}
                       for n, p in senior.named_parameters()}
     else:
         policies = {(str(m._get_fsdp_state()._mp_policy.param_dtype), str(m._get_fsdp_state()._mp_policy.reduce_dtype))
@@ -111,9 +114,13 @@ def main(out: Path, argv: list[str]) -> None:
     unchanged = seen["base_unchanged"] if "base_unchanged" in seen else base_unchanged(senior, cfg)
     junior = run.prep.pair.junior
     with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
-        on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu", next(junior.parameters()).dtype)
-    junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n, p in junior.named_parameters())
-    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same, "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary, "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": unchanged,
+        on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu",
+                             next(junior.parameters()).dtype)
+    junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n,
+                      p in junior.named_parameters())
+    rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same,
+           "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary,
+           "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": unchanged,
            "loaded_partitioned": seen["loaded_partitioned"],
            "adapter_dtypes": sorted({str(p.dtype) for n, p in senior.named_parameters() if ".lora_" in n}),
            "copy_syncs": sync.syncs, "last_sync": sync.last_sync, "engine": seen.get("engine"),
@@ -191,7 +198,8 @@ def hand_merged(senior: Path, saved: Path) -> dict:
     for name, w in base.items():
         owner = name.removesuffix(".weight")
         a = adapter.get(f"base_model.model.{owner}.lora_A.weight")  # (r, in)
-        out[name] = w.float() if a is None else w.float() + scale * (adapter[f"base_model.model.{owner}.lora_B.weight"] @ a)
+        b = None if a is None else adapter[f"base_model.model.{owner}.lora_B.weight"]
+        out[name] = w.float() if a is None else w.float() + scale * (b @ a)
     return out
 
 

@@ -21,7 +21,8 @@ from vllm_dp_entry import parity_reward, teacher_forced  # noqa: E402
 
 
 def test_vllm_engine_decodes_the_merged_lora_senior_after_an_update(vllm_train_inputs, tmp_path, tok):
-    run = build_run(vllm_cfg(vllm_train_inputs, tmp_path, method="grpo", lora_r=4, lora_alpha=8.0), print_fn=lambda *_: None)
+    run = build_run(vllm_cfg(vllm_train_inputs, tmp_path, method="grpo", lora_r=4, lora_alpha=8.0),
+                    print_fn=lambda *_: None)
     try:
         eng, trainer = run.rollout.engine, run.trainer
         model = trainer.accelerator.unwrap_model(trainer.model)  # the PeftModel
@@ -39,7 +40,7 @@ def test_vllm_engine_decodes_the_merged_lora_senior_after_an_update(vllm_train_i
         for b, e in enumerate(expect):
             torch.testing.assert_close(after.logprobs[b, : len(e)], e, atol=1e-4, rtol=1e-4)
         old = [before.logprobs[b, : len(before.row_tokens(b))] for b in range(len(prompts))]
-        assert any(not torch.allclose(o[: len(e)], e, atol=1e-3) for o, e in zip(old, expect)), \
+        assert any(not torch.allclose(o[: len(e)], e, atol=1e-3) for o, e in zip(old, expect, strict=True)), \
             "the update did not change the senior's log-probs; the check is vacuous"
     finally:
         run.close()

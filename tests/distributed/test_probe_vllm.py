@@ -55,6 +55,6 @@ def test_vllm_continuations_equal_the_hf_ones_over_several_chunks(setup, tmp_pat
     vl = _probe(root, solo, tmp_path / "vllm", "vllm")
     assert len(hf) == len(vl) == len(PROBLEMS) > 2  # batch size 2: more than one chunk
     assert any(r["position"] is not None for r in hf), "no greedy paths parted: the comparison checks nothing"
-    for a, b in zip(hf, vl):
+    for a, b in zip(hf, vl, strict=True):
         assert {k: a[k] for k in ("position", "junior_token", "response", "correct")} == \
             {k: b[k] for k in ("position", "junior_token", "response", "correct")}

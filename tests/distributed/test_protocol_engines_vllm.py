@@ -87,7 +87,7 @@ def test_greedy_handoff_gives_the_same_tokens_and_masks_on_hf_and_vllm(tmp_path,
     p_vl, vl = _run(tmp_path, "vllm", schedule)
     assert p_hf == p_vl == ("text" if schedule.startswith("paragraph-") else "stream")
     assert len(hf) == len(vl) == 6
-    for a, b in zip(hf, vl):
+    for a, b in zip(hf, vl, strict=True):
         assert b["token_ids"] == a["token_ids"], (schedule, a["problem_id"], a["sample_idx"])
         assert b["senior_mask"] == a["senior_mask"], (schedule, a["problem_id"], a["sample_idx"])
     shares = {r["senior_share"] for r in hf}

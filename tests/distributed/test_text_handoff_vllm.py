@@ -60,10 +60,10 @@ def test_greedy_vllm_text_handoff_equals_the_hf_rows_one_generate_call_per_turn(
     key = lambda r: (r["problem_id"], r["sample_idx"])  # noqa: E731
     a, b = sorted(_rows(hf), key=key), sorted(_rows(vl), key=key)
     assert len(a) == len(b) == 2 * len(PROBLEMS)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert exact_row(json.dumps(y)) == exact_row(json.dumps(x)), key(x)  # turns: texts, authors, tokens, ends
         assert y["junior_lp_sum"] == pytest.approx(x["junior_lp_sum"], abs=1e-3)
-        for tx, ty in zip(x["turns"], y["turns"]):
+        for tx, ty in zip(x["turns"], y["turns"], strict=True):
             assert ty["logprob_sum"] == pytest.approx(tx["logprob_sum"], abs=1e-3)
     authors = [{t["author"] for t in r["turns"]} for r in a]
     assert {"senior", "junior"} in authors, "no chain handed off: the comparison checks nothing"

@@ -62,14 +62,14 @@ def test_greedy_vllm_equals_reference_tokens_and_authors(tok, engine, hf_pair, n
     prompts = [tok.encode(x) for x in PROMPTS]
     out = dec.generate(prompts, SEEDS)
     switches = 0
-    for b, (prompt, seed) in enumerate(zip(prompts, SEEDS)):
+    for b, (prompt, seed) in enumerate(zip(prompts, SEEDS, strict=True)):
         ref_toks, ref_flags, ref_lps = reference_generate(
             hf_pair[0], hf_pair[1], name, sp, prompt, seed, [tok.eos_token_id], boundary_ids(tok, name), p=0.5,
             K=K, surfaces=reference_surfaces(tok))
         assert out.row_tokens(b) == ref_toks, f"{name} row {b}"
         assert out.row_mask(b) == [int(f) for f in ref_flags], f"{name} row {b} authorship"
         torch.testing.assert_close(out.logprobs[b, : len(ref_lps)], torch.tensor(ref_lps), atol=1e-4, rtol=1e-4)
-        switches += sum(x != y for x, y in zip(ref_flags, ref_flags[1:]))
+        switches += sum(x != y for x, y in zip(ref_flags, ref_flags[1:], strict=False))
     if name not in ("senior", "junior"):
         assert switches > 0, f"{name}: no handoff happened in the test texts; the case checks nothing"
 

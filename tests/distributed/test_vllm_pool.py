@@ -205,7 +205,7 @@ def test_text_handoff_with_a_pool_on_vllm_runs_on_one_engine_and_equals_the_hf_r
     vl = run("vllm")
     assert opened == [juniors]  # one engine for the senior and the pool
     assert len(hf) == len(vl) == 16
-    for x, y in zip(hf, vl):
+    for x, y in zip(hf, vl, strict=True):
         assert exact_row(json.dumps(y)) == exact_row(json.dumps(x)), (x["problem_id"], x["sample_idx"])
         assert y["junior"] == juniors[draw([0.5, 0.5], y["seed"])]
     handed = {r["junior"] for r in hf if any(t["author"] == "junior" for t in r["turns"])}

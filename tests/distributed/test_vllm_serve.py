@@ -62,7 +62,7 @@ def test_greedy_server_tokens_and_recovered_mask_equal_the_reference_decoders(to
     model, _, _ = served_model(client)
     switches = 0
     sp = SamplingParams(temperature=0.0, max_new_tokens=30)
-    for text, seed in zip(PROMPTS, SEEDS):
+    for text, seed in zip(PROMPTS, SEEDS, strict=True):
         prompt = tok.encode(text)
         c = complete(client, model, prompt, tok, schedule=name, p=0.5, K=K, seed=seed, max_tokens=30,
                      temperature=0.0, stop_token_ids=[tok.eos_token_id])
@@ -71,7 +71,7 @@ def test_greedy_server_tokens_and_recovered_mask_equal_the_reference_decoders(to
             surfaces=reference_surfaces(tok))
         assert c.token_ids == ref_toks, f"{name}: {text!r}"
         assert c.senior_mask == [bool(f) for f in ref_flags], f"{name}: {text!r} authorship"
-        switches += sum(x != y for x, y in zip(ref_flags, ref_flags[1:]))
+        switches += sum(x != y for x, y in zip(ref_flags, ref_flags[1:], strict=False))
     assert switches > 0, f"{name}: no handoff happened; the case checks nothing"
 
 
@@ -93,9 +93,9 @@ def test_sampled_server_mask_equals_the_in_process_engines_and_names_each_tokens
     model, _, _ = served_model(client)
     prompts = [tok.encode(x) for x in PROMPTS]
     served = [complete(client, model, p, tok, schedule="word", K=K, seed=s, max_tokens=24, temperature=T,
-                       stop_token_ids=[tok.eos_token_id]) for p, s in zip(prompts, SEEDS)]
+                       stop_token_ids=[tok.eos_token_id]) for p, s in zip(prompts, SEEDS, strict=True)]
     both = 0
-    for prompt, c in zip(prompts, served):
+    for prompt, c in zip(prompts, served, strict=True):
         lp_s = _teacher_forced(hf_pair[0], prompt, c.token_ids, T)
         lp_j = _teacher_forced(hf_pair[1], prompt, c.token_ids, T)
         expect = torch.where(torch.tensor(c.senior_mask), lp_s, lp_j)

@@ -56,7 +56,8 @@ def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_ju
     base = AutoModelForCausalLM.from_pretrained(dirs["senior"], dtype=torch.float32).eval()
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", timeout=300, max_retries=2)
     before = _served(client, tok, "senior")
-    for (p, r, lp), e in zip(before, teacher_forced(base, [p for p, _, _ in before], [r for _, r, _ in before])):
+    expect = teacher_forced(base, [p for p, _, _ in before], [r for _, r, _ in before])
+    for (_, _, lp), e in zip(before, expect, strict=True):
         torch.testing.assert_close(lp, e, atol=1e-4, rtol=1e-4)  # the server starts from the base checkpoint
     run = build_run(cfg, print_fn=lambda *_: None)
     errors = {}  # step -> largest |server log-prob - trained senior's|
@@ -68,7 +69,8 @@ def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_ju
             run.rollout.sync(senior, state.global_step)
             served = _served(client, tok, "senior")
             expect = teacher_forced(senior, [p for p, _, _ in served], [r for _, r, _ in served])
-            errors[state.global_step] = max(float((lp - e).abs().max()) for (_, _, lp), e in zip(served, expect))
+            errors[state.global_step] = max(float((lp - e).abs().max()) for (_, _, lp),
+                                            e in zip(served, expect, strict=True))
 
     try:
         senior, junior, eng = run.prep.pair.senior, run.prep.pair.junior, run.rollout.engine
@@ -80,10 +82,12 @@ def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_ju
         after = _served(client, tok, "senior")
         prompts, resps = [p for p, _, _ in after], [r for _, r, _ in after]
         expect = teacher_forced(senior.eval(), prompts, resps)
-        assert any(not torch.allclose(b, e, atol=1e-3) for b, e in zip(teacher_forced(base, prompts, resps), expect)), \
+        assert any(not torch.allclose(b, e, atol=1e-3) for b,
+                   e in zip(teacher_forced(base, prompts, resps), expect, strict=True)), \
             "training did not change the senior; the check is vacuous"
         jun = _served(client, tok, "junior")
-        for (_, _, lp), e in zip(jun, teacher_forced(junior, [p for p, _, _ in jun], [r for _, r, _ in jun])):
+        for (_, _,
+             lp), e in zip(jun, teacher_forced(junior, [p for p, _, _ in jun], [r for _, r, _ in jun]), strict=True):
             torch.testing.assert_close(lp, e, atol=1e-4, rtol=1e-4)
     finally:
         run.close()
@@ -138,7 +142,7 @@ def test_push_stream_sends_one_update_in_rounds_that_each_declare_their_own_tens
             meta = self.source.metadata()
             sent = list(self.source)
             assert [m.name for m in meta] == [n for n, _ in sent]
-            assert all(m.shape == tuple(t.shape) and m.dtype == t.dtype for m, (_, t) in zip(meta, sent))
+            assert all(m.shape == tuple(t.shape) and m.dtype == t.dtype for m, (_, t) in zip(meta, sent, strict=True))
             calls.append([n for n, _ in sent])
             self.client.finish_weight_update()
 
@@ -197,11 +201,11 @@ def test_a_lora_run_pushes_its_merged_senior_to_the_server(setup, shared_server,
         served = _served(client, tok, "senior")
         prompts, resps = [p for p, _, _ in served], [r for _, r, _ in served]
         expect = teacher_forced(model.eval(), prompts, resps)
-        for (_, _, lp), e in zip(served, expect):
+        for (_, _, lp), e in zip(served, expect, strict=True):
             torch.testing.assert_close(lp, e, atol=1e-4, rtol=1e-4)
         with model.disable_adapter():
             base = teacher_forced(model, prompts, resps)
-        assert any(not torch.allclose(b, e, atol=1e-3) for b, e in zip(base, expect)), \
+        assert any(not torch.allclose(b, e, atol=1e-3) for b, e in zip(base, expect, strict=True)), \
             "the update did not move the merged senior off its base; the check is vacuous"
     finally:
         run.close()

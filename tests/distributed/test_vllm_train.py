@@ -26,7 +26,8 @@ from tandem_rlvr.rl.train import train  # noqa: E402
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied-head", "tied-head"])
-def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_identical(vllm_train_inputs, tmp_path, tok, tied):
+def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_identical(vllm_train_inputs, tmp_path, tok,
+                                                                                      tied):
     run = build_run(vllm_cfg(vllm_train_inputs, tmp_path, tied=tied), print_fn=lambda *_: None)
     try:
         eng, senior = run.rollout.engine, run.prep.pair.senior
@@ -47,7 +48,7 @@ def test_after_a_step_engine_senior_equals_trained_senior_and_junior_is_bit_iden
         for b, e in enumerate(expect):
             torch.testing.assert_close(after.logprobs[b, : len(e)], e, atol=1e-4, rtol=1e-4)
         old = [before.logprobs[b, : len(before.row_tokens(b))] for b in range(len(prompts))]
-        assert any(not torch.allclose(o[: len(e)], e, atol=1e-3) for o, e in zip(old, expect)), \
+        assert any(not torch.allclose(o[: len(e)], e, atol=1e-3) for o, e in zip(old, expect, strict=True)), \
             "the step did not change the senior's log-probs; the check is vacuous"
         j1, s1 = eng.engine_params("junior"), eng.engine_params("senior")
         assert j0.keys() == j1.keys() and all(torch.equal(j0[k], j1[k]) for k in j0), "junior half changed"
@@ -95,7 +96,7 @@ def test_resumed_vllm_run_replays_the_same_steps(vllm_train_inputs, tmp_path, mo
 
     a, b = steps(tmp_path / "a"), steps(tmp_path / "b")
     assert [s for s, _ in a] == [s for s, _ in b] and len(a) >= 4
-    for (_, ra), (_, rb) in zip(a, b):
+    for (_, ra), (_, rb) in zip(a, b, strict=True):
         assert ra.keys() == rb.keys()
         for k in ra:
             assert ra[k] == pytest.approx(rb[k], abs=1e-5), k
@@ -142,7 +143,7 @@ def test_two_process_vllm_training_matches_one_process_and_every_engine_follows_
     one, two = steps(runs[1]), steps(runs[2])
     assert [s for s, _ in one] == [s for s, _ in two] == [0, 1, 1, 2, 2]
     assert any(m.get("loss", 0.0) != 0.0 for _, m in one), "no learning signal: the comparison is vacuous"
-    for (_, a), (_, b) in zip(one, two):
+    for (_, a), (_, b) in zip(one, two, strict=True):
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), k

@@ -24,7 +24,7 @@ parity_reward.__name__ = "accuracy_reward"
 def teacher_forced(model, prompts, responses):
     out = []
     with torch.no_grad():
-        for p, r in zip(prompts, responses):
+        for p, r in zip(prompts, responses, strict=True):
             logits = model(torch.tensor([p + r])).logits[0, len(p) - 1: len(p) + len(r) - 1].float()
             out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(r)[:, None]).squeeze(-1))
     return out

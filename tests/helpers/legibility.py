@@ -11,7 +11,8 @@ def rows_for(tok, problems, n, rng, benchmark="bench", pick=None):
     for p in problems:
         for s in range(n):
             ids = [int(i) for i in pick(rng)]
-            rows.append({"benchmark": benchmark, "problem_id": str(p), "sample_idx": s, "correct": bool(rng.random() < 0.5),
+            rows.append({"benchmark": benchmark, "problem_id": str(p), "sample_idx": s,
+                         "correct": bool(rng.random() < 0.5),
                          "response": tok.decode(ids, skip_special_tokens=True), "senior_share": 1.0, "tokens": len(ids),
                          "token_ids": ids, "senior_mask": [1] * len(ids)})
     return rows

@@ -17,8 +17,10 @@ def write_sampling_run(d, acc, tok, senior, rng, schedule="senior", n=4, problem
             for s in range(n):
                 ids = rng.integers(1, len(tok), 12).tolist()
                 mask = [1] * 12 if schedule == "senior" else [int(i % 6 < 3) for i in range(12)]
-                rows.append({"benchmark": b, "problem_id": f"{b}-{p}", "sample_idx": s, "correct": bool(rng.random() < acc[p]),
-                             "response": tok.decode(ids, skip_special_tokens=True), "senior_share": float(np.mean(mask)),
+                rows.append({"benchmark": b, "problem_id": f"{b}-{p}", "sample_idx": s,
+                             "correct": bool(rng.random() < acc[p]),
+                             "response": tok.decode(ids, skip_special_tokens=True),
+                             "senior_share": float(np.mean(mask)),
                              "tokens": 12, "token_ids": ids, "senior_mask": mask})
     cfg = {"n": n, "schedule": {"name": schedule}, "template": "plain", "benchmarks": list(BENCHES), "ks": [1, 2, 4],
            "models": {"senior": senior, "junior": None if schedule == "senior" else senior}}

@@ -17,6 +17,7 @@ import torch
 
 from tandem_rlvr.engines.serve import healthy
 
+
 class WeightDigest:
     """Mixed into the server's vLLM worker: ``senior_digest`` answers vLLM's /collective_rpc."""
 
@@ -63,8 +64,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -5,7 +5,8 @@ from tandem_rlvr.config import load_train_config
 
 
 def vllm_cfg(inputs, tmp_path, tied=False, **kw):
-    """The one-step run on vLLM over ``inputs`` (``tied``: the tied-head pair), under ``tmp_path/run``; ``kw`` overrides."""
+    """The one-step run on vLLM over ``inputs`` (``tied``: the tied-head pair), under ``tmp_path/run``; ``kw``
+    overrides any key."""
     return load_train_config(None, None, vllm_cfg_values(inputs, tmp_path, tied, **kw))
 
 

@@ -16,16 +16,18 @@ def train(out: str) -> None:
     from tandem_rlvr.rewards.math import score
 
     def rows(split, n):
-        return [{"prompt": p.problem + "\n\n", "answer": p.answer} for p in load_benchmark("tiny", split=split, limit=n)]
+        return [{"prompt": p.problem + "\n\n",
+                 "answer": p.answer} for p in load_benchmark("tiny", split=split, limit=n)]
 
     def correct(prompts, completions, answer, **kw):
-        return [score(c, a) for c, a in zip(completions, answer)]
+        return [score(c, a) for c, a in zip(completions, answer, strict=True)]
 
     args = TandemGRPOConfig(output_dir=out, use_cpu=True, bf16=False, learning_rate=1e-4, num_generations=4,
                             per_device_train_batch_size=16, max_completion_length=32, max_steps=2, eval_every=1,
                             save_steps=2, junior="tiny-junior", report_to=["trackio"], log_completions=True,
                             num_completions_to_print=2, project="tandem-test", run_name="tiny")
-    TandemGRPOTrainer("tiny", reward_funcs=[correct], args=args, train_dataset=datasets.Dataset.from_list(rows("train", 8)),
+    TandemGRPOTrainer("tiny", reward_funcs=[correct], args=args,
+                      train_dataset=datasets.Dataset.from_list(rows("train", 8)),
                       eval_dataset=datasets.Dataset.from_list(rows("val", 4))).train()
 
 

@@ -43,8 +43,9 @@ def test_mismatched_tokenizers_name_both(capsys, model_dir, other_tok_dir):
                     "do not share one tokenizer", str(model_dir), str(other_tok_dir))
 
 
-@pytest.mark.parametrize("flags,needle", [(["--max-tokens", "0"], "argument --max-tokens"), (["--p", "1.5"], "argument --p:"),
-                                          (["--K", "0"], "argument --K:"), (["--temperature", "-1"], "temperature")])
+@pytest.mark.parametrize("flags,needle",
+                         [(["--max-tokens", "0"], "argument --max-tokens"), (["--p", "1.5"], "argument --p:"),
+                          (["--K", "0"], "argument --K:"), (["--temperature", "-1"], "temperature")])
 def test_bad_sampling_and_schedule_flags(capsys, model_dir, flags, needle):
     _one_line_error(capsys, ["generate", "--prompt", "x", "--senior", str(model_dir), *flags], needle)
 
@@ -81,7 +82,8 @@ def test_eval_resume_refuses_a_different_config(capsys, model_dir, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"problem": f"p{i}", "answer": str(i)}) + "\n" for i in range(3)))
     out = tmp_path / "ev"
-    base = ["eval", "solo", "--senior", str(model_dir), "--benchmarks", str(data), "--max-tokens", "4", "--out", str(out)]
+    base = ["eval", "solo", "--senior", str(model_dir), "--benchmarks", str(data), "--max-tokens", "4", "--out",
+            str(out)]
     assert main(base + ["--n", "2"]) == 0
     before = (out / "samples.jsonl").read_text()
     _one_line_error(capsys, base + ["--n", "3"], "config.json", "different n")

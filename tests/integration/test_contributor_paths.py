@@ -70,13 +70,14 @@ def test_a_dummy_of_each_kind_trains_two_steps_evaluates_and_compares(plugins, t
     assert main(["train", "--preset", "tiny", "--method", "tandem", "--schedule", SCHEDULE, "--task", TASK,
                  "--reward-terms", f"correct,{TERM},format", "--engine", ENGINE, "--dataset", BENCH,
                  "--val-dataset", BENCH, "--val-size", "4", "--limit", "8", "--group-size", "2",
-                 "--prompts-per-step", "2", "--prompts-per-minibatch", "2", "--max-new-tokens", "64", "--max-steps", "2",
+                 "--prompts-per-step", "2", "--prompts-per-minibatch", "2", "--max-new-tokens", "64", "--max-steps",
+                 "2",
                  "--eval-every", "0", "--save-every", "1", "--output-dir", str(run)]) == 0
 
     # the term: TRL logged its per-step mean, which is the parity of the token counts it was handed
     steps = [r for r in _rows(run / "log.jsonl") if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2] and len(plug.REWARDED) == 2
-    for row, counts in zip(steps, plug.REWARDED):
+    for row, counts in zip(steps, plug.REWARDED, strict=True):
         assert len(counts) == 4  # 2 prompts x 2 rollouts
         assert row[f"reward/{TERM}"] == pytest.approx(sum(c % 2 == 0 for c in counts) / 4)
         assert 0 <= row["reward/format"] <= 1 and 0 <= row["reward/correct"] <= 1

@@ -100,7 +100,8 @@ def _check_code_demo(out, summary):
 
 
 def test_demo_unknown_world_is_a_one_line_error(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "demo", "--world", "huge", "--out", str(tmp_path / "d")],
+    res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "demo", "--world", "huge", "--out",
+                          str(tmp_path / "d")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "huge" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "d").exists()
@@ -149,8 +150,8 @@ def test_checkpoint_note_says_which_checkpoint_and_why(tmp_path):
     note = checkpoint_note("final", mixed, runs)
     assert "tandem step 30" in note and "base model itself" not in note
     best = checkpoint_note("best", {m: {"steps": 60, "best": {"step": 50}} for m in runs}, runs)
-    assert best.startswith("The trained seniors are each run's validation-best checkpoint: grpo step 50, tandem step 50, "
-                           "klreg step 50 of 60")
+    assert best.startswith("The trained seniors are each run's validation-best checkpoint: grpo step 50, "
+                           "tandem step 50, klreg step 50 of 60")
 
 
 def test_demo_threads_are_fixed_whatever_the_load(monkeypatch):

@@ -26,7 +26,8 @@ def _code(path: Path) -> str:
 def test_the_readme_s_python_block_is_the_example_script():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## From Python"):]
-    block = section[section.index("```python\n") + len("```python\n"): section.index("```\n", section.index("```python"))]
+    block = section[section.index("```python\n") + len("```python\n"): section.index("```\n",
+                                                                                     section.index("```python"))]
     want = _code(EXAMPLES / "tandem_trainer.py")
     assert block.strip() == want[want.index("import random"):]
 

@@ -30,7 +30,8 @@ MUTANTS = _mutants()
 def test_each_mutant_applies_once_to_an_existing_file_and_names_existing_tests(mutant):
     src = ROOT / "src" / "tandem_rlvr" / mutant.path
     assert src.is_file(), f"{mutant.name}: {mutant.path} is gone"
-    assert src.read_text(encoding="utf-8").count(mutant.old) == 1, f"{mutant.name}: its text is not in {mutant.path} once"
+    assert src.read_text(encoding="utf-8").count(mutant.old) == 1, \
+        f"{mutant.name}: its text is not in {mutant.path} once"
     assert mutant.old != mutant.new
     for test in mutant.tests:
         assert (ROOT / test.split("::")[0]).is_file(), f"{mutant.name}: {test} is gone"

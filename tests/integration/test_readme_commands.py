@@ -62,7 +62,8 @@ def _id(argv: list[str]) -> str:
 def test_the_usage_block_has_the_commands_this_file_checks():
     firsts = {tuple(c[:2]) for c in COMMANDS}
     assert {("generate", "--prompt"), ("train", "--preset"), ("train", "--config"), ("eval", "solo"),
-            ("eval", "handoff"), ("bench", "decode"), ("bench", "train"), ("world", "build"), ("study", "drift")} <= firsts
+            ("eval", "handoff"), ("bench", "decode"), ("bench", "train"), ("world", "build"),
+            ("study", "drift")} <= firsts
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def _check_study_reruns_as_a_no_op(argv: list[str], out: Path, monkeypatch) -> N
 @pytest.mark.parametrize("argv", COMMANDS, ids=_id)
 def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
     res = _run(argv, workdir)
-    flag = dict(zip(argv, argv[1:]))
+    flag = dict(zip(argv, argv[1:], strict=False))
     if argv[0] == "generate":
         assert "senior share:" in res.stdout and f"schedule={flag['--schedule']}" in res.stdout
     elif argv[0] == "train" and "--dry-run" in argv:
@@ -129,7 +130,8 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
         assert json.loads((out / "summary.json").read_text())["steps"] == 2
         if "--lora-r" in argv:  # a LoRA run saves the adapter (PEFT's format) and, asked, merged weights beside it
             for save in ("final", "best"):
-                assert (out / save / "adapter_model.safetensors").is_file() and (out / save / "adapter_config.json").is_file()
+                assert (out / save / "adapter_model.safetensors").is_file()
+                assert (out / save / "adapter_config.json").is_file()
                 assert (out / save / "merged" / "model.safetensors").is_file() == (flag.get("--save-merged") == "true")
         else:
             assert (out / "final" / "model.safetensors").is_file() and (out / "best" / "config.json").is_file()
@@ -167,7 +169,8 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
         res = json.loads((out / "study.json").read_text())
         assert res["seeds_done"] == [0] and {"alone-weak", "pool-no-mid", "base"} <= set(res["table"])
         assert "pool-no-mid vs alone-weak: handoff_mid" in res["tests"]
-        rows = [json.loads(x) for x in (out / "seed0/eval/pool-no-mid/handoff-mid/samples.jsonl").read_text().splitlines()]
+        samples = out / "seed0/eval/pool-no-mid/handoff-mid/samples.jsonl"
+        rows = [json.loads(x) for x in samples.read_text().splitlines()]
         assert rows and "junior" not in rows[0]  # handoff to the held-out junior alone: a one-junior run
         assert "," in json.loads((out / "seed0/runs/pool-no-mid/config.json").read_text())["junior"]  # a pool of two
         before = {f: f.stat().st_mtime_ns for f in out.rglob("*") if f.is_file()}

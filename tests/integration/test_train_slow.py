@@ -23,7 +23,8 @@ def _log(run):
 
 def test_two_process_gloo_run_matches_one_process_first_step_loss(tmp_path):
     common = ARGS + ["--max-steps", "1", "--eval-every", "0", "--save-every", "1"]
-    one = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "train", *common, "--output-dir", str(tmp_path / "p1")],
+    one = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "train", *common, "--output-dir",
+                          str(tmp_path / "p1")],
                          capture_output=True, text=True, timeout=900)
     assert one.returncode == 0, one.stderr[-2000:]
     # On a CPU machine `accelerate launch --cpu --num_processes 2` starts ONE process (its

@@ -28,7 +28,8 @@ def hand_advantages(batch) -> torch.Tensor:
     """(B,) (r - group mean) / (group std + 1e-4), std with Bessel's correction; a group is the rows
     of one prompt (TRL shuffles the rows of a generation batch, so groups are found by prompt)."""
     rows = [(tuple(p[m.bool()].tolist()), reward_of(c[cm.bool()].tolist())) for p, m, c, cm in
-            zip(batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"])]
+            zip(batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"],
+                strict=True)]
     groups: dict[tuple, list[float]] = {}
     for prompt, r in rows:
         groups.setdefault(prompt, []).append(r)

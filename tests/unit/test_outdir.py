@@ -31,7 +31,8 @@ def _one_line_error(capsys, argv, *needles):
     rc = main(argv)
     err = capsys.readouterr().err.strip()
     assert rc == 2, err
-    assert len(err.splitlines()) == 1 and err.startswith("tandem") and ": error: " in err and "Traceback" not in err, err
+    assert len(err.splitlines()) == 1 and err.startswith("tandem"), err
+    assert ": error: " in err and "Traceback" not in err, err
     for n in needles:
         assert n in err, err
     return err
@@ -71,7 +72,8 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_stale_lock_is_not(mo
     out = tmp_path / "ev"
     out.mkdir()
     with RunLock(out):
-        _one_line_error(capsys, _solo(model_dir, data, out), str(out), f"pid {os.getpid()} on host {socket.gethostname()}")
+        _one_line_error(capsys, _solo(model_dir, data, out), str(out),
+                        f"pid {os.getpid()} on host {socket.gethostname()}")
     assert not (out / "samples.jsonl").exists()
     # a lock file left by a killed process (its flock died with it) does not block the resume
     (out / ".lock").write_text("pid 999999 on host elsewhere\n")
@@ -122,11 +124,13 @@ def test_sample_rows_with_wrong_types_are_errors_naming_file_and_line(model_dir,
     _one_line_error(capsys, _solo(model_dir, data, out), where, "correct")
     rows[2]["correct"], rows[2]["sample_idx"] = False, "1"
     (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _one_line_error(capsys, ["compare", str(out), "--out", str(tmp_path / "cmp")], where, "sample_idx must be an integer")
+    _one_line_error(capsys, ["compare", str(out), "--out", str(tmp_path / "cmp")], where,
+                    "sample_idx must be an integer")
 
 
-@pytest.mark.parametrize("flags,needle", [(["--junior", "x"], "--junior"), (["--junior-device", "cpu"], "--junior-device"),
-                                          (["--batch-size", "0"], "argument --batch-size"), (["--limit", "0"], "argument --limit")])
+@pytest.mark.parametrize("flags,needle",
+                         [(["--junior", "x"], "--junior"), (["--junior-device", "cpu"], "--junior-device"),
+                          (["--batch-size", "0"], "argument --batch-size"), (["--limit", "0"], "argument --limit")])
 def test_flags_that_make_no_sense_are_errors(model_dir, data, tmp_path, capsys, flags, needle):
     out = tmp_path / "ev"
     _one_line_error(capsys, _solo(model_dir, data, out, *flags), needle)
@@ -165,7 +169,8 @@ def _out_commands(model_dir, data, run, out):
 
 
 @pytest.mark.parametrize("command", ["eval", "train", "compare", "report"])
-def test_bad_out_paths_are_one_line_errors_naming_path_and_reason(model_dir, data, tmp_path, capsys, monkeypatch, command):
+def test_bad_out_paths_are_one_line_errors_naming_path_and_reason(model_dir, data, tmp_path, capsys, monkeypatch,
+                                                                  command):
     run = tmp_path / "run"
     assert main(_solo(model_dir, data, run)) == 0
     a_file = tmp_path / "a_file"
@@ -210,7 +215,8 @@ def test_a_full_disk_during_eval_is_one_line_and_the_rerun_completes(model_dir, 
 def test_one_config_check_names_the_differing_keys_and_fills_old_defaults(tmp_path):
     from tandem_rlvr.outdir import config_diff, refuse_other_config
 
-    assert config_diff({"a": 1, "b": 2, "out": "x"}, {"a": 1, "b": 3, "c": 0, "out": "y"}, ignore=("out",)) == ["b", "c"]
+    assert config_diff({"a": 1, "b": 2, "out": "x"}, {"a": 1, "b": 3, "c": 0, "out": "y"},
+                       ignore=("out",)) == ["b", "c"]
     path = tmp_path / "config.json"
     assert refuse_other_config(path, {"a": 1}, "use another --out") is False  # no run yet
     path.write_text(json.dumps({"a": 1}))

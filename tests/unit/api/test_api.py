@@ -209,7 +209,8 @@ def test_each_rollout_batch_s_first_rows_show_who_wrote_which_words(trained):
     for f in (trained["out"] / "runs").rglob("events.out.tfevents.*"):
         acc = EventAccumulator(str(f), size_guidance={"tensors": 0})
         acc.Reload()
-        texts += [e for tag in acc.Tags()["tensors"] if tag.startswith("completions/authored") for e in acc.Tensors(tag)]
+        tags = [tag for tag in acc.Tags()["tensors"] if tag.startswith("completions/authored")]
+        texts += [e for tag in tags for e in acc.Tensors(tag)]
     assert sorted(e.step for e in texts) == [0, 1]  # one table per rollout batch, at the update that drew it
     table = texts[0].tensor_proto.string_val[0].decode()
     assert table.count("\n| ") >= 3 or table.count("\n|") >= 3
@@ -314,7 +315,8 @@ def test_model_objects_chat_prompts_and_a_lora_config_train_as_given(tmp_path):
         seen.append((prompts[0], completions[0]))
         return [float(a in c[0]["content"]) for c, a in zip(completions, answer, strict=True)]
 
-    rows = [{"prompt": [{"role": "user", "content": r["prompt"].strip()}], "answer": r["answer"]} for r in _rows("train", 4)]
+    rows = [{"prompt": [{"role": "user", "content": r["prompt"].strip()}],
+             "answer": r["answer"]} for r in _rows("train", 4)]
     args = _args(tmp_path / "run", max_steps=1, save_steps=1, eval_every=0, report_to=[], log_completions=False,
                  junior=None)
     with warnings.catch_warnings():

@@ -19,7 +19,8 @@ FLOATS = [f.name for f in config_fields() if kind(f) == "float"]
 # an integer each float setting takes alone (in its range, with the other settings at their defaults)
 WHOLE = {"lora_alpha": 16, "lora_dropout": 0, "p": 1, "temperature": 1, "top_p": 1, "vllm_gpu_memory_utilization": 1,
          "vllm_kv_cache_gib": 2, "lr": 1, "clip": 1, "beta": 0, "junior_token_weight": 1, "junior_imitation": 0,
-         "weight_decay": 0, "dual_clip": 3, "kl_clamp": 10, "judge_timeout": 60, "epochs": 3, "decline_drop": 1}
+         "weight_decay": 0, "dual_clip": 3, "kl_clamp": 10, "judge_timeout": 60, "epochs": 3, "decline_drop": 1,
+         "importance_clip": 2}
 WITH = {"lora_alpha": {"lora_r": 4}}  # settings a float needs beside it
 
 

@@ -29,7 +29,8 @@ SOLO = {"senior", "device", "dtype", "seed", "batch_size", "benchmarks", "split"
         "answer_mode", "grader", "task", "n"}
 HANDOFF_ONLY = {"junior", "junior_device", "schedule", "p", "K", "protocol"}
 SHARED = {"temperature", "top_p", "top_k", "max_tokens", "engine", "server", "api_key", "server_timeout",
-          "server_retries", "server_concurrency", "server_tokenizer", "vllm_gpu_memory_utilization", "vllm_kv_cache_gib",
+          "server_retries", "server_concurrency", "server_tokenizer", "vllm_gpu_memory_utilization",
+          "vllm_kv_cache_gib",
           "vllm_max_model_len", "vllm_block_size", "vllm_tensor_parallel_size", "vllm_max_num_seqs"}
 
 
@@ -90,7 +91,8 @@ def run_tree(tmp_path_factory, tok):
         make_model(len(tok), seed, hidden=32, layers=1).save_pretrained(root / name)
         tok.save_pretrained(root / name)
     (root / "run" / "config.json").write_text(json.dumps(
-        {"method": "tandem", "senior": str(root / "base"), "junior": str(root / "jun"), "output_dir": str(root / "run")}))
+        {"method": "tandem", "senior": str(root / "base"), "junior": str(root / "jun"),
+         "output_dir": str(root / "run")}))
     (root / "data.jsonl").write_text(json.dumps({"problem": "Mia has 7 shells.", "answer": "7"}) + "\n")
     return root
 
@@ -109,7 +111,8 @@ def test_the_junior_of_a_checkpoint_is_its_runs_junior_and_a_self_paired_runs_is
 
 def test_handoff_without_junior_pairs_a_trained_senior_with_its_runs_junior(run_tree, tmp_path, capsys):
     out = tmp_path / "ev"
-    argv = ["eval", "handoff", "--senior", str(run_tree / "run" / "final"), "--benchmarks", str(run_tree / "data.jsonl"),
+    argv = ["eval", "handoff", "--senior", str(run_tree / "run" / "final"), "--benchmarks",
+            str(run_tree / "data.jsonl"),
             "--n", "1", "--max-tokens", "4", "--schedule", "token", "--out", str(out)]
     assert main(argv) == 0
     models = json.loads((out / "config.json").read_text())["models"]

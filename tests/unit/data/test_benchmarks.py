@@ -65,7 +65,7 @@ def test_gsm8k_answers_follow_hashes_without_commas(shared):
     assert gsm8k[0].answer == "18" and "####" not in gsm8k[0].solution
     assert all(re.fullmatch(r"-?\d+(\.\d+)?", p.answer) for p in gsm8k)
     raw = [json.loads(line)["answer"].rpartition("####")[2].strip() for line in (DATA / "gsm8k.jsonl").open()]
-    with_commas = [(r, p.answer) for r, p in zip(raw, gsm8k) if "," in r]
+    with_commas = [(r, p.answer) for r, p in zip(raw, gsm8k, strict=True) if "," in r]
     assert with_commas and all(r.replace(",", "") == a for r, a in with_commas)
 
 
@@ -242,7 +242,8 @@ def test_a_shipped_test_split_is_never_served_as_the_train_split(shared, monkeyp
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(TandemError, match=r"'gsm8k': split 'train' asked for, .*gsm8k.jsonl\) is its test split"):
         load_benchmark("gsm8k", split="train")
-    with pytest.raises(TandemError, match="'aime26': split 'train' asked for.*only copy here .*aime26.jsonl.*test split"):
+    with pytest.raises(TandemError,
+                       match="'aime26': split 'train' asked for.*only copy here .*aime26.jsonl.*test split"):
         load_benchmark("aime26", split="train")  # no hub id known
     assert len(load_benchmark("gsm8k", split="test")) == len(load_benchmark("gsm8k")) == 1319  # asked for knowingly
     assert len(load_benchmark("math_train", split="train")) == 7474 - 4  # a shipped train split serves "train"

@@ -129,7 +129,8 @@ def test_a_full_disk_while_a_checkpoint_is_saved_is_one_line_and_the_rerun_resum
     from safetensors import SafetensorError
 
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"problem": f"Mia has {i} shells.", "answer": str(i)}) + "\n" for i in range(20)))
+    data.write_text("".join(json.dumps({"problem": f"Mia has {i} shells.",
+                                        "answer": str(i)}) + "\n" for i in range(20)))
     argv = ["train", "--senior", str(model_dir), "--junior", str(model_dir), "--dataset", str(data), "--val-size", "4",
             "--template", "plain", "--group-size", "2", "--prompts-per-step", "2", "--prompts-per-minibatch", "2",
             "--max-prompt-tokens", "64", "--max-new-tokens", "4", "--max-steps", "2", "--eval-every", "0",

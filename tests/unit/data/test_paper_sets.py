@@ -77,7 +77,8 @@ def test_paper_macro_is_only_computed_when_asked_and_needs_all_four_sets(tmp_pat
     assert "macro_paper" not in json.loads((tmp_path / "c1" / "compare.json").read_text())["solo"]["a"]
     _run(tmp_path / "b" / "solo", drop=("aime26",))
     capsys.readouterr()
-    assert main(["compare", str(tmp_path / "b"), "--macro", "paper", "--n-boot", "50", "--out", str(tmp_path / "c2")]) != 0
+    assert main(["compare", str(tmp_path / "b"), "--macro", "paper", "--n-boot", "50", "--out",
+                 str(tmp_path / "c2")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tandem: error:") and "none of aime26" in err[0]
     assert not (tmp_path / "c2" / "compare.json").exists()

@@ -83,7 +83,7 @@ def test_hf_decoder_equals_plain_generation(tok, pair):
                         eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
     out = dec.generate(prompts, seeds)
     boundary, fired = blank_line_ids(tok), 0
-    for b, (prompt, seed) in enumerate(zip(prompts, seeds)):
+    for b, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
         toks, flags = plain_generate(senior, junior, sampling, prompt, seed, tok.eos_token_id, boundary)
         assert out.row_tokens(b) == toks and out.row_mask(b) == [int(f) for f in flags], f"row {b}"
         fired += sum(t in boundary for t in toks[:-1])

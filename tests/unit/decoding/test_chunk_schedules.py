@@ -98,7 +98,7 @@ def test_hf_decoder_equals_plain_generation(tok, pair, name, K, temperature):
     dec = TandemDecoder(senior, junior, make_schedule(name, tok, K=K, vocab_size=len(tok)), sampling,
                         eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
     out = dec.generate(prompts, SEEDS)
-    for b, (prompt, seed) in enumerate(zip(prompts, SEEDS)):
+    for b, (prompt, seed) in enumerate(zip(prompts, SEEDS, strict=True)):
         toks, flags = plain_generate(senior, junior, name, K, words, sampling, prompt, seed, tok.eos_token_id)
         assert out.row_tokens(b) == toks, f"{name} row {b}"
         assert out.row_mask(b) == [int(f) for f in flags], f"{name} row {b} authorship"
@@ -118,7 +118,7 @@ def test_client_replay_recovers_the_decoders_authorship(tok, pair, name, K):
     for b, seed in enumerate(SEEDS):
         mask = senior_mask(tok, out.row_tokens(b), name, 0.5, K, seed)
         assert [int(m) for m in mask] == out.row_mask(b)
-        switches += sum(x != y for x, y in zip(mask, mask[1:]))
+        switches += sum(x != y for x, y in zip(mask, mask[1:], strict=False))
     assert switches > 0, "no author change in the samples: the check is vacuous"
 
 
@@ -175,6 +175,6 @@ def test_vllm_engine_greedy_equals_plain_generation(tok, tmp_path, name, K):
         out = eng.decoder(name, sp, p=0.5, K=K).generate(prompts, SEEDS)
     finally:
         eng.close()
-    for b, (prompt, seed) in enumerate(zip(prompts, SEEDS)):
+    for b, (prompt, seed) in enumerate(zip(prompts, SEEDS, strict=True)):
         toks, flags = plain_generate(hf[0], hf[1], name, K, word_ids(tok), sp, prompt, seed, tok.eos_token_id)
         assert out.row_tokens(b) == toks and out.row_mask(b) == [int(f) for f in flags], f"{name} row {b}"

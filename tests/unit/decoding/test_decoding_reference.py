@@ -31,7 +31,7 @@ def _run_both(tok, pair, name, sampling, p=0.5, K=4):
     dec = TandemDecoder(senior, junior, make_schedule(name, tok, p=p, K=K, vocab_size=len(tok)), sampling,
                         eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
     out = dec.generate(prompts, seeds)
-    for b, (prompt, seed) in enumerate(zip(prompts, seeds)):
+    for b, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
         ref_toks, ref_flags, ref_lps = reference_generate(
             senior, junior, name, sampling, prompt, seed, [tok.eos_token_id], boundary_ids(tok, name), p=p, K=K,
             surfaces=reference_surfaces(tok))
@@ -88,7 +88,8 @@ def test_senior_always_active_equals_plain_senior_sampling(tok, pair):
     sp = SamplingParams(temperature=0.8, max_new_tokens=20)
     prompts = [tok.encode(x) for x in PROMPTS]
     solo = TandemDecoder(senior, None, make_schedule("senior"), sp, [tok.eos_token_id], tok.pad_token_id)
-    tandem_p1 = TandemDecoder(senior, junior, make_schedule("word", tok, p=1.0), sp, [tok.eos_token_id], tok.pad_token_id)
+    tandem_p1 = TandemDecoder(senior, junior, make_schedule("word", tok, p=1.0), sp, [tok.eos_token_id],
+                              tok.pad_token_id)
     a, b = solo.generate(prompts, [1, 2, 3, 4]), tandem_p1.generate(prompts, [1, 2, 3, 4])
     assert torch.equal(a.tokens, b.tokens) and bool(b.senior_mask[b.response_mask].all())
     for i, prompt in enumerate(prompts):

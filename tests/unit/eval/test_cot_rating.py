@@ -49,7 +49,7 @@ def _solo(d, responses: list[list[str]]) -> None:
     d.mkdir(parents=True)
     rows = [{"benchmark": "tiny", "problem_id": p.problem_id, "sample_idx": s, "correct": s == 0, "response": text,
              "token_ids": [1, 2], "senior_mask": [1, 1]}
-            for p, texts in zip(PROBLEMS, responses) for s, text in enumerate(texts)]
+            for p, texts in zip(PROBLEMS, responses, strict=True) for s, text in enumerate(texts)]
     (d / "config.json").write_text(json.dumps({"benchmarks": ["tiny"], "schedule": {"name": "senior"}, "n": 2,
                                                "template": "plain", "models": {"senior": "tiny"}}))
     (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -155,7 +155,7 @@ def test_a_local_judge_rates_through_the_judge_machinery(judge_dir, tmp_path):
     questions = {p.problem_id: p.problem for p in PROBLEMS}
     for rubric in ("legibility", "coverage"):
         jid = rubric_settings(settings, rubric).identifier
-        keys = [cache.key(jid, questions[p.problem_id], r) for p, rs in zip(PROBLEMS, PLAIN) for r in rs]
+        keys = [cache.key(jid, questions[p.problem_id], r) for p, rs in zip(PROBLEMS, PLAIN, strict=True) for r in rs]
         replies = cache.get(keys)
         assert len(replies) == len(set(keys))  # every distinct response asked and its reply kept
         expected = [None if (v := parse_verdict("score:4", replies[k])) is None else 4 * v for k in keys]

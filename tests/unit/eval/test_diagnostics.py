@@ -81,7 +81,7 @@ def _rows(correct, finished, masks):
     """Two problems per benchmark a, b and 2 samples each (8 rows, in this order)."""
     keys = [(b, str(p), s) for b in ("a", "b") for p in range(2) for s in range(2)]
     out = []
-    for (b, p, s), c, f, m in zip(keys, correct, finished, masks):
+    for (b, p, s), c, f, m in zip(keys, correct, finished, masks, strict=True):
         row = {"benchmark": b, "problem_id": p, "sample_idx": s, "correct": c, "token_ids": [5] * len(m),
                "senior_mask": m}
         if f is not None:

@@ -74,7 +74,7 @@ def test_eval_legibility_command(tmp_path, tok, pair, legibility_world):
     per_sample = [json.loads(x) for x in (out / "per_sample.jsonl").read_text().splitlines()]
     per_problem = [json.loads(x) for x in (out / "per_problem.jsonl").read_text().splitlines()]
     assert res["samples"] == 12 and len(per_sample) == 12 and len(per_problem) == 6
-    for s, r in list(zip(per_sample, rows))[:3]:
+    for s, r in list(zip(per_sample, rows, strict=True))[:3]:
         prompt = encode_prompt(tok, format_prompt(tok, f"Mia has {r['problem_id']} shells.", "plain"))
         ce, alpha = direct_ce_alpha(*pair, prompt, r["token_ids"])
         assert s["ce"] == pytest.approx(ce, abs=1e-4) and s["alpha"] == pytest.approx(alpha, abs=1e-5)
@@ -124,7 +124,8 @@ def test_legibility_bad_input_names_file_and_line_and_writes_nothing(tmp_path, t
     _fails(capsys, ["eval", "legibility", "--samples", str(run)] + args, "d/samples.jsonl:2", "truncated")
     (tmp_path / "e").mkdir()
     _fails(capsys, ["eval", "legibility", "--samples", str(tmp_path / "e")] + args, "empty run directory")
-    assert (out / "legibility.json").read_text() == "old" and sorted(p.name for p in out.iterdir()) == ["legibility.json"]
+    assert (out / "legibility.json").read_text() == "old"
+    assert sorted(p.name for p in out.iterdir()) == ["legibility.json"]
 
 
 def _drift_runs(tmp_path, tok, senior):
@@ -146,8 +147,11 @@ def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, legibility_worl
                  "--top-n", "20", "--min-count", "5", "--out", str(out)]) == 0
     res = json.loads((out / "drift.json").read_text())
     # expected values from raw counts with numpy/scipy only (not eval.measure.metrics)
-    counts = {n: np.bincount([t for x in (d / "samples.jsonl").read_text().splitlines() for t in json.loads(x)["token_ids"]],
-                             minlength=len(tok)) for n, d in runs.items()}
+
+    def token_ids(d):
+        return [t for x in (d / "samples.jsonl").read_text().splitlines() for t in json.loads(x)["token_ids"]]
+
+    counts = {n: np.bincount(token_ids(d), minlength=len(tok)) for n, d in runs.items()}
     p = {n: (c + 1.0) / (c.sum() + len(tok)) for n, c in counts.items()}
     for n in ("grpo", "tandem"):
         assert res["models"][n]["kl_to_junior"] == pytest.approx(float(np.sum(p[n] * np.log(p[n] / p["junior"]))))
@@ -161,7 +165,8 @@ def test_eval_drift_command_recounts_and_recovers(tmp_path, tok, legibility_worl
     rho = stats.spearmanr(lr["grpo"][top], lr["tandem"][top] - lr["grpo"][top]).statistic
     assert rec["share_moved_back"] == 1.0 and rec["spearman"]["rho"] == pytest.approx(rho)
     assert res["models"]["grpo"]["kl_to_junior"] > res["models"]["tandem"]["kl_to_junior"] > 0
-    assert res["survival"]["frequent_tokens"] > 50 and len(res["survival"]["curves"]["grpo"]) == len(res["survival"]["grid"])
+    assert res["survival"]["frequent_tokens"] > 50
+    assert len(res["survival"]["curves"]["grpo"]) == len(res["survival"]["grid"])
     top = res["over_emitted"]["rows"][0]
     assert 100 <= top["id"] < 120 and top["token"] == tok.decode([top["id"]]) and top["counts"]["junior"] == 0
     header = (out / "over_emitted.csv").read_text().splitlines()[0]
@@ -177,7 +182,8 @@ def test_drift_bad_input(tmp_path, tok, capsys, legibility_world):
     _fails(capsys, base + ["--seniors", f"grpo={runs['grpo']}", "--candidate", "ppo"], "--candidate 'ppo'")
     other = write_run(tmp_path / "other", rows_for(tok, [0], 1, np.random.default_rng(3), benchmark="gsm8k"),
                       dirs["senior"], benchmarks=("gsm8k",))
-    _fails(capsys, base + ["--seniors", f"grpo={runs['grpo']},x={other}"], "other/samples.jsonl:1", "another benchmark set")
+    _fails(capsys, base + ["--seniors", f"grpo={runs['grpo']},x={other}"], "other/samples.jsonl:1",
+           "another benchmark set")
     hand = write_run(tmp_path / "hand", rows_for(tok, range(6), 1, np.random.default_rng(4)), dirs["senior"],
                      schedule="paragraph-roundrobin")
     _fails(capsys, base + ["--seniors", f"grpo={hand}"], "handoff run")

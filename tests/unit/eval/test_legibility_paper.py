@@ -46,7 +46,8 @@ def test_paper_ce_matches_plain_torch_across_tokenizers_in_the_papers_order(setu
     res = json.loads((out / "legibility.json").read_text())
     assert res["config"]["ce_protocol"] == "paper" and not res["config"]["same_vocab"]
     assert "alpha" not in res["summary"] and res["dropped"] == {"4088": 0, "context": 0}
-    jm, jt = AutoModelForCausalLM.from_pretrained(setup / "junior").eval(), AutoTokenizer.from_pretrained(setup / "junior")
+    jm = AutoModelForCausalLM.from_pretrained(setup / "junior").eval()
+    jt = AutoTokenizer.from_pretrained(setup / "junior")
     rows = [json.loads(x) for x in (setup / "solo" / "samples.jsonl").read_text().splitlines()]
     problems = _problems(setup)
     per_sample = {(s["benchmark"], s["problem_id"], s["sample_idx"]): s

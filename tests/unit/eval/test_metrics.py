@@ -10,7 +10,8 @@ import pytest
 from scipy import stats
 
 from tandem_rlvr.errors import TandemError
-from tandem_rlvr.eval.measure.metrics import (bootstrap_se, drift_recovery, kl_divergence, log_ratio, macro_bootstrap_se,
+from tandem_rlvr.eval.measure.metrics import (bootstrap_se, drift_recovery, kl_divergence, log_ratio,
+                                              macro_bootstrap_se,
                                       mean_se_summary, pair_by_key, paired_ttest, pass_at_k, smoothed_distribution,
                                       spearman, survival_curve, token_counts)
 

@@ -113,7 +113,8 @@ def test_each_samples_junior_is_the_seeded_draw_and_a_resume_draws_the_same(pool
 def test_a_resume_with_another_pool_is_refused(pool_runs, chat_models, capsys):
     root, bench = pool_runs
     capsys.readouterr()
-    rc = main(["eval", "handoff", "--senior", str(chat_models["a"]), "--junior", f"{chat_models['b']},{chat_models['a']}",
+    rc = main(["eval", "handoff", "--senior", str(chat_models["a"]), "--junior",
+               f"{chat_models['b']},{chat_models['a']}",
                "--benchmarks", str(bench), "--n", "4", "--max-tokens", "4", "--template", "plain", "--protocol",
                "stream", "--schedule", "word", "--out", str(root / "a")])
     assert rc == 2 and "schedule" in capsys.readouterr().err
@@ -163,7 +164,8 @@ def test_compare_refuses_another_pool_and_gives_each_junior_a_row_and_a_test(poo
 
 def test_the_text_protocol_hands_each_chain_to_its_drawn_junior(chat_models, tmp_path):
     bench = write_bench(tmp_path / "b.jsonl")
-    rc = main(["eval", "handoff", "--senior", str(chat_models["a"]), "--junior", f"{chat_models['a']},{chat_models['b']}",
+    rc = main(["eval", "handoff", "--senior", str(chat_models["a"]), "--junior",
+               f"{chat_models['a']},{chat_models['b']}",
                "--benchmarks", str(bench), "--n", "4", "--max-tokens", "6", "--template", "plain",
                "--out", str(tmp_path / "t")])
     assert rc == 0

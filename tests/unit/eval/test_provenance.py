@@ -66,7 +66,7 @@ def test_rerun_after_the_benchmark_is_reordered_under_the_same_ids_is_refused(tm
     bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
     assert _eval(capsys, run, chat_models["a"], bench)[0] == 0
     rows = [json.loads(x) for x in bench.read_text().splitlines()]
-    for r, other in zip(rows, rows[::-1]):  # ids stay 0..3, problems and answers reversed
+    for r, other in zip(rows, rows[::-1], strict=False):  # ids stay 0..3, problems and answers reversed
         r["problem"], r["answer"] = other["problem"], other["answer"]
     bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
     _refused(capsys, run, "benchmark b differs", chat_models["a"], bench)
@@ -108,7 +108,8 @@ def test_a_finished_rerun_is_a_no_op_and_rows_carry_answer_and_problem_fingerpri
         i = int(r["problem_id"])
         want = hashlib.sha256(json.dumps([f"Mia has {i} shells.", str(i)]).encode()).hexdigest()[:16]
         assert r["answer"] == str(i) and r["problem_fp"] == want
-    files = sorted(p for p in chat_models["a"].iterdir() if p.is_file())  # config, generation config, weights, tokenizer
+    # config, generation config, weights, tokenizer
+    files = sorted(p for p in chat_models["a"].iterdir() if p.is_file())
     h = hashlib.sha256()
     for p in files:
         h.update(f"{p.name}\t{p.stat().st_size}\t{hashlib.sha256(p.read_bytes()).hexdigest()}\n".encode())
@@ -136,7 +137,8 @@ def test_fingerprint_changes_when_one_byte_changes_even_with_size_and_mtime_kept
 def test_built_in_model_is_fingerprinted_by_its_files(tmp_path):
     from tandem_rlvr.models import resolve_model_path
 
-    cfg = EvalConfig.from_keys(senior="tiny", benchmarks=("tiny",), limit=1, n=1, sampling=SamplingParams(max_new_tokens=2))
+    cfg = EvalConfig.from_keys(senior="tiny", benchmarks=("tiny",), limit=1, n=1,
+                               sampling=SamplingParams(max_new_tokens=2))
     evaluate(cfg, tmp_path / "run", progress=False)
     d = resolve_model_path("tiny")
     h = hashlib.sha256()
@@ -151,7 +153,8 @@ def test_legibility_refuses_samples_whose_problems_changed(tmp_path, capsys, cha
     bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
     assert _eval(capsys, run, chat_models["a"], bench)[0] == 0
     write_bench(bench, answers=[0, 1, 999, 3])
-    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(chat_models["b"]), "--out", str(tmp_path / "leg")])
+    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(chat_models["b"]), "--out",
+               str(tmp_path / "leg")])
     err = capsys.readouterr().err
     assert rc != 0 and "problem '2' of benchmark 'b' was sampled from another version" in err
     assert not (tmp_path / "leg" / "legibility.json").exists()
@@ -163,7 +166,8 @@ def test_legibility_refuses_a_senior_whose_weights_changed(tmp_path, capsys, cha
     bench, run = write_bench(tmp_path / "b.jsonl"), tmp_path / "run"
     assert _eval(capsys, run, senior, bench)[0] == 0
     shutil.copy(chat_models["b"] / "model.safetensors", senior / "model.safetensors")
-    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(chat_models["b"]), "--out", str(tmp_path / "leg")])
+    rc = main(["eval", "legibility", "--samples", str(run), "--junior", str(chat_models["b"]), "--out",
+               str(tmp_path / "leg")])
     err = capsys.readouterr().err
     assert rc != 0 and "is not the model that sampled this run" in err
 
@@ -179,7 +183,8 @@ EVAL_EXEMPT = {"device", "junior_device", "batch_size", "vllm_settings",  # same
 def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, chat_models):
     """Change each EvalConfig field alone (seed included) and the resume is refused."""
     bench = write_bench(tmp_path / "b.jsonl")
-    base = EvalConfig.from_keys(senior=str(chat_models["a"]), junior=str(chat_models["b"]), mode="handoff", schedule="word",
+    base = EvalConfig.from_keys(senior=str(chat_models["a"]), junior=str(chat_models["b"]), mode="handoff",
+                                schedule="word",
                       benchmarks=(str(bench),), limit=3, n=2, sampling=SamplingParams(0.7, 0.8, 20, 3), seed=0,
                       template="plain", device="cpu", dtype="float32")
     run = tmp_path / "run"
@@ -188,7 +193,8 @@ def test_eval_resume_check_covers_every_setting_that_changes_results(tmp_path, c
     other_bench = write_bench(tmp_path / "c" / "b.jsonl", answers=[0, 1, 5, 3])  # same name, problem 2's answer edited
     changes = {"senior": str(chat_models["b"]), "junior": str(chat_models["a"]), "schedule": "word-atomic",
                "benchmarks": (str(other_bench),), "limit": 2, "n": 3, "template": "chat", "instruction": "reason-step",
-               "answer_mode": "final-boxes", "grader": "paper", "task": "answer-tag", "seed": 1, "p": 0.25, "K": 2, "dtype": "bfloat16",
+               "answer_mode": "final-boxes", "grader": "paper", "task": "answer-tag", "seed": 1, "p": 0.25, "K": 2,
+               "dtype": "bfloat16",
                "sampling": [SamplingParams(1.0, 0.8, 20, 3), SamplingParams(0.7, 0.9, 20, 3),
                             SamplingParams(0.7, 0.8, 5, 3), SamplingParams(0.7, 0.8, 20, 4)]}
     fields = set(eval_keys())
@@ -211,7 +217,8 @@ def _other_value(f, value):
                "report_to": ["tensorboard"], "engine": ["vllm"], "senior": ["tiny-junior"], "dataset": ["aime24"],
                "junior": ["tiny-junior"], "val_dataset": ["aime24"], "senior_device": ["cpu"], "junior_device": ["cpu"],
                "dataset_split": ["test"], "val_split": ["test"], "answer_mode": ["final-boxes"],
-               "task": ["gsm8k"], "reward_terms": [["correct", "length:0.2"]], "reward": ["tandem_rlvr.rewards.math:score"],
+               "task": ["gsm8k"], "reward_terms": [["correct", "length:0.2"]],
+               "reward": ["tandem_rlvr.rewards.math:score"],
                "judge_template": ["yes-no"], "judge_parser": ["yes-no"], "judge": ["http://127.0.0.1:9"],
                "best_by_junior": ["tiny"],  # a junior of the (self-paired) pool
                "plugins": [["json"]],  # any importable module
@@ -256,7 +263,8 @@ def test_training_resume_check_covers_every_setting_seed_included(tmp_path):
              # the judge's own keys change alone only where a judge term uses them
              TrainConfig.from_keys(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8",
                                    output_dir=str(tmp_path / "run")),
-             TrainConfig.from_keys(sharding="fsdp2", output_dir=str(tmp_path / "run")),  # shard_offload needs a sharded run
+             TrainConfig.from_keys(sharding="fsdp2", output_dir=str(tmp_path / "run")),
+             # shard_offload needs a sharded run
              TrainConfig.from_keys(lora_r=4, output_dir=str(tmp_path / "run"))]  # save_merged needs a LoRA run
     untested = [f.name for f in config_fields()
                 if f.name not in TRAIN_EXEMPT and not any(refused(b, f) for b in bases)]

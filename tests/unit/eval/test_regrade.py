@@ -57,7 +57,8 @@ def test_regrade_rescores_with_todays_grader_and_counts_flips_per_benchmark(tmp_
     assert [r["correct"] for r in rows] == [s[5] for s in SAMPLES]
     assert [r["original_correct"] for r in rows] == [s[4] for s in SAMPLES]
     g = rec["grader"]
-    assert len(g["grader_sha256"]) == 64 and g["packages"]["math-verify"] and g["packages"]["sympy"] and g["tandem_rlvr"]
+    assert len(g["grader_sha256"]) == 64
+    assert g["packages"]["math-verify"] and g["packages"]["sympy"] and g["tandem_rlvr"]
     assert len(rec["inputs_sha256"]) == 64
 
 

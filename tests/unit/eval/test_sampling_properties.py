@@ -38,7 +38,8 @@ def _run(tmp_path, senior, n, max_tokens):
     bench = tmp_path / "one.jsonl"
     bench.write_text(json.dumps({"id": "0", "problem": PROBLEM, "answer": "7"}) + "\n")
     out = tmp_path / "run"
-    rc = main(["eval", "solo", "--senior", str(senior), "--benchmarks", str(bench), "--n", str(n), "--template", "plain",
+    rc = main(["eval", "solo", "--senior", str(senior), "--benchmarks", str(bench), "--n", str(n), "--template",
+               "plain",
                "--temperature", str(TEMPERATURE), "--top-p", "1", "--top-k", "0", "--max-tokens", str(max_tokens),
                "--out", str(out)])
     assert rc == 0

@@ -30,7 +30,8 @@ def test_a_code_eval_grades_in_the_sandbox_and_records_its_verifier(tmp_path, ch
     assert _eval(out, chat_models["a"], "humaneval", "--task", "code", "--limit", "2") == 0
     cfg = json.loads((out / "config.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
-    assert cfg["task"] == "code" and cfg["verifier"].startswith("code@") and metrics["config"]["verifier"] == cfg["verifier"]
+    assert cfg["task"] == "code" and cfg["verifier"].startswith("code@")
+    assert metrics["config"]["verifier"] == cfg["verifier"]
     rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     # three random tokens are no HumanEval solution: every sample is graded, none passes, each has a reason
     assert len(rows) == 4 and not any(r["correct"] for r in rows) and all(r["reason"] != "passed" for r in rows)
@@ -75,7 +76,8 @@ def test_legibility_of_a_code_run_re_makes_the_code_prompts(tmp_path, chat_model
     assert _eval(run, chat_models["a"], "humaneval", "--task", "code", "--limit", "1") == 0
     cfg = read_run(run).config
     _, problems = run_problems(run, cfg)
-    assert recorded_task(cfg).name == "code" and problems[("humaneval", "HumanEval/0")].meta["gold"]["kind"] == "humaneval"
+    assert recorded_task(cfg).name == "code" and problems[("humaneval",
+                                                           "HumanEval/0")].meta["gold"]["kind"] == "humaneval"
     assert get_task("code").verifier == cfg["verifier"]
     assert main(["eval", "legibility", "--samples", str(run), "--junior", str(chat_models["b"]),
                  "--out", str(tmp_path / "leg")]) == 0

@@ -94,7 +94,8 @@ def test_round_cap_ends_live_chains_after_one_senior_and_one_junior_turn(cross_p
 def test_protocol_default_is_text_for_paragraph_schedules_on_every_engine():
     for engine in ("hf", "vllm", "vllm-server"):  # issue 32: --engine vllm defaulted to stream
         assert EvalConfig.from_keys(mode="handoff", engine=engine).handoff_protocol == "text"
-        assert EvalConfig.from_keys(mode="handoff", engine=engine, schedule="paragraph-bernoulli").handoff_protocol == "text"
+        assert EvalConfig.from_keys(mode="handoff", engine=engine,
+                                    schedule="paragraph-bernoulli").handoff_protocol == "text"
         assert EvalConfig.from_keys(mode="handoff", engine=engine, protocol="stream").handoff_protocol == "stream"
     assert EvalConfig.from_keys(mode="handoff", schedule="word").handoff_protocol == "stream"
     assert EvalConfig.from_keys(mode="solo").handoff_protocol is None
@@ -145,7 +146,8 @@ def test_text_protocol_command_resumes_to_the_same_rows(dirs, tmp_path):
 
 def test_a_text_run_refuses_to_resume_as_stream(capsys, dirs, tmp_path):
     senior, _, data = dirs
-    argv = ["eval", "handoff", "--senior", senior, "--junior", senior, "--benchmarks", data, "--n", "1", "--max-tokens", "6",
+    argv = ["eval", "handoff", "--senior", senior, "--junior", senior, "--benchmarks", data, "--n", "1", "--max-tokens",
+            "6",
             "--out", str(tmp_path / "ev")]
     assert main(argv) == 0
     assert main(argv + ["--protocol", "stream"]) == 2
@@ -157,7 +159,8 @@ def test_a_stream_run_made_under_the_old_default_resumes_in_stream(dirs, tmp_pat
     # A paragraph run whose config.json records no protocol (made in-stream: the old --engine vllm default, or
     # an explicit --protocol stream) resumes in-stream without --protocol, as it was made, not refused as text.
     senior, _, data = dirs
-    argv = ["eval", "handoff", "--senior", senior, "--junior", senior, "--benchmarks", data, "--n", "2", "--max-tokens", "6",
+    argv = ["eval", "handoff", "--senior", senior, "--junior", senior, "--benchmarks", data, "--n", "2", "--max-tokens",
+            "6",
             "--out", str(tmp_path / "ev")]
     assert main(argv + ["--protocol", "stream"]) == 0
     assert "protocol" not in json.loads((tmp_path / "ev" / "config.json").read_text())["schedule"]

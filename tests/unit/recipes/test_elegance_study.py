@@ -21,7 +21,8 @@ pytest.importorskip("openai")
 # Elegant paths carry the word INSIGHT, except p2's (the judge will call it bashy: one disagreement).
 PROBLEMS = [
     {"problem_id": "p1", "problem": "Mia has 1 shells. She finds 5 more.", "answer": "6",
-     "paths": [{"label": "elegant", "solution": "INSIGHT: 1 + 5 = 6"}, {"label": "bashy", "solution": "count 2, 3, 4, 5, 6"}]},
+     "paths": [{"label": "elegant", "solution": "INSIGHT: 1 + 5 = 6"},
+               {"label": "bashy", "solution": "count 2, 3, 4, 5, 6"}]},
     {"problem_id": "p2", "problem": "Mia has 2 shells. She finds 5 more.", "answer": "7",
      "paths": [{"label": "elegant", "solution": "2 + 5 = 7"}, {"label": "bashy", "solution": "count 3, 4, 5, 6, 7"}]},
     {"problem_id": "p3", "problem": "Mia has 3 shells. She finds 5 more.", "answer": "8",
@@ -54,7 +55,8 @@ def test_the_shipped_sample_loads_and_bad_files_are_one_line_errors(tmp_path):
     assert len(rows) == 4 and all({x["label"] for x in r["paths"]} == {"elegant", "bashy"} for r in rows)
     bad = tmp_path / "bad.jsonl"
     for line, message in (("{", "malformed JSON line"), ('{"problem_id": "a", "problem": "q"}', "answer"),
-                          ('{"problem_id": "a", "problem": "q", "answer": "1", "paths": [{"label": "nice"}]}', "paths")):
+                          ('{"problem_id": "a", "problem": "q", "answer": "1", "paths": [{"label": "nice"}]}',
+                           "paths")):
         bad.write_text(line + "\n")
         with pytest.raises(TandemError, match=f"bad.jsonl:1: .*{message}"):
             load_paths(str(bad))

@@ -117,11 +117,11 @@ def agreement_table() -> str:
     paper = [float(r["paper"]) for r in rows]
 
     def agree(xs):
-        return sum(a == b for a, b in zip(xs, hand))
+        return sum(a == b for a, b in zip(xs, hand, strict=True))
 
     def pass1(xs):  # mean over problems of the fraction of samples correct
         per = {}
-        for r, x in zip(rows, xs):
+        for r, x in zip(rows, xs, strict=True):
             per.setdefault(r["idx"], []).append(x)
         return sum(sum(v) / len(v) for v in per.values()) / len(per)
 
@@ -149,7 +149,8 @@ def golds_table() -> str:
             random.Random(0).shuffle(perm)
             pairs = [(ps[i], ps[j]) for i, j in enumerate(perm) if ps[i].answer != ps[j].answer]
             wrong = [sum(score(a.solution, b.answer, grader=g) for a, b in pairs) for g in ("ours", "paper")]
-            lines.append(f"{'math500 (shuffled)':<22}{int(wrong[0]):>9}/{len(pairs):<5}{int(wrong[1]):>10}/{len(pairs):<5}")
+            lines.append(f"{'math500 (shuffled)':<22}{int(wrong[0]):>9}/{len(pairs):<5}"
+                         f"{int(wrong[1]):>10}/{len(pairs):<5}")
     return "\n".join(lines)
 
 

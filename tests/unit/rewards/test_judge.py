@@ -117,7 +117,7 @@ def test_local_judge_replies_are_the_models_greedy_decode(model_dir, tmp_path):
     # independently: transformers' greedy generate on the rendered prompt (plain template: text + blank line)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    for (q, r, a), v in zip(ITEMS, verdicts):
+    for (q, r, a), v in zip(ITEMS, verdicts, strict=True):
         prompt = template_text("yes-no").format(question=q, response=r, answer=a) + "\n\n"
         ids = torch.tensor([tok.encode(prompt, add_special_tokens=False)])
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=6,

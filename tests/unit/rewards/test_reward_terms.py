@@ -29,7 +29,7 @@ def _call(funcs, weights, responses, golds, ids=None, log=None):
     ids = ids or [[0] * 3 for _ in responses]
     per = [f(prompts=[f"Q{i}" for i in range(len(responses))], completions=responses, completion_ids=ids,
              task_row=_rows(golds), log_metric=log) for f in funcs]
-    return per, [sum(w * v[i] for w, v in zip(weights, per)) for i in range(len(responses))]
+    return per, [sum(w * v[i] for w, v in zip(weights, per, strict=True)) for i in range(len(responses))]
 
 
 def test_default_reward_is_todays_binary_last_box_verifier():

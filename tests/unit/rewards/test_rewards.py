@@ -306,7 +306,7 @@ def test_math500_gold_solutions_verify():
     via_sympy = [verifier.equivalent(extract_boxed(r["solution"]) or "", r["answer"]) for r in rows]
     slow_s = time.monotonic() - start
     failures = [(r["unique_id"], r["answer"], extract_boxed(r["solution"]))
-                for r, a, b in zip(rows, end_to_end, via_sympy) if not (a == 1.0 and b)]
+                for r, a, b in zip(rows, end_to_end, via_sympy, strict=True) if not (a == 1.0 and b)]
     for failure in failures:
         print("MATH-500 gold mismatch:", failure)
     print(f"score(): {len(rows) / fast_s:.0f} calls/s; math-verify path: {len(rows) / slow_s:.0f} calls/s")
@@ -333,7 +333,7 @@ def test_deepscaler_sample_solutions_verify():
     rows = json.loads(path.read_text())
     boxes = [extract_boxed(r["solution"]) for r in rows]
     letter_only = [re.fullmatch(r"[\s(]*(?:\\text(?:bf)?|\\mathrm)?[{(\s]*[A-E][)}\s]*", b) is not None for b in boxes]
-    checkable = [(r, b) for r, b, letter in zip(rows, boxes, letter_only) if not letter]
+    checkable = [(r, b) for r, b, letter in zip(rows, boxes, letter_only, strict=True) if not letter]
     verified = [score(r["solution"], r["answer"]) for r, _ in checkable]
     rate = sum(verified) / len(checkable)
     print(f"deepscaler_sample: {sum(letter_only)} letter-only boxes; {rate:.1%} of the other {len(checkable)} verify")
@@ -350,7 +350,8 @@ def _hog(cpu: int, stop) -> None:
                     reason="needs /proc and CPU affinity")
 def test_a_worker_waiting_for_a_core_is_not_cut_by_the_wall_clock_bound(monkeypatch):
     """The wall-clock bound leaves out the time the worker waits on the run queue: pinned at nice 19 to one
-    core that a busy process holds, the worker takes seconds of wall-clock for a verdict of a tenth of a second of CPU, past a
+    core that a busy process holds, the worker takes seconds of wall-clock for a verdict of a tenth of a second of CPU,
+    past a
     wall-clock bound of 0.5 s, and still gives it (a plain wall-clock bound scored it 0)."""
     assert verifier.equivalent("1/2", "0.5")  # a ready worker
     pid = verifier._WORKER.proc.pid
@@ -382,7 +383,8 @@ def test_a_worker_that_does_not_start_is_an_error_not_a_verdict_of_0(monkeypatch
     ``score`` raise one line naming the worker's command; no answer is scored 0 for it."""
     verifier._WORKER.stop()
     monkeypatch.setattr(verifier, "WORKER_MODULE", "tandem_rlvr.rewards._no_such_worker")
-    with pytest.raises(verifier.VerifierUnavailable, match=r"does not start \(worker exited \(status 1\) during start;") as e:
+    with pytest.raises(verifier.VerifierUnavailable,
+                       match=r"does not start \(worker exited \(status 1\) during start;") as e:
         verifier.equivalent("1/2", "0.5")
     assert "\n" not in str(e.value) and "_no_such_worker" in str(e.value)
     with pytest.raises(verifier.VerifierUnavailable):

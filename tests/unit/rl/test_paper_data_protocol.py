@@ -35,7 +35,8 @@ def test_paper_preset_holds_out_1000_rows_by_pandas_draw_and_keeps_every_saves_w
     from tandem_rlvr.config import load_train_config
 
     cfg = load_train_config("qwen3-4b-deepscaler", None, {})
-    assert (cfg.data.val_size, cfg.data.val_draw, cfg.loop.seed, cfg.loop.keep_weights, cfg.loop.save_total_limit) == (1000, "pandas", 0, True, 1)
+    assert (cfg.data.val_size, cfg.data.val_draw, cfg.loop.seed, cfg.loop.keep_weights,
+            cfg.loop.save_total_limit) == (1000, "pandas", 0, True, 1)
 
 
 def test_disk_plan_counts_checkpoints_and_kept_weights_by_hand():
@@ -84,7 +85,7 @@ def _prep(tok, max_prompt_tokens, lengths):
 def test_overlong_prompts_leave_the_data_up_front_with_a_count(tok, caplog):
     prep = _prep(tok, 20, [3, 30, 5, 40, 4, 2])
     lengths = [len(tok.encode(prep.prompt_text(p))) for p in prep.train]
-    want = [p.problem_id for p, n in zip(prep.train, lengths) if n <= 20]
+    want = [p.problem_id for p, n in zip(prep.train, lengths, strict=True) if n <= 20]
     assert len(want) == 3  # the 30- and 40-word problems are over 20 tokens, the others are not
     with caplog.at_level("WARNING", logger="tandem_rlvr"):
         drop_overlong_prompts(prep)

@@ -65,7 +65,8 @@ def _steps(out):
     return {r["step"]: r for r in rows if "reward/mean" in r}
 
 
-def test_each_reward_term_is_logged_per_step_and_the_reward_is_their_weighted_sum(train_root, tmp_path, server, even_task):
+def test_each_reward_term_is_logged_per_step_and_the_reward_is_their_weighted_sum(train_root, tmp_path, server,
+                                                                                  even_task):
     out = tmp_path / "run"
     train(_cfg(train_root, out, server), print_fn=lambda *_: None)
     rec = _steps(out)[1]
@@ -122,7 +123,8 @@ def test_math_training_prompts_are_todays(tok, template, instruction):
     tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
     cfg = load_train_config(None, None, {"instruction": instruction})
     p = Problem("b", "1", "Mia has 7 shells. She finds 5 more.", "12",
-                meta={"benchmark": "b", "problem_id": "1", "question": "Mia has 7 shells. She finds 5 more.", "gold": "12"})
+                meta={"benchmark": "b", "problem_id": "1", "question": "Mia has 7 shells. She finds 5 more.",
+                      "gold": "12"})
     prep = Prepared(cfg, SimpleNamespace(tokenizer=tok), [p], [p], template, cfg.data.run_task)
     assert prep.prompt_text(p) == format_prompt(tok, p.problem, template, instruction)
 
@@ -137,4 +139,5 @@ def test_a_run_recorded_before_reward_terms_resumes_as_math_with_the_binary_rewa
     (tmp_path / "run" / "config.json").write_text(json.dumps(old))
     assert check_run_dir(cfg) == 0
     with pytest.raises(TandemError, match="reward_terms"):
-        check_run_dir(load_train_config(None, None, {"output_dir": str(tmp_path / "run"), "reward_terms": "correct,length"}))
+        check_run_dir(load_train_config(None, None,
+                                        {"output_dir": str(tmp_path / "run"), "reward_terms": "correct,length"}))

@@ -16,14 +16,14 @@ def test_tandem_rollout_logs_switches_and_junior_logprob_of_every_emitted_token(
     prompts = [f"Mia has {i} shells. She finds 5 more." for i in (1, 1, 2, 2)]
     out = rollout(prompts, trainer)
     masks, comps = out["env_mask"], out["completion_ids"]
-    switches = [sum(a != b for a, b in zip(m, m[1:])) for m in masks]  # raw count per sequence
+    switches = [sum(a != b for a, b in zip(m, m[1:], strict=False)) for m in masks]  # raw count per sequence
     assert sum(switches) > 0, "no author change in the batch: the check is vacuous"
     assert rollout.last["senior/switches_per_seq"] == sum(switches) / len(switches)
 
     junior = run.rollout.junior
     total, count = 0.0, 0
     with torch.no_grad():
-        for p, c in zip(out["prompt_ids"], comps):
+        for p, c in zip(out["prompt_ids"], comps, strict=True):
             logits = junior(torch.tensor([p + c])).logits[0, len(p) - 1: len(p) + len(c) - 1].double()  # (T, V)
             total += float(torch.log_softmax(logits / 1.0, -1)[torch.arange(len(c)), torch.tensor(c)].sum())
             count += len(c)
@@ -59,7 +59,7 @@ def test_handoff_eval_metrics_carry_switches_and_the_juniors_logprob_of_its_toke
     problems = {"bench": [Problem("bench", str(i), f"Mia has {i} shells.", str(i)) for i in range(3)]}
     metrics = run_eval(cfg, dec, tok, problems, tmp_path / "h", progress=False)
     rows = [json.loads(x) for x in (tmp_path / "h" / "samples.jsonl").read_text().splitlines()]
-    counts = [sum(a != b for a, b in zip(r["senior_mask"], r["senior_mask"][1:])) for r in rows]
+    counts = [sum(a != b for a, b in zip(r["senior_mask"], r["senior_mask"][1:], strict=False)) for r in rows]
     assert metrics["switches_per_seq"]["mean"] == sum(counts) / len(rows) and sum(counts) > 0
     total, n = 0.0, 0
     with torch.no_grad():

@@ -16,7 +16,8 @@ WHERE = "; rl/trainer.py relies on it (PRIVATE_SURFACE): adapt it to this TRL/tr
 
 
 def _source() -> str:
-    return "".join(inspect.getsource(c) for c in GRPOTrainer.__mro__ if c.__module__.startswith(("trl", "transformers")))
+    return "".join(inspect.getsource(c) for c in GRPOTrainer.__mro__ if c.__module__.startswith(("trl",
+                                                                                                 "transformers")))
 
 
 def test_private_methods_we_override_or_call_exist():

@@ -28,7 +28,7 @@ def test_a_step_with_a_junior_of_another_tokenizer_trains_the_senior_through_the
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     out = seen[0]
     tok = pair.tokenizer
-    for ids, mask in zip(out["completion_ids"], out["env_mask"]):
+    for ids, mask in zip(out["completion_ids"], out["env_mask"], strict=True):
         assert len(ids) == len(mask) <= 24
         assert all(i < len(tok) for i in ids)  # the senior's ids, for the junior's text too
     mask, real = batch["tool_mask"], batch["completion_mask"].bool()

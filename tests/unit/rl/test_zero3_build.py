@@ -21,7 +21,8 @@ def fake_build(monkeypatch):
     ds_torch = import_module("deepspeed.comm.torch")  # (``deepspeed.comm.torch`` as an attribute is torch itself)
     seen = []
     monkeypatch.setattr(ds_torch, "build_shm_op", lambda: seen.append(
-        (os.environ["TORCH_EXTENSIONS_DIR"], sorted(p.name for p in Path(os.environ["TORCH_EXTENSIONS_DIR"]).glob("*/lock")))))
+        (os.environ["TORCH_EXTENSIONS_DIR"],
+         sorted(p.name for p in Path(os.environ["TORCH_EXTENSIONS_DIR"]).glob("*/lock")))))
     return seen
 
 

@@ -81,7 +81,8 @@ def test_a_write_outside_the_work_directory_is_refused(guard):
     base = Path.home() if str(here).startswith(hidden) else here  # a clone under /tmp: the home directory instead
     target = base / f"pwned-{os.getpid()}.txt"
     try:
-        src = f"import os\nos.makedirs({str(base)!r}, exist_ok=True)\nopen({str(target)!r}, 'w').write('x')\nprint('wrote')"
+        src = (f"import os\nos.makedirs({str(base)!r}, exist_ok=True)\n"
+               f"open({str(target)!r}, 'w').write('x')\nprint('wrote')")
         out = run_program(src, "", FAST, guard=guard)  # in a private root the directory is not there: making it fails
         assert out.status == "write refused" and not target.exists() and "wrote" not in out.stdout
     finally:
@@ -97,7 +98,8 @@ def test_a_write_to_tmp_lands_in_a_private_tmpfs_without_the_guard():
 
 
 def test_output_beyond_the_cap_is_cut_and_reported():
-    out = run_program("import sys\nwhile True:\n    sys.stdout.write('y' * 65536)", "", Limits(wall_s=60, output_bytes=1 << 20))
+    out = run_program("import sys\nwhile True:\n    sys.stdout.write('y' * 65536)", "",
+                      Limits(wall_s=60, output_bytes=1 << 20))
     assert out.status == "output limit" and len(out.stdout) <= 1 << 20
 
 

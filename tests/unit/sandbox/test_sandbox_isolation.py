@@ -178,5 +178,6 @@ def test_a_program_that_reads_the_answer_key_scores_nothing(bench):
     task = CodeTask(limits=FAST, workers=1)
     (g,) = task.grade([_cheater(bench, row)], [row])
     assert g.score == 0.0, (g.reason, g.details)
-    (ok,) = task.grade([f"```python\n{row['solution']}\n```"], [row])  # the reference itself passes: the row is gradable
+    (ok,
+     ) = task.grade([f"```python\n{row['solution']}\n```"], [row])  # the reference itself passes: the row is gradable
     assert ok.score == 1.0, (ok.reason, ok.details)

@@ -37,9 +37,9 @@ HOSTILE = {"lone surrogate": "```python\nx = 1  # \ud800\n```", "NUL": "```pytho
 def test_a_hostile_response_is_a_verdict_on_every_code_benchmark(kind):
     rows = _rows()
     grades = TASK.grade([HOSTILE[kind]] * len(rows), rows)
-    got = [(r["benchmark"], g.score, g.reason) for r, g in zip(rows, grades)]
+    got = [(r["benchmark"], g.score, g.reason) for r, g in zip(rows, grades, strict=True)]
     want = "crashed" if kind != "8 MB" else None  # an 8 MB program that defines nothing fails its tests
-    for bench, score, reason in got:
+    for _bench, score, reason in got:
         assert score == 0.0 and (reason == want if want else reason.startswith(("failed test", "crashed"))), got
 
 
@@ -62,7 +62,7 @@ def test_verdicts_belong_to_the_exact_program_not_its_whitespace_twin():
     row = load_code("humaneval", 1)[0]
     valid, broken = row["solution"].rstrip("\n") + " \\\n", row["solution"].rstrip("\n") + " \\ "
     for order in ([valid, broken], [broken, valid]):
-        grades = {resp: g for resp, g in zip(order, TASK.grade(order, [row, row]))}
+        grades = {resp: g for resp, g in zip(order, TASK.grade(order, [row, row]), strict=True)}
         assert (grades[valid].reason, grades[broken].reason) == ("passed", "crashed"), order
 
 
@@ -143,7 +143,8 @@ GOLD = {"kind": "humaneval", "prompt": "", "entry_point": "f",
 
 def test_a_guess_and_remember_program_never_raises_its_reward_over_gradings():
     """A training-shaped run: the same problem graded at each of 12 steps. With memory across runs this
-    program passes at the 6th grading (4 runs to find f(1), 2 more for f(2)); here it never passes. A seeded memory passes at once, so the failure is for want of memory, not of a working program."""
+    program passes at the 6th grading (4 runs to find f(1), 2 more for f(2)); here it never passes. A seeded memory
+    passes at once, so the failure is for want of memory, not of a working program."""
     rows = [{"gold": GOLD}]
     empty = "SEED = {'known': {}, 'next': {}, 'last': {}}\n"
     rewards = [CodeTask(limits=Limits(wall_s=30, cpu_s=20), workers=1).grade(

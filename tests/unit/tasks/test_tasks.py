@@ -76,5 +76,6 @@ def test_task_for_eval_gives_math_the_eval_options_and_refuses_them_elsewhere():
 
 def test_load_problems_fingerprints_what_the_model_sees_and_the_gold():
     probs = load_problems(get_task("gsm8k"), ["gsm8k"], limit=2)["gsm8k"]
-    assert len(probs) == 2 and probs[0].answer == probs[0].meta["gold"] and probs[0].problem == probs[0].meta["question"]
+    assert len(probs) == 2 and probs[0].answer == probs[0].meta["gold"]
+    assert probs[0].problem == probs[0].meta["question"]
     assert isinstance(Grade(1.0, "passed").details, dict)

@@ -61,7 +61,7 @@ def test_reference_functions_pass_in_the_sandbox_and_every_slipped_one_fails(pro
     task, rng = get_task("code"), random.Random(1)
     rows = [{"gold": p.gold} for p in problems]
     slipped = [noisy_code(p, rng, 1.0) for p in problems]
-    assert all(s != p.solution for s, p in zip(slipped, problems))
+    assert all(s != p.solution for s, p in zip(slipped, problems, strict=True))
     grades = task.grade([p.solution for p in problems] + slipped, rows + rows)
     assert [g.score for g in grades[:len(problems)]] == [1.0] * len(problems)
     assert [g.score for g in grades[len(problems):]] == [0.0] * len(problems)

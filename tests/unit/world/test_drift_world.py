@@ -1,6 +1,7 @@
 """The drift world: style axis, shorthand solutions, style classifier, cache keys, study.
 
-Quick (a few seconds); the quick study itself runs (and reruns) in tests/test_readme_commands.py. The drift world's numbers are in
+Quick (a few seconds); the quick study itself runs (and reruns) in tests/test_readme_commands.py. The drift world's
+numbers are in
 docs/results.md ("Drift study"); here only mechanics are checked.
 """
 
@@ -49,7 +50,8 @@ def test_generator_mixes_styles_in_the_configured_ratio(problems):
     assert abs(share - 0.3) < 0.03  # 3000 draws: sd about 0.008
     # Each style slips at its own rate.
     answers = [p.answer for _ in range(10) for p in problems]
-    wrong = {lab: [1 - score(t, a) for t, a, la in zip(texts, answers, labels) if la == lab] for lab in ("word", "shorthand")}
+    wrong = {lab: [1 - score(t, a) for t, a,
+                   la in zip(texts, answers, labels, strict=True) if la == lab] for lab in ("word", "shorthand")}
     assert abs(sum(wrong["word"]) / len(wrong["word"]) - 0.25) < 0.04
     assert sum(wrong["shorthand"]) / len(wrong["shorthand"]) < 0.05
 
@@ -63,12 +65,12 @@ def test_shorthand_solutions_are_correct_and_verifiable(problems):
         assert score(text, p.answer) == 1.0
         assert response_style(text)["label"] == "shorthand"
         value = p.start
-        for s, par in zip(p.steps, paras[1:-1]):
+        for s, par in zip(p.steps, paras[1:-1], strict=False):
             assert par == f"{value} {'+' if s.sign > 0 else '-'} {s.amount} = {value + s.sign * s.amount}"
             value += s.sign * s.amount
     rng = random.Random(1)
     slipped = [noisy_solution(p, rng, 1.0, style="shorthand") for p in problems]
-    assert all(score(t, p.answer) == 0.0 for t, p in zip(slipped, problems))
+    assert all(score(t, p.answer) == 0.0 for t, p in zip(slipped, problems, strict=True))
     assert all(response_style(t)["label"] == "shorthand" for t in slipped)
     with pytest.raises(TandemError, match="style"):
         noisy_solution(problems[0], rng, 0.1, style="emoji")

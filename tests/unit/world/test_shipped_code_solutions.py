@@ -92,7 +92,7 @@ def test_every_reference_solution_passes_in_the_sandbox():
     for name in CODE_BENCHMARKS:
         rows = load_code(name)
         grades = task.grade([r["solution"] for r in rows], rows)
-        assert [(r["problem_id"], g.reason) for r, g in zip(rows, grades) if g.score != 1.0] == [], name
+        assert [(r["problem_id"], g.reason) for r, g in zip(rows, grades, strict=True) if g.score != 1.0] == [], name
     if stamp is not None:  # reached only when every set passed
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")

@@ -34,7 +34,8 @@ def test_levels_read_as_fractions_or_percents_sorted():
     assert level_name(0.05) == "skill5" and level_name(0.7) == "skill70"
 
 
-@pytest.mark.parametrize("bad", ["0", "1", "1.2", "-0.3", "0.305", "abc", "0.3,30%", "", "0.5,inf", "-inf", "inf%", "1e400"])
+@pytest.mark.parametrize("bad",
+                         ["0", "1", "1.2", "-0.3", "0.305", "abc", "0.3,30%", "", "0.5,inf", "-inf", "inf%", "1e400"])
 def test_a_bad_level_is_a_one_line_usage_error_before_any_work(bad, capsys):
     assert main(["world", "build", "--world", "tiny", "--juniors", bad]) == 2
     err = capsys.readouterr().err.strip()

@@ -156,7 +156,8 @@ def test_build_makes_loadable_dirs_sharing_one_tokenizer(built):
     assert (w.base / "tokenizer.json").read_bytes() == (w.junior / "tokenizer.json").read_bytes()
     _check_pair_loads_and_runs(w)
     meta = json.loads((w.root / "world.json").read_text())
-    assert meta == w.meta and set(meta["accuracy"]) == {"senior/acc_t1", "senior/acc_greedy", "junior/acc_t1", "junior/acc_greedy"}
+    assert meta == w.meta and set(meta["accuracy"]) == {"senior/acc_t1", "senior/acc_greedy", "junior/acc_t1",
+                                                        "junior/acc_greedy"}
     assert all(0.0 <= a <= 1.0 for a in meta["accuracy"].values())
     assert [p.name for p in (cache / "worlds").iterdir()] == [w.root.name]  # no temporary dirs left
 
@@ -311,7 +312,8 @@ def test_readme_generate_example_is_a_problem_of_the_tiny_world_and_states_its_a
     for step in steps:
         body = next(step[len(c):] for c in sorted(tasks.CONNECTIVES, key=len, reverse=True) if step.startswith(c))
         body = body[0].upper() + body[1:] if body.startswith(("she ", "he ")) else body
-        signs = [(sign, re.fullmatch(clause_regex(story), body)) for sign, group in ((1, tasks.GAINS), (-1, tasks.LOSSES))
+        signs = [(sign, re.fullmatch(clause_regex(story), body)) for sign,
+                 group in ((1, tasks.GAINS), (-1, tasks.LOSSES))
                  for story, _ in group]
         sign, hit = next((s, h) for s, h in signs if h)
         value += sign * int(hit.group(1))

@@ -103,7 +103,8 @@ def lora_save(tmp_path_factory, tiny_senior):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path_factory.mktemp("lora") / "final"
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_senior), LoraConfig(r=2, target_modules=["q_proj"]))
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_senior),
+                           LoraConfig(r=2, target_modules=["q_proj"]))
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(tiny_senior).save_pretrained(out)
     assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_senior)
