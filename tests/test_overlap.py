@@ -215,3 +215,49 @@ def test_prefetched_rollouts_of_other_prompts_than_the_trainers_batch_are_an_err
     with pytest.raises(TandemError, match="prefetched for update 4 are of other prompts"):
         ov(["a", "c"], trainer)
     ov.close()
+
+
+# -- max_staleness 0 is the loop as it was -------------------------------------------------------------------------
+
+# 4 updates (2 rollout steps of 2), validation at updates 0, 2, 4, a reward with a spread (the parity of the token
+# ids' sum), on the ``train_inputs`` models: the figures the training loop gave before ``max_staleness`` existed
+# (commit bc95174, same script; docs/overlap.md). Losses, gradient norms, rewards, KL and senior shares are
+# float64 views of float32 figures, so equal to the last bit on one machine; 1e-6 relative leaves room for
+# another CPU's kernels and none for a change of the loop.
+BEFORE_OVERLAP = [
+    {"step": 0, "val/accuracy": 0.0},
+    {"step": 1, "loss": 0.08052656799554825, "reward/mean": 0.5625, "kl/junior": 0.7512983618111446,
+     "grad_norm": 3.0714964866638184, "senior/token_share": 0.45312499767169356},
+    {"step": 2, "val/accuracy": 0.0},
+    {"step": 2, "loss": 0.1120835468173027, "grad_norm": 1.1570179462432861},
+    {"step": 3, "loss": 0.06697330623865128, "reward/mean": 0.625, "kl/junior": 1.0589758126359237,
+     "grad_norm": 3.440808057785034, "senior/token_share": 0.6093749972060323},
+    {"step": 4, "val/accuracy": 0.0},
+    {"step": 4, "loss": -0.4167933464050293, "grad_norm": 2.242955446243286},
+]
+
+
+def test_max_staleness_0_trains_as_the_loop_did_before_overlap_existed(train_inputs, tmp_path):
+    import json
+
+    cfg = train_cfg(train_inputs, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, max_steps=4, eval_every=2,
+                    save_every=4, max_staleness=0)
+    run = build_run(cfg, print_fn=lambda *_: None)
+
+    def parity(prompts, completions, completion_ids, **kw):
+        return [float(sum(ids) % 2) for ids in completion_ids]
+
+    parity.__name__ = "correct"
+    run.trainer.reward_funcs[0] = parity
+    before = {t.name for t in threading.enumerate()}
+    try:
+        run.trainer.train()
+        assert run.rollout.overlap is None and not any(t.name.startswith("tandem-rollouts") for t in
+                                                        threading.enumerate() if t.name not in before)
+    finally:
+        run.close()
+    keys = ("step", "loss", "reward/mean", "kl/junior", "val/accuracy", "grad_norm", "senior/token_share")
+    got = [{k: r[k] for k in keys if k in r} for r in map(json.loads, (tmp_path / "run" / "log.jsonl").open())]
+    assert [sorted(r) for r in got] == [sorted(r) for r in BEFORE_OVERLAP]
+    for g, want in zip(got, BEFORE_OVERLAP, strict=True):
+        assert g == pytest.approx(want, rel=1e-6, abs=0), g["step"]

@@ -47,7 +47,7 @@ def _env(core: int) -> dict:
             "PYTHONUNBUFFERED": "1"}
 
 
-def _serve(senior: str, junior: str, core: int, log: Path, timeout_s: float = 600.0):
+def serve_pinned(senior: str, junior: str, core: int, log: Path, timeout_s: float = 600.0):
     """``tandem serve`` pinned to ``core``; (process, URL) once it answers."""
     from ..engines.serve import healthy
 
@@ -64,11 +64,11 @@ def _serve(senior: str, junior: str, core: int, log: Path, timeout_s: float = 60
         if healthy(url):
             return proc, url
         time.sleep(1.0)
-    _stop(proc)
+    stop_server(proc)
     raise TandemError(f"tandem serve was not ready in {timeout_s:.0f} s; its log: {log}")
 
 
-def _stop(proc) -> None:
+def stop_server(proc) -> None:
     import signal
 
     try:
@@ -81,7 +81,7 @@ def _stop(proc) -> None:
         proc.wait()
 
 
-def _train(preset: str, url: str, k: int, steps: int, core: int, out: Path, print_fn, extra=()) -> None:
+def train_pinned(preset: str, url: str, k: int, steps: int, core: int, out: Path, print_fn, extra=()) -> None:
     """One training run of ``steps`` rollout steps through the server, pinned to ``core`` (``extra``: flags that
     override the benchmark's, e.g. ``--eval-every``); its step lines are passed through."""
     cmd = [sys.executable, "-m", "tandem_rlvr.cli", "train", "--preset", preset, "--engine", "vllm-server",
@@ -141,7 +141,7 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
         raise TandemError(f"the benchmark needs two distinct cores this process may run on (allowed: {allowed}); "
                           f"got {cores}")
     cfg = load_train_config(preset)
-    senior, junior = cfg.models.senior, cfg.models.junior
+    senior, junior = cfg.models.senior, cfg.models.junior_spec
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="tandem-bench-overlap-"))
     root.mkdir(parents=True, exist_ok=True)
     for d in ("sync", "overlap"):
@@ -149,12 +149,12 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
             shutil.rmtree(root / d)
     print_fn(f"server on core {cores[0]}, trainer on core {cores[1]} (one thread each); preset {preset}, "
              f"{steps} rollout steps per run, the first {warmup} not timed")
-    proc, url = _serve(senior, junior, cores[0], root / "server.log")
+    proc, url = serve_pinned(senior, junior, cores[0], root / "server.log")
     try:
-        _train(preset, url, 0, steps, cores[1], root / "sync", print_fn)
-        _train(preset, url, k, steps, cores[1], root / "overlap", print_fn)
+        train_pinned(preset, url, 0, steps, cores[1], root / "sync", print_fn)
+        train_pinned(preset, url, k, steps, cores[1], root / "overlap", print_fn)
     finally:
-        _stop(proc)
+        stop_server(proc)
     per = cfg.loop.updates_per_batch
     sync, over = split(root / "sync" / "log.jsonl", per, warmup), split(root / "overlap" / "log.jsonl", per, warmup)
     rollout, train = sync["wait_s"], sync["step_s"] - sync["wait_s"]

@@ -91,7 +91,7 @@ def run_overlap_study(out: str | Path, settings: OverlapStudySettings, print_fn=
 
     from ..config import load_train_config
     from ..engines.vllm_engine import require_vllm
-    from .bench_overlap import _serve, _stop, _train
+    from .bench_overlap import serve_pinned, stop_server, train_pinned
     from .study_stats import record_settings
 
     if settings.max_staleness < 1:
@@ -114,14 +114,14 @@ def run_overlap_study(out: str | Path, settings: OverlapStudySettings, print_fn=
             raise TandemError(f"the study needs two cores this process may run on (allowed: {allowed})")
         print_fn(f"{len(todo)} of {len(runs)} runs to train ({steps} rollout steps each); server on core "
                  f"{allowed[0]}, trainer on core {allowed[1]}")
-        proc, url = _serve(cfg.models.senior, cfg.models.junior, allowed[0], out / "server.log")
+        proc, url = serve_pinned(cfg.models.senior, cfg.models.junior_spec, allowed[0], out / "server.log")
         try:
             for arm, s in todo:
                 print_fn(f"seed {s}, max_staleness {arm}")
-                _train(settings.preset, url, arm, steps, allowed[1], _run_dir(out, arm, s), print_fn,
+                train_pinned(settings.preset, url, arm, steps, allowed[1], _run_dir(out, arm, s), print_fn,
                        extra=["--seed", str(s), "--eval-every", str(every)])
         finally:
-            _stop(proc)
+            stop_server(proc)
     per = cfg.loop.updates_per_batch
     figures = {(arm, s): _figures(_run_dir(out, arm, s), per) for arm, s in runs}
     res = summarize(figures, seeds, k)

@@ -50,9 +50,10 @@ ADDED_COMMANDS = [
     ["train", "--preset", "tiny", "--method", "tandem", "--junior", "tiny:0.5,tiny-junior:0.5", "--best-by-junior",
      "tiny-junior", "--output-dir", "runs/tiny-pool"],  # a junior pool (issue 36)
     ["eval", "handoff", "--server", "http://127.0.0.1:8002", "--junior", "tiny,tiny-junior", "--protocol", "stream",
-     "--schedule", "word", "--benchmarks", "tiny", "--split", "test", "--n", "8", "--out", "ev/served-pool"],
-                  # served pool
-    ["train", "--preset", "tiny", "--engine", "vllm-server", "--server", "http://127.0.0.1:8001", "--max-staleness", "1",
+     "--schedule", "word", "--benchmarks", "tiny", "--split", "test", "--n", "8",
+     "--out", "ev/served-pool"],  # served pool
+    ["train", "--preset", "tiny", "--engine", "vllm-server", "--server", "http://127.0.0.1:8001", "--max-staleness",
+     "1",
      "--output-dir", "runs/overlap"],  # rollouts overlap training (issue 50)
 ]
 
@@ -114,8 +115,8 @@ def test_a_key_under_the_wrong_part_or_given_twice_is_an_error(tmp_path):
 
 def _flag_values(argv: list[str]) -> dict:
     """``--some-key VALUE`` pairs of a command line, by config key (``some_key``)."""
-    return {a[2:].replace("-", "_"): v for a,
-            v in zip(argv, argv[1:], strict=False) if a.startswith("--") and not v.startswith("--")}
+    pairs = zip(argv, argv[1:], strict=False)
+    return {a[2:].replace("-", "_"): v for a, v in pairs if a.startswith("--") and not v.startswith("--")}
 
 
 def _flag_value(text: str):
