@@ -183,14 +183,14 @@ _SECTION_BUILTINS = ("compare",)  # the module whose import registers solo, hand
 
 
 def _own_first(rows: dict, kind: type, modules: tuple[str, ...]) -> None:
-    """Put the package's own rows (the ``kind`` rows of its ``modules``, in their order) first in ``rows``,
-    where any is missing: a module registers its rows once, at import, and a registry swapped since (a
-    test's copy) would otherwise lose them."""
+    """Put the package's own rows (the ``kind`` rows of its ``modules``, in their order) first in ``rows``: a
+    module registers its rows once, at import, so the order would otherwise be the order of first imports, and
+    a registry swapped since (a test's copy) would lose them."""
     from importlib import import_module
 
     own = {r.name: r for mod in modules for r in vars(import_module(f"{__package__}.{mod}")).values()
            if isinstance(r, kind)}
-    if any(rows.get(name) is not r for name, r in own.items()):
+    if [(k, id(v)) for k, v in list(rows.items())[:len(own)]] != [(k, id(v)) for k, v in own.items()]:
         rest = {k: v for k, v in rows.items() if k not in own}
         rows.clear()
         rows.update({**own, **rest})
