@@ -84,7 +84,7 @@ def test_a_run_directory_the_main_process_cannot_lock_is_one_line_on_every_proce
 def test_two_torchrun_nodes_without_a_shared_run_directory_exit_2_before_training(tmp_path):
     """The issue's case: two one-process "nodes" on a loopback rendezvous, each given `--output-dir run` in
     its own working directory (as two machines without a shared filesystem would see one path)."""
-    port, src = _port(), str(Path(__file__).parents[1] / "src")
+    port, src = _port(), str(Path(__file__).parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     cwds = [tmp_path / "node0", tmp_path / "node1"]
     procs = []

@@ -8,7 +8,7 @@ trained on from the initial adapter; its KL to the junior was 0 at the first upd
 
 The run is the built-in tiny preset on 40 problems with the ``correct`` reward term, whose problems repeat
 across batches from the fourth update on (the case that made ``rewards.terms.Grades`` raise KeyError on a
-resumed run). Run: ``python -m pytest -m slow tests/test_sharded_lora_kill_points.py``.
+resumed run). Run: ``python -m pytest -m slow tests/distributed/test_sharded_lora_kill_points.py``.
 """
 
 import json
@@ -79,7 +79,7 @@ def test_fsdp2_lora_killed_during_an_update_during_a_save_and_after_a_save_resum
     one, two = update_rows(whole), update_rows(run)
     # updates 1-8: kl/junior and grad_norm move at once if the adapter were not restored. Updates 9-12 are
     # resumed from checkpoint-8, in the second epoch (5 updates an epoch: trainer_state.json's epoch is 1.6),
-    # whose order TRL's sampler draws from a generator no checkpoint holds (tests/test_resume_epoch_order.py)
+    # whose order TRL's sampler draws from a generator no checkpoint holds (tests/unit/rl/test_resume_epoch_order.py)
     for step in range(1, 9):
         for key in ("loss", "reward/mean", "kl/junior", "grad_norm"):
             assert two[step][key] == pytest.approx(one[step][key], rel=1e-5, abs=1e-7), (step, key)
