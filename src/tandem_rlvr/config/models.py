@@ -17,7 +17,7 @@ from ..models import resolve_dtype
 from ..pool import JuniorPool
 from .fields import at_least, check_part, setting
 from .shardings import REGISTRY as SHARDING_KINDS
-from .shardings import SHARDINGS, ShardingKind, sharding_kind
+from .shardings import SHARDINGS, ShardingKind, sharding_help, sharding_kind
 
 
 class Precision(NamedTuple):
@@ -52,13 +52,10 @@ class ModelsPart:
                                          "(default: the senior's device). With fp32 master weights the rollouts "
                                          "decode a copy in `dtype`, refreshed after each update; beside the junior "
                                          "it keeps the training device free (the paper preset: cuda:1)")
-    sharding: str = setting("none", "how the trained senior is laid out over the training processes: none (each "
-                            "holds the whole senior; several processes are DDP), fsdp2 (FSDP2 through accelerate: "
-                            "fp32 master shards, bf16 compute with fp32 gradient reduction, FSDP's activation "
-                            "checkpointing; also chosen by an accelerate FSDP config under `accelerate launch`) or "
-                            "zero3 (DeepSpeed ZeRO-3 through accelerate: fp32 master partitions, bf16 partitions, fp32 "
-                            "gradient reduction; also chosen by an accelerate DeepSpeed config with zero_stage 3; "
-                            "needs the sharded extra); docs/sharding.md", choices=SHARDINGS)
+    sharding: str = setting("none", "how the trained senior is laid out over the training processes (an "
+                            "accelerate FSDP or DeepSpeed ZeRO-3 config under `accelerate launch` chooses fsdp2 or "
+                            "zero3); docs/sharding.md", choices=SHARDINGS,
+                            names=lambda: sharding_help())
     shard_offload: bool = setting(False, "fsdp2/zero3: keep parameter shards, gradients and AdamW states in host "
                                   "memory (FSDP2's CPUOffloadPolicy; ZeRO-3's offload_param and offload_optimizer on "
                                   "the CPU); the optimiser step runs on the CPU")

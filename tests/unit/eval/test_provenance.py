@@ -263,9 +263,11 @@ def test_training_resume_check_covers_every_setting_seed_included(tmp_path):
              # the judge's own keys change alone only where a judge term uses them
              TrainConfig.from_keys(reward_terms=["correct", "judge"], judge="http://127.0.0.1:8",
                                    output_dir=str(tmp_path / "run")),
-             TrainConfig.from_keys(sharding="fsdp2", output_dir=str(tmp_path / "run")),
              # shard_offload needs a sharded run
-             TrainConfig.from_keys(lora_r=4, output_dir=str(tmp_path / "run"))]  # save_merged needs a LoRA run
+             TrainConfig.from_keys(sharding="fsdp2", output_dir=str(tmp_path / "run")),
+             TrainConfig.from_keys(lora_r=4, output_dir=str(tmp_path / "run")),  # save_merged needs a LoRA run
+             # max_staleness needs an engine that decodes elsewhere than training (hf: a rollout device of its own)
+             TrainConfig.from_keys(rollout_device="cuda:1", output_dir=str(tmp_path / "run"))]
     untested = [f.name for f in config_fields()
                 if f.name not in TRAIN_EXEMPT and not any(refused(b, f) for b in bases)]
     assert untested == []
