@@ -49,9 +49,8 @@ def make_model(vocab_size: int, seed: int, hidden: int = 64, layers: int = 2) ->
 
 def save_training_inputs(root, tok, layers: int = 1, hidden: int = 32, tied: bool = False):
     """A training run's inputs under ``root``: ``senior/`` (seed 0) and ``junior/`` (seed 1) random
-    models of ``layers`` layers and width ``hidden`` (vLLM on CPU needs 128: head_dim 32) with ``tok`` (``tied``: the
-    output layer is the
-    embedding), and ``data.jsonl``, 40 shell problems with their answers."""
+    models of ``layers`` layers and width ``hidden`` (vLLM on CPU needs 128: head_dim 32) with ``tok`` (``tied``:
+    the output layer is the embedding), and ``data.jsonl``, 40 shell problems with their answers."""
     for name, seed in (("senior", 0), ("junior", 1)):
         model = make_model(len(tok), seed, hidden=hidden, layers=layers)
         if tied:

@@ -5,10 +5,9 @@ The hard case is the ``senior_tokens`` normaliser with a junior-token weight w >
 normaliser is the sum of the token weights, so a padding position weighted 1 (a senior-mask one
 not cut by the response mask) or w would inflate it. The same is checked for the other terms that
 carry a mask (junior imitation, KL-Reg's k3 with a clamp), with the log-probs at padding positions
-set to an arbitrary value (TRL scores padding 0, which would hide a missing mask). Expected values: hand-counted on
-tensors
-below; on the tiny model, the normaliser is counted from the rollout's own unpadded lists and the
-loss and gradient are the sum of each row's loss computed alone on its unpadded completion.
+set to an arbitrary value (TRL scores padding 0, which would hide a missing mask). Expected values:
+hand-counted on tensors below; on the tiny model, the normaliser is counted from the rollout's own unpadded
+lists and the loss and gradient are the sum of each row's loss computed alone on its unpadded completion.
 """
 
 import pytest

@@ -261,3 +261,30 @@ def test_max_staleness_0_trains_as_the_loop_did_before_overlap_existed(train_inp
     assert [sorted(r) for r in got] == [sorted(r) for r in BEFORE_OVERLAP]
     for g, want in zip(got, BEFORE_OVERLAP, strict=True):
         assert g == pytest.approx(want, rel=1e-6, abs=0), g["step"]
+
+
+def test_an_overlapped_run_resumes_with_every_update_logged_once_and_its_first_batch_drawn_by_its_own_weights(
+        train_inputs, tmp_path):
+    import json
+    import shutil
+
+    from tandem_rlvr.rl.train import run_training
+
+    def go():
+        cfg = train_cfg(train_inputs, tmp_path, dtype="bfloat16", max_steps=6, save_every=2)
+        run = build_run(cfg.with_keys(max_staleness=0), print_fn=lambda *_: None)
+        object.__setattr__(run.rollout.cfg.rollout, "max_staleness", 1)
+        run.rollout.start_overlap()
+        run.trainer.importance = (cfg.rollout.importance_correction, cfg.rollout.importance_clip)
+        run.start.closers.insert(0, run.rollout.overlap.close)
+        return run_training(run, cfg, print_fn=lambda *_: None)
+
+    go()
+    out = tmp_path / "run"
+    for name in ("checkpoint-6", "final", "summary.json"):  # as if killed after the save at update 4
+        shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink()
+    assert go()["steps"] == 6
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4, 5, 6]
+    # staleness per update: on-policy at the start and again at the resume (the weights one step back are gone)
+    assert [r["overlap/staleness"] for r in log if "loss" in r] == [0.0, 1.0, 1.0, 1.0, 0.0, 1.0]

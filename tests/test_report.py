@@ -219,8 +219,8 @@ def test_rendered_samples_sit_side_by_side_and_rendered_tables_hold_no_paths(rep
 
 def test_training_steps_leave_out_the_step0_validation_row(tmp_path):
     log = tmp_path / "log.jsonl"
-    rows = [{"step": 0,
-             "val/accuracy": 0.2}] + [{"step": s, "reward/mean": 0.1, "val/accuracy": 0.3} for s in (1, 2, 3)]
+    rows = [{"step": 0, "val/accuracy": 0.2}]
+    rows += [{"step": s, "reward/mean": 0.1, "val/accuracy": 0.3} for s in (1, 2, 3)]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert training_summary(read_train_log(log))["steps"] == 3  # 3 training steps, not 4 distinct step values
 
@@ -312,8 +312,8 @@ def test_samples_show_the_same_problems_side_by_side_with_verdicts(report, runs)
 
 
 def test_training_summary_counts_optimiser_steps_not_the_step_zero_validation(tmp_path):
-    rows = [{"step": 0,
-             "val/accuracy": 0.1}] + [{"step": s, "reward/mean": 0.5, "wall/step_s": 1.0} for s in range(1, 61)]
+    rows = [{"step": 0, "val/accuracy": 0.1}]
+    rows += [{"step": s, "reward/mean": 0.5, "wall/step_s": 1.0} for s in range(1, 61)]
     rows.append({"step": 60, "val/accuracy": 0.4})
     assert training_summary(rows)["steps"] == 60
 

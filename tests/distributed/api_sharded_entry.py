@@ -29,8 +29,8 @@ def main(out: str, run: str) -> None:
                                 train_dataset=datasets.Dataset.from_list(rows))
     summary = trainer.train()
     senior = trainer.accelerator.unwrap_model(trainer.model)
-    shares = {n: (p.to_local().numel() / p.numel() if isinstance(p, DTensor) else 1.0) for n,
-              p in senior.named_parameters()}
+    params = dict(senior.named_parameters())
+    shares = {n: (p.to_local().numel() / p.numel() if isinstance(p, DTensor) else 1.0) for n, p in params.items()}
     rank = int(os.environ["RANK"])
     with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
         json.dump({"rank": rank, "fractions": shares, "processes": summary["processes"],

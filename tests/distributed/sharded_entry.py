@@ -116,8 +116,8 @@ def main(out: Path, argv: list[str]) -> None:
     with outside_zero3():  # under a live ZeRO-3 config transformers would partition what it loads
         on_disk = load_model(run.prep.cfg.models.junior or run.prep.cfg.models.senior, "cpu",
                              next(junior.parameters()).dtype)
-    junior_same = all(torch.equal(p.detach(), dict(on_disk.named_parameters())[n]) for n,
-                      p in junior.named_parameters())
+    on_disk_params = dict(on_disk.named_parameters())
+    junior_same = all(torch.equal(p.detach(), on_disk_params[n]) for n, p in junior.named_parameters())
     rec = {"rank": rank, "junior_fractions": local_fraction(junior), "junior_unchanged": junior_same,
            "mixed_precision": mixed, "master_dtype": master, "partitions": partitions, "summary": summary,
            "fractions": fractions, "copy_equal": copy_equal, "base_unchanged": unchanged,

@@ -156,8 +156,8 @@ def _on_disk_as_vllm_holds_it(directory: str, name: str):
 
 def test_engine_params_are_the_checkpoints_weights_even_where_vllm_packed_them_away(engine, pair_dirs):
     """vLLM on CPU hands float32 linear weights to oneDNN and leaves empty tensors behind; a check that
-    read ``named_parameters()`` would compare empty tensors. ``half_params`` must give, for both halves,
-    exactly the saved weights (fused by hand as vLLM fuses them; the vocabulary rows vLLM pads are cut)."""
+    read ``named_parameters()`` would compare empty tensors. ``half_params`` must give, for both halves, exactly the
+    saved weights (fused by hand as vLLM fuses them; the vocabulary rows vLLM pads are cut)."""
     from vllm import _custom_ops
 
     from tandem_rlvr.engines.vllm_rollouts import half_params

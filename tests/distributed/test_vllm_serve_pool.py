@@ -79,8 +79,8 @@ def test_the_server_reports_its_pool_in_order_with_each_juniors_weight_fingerpri
     root, url = served
     got = requests.get(f"{url}/v1/tandem/pool", timeout=30).json()
     paths = [str(root / "junior"), str(root / "other")]
-    assert got == {"juniors": [{"index": i, "name": p, "fingerprint": model_fingerprint(p)} for i,
-                               p in enumerate(paths)]}
+    want = [{"index": i, "name": p, "fingerprint": model_fingerprint(p)} for i, p in enumerate(paths)]
+    assert got == {"juniors": want}
     assert model_fingerprint(paths[0]) != model_fingerprint(paths[1])
 
 

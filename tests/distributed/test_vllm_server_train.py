@@ -69,8 +69,8 @@ def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_ju
             run.rollout.sync(senior, state.global_step)
             served = _served(client, tok, "senior")
             expect = teacher_forced(senior, [p for p, _, _ in served], [r for _, r, _ in served])
-            errors[state.global_step] = max(float((lp - e).abs().max()) for (_, _, lp),
-                                            e in zip(served, expect, strict=True))
+            errors[state.global_step] = max(float((lp - e).abs().max())
+                                            for (_, _, lp), e in zip(served, expect, strict=True))
 
     try:
         senior, junior, eng = run.prep.pair.senior, run.prep.pair.junior, run.rollout.engine
@@ -82,12 +82,12 @@ def test_after_each_step_the_servers_senior_equals_the_trained_senior_and_its_ju
         after = _served(client, tok, "senior")
         prompts, resps = [p for p, _, _ in after], [r for _, r, _ in after]
         expect = teacher_forced(senior.eval(), prompts, resps)
-        assert any(not torch.allclose(b, e, atol=1e-3) for b,
-                   e in zip(teacher_forced(base, prompts, resps), expect, strict=True)), \
+        base_lps = teacher_forced(base, prompts, resps)
+        assert any(not torch.allclose(b, e, atol=1e-3) for b, e in zip(base_lps, expect, strict=True)), \
             "training did not change the senior; the check is vacuous"
         jun = _served(client, tok, "junior")
-        for (_, _,
-             lp), e in zip(jun, teacher_forced(junior, [p for p, _, _ in jun], [r for _, r, _ in jun]), strict=True):
+        expect_junior = teacher_forced(junior, [p for p, _, _ in jun], [r for _, r, _ in jun])
+        for (_, _, lp), e in zip(jun, expect_junior, strict=True):
             torch.testing.assert_close(lp, e, atol=1e-4, rtol=1e-4)
     finally:
         run.close()

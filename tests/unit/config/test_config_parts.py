@@ -52,9 +52,8 @@ ADDED_COMMANDS = [
     ["eval", "handoff", "--server", "http://127.0.0.1:8002", "--junior", "tiny,tiny-junior", "--protocol", "stream",
      "--schedule", "word", "--benchmarks", "tiny", "--split", "test", "--n", "8",
      "--out", "ev/served-pool"],  # served pool
-    ["train", "--preset", "tiny", "--engine", "vllm-server", "--server", "http://127.0.0.1:8001", "--max-staleness",
-     "1",
-     "--output-dir", "runs/overlap"],  # rollouts overlap training (issue 50)
+    ["train", "--preset", "tiny", "--engine", "vllm-server", "--server", "http://127.0.0.1:8001",
+     "--max-staleness", "1", "--output-dir", "runs/overlap"],  # rollouts overlap training (issue 50)
 ]
 
 

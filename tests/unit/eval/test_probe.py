@@ -45,8 +45,8 @@ def test_first_position_is_where_the_greedy_paths_first_differ(tmp_path, chat_mo
     out = tmp_path / "probe"
     assert main(["probe", "forced-junior", "--samples", str(run), "--junior", str(chat_models["b"]), "--out", str(out),
                  "--n-boot", "200", "--device", "cpu", "--dtype", "float32"]) == 0
-    probed = {(r["problem_id"],
-               r["sample_idx"]): r for r in map(json.loads, (out / "probe.jsonl").read_text().splitlines())}
+    probe_rows = map(json.loads, (out / "probe.jsonl").read_text().splitlines())
+    probed = {(r["problem_id"], r["sample_idx"]): r for r in probe_rows}
     problems = {json.loads(x)["id"]: json.loads(x)["problem"] for x in bench.read_text().splitlines()}
     for r in rows:
         prompt = problems[r["problem_id"]] + "\n\n"  # the plain template

@@ -88,8 +88,8 @@ def test_a_run_recorded_by_another_installs_paths_reads_and_resumes_where_the_pa
     cfg["models"] = {"senior": gone["tiny"], "junior": f"{gone['tiny-junior']}:0.5,{gone['tiny-xjunior']}:0.5"}
     cfg["schedule"]["pool"]["juniors"] = [gone["tiny-junior"], gone["tiny-xjunior"]]
     inputs = cfg["inputs"]["models"]
-    cfg["inputs"]["models"] = {(f"junior/{gone[recorded_model(r[7:])]}" if r.startswith("junior/") else r): fp for r,
-                               fp in inputs.items()}
+    cfg["inputs"]["models"] = {(f"junior/{gone[recorded_model(r[7:])]}" if r.startswith("junior/") else r): fp
+                               for r, fp in inputs.items()}
     (old / "config.json").write_text(json.dumps(cfg))
     rows = [json.loads(x) for x in (old / "samples.jsonl").read_text().splitlines()]
     (old / "samples.jsonl").write_text("".join(json.dumps({**r, "junior": gone[r["junior"]]}) + "\n" for r in rows))

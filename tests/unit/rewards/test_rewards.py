@@ -350,9 +350,8 @@ def _hog(cpu: int, stop) -> None:
                     reason="needs /proc and CPU affinity")
 def test_a_worker_waiting_for_a_core_is_not_cut_by_the_wall_clock_bound(monkeypatch):
     """The wall-clock bound leaves out the time the worker waits on the run queue: pinned at nice 19 to one
-    core that a busy process holds, the worker takes seconds of wall-clock for a verdict of a tenth of a second of CPU,
-    past a
-    wall-clock bound of 0.5 s, and still gives it (a plain wall-clock bound scored it 0)."""
+    core that a busy process holds, the worker takes seconds of wall-clock for a verdict of a tenth of a second of
+    CPU, past a wall-clock bound of 0.5 s, and still gives it (a plain wall-clock bound scored it 0)."""
     assert verifier.equivalent("1/2", "0.5")  # a ready worker
     pid = verifier._WORKER.proc.pid
     cpu = min(os.sched_getaffinity(0))

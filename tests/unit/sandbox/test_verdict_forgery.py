@@ -160,9 +160,9 @@ def _programs(bench: str) -> list[tuple[str, str, str]]:
 def test_forging_programs_score_zero_and_their_correct_twins_pass(bench):
     row, programs = CASES[bench][0], _programs(bench)
     grades = TASK.grade([p for _, f, t in programs for p in (f, t)], [row] * (2 * len(programs)))
-    forged = {name: (g.score, g.reason) for (name, _, _),
-              g in zip(programs, grades[::2], strict=False) if g.score != 0.0}
-    twins = {name: (g.score, g.reason) for (name, _, _),
-             g in zip(programs, grades[1::2], strict=False) if g.score != 1.0}
+    forged = {name: (g.score, g.reason)
+              for (name, _, _), g in zip(programs, grades[::2], strict=False) if g.score != 0.0}
+    twins = {name: (g.score, g.reason)
+             for (name, _, _), g in zip(programs, grades[1::2], strict=False) if g.score != 1.0}
     assert (forged, twins) == ({}, {})
     assert all(g.reason != "passed" for g in grades[::2])

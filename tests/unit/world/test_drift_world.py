@@ -50,8 +50,8 @@ def test_generator_mixes_styles_in_the_configured_ratio(problems):
     assert abs(share - 0.3) < 0.03  # 3000 draws: sd about 0.008
     # Each style slips at its own rate.
     answers = [p.answer for _ in range(10) for p in problems]
-    wrong = {lab: [1 - score(t, a) for t, a,
-                   la in zip(texts, answers, labels, strict=True) if la == lab] for lab in ("word", "shorthand")}
+    wrong = {lab: [1 - score(t, a) for t, a, la in zip(texts, answers, labels, strict=True) if la == lab]
+             for lab in ("word", "shorthand")}
     assert abs(sum(wrong["word"]) / len(wrong["word"]) - 0.25) < 0.04
     assert sum(wrong["shorthand"]) / len(wrong["shorthand"]) < 0.05
 

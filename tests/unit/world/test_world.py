@@ -312,8 +312,8 @@ def test_readme_generate_example_is_a_problem_of_the_tiny_world_and_states_its_a
     for step in steps:
         body = next(step[len(c):] for c in sorted(tasks.CONNECTIVES, key=len, reverse=True) if step.startswith(c))
         body = body[0].upper() + body[1:] if body.startswith(("she ", "he ")) else body
-        signs = [(sign, re.fullmatch(clause_regex(story), body)) for sign,
-                 group in ((1, tasks.GAINS), (-1, tasks.LOSSES))
+        signs = [(sign, re.fullmatch(clause_regex(story), body))
+                 for sign, group in ((1, tasks.GAINS), (-1, tasks.LOSSES))
                  for story, _ in group]
         sign, hit = next((s, h) for s, h in signs if h)
         value += sign * int(hit.group(1))
