@@ -3,7 +3,9 @@
 Per seed, the preset trains twice through one rollout server (``tandem serve --weight-sync``, pinned to one core;
 the trainer to another, as ``recipes.bench_overlap``): ``max_staleness`` 0 and ``max_staleness`` K, otherwise
 the same settings. Each run's own validation (the preset's ``val_size`` problems, at its ``eval_every`` cadence and
-at the end) gives its final and best accuracy; the study reports per arm the mean and standard error over seeds,
+at the end) gives its final and best accuracy, its log the training reward of the first and last 10 rollout steps
+(validation on a small world can move less than the reward does); the study reports per arm the mean and
+standard error over seeds,
 the seed-paired difference overlapped - synchronous with its standard error, and each arm's mean rollout-step
 wall-clock. "Within noise" means the paired difference is within two of its standard errors of zero.
 
@@ -39,10 +41,14 @@ def _figures(run: Path, updates_per_batch: int) -> dict:
     from ..rl.callbacks import read_log
     from .bench_overlap import split
 
-    val = [r for r in read_log(run / "log.jsonl") if "val/accuracy" in r]
+    log = read_log(run / "log.jsonl")
+    val = [r for r in log if "val/accuracy" in r]
     if not val:
         raise TandemError(f"{run}: the run logged no validation (the study needs eval_every > 0)")
+    rewards = [r["reward/mean"] for r in log if "reward/mean" in r]  # one per rollout step
     return {"final": val[-1]["val/accuracy"], "best": max(r["val/accuracy"] for r in val),
+            "first_reward": sum(rewards[:10]) / len(rewards[:10]),
+            "late_reward": sum(rewards[-10:]) / len(rewards[-10:]),
             "final_step": val[-1]["step"], "step_s": split(run / "log.jsonl", updates_per_batch, 2)["step_s"]}
 
 
@@ -57,8 +63,8 @@ def summarize(figures: dict[tuple[int, int], dict], seeds: list[int], k: int) ->
     res = {"seeds": seeds, "max_staleness": k, "arms": {}, "paired": {}}
     for arm in (0, k):
         res["arms"][f"staleness{arm}"] = {key: _mean_se([figures[(arm, s)][key] for s in seeds])
-                                          for key in ("final", "best", "step_s")}
-    for key in ("final", "best"):
+                                          for key in ("final", "best", "first_reward", "late_reward", "step_s")}
+    for key in ("final", "best", "late_reward"):
         d = _mean_se([figures[(k, s)][key] - figures[(0, s)][key] for s in seeds])
         d["within_noise"] = None if d["se"] is None else abs(d["mean"]) <= 2 * d["se"] or d["mean"] == 0
         res["paired"][key] = d
@@ -72,16 +78,19 @@ def to_markdown(res: dict) -> str:
         return f"{m['mean']:.3f}" + ("" if m["se"] is None else f" ± {m['se']:.3f}")
 
     lines = [f"seeds {', '.join(map(str, res['seeds']))}; mean ± standard error over seeds", "",
-             "| max_staleness | final validation accuracy | best validation accuracy | rollout step (s) |",
-             "|---|---|---|---|"]
+             "| max_staleness | final validation accuracy | best validation accuracy | training reward, first 10 "
+             "rollout steps | training reward, last 10 | rollout step (s) |", "|---|---|---|---|---|---|"]
     for arm in (0, k):
         a = res["arms"][f"staleness{arm}"]
-        lines.append(f"| {arm} | {cell(a['final'])} | {cell(a['best'])} | {cell(a['step_s'])} |")
-    for key in ("final", "best"):
+        lines.append(f"| {arm} | {cell(a['final'])} | {cell(a['best'])} | {cell(a['first_reward'])} | "
+                     f"{cell(a['late_reward'])} | {cell(a['step_s'])} |")
+    names = {"final": "final validation accuracy", "best": "best validation accuracy",
+             "late_reward": "training reward, last 10 rollout steps"}
+    for key in ("final", "best", "late_reward"):
         d = res["paired"][key]
         verdict = "n/a (one seed)" if d["within_noise"] is None else \
             ("within noise" if d["within_noise"] else "outside 2 standard errors")
-        lines.append(f"\n{key} accuracy, overlapped - synchronous (paired by seed): {cell(d)}: {verdict}")
+        lines.append(f"\n{names[key]}, overlapped - synchronous (paired by seed): {cell(d)}: {verdict}")
     return "\n".join(lines) + "\n"
 
 
