@@ -288,3 +288,54 @@ def test_an_overlapped_run_resumes_with_every_update_logged_once_and_its_first_b
     assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
     # staleness per update: on-policy at the start and again at the resume (the weights one step back are gone)
     assert [r["overlap/staleness"] for r in log if "loss" in r] == [0.0, 1.0, 0.0, 1.0]
+
+
+# -- the benchmark's split and the study's summary, on hand-made logs ----------------------------------------------
+
+def test_the_benchmark_splits_each_rollout_step_into_wait_push_train_from_its_generating_update(tmp_path):
+    import json
+
+    from tandem_rlvr.recipes.bench_overlap import split
+
+    # 3 rollout steps of 2 updates; the generating update (1, 3, 5) carries the rollout's timings
+    rows = [{"step": 1, "loss": 0.1, "wall/step_s": 3.0, "wall/rollout_wait_s": 2.0, "wall/weight_sync_s": 0.1,
+             "wall/generate_s": 2.0, "overlap/staleness": 0.0},
+            {"step": 2, "loss": 0.1, "wall/step_s": 1.0},
+            {"step": 2, "val/accuracy": 0.5},  # a validation record is not an update
+            {"step": 3, "loss": 0.1, "wall/step_s": 2.0, "wall/rollout_wait_s": 0.5, "wall/weight_sync_s": 0.2,
+             "wall/generate_s": 1.5, "overlap/staleness": 1.0},
+            {"step": 4, "loss": 0.1, "wall/step_s": 1.0},
+            {"step": 5, "loss": 0.1, "wall/step_s": 1.5, "wall/rollout_wait_s": 0.3, "wall/weight_sync_s": 0.0,
+             "wall/generate_s": 1.7, "overlap/staleness": 1.0},
+            {"step": 6, "loss": 0.1, "wall/step_s": 1.1}]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = split(tmp_path / "log.jsonl", updates_per_batch=2, warmup=1)
+    # rollout steps 2 and 3: steps 3.0 and 2.6 s, waits 0.5 and 0.3, pushes 0.2 and 0.0, decodes 1.5 and 1.7
+    assert got["rollout_steps"] == 2 and got["staleness"] == 1.0
+    assert got["step_s"] == pytest.approx(2.8) and got["wait_s"] == pytest.approx(0.4)
+    assert got["push_s"] == pytest.approx(0.1) and got["generate_s"] == pytest.approx(1.6)
+    assert got["train_s"] == pytest.approx(2.8 - 0.4 - 0.1)
+    with pytest.raises(TandemError, match="no rollout step after the 3 warm-up"):
+        split(tmp_path / "log.jsonl", updates_per_batch=2, warmup=3)
+
+
+def test_the_overlap_study_pairs_arms_by_seed_and_calls_within_two_standard_errors_noise():
+    import math
+
+    from tandem_rlvr.recipes.study_overlap import summarize
+
+    def fig(final):
+        return {"final": final, "best": final, "first_reward": 0.5, "late_reward": final, "step_s": 1.0}
+
+    figures = {(0, 0): fig(0.50), (0, 1): fig(0.60), (0, 2): fig(0.70),
+               (1, 0): fig(0.52), (1, 1): fig(0.59), (1, 2): fig(0.74)}
+    res = summarize(figures, [0, 1, 2], 1)
+    diffs = [0.02, -0.01, 0.04]  # overlapped - synchronous, seed by seed
+    m = sum(diffs) / 3
+    se = math.sqrt(sum((d - m) ** 2 for d in diffs) / 2 / 3)
+    d = res["paired"]["final"]
+    assert d["mean"] == pytest.approx(m) and d["se"] == pytest.approx(se) and d["n"] == 3
+    assert d["within_noise"] is (abs(m) <= 2 * se)
+    assert res["arms"]["staleness0"]["final"]["mean"] == pytest.approx(0.6)
+    far = summarize({**figures, (1, 0): fig(0.60), (1, 1): fig(0.70), (1, 2): fig(0.81)}, [0, 1, 2], 1)
+    assert far["paired"]["final"]["within_noise"] is False  # +0.10, +0.10, +0.11: far outside two standard errors
