@@ -5,7 +5,7 @@ word, although FSDP2 and ZeRO-3 both run on CPU with gloo. ``force_on_cpu`` init
 shared state itself and switches it to the backend's distributed type; the Trainer's Accelerator then
 finds the state initialised and keeps it. That takes private names (a class-level shared dict, a
 constructor keyword, a plugin method keyword), listed in ``PRIVATE_SURFACE``;
-``tests/test_accelerate_surface.py`` fails naming the missing piece when an accelerate release moves one.
+``tests/unit/rl/test_accelerate_surface.py`` fails naming the missing piece when an accelerate release moves one.
 """
 
 from __future__ import annotations

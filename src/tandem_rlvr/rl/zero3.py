@@ -21,8 +21,8 @@ config of ``ds_settings``, which fixes:
 accelerate keeps DeepSpeed off on a CPU machine (``cpu=True`` turns the launch into plain
 multi-CPU DDP without a word); DeepSpeed itself runs on CPU with its cpu accelerator and gloo,
 so ``force_on_cpu`` switches accelerate's state to DeepSpeed there (through ``rl/accelerate_state.py``,
-the one module that touches accelerate's private state; ``tests/test_sharded_training.py`` asserts that each rank
-then holds 1/N of every partitioned parameter: ``ds_tensor`` against ``ds_numel``).
+the one module that touches accelerate's private state; ``tests/distributed/test_sharded_training.py`` asserts
+that each rank then holds 1/N of every partitioned parameter: ``ds_tensor`` against ``ds_numel``).
 
 **Loading.** ``rl.assemble.build_run`` makes the run's GRPOConfig (whose DeepSpeed config
 transformers records) before ``rl.prepare`` loads the pair, so ``from_pretrained`` builds the
