@@ -49,7 +49,8 @@ SENIOR_MASK = "tool_mask"
 PRIVATE_SURFACE = {
     "methods": ("_compute_loss", "_generate_and_score_completions", "_calculate_rewards",
                 "_get_per_token_logps_and_entropies", "_prepare_inputs", "_load_from_checkpoint",
-                "_issue_warnings_after_load", "get_batch_samples"),
+                "_issue_warnings_after_load", "get_batch_samples",
+                "_get_train_sampler"),
     "attributes": ("_metrics", "temperature", "num_iterations", "current_gradient_accumulation_steps", "loss_type",
                    "epsilon_low", "epsilon_high", "importance_sampling_level", "max_completion_length",
                    "aux_loss_enabled", "router_aux_loss_coef"),
@@ -137,6 +138,13 @@ class TandemGRPOTrainer(GRPOTrainer):
         if _internal_call and self.is_deepspeed_enabled and is_partitioned(self.accelerator.unwrap_model(self.model)):
             return
         super().save_model(output_dir, _internal_call=_internal_call)
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, with each epoch's order a function of (seed, epoch) so a run resumed in a later epoch
+        draws what the uninterrupted run drew (``rl.epoch_sampler``)."""
+        from .epoch_sampler import epoch_aware
+
+        return epoch_aware(super()._get_train_sampler(dataset))
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """transformers' batches of one update; an overlapped run reads the epoch's iterator through a

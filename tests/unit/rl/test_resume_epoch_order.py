@@ -49,8 +49,6 @@ def _losses(run) -> dict[int, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="rl/trainer.py (owned by main) does not yet return "
-                   "epoch_aware(super()._get_train_sampler(dataset)) from _get_train_sampler")
 def test_a_run_resumed_in_its_second_epoch_gives_the_uninterrupted_runs_updates(tmp_path):
     env = {"TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
