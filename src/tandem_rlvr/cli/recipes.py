@@ -282,7 +282,7 @@ def cmd_bench_overlap(a):
         except ValueError:
             raise TandemError(f"--cores must be two comma-separated core numbers, got {a.cores!r}") from None
     res = bench_overlap(a.preset, steps=a.steps, k=a.max_staleness, warmup=a.warmup, cores=cores, keep=a.keep,
-                        print_fn=(lambda *_: None) if a.json else print)
+                        max_new_tokens=a.max_new_tokens, print_fn=(lambda *_: None) if a.json else print)
     print(json.dumps(res) if a.json else report(res))
 
 
@@ -343,6 +343,8 @@ def register_bench(sub, parser_class) -> None:
     bo.add_argument("--max-staleness", type=COUNT, default=1, help="the overlapped run's max_staleness")
     bo.add_argument("--cores", default=None, help="SERVER,TRAINER core numbers (default: the first two allowed)")
     bo.add_argument("--keep", default=None, help="a folder to keep both runs and the server's log in")
+    bo.add_argument("--max-new-tokens", type=COUNT, default=None, help="the rollouts' length cap (default: the "
+                    "preset's)")
     bo.add_argument("--json", action="store_true", help="print one JSON object")
     bo.set_defaults(fn=cmd_bench_overlap)
 

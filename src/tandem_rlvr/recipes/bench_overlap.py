@@ -126,9 +126,10 @@ def split(log_path: Path, updates_per_batch: int, warmup: int) -> dict:
 
 
 def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int = 2, cores: tuple | None = None,
-                  keep: str | None = None, print_fn=print) -> dict:
+                  keep: str | None = None, max_new_tokens: int | None = None, print_fn=print) -> dict:
     """Both runs and their split (module docstring); ``cores``: (server's, trainer's), default the first two this
-    process may use; ``keep``: a folder for the runs and the server log (default: a temporary one, removed)."""
+    process may use; ``keep``: a folder for the runs and the server log (default: a temporary one, removed);
+    ``max_new_tokens``: the rollouts' length cap (default the preset's)."""
     from ..config import load_train_config
     from ..engines.vllm_engine import require_vllm
 
@@ -150,9 +151,10 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
     print_fn(f"server on core {cores[0]}, trainer on core {cores[1]} (one thread each); preset {preset}, "
              f"{steps} rollout steps per run, the first {warmup} not timed")
     proc, url = serve_pinned(senior, junior, cores[0], root / "server.log")
+    extra = [] if max_new_tokens is None else ["--max-new-tokens", str(max_new_tokens)]
     try:
-        train_pinned(preset, url, 0, steps, cores[1], root / "sync", print_fn)
-        train_pinned(preset, url, k, steps, cores[1], root / "overlap", print_fn)
+        train_pinned(preset, url, 0, steps, cores[1], root / "sync", print_fn, extra)
+        train_pinned(preset, url, k, steps, cores[1], root / "overlap", print_fn, extra)
     finally:
         stop_server(proc)
     per = cfg.loop.updates_per_batch
@@ -160,7 +162,7 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
     rollout, train = sync["wait_s"], sync["step_s"] - sync["wait_s"]
     bound = max(rollout, train) / (rollout + train)
     ratio = over["step_s"] / sync["step_s"]
-    res = {"preset": preset, "max_staleness": k, "cores": {"server": cores[0], "trainer": cores[1]},
+    res = {"preset": preset, "max_staleness": k, "max_new_tokens": max_new_tokens or cfg.rollout.max_new_tokens, "cores": {"server": cores[0], "trainer": cores[1]},
            "synchronous": sync, "overlapped": over, "ratio": ratio, "bound": bound, "ratio_over_bound": ratio / bound,
            "runs": str(root) if keep else None}
     if not keep:
