@@ -162,7 +162,8 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
     rollout, train = sync["wait_s"], sync["step_s"] - sync["wait_s"]
     bound = max(rollout, train) / (rollout + train)
     ratio = over["step_s"] / sync["step_s"]
-    res = {"preset": preset, "max_staleness": k, "max_new_tokens": max_new_tokens or cfg.rollout.max_new_tokens, "cores": {"server": cores[0], "trainer": cores[1]},
+    res = {"preset": preset, "max_staleness": k, "max_new_tokens": max_new_tokens or cfg.rollout.max_new_tokens,
+           "cores": {"server": cores[0], "trainer": cores[1]},
            "synchronous": sync, "overlapped": over, "ratio": ratio, "bound": bound, "ratio_over_bound": ratio / bound,
            "runs": str(root) if keep else None}
     if not keep:
