@@ -14,6 +14,9 @@ fresh name (``.launch-<hex>``, so no cached lookup of an earlier file answers fo
 every other process looks for it there, and when one does not see it every process raises the same
 one-line error naming each process's directory and host. A start that failed on one process (the lock
 held by another writer, a directory it cannot create) is the same line on every process, not a hang.
+
+A start that resumes checks the files of the checkpoint it will load (``rl.checkpoint_files``): a damaged
+one is a line naming it, before any model loads.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from ..errors import TandemError
 from ..outdir import RunLock, output_dir, remove_failed_start
+from . import checkpoint_files
 
 # what a run writes before its first checkpoint (final/ is moved into place only after training)
 START_FILES = ("config.json", "log.jsonl", "rollouts.jsonl", "README.md", "judge_cache.sqlite")
@@ -63,6 +67,13 @@ class RunStart:
         if group:
             shared_or_refuse(out, output, main, lock, dir_was_new, failed)
         existed = frozenset(n for n in (*START_FILES, *START_DIRS) if (out / n).exists())
+        if (ckpt := checkpoint_files.latest(out)) is not None:
+            try:
+                checkpoint_files.check(ckpt)  # the checkpoint this start resumes, before any model loads
+            except TandemError:
+                if lock is not None:
+                    lock.release()
+                raise
         return cls(out, lock, "config.json" not in existed, dir_was_new, existed)
 
     def close(self, failed: bool = False) -> None:
@@ -147,6 +158,7 @@ def shared_or_refuse(out: Path | None, output: str, main: bool, lock: RunLock | 
     if token_path is not None:
         token_path.unlink(missing_ok=True)
     if line is None:
+        dist.barrier()  # the token is gone before any process goes on to list or write the directory
         return
     if lock is not None:
         lock.release()
