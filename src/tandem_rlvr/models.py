@@ -172,7 +172,8 @@ def model_config(spec: str):
         raise TandemError(f"cannot read the config of model {spec}: {str(e).splitlines()[0][:160]}") from None
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -260,7 +261,8 @@ def _from_pretrained(loader, spec: str, **kw):
             raise TandemError(f"cannot load model {spec}: {str(e).splitlines()[0][:200]}") from None
         if not corrupt_weights(e):
             raise
-        raise TandemError(f"cannot load model {spec}: corrupt or truncated weights ({str(e).splitlines()[0][:200]})") from None
+        raise TandemError(f"cannot load model {spec}: corrupt or truncated weights "
+                          f"({str(e).splitlines()[0][:200]})") from None
 
 
 MODEL_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -268,7 +270,8 @@ MODEL_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "
 
 
 def _bad_json_file(d: Path) -> str | None:
-    """What is wrong with the first JSON file of model directory ``d`` that is not UTF-8 JSON (file and line), else None."""
+    """What is wrong with the first JSON file of model directory ``d`` that is not UTF-8 JSON (file and line), else
+    None."""
     from .io import read_json
 
     for name in MODEL_JSON_FILES if d.is_dir() else ():
@@ -373,7 +376,7 @@ def load_pool_juniors(pair: Pair, names, devices, dtype, tokenizers: tuple | Non
     s_dev = next(pair.senior.parameters()).device
     toks = tokenizers[1:] if tokenizers is not None else load_pool_tokenizers(names[1:])
     xjuniors = [pair.xjunior]
-    for name, j_tok in zip(names[1:], toks):
+    for name, j_tok in zip(names[1:], toks, strict=True):
         if other_tokenizer and j_tok.get_vocab() != pair.tokenizer.get_vocab():
             from .decoding.xtandem import XJunior
 
@@ -382,7 +385,7 @@ def load_pool_juniors(pair: Pair, names, devices, dtype, tokenizers: tuple | Non
             check_same_tokenizer(pair.tokenizer, j_tok, name_b=f"junior {name}")
             xjuniors.append(None)
     pair.juniors = (pair.junior, *(load_model(n, resolve_device(d) if d else s_dev, dtype)
-                                   for n, d in zip(names[1:], devices[1:])))
+                                   for n, d in zip(names[1:], devices[1:], strict=True)))
     pair.xjuniors = tuple(xjuniors) if any(x is not None for x in xjuniors) else ()
 
 

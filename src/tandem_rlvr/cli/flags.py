@@ -42,7 +42,8 @@ def seed_type(text: str) -> int:
     try:
         return check_seed(int(text))
     except (ValueError, TandemError) as e:
-        raise argparse.ArgumentTypeError(str(e) if isinstance(e, TandemError) else f"expected an integer, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            str(e) if isinstance(e, TandemError) else f"expected an integer, got {text!r}") from None
 
 
 def model_flags(p: argparse.ArgumentParser, junior: bool = True) -> None:
@@ -59,10 +60,13 @@ def model_flags(p: argparse.ArgumentParser, junior: bool = True) -> None:
 
 def sampling_flags(p: argparse.ArgumentParser, temperature=1.0, top_p=1.0, top_k=0, max_tokens=256) -> None:
     g = p.add_argument_group("sampling")
-    g.add_argument("--temperature", type=number(float, 0), default=temperature, help=f"0 = greedy (default {temperature})")
-    g.add_argument("--top-p", type=number(float, 0, 1, lo_open=True), default=top_p, help=f"nucleus mass (default {top_p})")
+    g.add_argument("--temperature", type=number(float, 0), default=temperature,
+                   help=f"0 = greedy (default {temperature})")
+    g.add_argument("--top-p", type=number(float, 0, 1, lo_open=True), default=top_p,
+                   help=f"nucleus mass (default {top_p})")
     g.add_argument("--top-k", type=number(int, 0), default=top_k, help=f"0 = off (default {top_k})")
-    g.add_argument("--max-tokens", type=COUNT, default=max_tokens, help=f"new tokens per response (default {max_tokens})")
+    g.add_argument("--max-tokens", type=COUNT, default=max_tokens,
+                   help=f"new tokens per response (default {max_tokens})")
 
 
 def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
@@ -71,7 +75,9 @@ def schedule_flags(p: argparse.ArgumentParser, default: str) -> None:
     g = p.add_argument_group("handoff schedule")
     g.add_argument("--schedule", default=default, choices=SCHEDULES, help=f"who writes each token (default {default})")
     g.add_argument("--p", type=FRACTION, default=0.5, help="probability that the senior writes (default 0.5)")
-    g.add_argument("--K", type=COUNT, default=32, help="word schedules: tokens before a forced redraw; chunk, chunk-word: tokens or words per chunk (default 32)")
+    g.add_argument("--K", type=COUNT, default=32,
+                   help="word schedules: tokens before a forced redraw; chunk, chunk-word: tokens or words per chunk "
+                   "(default 32)")
 
 
 def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
@@ -90,7 +96,8 @@ def engine_flags(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--vllm-max-model-len", type=COUNT, default=None, help="vllm: context length (default: the models')")
     g.add_argument("--vllm-block-size", type=COUNT, default=None, help="vllm: tokens per KV block (default: vLLM's)")
     g.add_argument("--vllm-tensor-parallel-size", type=COUNT, default=1, help="vllm: GPUs per model (default 1)")
-    g.add_argument("--vllm-max-num-seqs", type=COUNT, default=256, help="vllm: most sequences decoded at once (default 256)")
+    g.add_argument("--vllm-max-num-seqs", type=COUNT, default=256,
+                   help="vllm: most sequences decoded at once (default 256)")
     if server:
         server_flags(p)
 
@@ -103,7 +110,8 @@ def server_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--server", default=None, metavar="URL",
                    help="generate on this server (e.g. http://127.0.0.1:8000); implies --engine vllm-server")
     g.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"), help="the server's key (default $VLLM_API_KEY)")
-    g.add_argument("--server-timeout", type=number(float, 0, lo_open=True), default=600.0, help="seconds per request (default 600)")
+    g.add_argument("--server-timeout", type=number(float, 0, lo_open=True), default=600.0,
+                   help="seconds per request (default 600)")
     g.add_argument("--server-retries", type=number(int, 0), default=3,
                    help="retries of a request after connection errors and 408/429/5xx answers (default 3)")
     g.add_argument("--server-concurrency", type=COUNT, default=32, help="requests in flight at once (default 32)")

@@ -12,7 +12,8 @@ settings and the memory plan read it without importing ``rl/``; its training cod
   context under which the whole, unsharded models load, where the backend partitions on load).
 
 A new backend is one module and one row: ``register_sharding(ShardingKind("mine", "Mine", "mine",
-module="my_backend"))`` in a plug-in module (``--plugins``). Every backend streams its full weights through ``rl/weight_stream.py``. Rows:
+module="my_backend"))`` in a plug-in module (``--plugins``). Every backend streams its full weights through
+``rl/weight_stream.py``. Rows:
 
 - label: its name in words (the plan's tables); plan_name: the memory plan's name for it;
 - offloads: the ``--plan-offload`` values it supports (``none`` first); ``--shard-offload`` is

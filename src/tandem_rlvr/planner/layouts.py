@@ -164,7 +164,8 @@ def requested_layout(cfg, processes: int = 1, sharding: str | None = None, offlo
     LoRA rank of 0) is the run's own."""
     sharding = sharding or cfg.models.backend.plan_name
     offload = offload or ("all" if cfg.models.shard_offload else "none")
-    return Layout(processes, sharding, offload, lora_r or cfg.models.lora_r, sync_bucket_mib or float(cfg.models.sync_bucket_mb))
+    return Layout(processes, sharding, offload, lora_r or cfg.models.lora_r,
+                  sync_bucket_mib or float(cfg.models.sync_bucket_mb))
 
 
 def dry_run_report(cfg, lay: Layout, gib: float | None) -> str:

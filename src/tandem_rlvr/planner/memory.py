@@ -203,7 +203,8 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
 
     gpu = gpu_gib is not None
     d0 = _plan_device(cfg.models.senior_device, gpu)
-    droll = _plan_device(cfg.models.rollout_device, gpu) if cfg.models.rollout_device and _kind(cfg).rollout_device else d0
+    droll = (_plan_device(cfg.models.rollout_device, gpu) if cfg.models.rollout_device and _kind(cfg).rollout_device
+             else d0)
     on_gpu = d0.startswith("cuda")
     _, compute, master = cfg.models.dtypes_on("cuda" if on_gpu else "cpu")
     mixed = master != compute
@@ -291,13 +292,14 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
                     + 2 * min(KL_CHUNK, batch_rows * cfg.rollout.max_new_tokens) * Jd.vocab * 4)
 
         for dev, Jd in _largest_per_device(juniors, kl_bytes).items():
-            p.add(dev, "kl-monitor", f"KL monitor: teacher-forced junior forward ({kl_tokens} tokens, fp32 logit chunk)",
-                  kl_bytes(Jd))
+            p.add(dev, "kl-monitor",
+                  f"KL monitor: teacher-forced junior forward ({kl_tokens} tokens, fp32 logit chunk)", kl_bytes(Jd))
 
     # rollouts and validation
     phases = [("rollout", cfg.rollout.rollout_batch_rows or batch_rows, cfg.rollout_schedule)]
     if cfg.loop.eval_every:
-        phases.append(("validation", min(cfg.rollout.rollout_batch_rows or VALIDATION_ROWS, cfg.data.val_size * cfg.loop.eval_n),
+        phases.append(("validation",
+                       min(cfg.rollout.rollout_batch_rows or VALIDATION_ROWS, cfg.data.val_size * cfg.loop.eval_n),
                        cfg.validation_schedule))
     if lay.lora_r and lay.kind.lora_sync_per_layer:  # one layer's W + (alpha / r) B A formed in fp32 as it gathers
         p.add(d0, "sync", "weight sync: one layer's gathered W and its merged sum in fp32",
@@ -309,7 +311,8 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
         p.add(d0, "sync", f"weight sync: one gathered bucket ({lay.sync_bucket_mib:g} MiB at most, "
               f"{str(compute)[6:]})", min(lay.sync_bucket_mib * (1 << 20), S.params * bc))
     if _kind(cfg).remote:
-        p.notes.append(f"engine {cfg.rollout.engine}: rollouts and validation run on the server; its memory is the server's")
+        p.notes.append(f"engine {cfg.rollout.engine}: rollouts and validation run on the server; "
+                       "its memory is the server's")
         return p
     if _kind(cfg).vllm_settings:
         if not gpu and not on_gpu:
@@ -353,7 +356,7 @@ def _juniors(cfg, gpu: bool, d0: str, S: Shape) -> list[tuple[str, str, Shape]]:
     if not m.junior:
         return [(m.pool.labels[0], _plan_device(m.junior_device, gpu) if m.junior_device else d0, S)]
     return [(label, _plan_device(dev, gpu) if dev else d0, Shape.of(model_config(name)))
-            for label, name, dev in zip(m.pool.labels, m.pool.names, m.junior_devices)]
+            for label, name, dev in zip(m.pool.labels, m.pool.names, m.junior_devices, strict=True)]
 
 
 def _largest_per_device(juniors, size) -> dict[str, Shape]:
@@ -434,7 +437,8 @@ def disk_plan(cfg, gpu: bool = True) -> str:
     _, compute, master = cfg.models.dtypes_on("cuda" if gpu else "cpu")
     kept = "every" if cfg.loop.save_total_limit is None else f"the last {cfg.loop.save_total_limit}"
     if cfg.models.lora_r:  # the adapter and its moments in fp32 (rl/lora.py); merged/ weights with save_merged
-        adapter = cfg.models.lora_r * adapter_weights_per_rank(model_config(cfg.models.senior), cfg.models.lora_targets) * 4
+        adapter = (cfg.models.lora_r
+                   * adapter_weights_per_rank(model_config(cfg.models.senior), cfg.models.lora_targets) * 4)
         merged = S.params * _bytes(compute) if cfg.models.save_merged else 0
         extra = f" + merged/ {_size(merged).strip()}" if merged else ""
         return (f"disk: each checkpoint-* {_size(3 * adapter).strip()}{extra} (LoRA adapter and its AdamW moments in "
@@ -443,7 +447,8 @@ def disk_plan(cfg, gpu: bool = True) -> str:
                                                       if cfg.loop.keep_weights else ""))
     ckpt = S.params * 3 * _bytes(master)
     line = (f"disk: each checkpoint-* {_size(ckpt).strip()} (weights and AdamW moments in {str(master)[6:]}), {kept} "
-            f"kept, every {cfg.loop.save_every} {cfg.loop.step_unit} steps; best/ and final/ {_size(S.params * _bytes(compute)).strip()}")
+            f"kept, every {cfg.loop.save_every} {cfg.loop.step_unit} steps; "
+            f"best/ and final/ {_size(S.params * _bytes(compute)).strip()}")
     if cfg.loop.keep_weights:
         line += (f"; keep_weights: {_size(S.params * _bytes(compute)).strip()} more per save in weights/ "
                  f"({str(compute)[6:]}), never pruned")

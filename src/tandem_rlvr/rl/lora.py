@@ -67,7 +67,8 @@ def linear_widths(config) -> dict[str, tuple[int, int]]:
 
 
 def _targeted(name: str, targets) -> bool:
-    """PEFT's match of a body layer: all-linear (the output layer excepted), the module's name or its last dotted parts."""
+    """PEFT's match of a body layer: all-linear (the output layer excepted), the module's name or its last dotted
+    parts."""
     if name.rsplit(".", 1)[-1] in OUTPUT_LAYERS:
         return any(name == t or name.endswith("." + t) for t in targets if t != ALL_LINEAR)
     return any(t == ALL_LINEAR or name == t or name.endswith("." + t) for t in targets)
@@ -93,7 +94,8 @@ def check_lora(senior: str, config, targets, r: int, what: str = "lora_r") -> No
     name, (d_in, d_out) = min(((n, w) for n, w in widths.items() if _targeted(n, targets)), key=lambda nw: min(nw[1]))
     if r > min(d_in, d_out):
         raise TandemError(f"{what} {r} is wider than the layers it adapts: {name} of {senior} is {d_in} -> {d_out}, "
-                          f"so a LoRA update there has rank at most {min(d_in, d_out)}; give {what} <= {min(d_in, d_out)}")
+                          f"so a LoRA update there has rank at most {min(d_in, d_out)}; "
+                          f"give {what} <= {min(d_in, d_out)}")
 
 
 def check_targets(cfg) -> None:
@@ -161,8 +163,8 @@ def prepare_trainer(trainer, cfg, print_fn=print) -> None:
             module.p = cfg.models.lora_dropout
     trained, total = trainable_counts(model)
     if trainer.accelerator.is_main_process:
-        print_fn(f"LoRA r={cfg.models.lora_r} alpha={cfg.models.lora_alpha:g} on {', '.join(cfg.models.lora_targets)}: {trained:,} of "
-                 f"{total:,} weights train ({100 * trained / total:.2f}%)")
+        print_fn(f"LoRA r={cfg.models.lora_r} alpha={cfg.models.lora_alpha:g} on {', '.join(cfg.models.lora_targets)}: "
+                 f"{trained:,} of {total:,} weights train ({100 * trained / total:.2f}%)")
 
 
 def _adapter_param(name: str) -> bool:
@@ -246,7 +248,8 @@ def _merged(base, dtype: torch.dtype | None, remove_duplicate: bool):
         if _adapter_param(name):
             continue
         t = p.detach()
-        if hasattr(p, "ds_id"):  # a ZeRO-3 partition: the parameter itself, which its bucket gathers (detach drops ds_id)
+        # a ZeRO-3 partition: the parameter itself, which its bucket gathers (detach drops ds_id)
+        if hasattr(p, "ds_id"):
             t = p
         owner, sep, leaf = name.rpartition(".base_layer.")
         if sep:

@@ -4,8 +4,8 @@ What: ``tandem compare RUN... --out DIR`` reads each senior's evaluation directo
 writes DIR/compare.json (``run_compare``): solo pass@k with SE per benchmark and macro (paper
 Table 1, Figure 2), handoff pass@k per handoff set-up (Table 2, Figure 3), every registered
 measure of the seniors' solo samples (``registry``: junior legibility, a judge's chain-of-thought
-rating, plug-ins' measures; each under its name), drift (section 5) and paired one-sided t-tests on per-problem statistics pooled over
-benchmarks (Table 3). Runs are found and read through ``run_files`` (``discover``,
+rating, plug-ins' measures; each under its name), drift (section 5) and paired one-sided t-tests on per-problem
+statistics pooled over benchmarks (Table 3). Runs are found and read through ``run_files`` (``discover``,
 ``read_run``). This module measures; presenting is the report layer's: the command then writes
 DIR/compare.md and prints the tables (``report.tables.write_compare_md``).
 
@@ -30,7 +30,8 @@ can be chosen; a k larger than the samples per problem is an error). The t-tests
 problems two seniors share, pooled over all benchmarks: pass@1 (the per-problem fraction
 correct; H1 candidate > baseline) and each measure's paired stats in the direction its row
 claims (junior CE: candidate < baseline; alpha and the judge's ratings: candidate > baseline;
-results scored by different juniors or judges are refused as settings differences); every senior is tested against ``--baseline`` (default: the first).
+results scored by different juniors or judges are refused as settings differences); every senior is tested against
+``--baseline`` (default: the first).
 Beside each t-test, the paired bootstrap 95% interval of the same difference per benchmark
 and macro (``metrics.paired_bootstrap``, seed 0). Every run also carries its diagnostics
 (``metrics.sample_diagnostics``): truncation rate, distinct problems solved, and for handoff
@@ -94,7 +95,8 @@ def run_pass_at_k(run: EvalRun, ks: Sequence[int] | None = None, n_boot: int = 1
             if k > n:
                 i = next(i for i, r in enumerate(run.rows) if (r["benchmark"], str(r["problem_id"])) == (b, pid))
                 raise TandemError(f"{run.where(i)}: k={k} is larger than the n={n} samples of problem {pid!r} ({b})")
-    ks = list(ks or [k for k in run.config.get("ks") or (1,) if k <= min(n for ns, _ in per_bench.values() for n in ns)])
+    ks = list(ks or [k for k in run.config.get("ks") or (1,)
+                     if k <= min(n for ns, _ in per_bench.values() for n in ns)])
     m = pass_at_k_summary(per_bench, ks, n_boot)
     if macro == "paper":
         m["macro_paper"] = pass_at_k_summary(paper_macro_counts(run), ks, n_boot)["macro"]
@@ -197,7 +199,8 @@ def _measure_tests(c: Compared, cand: str, base: str) -> list[tuple]:
         got = c.results.get(m.name) or {}
         if cand in got and base in got:
             for st in m.stats:
-                a, b = ({k: r[st.key] for k, r in got[who][1].items() if r.get(st.key) is not None} for who in (cand, base))
+                a, b = ({k: r[st.key] for k, r in got[who][1].items() if r.get(st.key) is not None}
+                        for who in (cand, base))
                 if a and b:  # a stat a result lacks (alpha across vocabularies; an unrated problem) is left out
                     tests.append((st.label, st.alternative, a, b))
     return tests

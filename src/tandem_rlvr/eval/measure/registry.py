@@ -202,7 +202,8 @@ def register_measure(m: Measure) -> Measure:
     if not m.name or m.name in RESERVED:
         raise TandemError(f"measure name {m.name!r} is taken by compare.json itself ({', '.join(sorted(RESERVED))})")
     if not m.needs <= NEEDS:
-        raise TandemError(f"measure {m.name!r} needs {sorted(m.needs - NEEDS)}; valid needs: {', '.join(sorted(NEEDS))}")
+        raise TandemError(f"measure {m.name!r} needs {sorted(m.needs - NEEDS)}; "
+                          f"valid needs: {', '.join(sorted(NEEDS))}")
     bad = [s.label for s in m.stats if s.alternative not in ("greater", "less")]
     if bad:
         raise TandemError(f"measure {m.name!r}: paired stat {bad[0]!r} needs alternative 'greater' or 'less'")

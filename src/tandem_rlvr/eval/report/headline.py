@@ -49,7 +49,7 @@ def handoff_columns(comp: dict) -> list[tuple[str, str, dict[str, float | None]]
     from ...models import model_name
 
     cols = []
-    for lb, metrics in comp["handoff"].items():
+    for metrics in comp["handoff"].values():
         cfg = next(iter(metrics.values()))["config"]
         who = f"with {model_name(cfg['models'].get('junior'))}, {(cfg['schedule'] or {}).get('name')}"
         cols.append((f"handoff pass@1 ({who})", ".3f", {n: _macro(m) for n, m in metrics.items()}))

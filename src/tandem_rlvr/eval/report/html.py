@@ -72,7 +72,7 @@ def pass_at_k_figure(metrics: dict[str, dict], title: str) -> Figure:
     first = next(iter(metrics.values()))
     panels = [b for b, m in first.items() if isinstance(m, dict) and "problems" in m and b != "macro"] + ["macro"]
     fig = Figure(figsize=(3.6 * len(panels), 3.2), layout="constrained")
-    for ax, b in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+    for ax, b in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         for name, m in metrics.items():
             ks = [int(k[5:]) for k in m.get(b, {}) if k.startswith("pass@")]
             ax.errorbar(ks, [m[b][f"pass@{k}"]["mean"] for k in ks], yerr=[m[b][f"pass@{k}"]["se"] for k in ks],
@@ -111,7 +111,8 @@ def recovery_figure(rec: dict) -> Figure:
     sp = rec["spearman"]
     rho = "not defined" if sp["rho"] is None else f"{sp['rho']:.2f} (p={sp['p']:.2g})"
     share = "not defined" if rec["share_moved_back"] is None else f"{rec['share_moved_back']:.0%}"
-    ax.set(xlabel=f"{rec['reference']} drift log(p_ref / p_junior)", ylabel=f"{rec['candidate']} shift log(p_cand / p_ref)")
+    ax.set(xlabel=f"{rec['reference']} drift log(p_ref / p_junior)",
+           ylabel=f"{rec['candidate']} shift log(p_cand / p_ref)")
     # two short lines: one long title was cut off at the figure's width
     ax.set_title(f"{rec.get('qualifying', rec['top_n'])} over-emitted tokens, top {rec['top_n']} tracked\n"
                  f"moved back: {share}; Spearman rho {rho}", fontsize=9)
@@ -152,7 +153,8 @@ def training_summary(rows: list[dict]) -> dict:
     measurement) is not a step."""
     wall = _series(rows, TRAIN_KEYS["wall-clock per step (s)"])
     train_keys = [k for t, keys in TRAIN_KEYS.items() if t != "validation accuracy" for k in keys]
-    trained = {r.get("step", i) for i, r in enumerate(rows) if any(isinstance(r.get(k), (int, float)) for k in train_keys)}
+    trained = {r.get("step", i) for i, r in enumerate(rows)
+               if any(isinstance(r.get(k), (int, float)) for k in train_keys)}
     out = {"steps": len(trained), "wall_s": float(wall[1].sum()) if wall else None}
     val_key = next((k for r in rows for k in r if k.startswith(VAL_PREFIXES) and isinstance(r[k], (int, float))), None)
     if val_key:
@@ -201,7 +203,8 @@ def training_figure(logs: dict[str, list[dict]]) -> Figure | None:
     for ax in axes[n:]:
         ax.set_visible(False)
     axes = axes[:n]
-    for ax, (title, keys) in zip(axes, panels):
+    # not strict: with ``extra`` the last axis is left for the wall-clock panel drawn below
+    for ax, (title, keys) in zip(axes, panels, strict=False):
         for name, rows in logs.items():
             if (s := _series(rows, keys)) is not None:
                 ax.plot(*s, label=name, **_line(name), marker=line_style(name)["marker"] if len(s[0]) < 30 else None)
@@ -224,7 +227,8 @@ CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}img{max-width:100%}
-.sample{white-space:pre-wrap;overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:0.85em;border:1px solid #ddd;
+.sample{white-space:pre-wrap;overflow-wrap:anywhere;font-family:ui-monospace,monospace;\
+font-size:0.85em;border:1px solid #ddd;
 padding:0.4em;margin:0.2em 0;max-height:24em;overflow:auto}
 .sen{background:#cfe8ff}.jun{background:#ffd9ec}
 .note{border-left:4px solid #e0a800;background:#fff8e1;padding:0.5em 0.8em;max-width:60em}
@@ -269,7 +273,8 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
     tables = comparison_tables(comp)
     if summaries:
         best = {n: f"{s['best_step']:g} ({s['best_key']})" if "best_step" in s else "-" for n, s in summaries.items()}
-        tables.append(Table("Training", ["run", "steps", "wall-clock (min)", "best validation step", "wall-clock to best (min)"],
+        tables.append(Table("Training",
+                            ["run", "steps", "wall-clock (min)", "best validation step", "wall-clock to best (min)"],
                             [[n, str(s["steps"]), _minutes(s["wall_s"]), best[n], _minutes(s.get("wall_to_best_s"))]
                              for n, s in summaries.items()]))
     notes_html = [f'<p class="note">{html.escape(n)}</p>' for n in notes]
@@ -285,7 +290,8 @@ def build_report(comp: dict, train_logs: dict[str, list[dict]] | None = None, sa
     body += ["<h2>Tables</h2>", *map(_table_html, tables),
              '<h2 id="samples">Sample solutions</h2>', samples_html(comp, samples_per_run),
              '<h2 id="provenance">Provenance</h2>', provenance_html(comp, train_dirs or {})]
-    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Tandem RLVR report</title><style>{CSS}</style>"
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Tandem RLVR report</title>"
+            f"<style>{CSS}</style>"
             f"</head><body>\n" + "\n".join(body) + "\n</body></html>\n")
     return page, {**pngs, "styles.json": styles}
 
@@ -315,7 +321,8 @@ def _sampling(metrics: dict) -> str:
     cfg = next(iter(metrics.values())).get("config", {})
     sp = cfg.get("sampling") or {}
     return (f"{cfg.get('n', '?')} samples per problem at temperature {sp.get('temperature', '?')}, "
-            f"top-p {sp.get('top_p', '?')}, top-k {sp.get('top_k', '?')}, at most {sp.get('max_new_tokens', '?')} new tokens")
+            f"top-p {sp.get('top_p', '?')}, top-k {sp.get('top_k', '?')}, "
+            f"at most {sp.get('max_new_tokens', '?')} new tokens")
 
 
 def solo_figures(comp: dict) -> dict[str, Figure]:
@@ -380,8 +387,9 @@ def _minutes(s: float | None) -> str:
     return "-" if s is None else f"{s / 60:.1f}"
 
 
-def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Sequence[str] = (), train_logs: Sequence[str] = (),
-               samples_per_run: int = 3, notes: Sequence[str] = (), **compare_kw) -> Path:
+def run_report(out: str | os.PathLike, compare_dir: str | None = None, runs: Sequence[str] = (),
+               train_logs: Sequence[str] = (), samples_per_run: int = 3, notes: Sequence[str] = (),
+               **compare_kw) -> Path:
     """Write OUT/report.html and OUT/figures/*.png from a compare dir or from RUN specs; return the html path."""
     out = output_dir(out, create=False)
     if compare_dir and runs:

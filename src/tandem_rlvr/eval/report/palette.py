@@ -53,7 +53,7 @@ def drawn_styles(fig) -> dict[str, dict[str, dict[str, str]]]:
     for i, ax in enumerate(fig.axes):
         handles, labels = ax.get_legend_handles_labels()
         panel = out.setdefault(ax.get_title() or f"panel {i}", {})
-        for h, label in zip(handles, labels):
+        for h, label in zip(handles, labels, strict=True):
             line = h[0] if isinstance(h, tuple) else h  # an errorbar container: (data line, caps, bars)
             if isinstance(line, Line2D):
                 panel[label] = {"color": to_hex(line.get_color()), "linestyle": str(line.get_linestyle())}

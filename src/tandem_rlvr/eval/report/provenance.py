@@ -7,7 +7,8 @@ the report, says exactly what each result came from:
   otherwise): temperature, top-p, top-k, max new tokens, n, seed, template, benchmarks;
 - per senior, each run directory with its full senior and junior specs, the fingerprints of
   their files and of the benchmark problem sets (``fingerprint``; "not recorded" for runs
-  made before that), and the command that made it (``argv`` and ``cwd``, recorded by ``runtime.invocation`` in sources.json,
+  made before that), and the command that made it (``argv`` and ``cwd``, recorded by ``runtime.invocation`` in
+  sources.json,
   each measure's result file (legibility.json, cot_rating.json, ...), drift.json and a training run's
   summary.json; "not recorded" for runs made before that); a measure's result says what made it
   through its registry row's ``about`` (the junior; the judge);
@@ -84,7 +85,8 @@ def provenance_html(comp: dict, train_dirs: dict[str, Path]) -> str:
     for name, dirs in comp["runs"].items():
         for kind, path in [("solo", dirs["solo"]), *dirs["handoff"].items()]:
             if path:
-                runs.append((name, kind, Path(path), _read(Path(path) / "config.json"), _read(Path(path) / "sources.json")))
+                runs.append((name, kind, Path(path), _read(Path(path) / "config.json"),
+                             _read(Path(path) / "sources.json")))
     settings = {_sampling(cfg) for *_, cfg, _ in runs}
     same = len(settings) == 1
     out = ["<div>"]

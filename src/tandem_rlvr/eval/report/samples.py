@@ -9,9 +9,9 @@ problem's samples that are correct.
 Which problems: those where the methods differ. Over the problems every run has, the ranking
 is by the number of rows (run kinds) in which the seniors' sample-0 verdicts disagree, then
 whether any two cells disagree at all, then the spread (population standard deviation) of the
-per-problem fraction correct across the cells; ties keep the benchmark order. From that ranking, one problem per distinct pattern of sample-0 verdicts is
-taken first (so the page shows different ways the methods split, e.g. GRPO right alone, then
-Tandem right on handoff), then the next ranked. ``choose_problems`` is a pure function of
+per-problem fraction correct across the cells; ties keep the benchmark order. From that ranking, one problem per
+distinct pattern of sample-0 verdicts is taken first (so the page shows different ways the methods split, e.g. GRPO
+right alone, then Tandem right on handoff), then the next ranked. ``choose_problems`` is a pure function of
 those numbers.
 """
 
@@ -43,7 +43,8 @@ def choose_problems(cells: dict[Cell, EvalRun], n: int) -> list[tuple[str, str]]
 
     def rank(i_key: tuple[int, tuple[str, str]]) -> tuple:
         i, key = i_key
-        split_rows = sum(len({s[key] for s, k in zip(first, kinds) if k == kind}) > 1 for kind in set(kinds))
+        split_rows = sum(len({s[key] for s, k in zip(first, kinds, strict=True) if k == kind}) > 1
+                         for kind in set(kinds))
         return (-split_rows, -(len({s[key] for s in first}) > 1), -float(np.std([f[key] for f in frac])), i)
 
     ranked = [k for _, k in sorted(enumerate(keys), key=rank)]
@@ -103,9 +104,10 @@ def _cell(run: EvalRun, key: tuple[str, str], kind: str, senior: str, tokenizers
     ok = bool(r["correct"])
     n_ok = sum(bool(x["correct"]) for x in rows)
     mark = "&#10003; correct" if ok else "&#10007; wrong"
-    return (f'<div class="cell {"ok" if ok else "bad"}" data-senior="{html.escape(senior)}" data-kind="{html.escape(kind)}" '
-            f'data-correct="{str(ok).lower()}"><div class="mark">{mark} <small>(sample {r["sample_idx"]}; {n_ok}/{len(rows)} '
-            f'correct, senior share {r.get("senior_share", 1.0):.2f})</small></div><div class="sample">{body}</div></div>')
+    return (f'<div class="cell {"ok" if ok else "bad"}" data-senior="{html.escape(senior)}" '
+            f'data-kind="{html.escape(kind)}" data-correct="{str(ok).lower()}"><div class="mark">{mark} '
+            f'<small>(sample {r["sample_idx"]}; {n_ok}/{len(rows)} correct, '
+            f'senior share {r.get("senior_share", 1.0):.2f})</small></div><div class="sample">{body}</div></div>')
 
 
 def _tokenizer(run: EvalRun, cache: dict):
@@ -124,7 +126,8 @@ def _tokenizer(run: EvalRun, cache: dict):
 
 
 def _problem_texts(run: EvalRun) -> dict:
-    """{(benchmark, problem_id): Problem} of a run's benchmarks; empty (problem text left out) if they cannot be loaded."""
+    """{(benchmark, problem_id): Problem} of a run's benchmarks; empty (problem text left out) if they cannot be
+    loaded."""
     from ...errors import TandemError
 
     try:

@@ -59,7 +59,8 @@ def _pass_tables(title: str, metrics: dict[str, dict]) -> list[Table]:
     benches = [b for b, m in first.items() if isinstance(m, dict) and "problems" in m and b != "macro"]
     macro = Table(f"{title}: pass@k, {macro_coverage(benches)} ({problem_counts_text(metrics)})",
                   ["senior", *ks, "senior share"],
-                  [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"] for n, m in metrics.items()])
+                  [[n, *[_pm(m["macro"].get(k)) for k in ks], f"{m['senior_share']['mean']:.3f}"]
+                   for n, m in metrics.items()])
     per = Table(f"{title}: pass@1 per benchmark", ["senior", *benches, "macro"],
                 [[n, *[_pm(m.get(b, {}).get("pass@1")) for b in [*benches, "macro"]]] for n, m in metrics.items()])
     tables = [macro, per] if len(benches) > 1 else [macro]
@@ -108,7 +109,8 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
         sp = rec["spearman"]
         undefined = "not defined" if rec.get("defined") is False else "n/a"
         out.append(Table(f"Recovery: {rec['candidate']} vs {rec['reference']}'s top-{rec['top_n']} over-emitted tokens",
-                         ["reference", "candidate", "qualifying tokens", "tracked", "share moved back", "Spearman rho", "p"],
+                         ["reference", "candidate", "qualifying tokens", "tracked", "share moved back", "Spearman rho",
+                          "p"],
                          [[rec["reference"], rec["candidate"], str(rec.get("qualifying", "?")), str(rec["top_n"]),
                            _num(rec["share_moved_back"], undefined=undefined), _num(sp["rho"], undefined=undefined),
                            _num(sp["p"], ".2g", undefined=undefined)]]))
@@ -116,8 +118,9 @@ def drift_tables(drift: dict, top: int = 20) -> list[Table]:
     names = list(ov["rows"][0]["counts"]) if ov["rows"] else []
     out.append(Table(f"Tokens most over-emitted by {ov['reference']} (counts; log-ratio to the junior)",
                      ["token", "id", *names, "log-ratio"],
-                     [[repr(r["token"]) if r["token"] is not None else "", str(r["id"]), *[str(r["counts"][n]) for n in names],
-                       f"{r['log_ratio'][ov['reference']]:+.2f}"] for r in ov["rows"][:top]]))
+                     [[repr(r["token"]) if r["token"] is not None else "", str(r["id"]),
+                       *[str(r["counts"][n]) for n in names], f"{r['log_ratio'][ov['reference']]:+.2f}"]
+                      for r in ov["rows"][:top]]))
     return out
 
 
@@ -158,8 +161,9 @@ def comparison_tables(comp: dict) -> list[Table]:
     if comp["ttests"]:
         tables.append(Table(f"Paired one-sided t-tests vs {comp['baseline']} (per-problem, pooled over benchmarks)",
                             ["candidate", "statistic", "H1", "problems", "candidate", "baseline", "diff", "t", "p"],
-                            [[t["candidate"], t["statistic"], f"cand {'>' if t['alternative'] == 'greater' else '<'} base",
-                              str(t["n"]), _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
+                            [[t["candidate"], t["statistic"],
+                              f"cand {'>' if t['alternative'] == 'greater' else '<'} base", str(t["n"]),
+                              _num(t["mean_candidate"]), _num(t["mean_baseline"]), _num(t["mean_diff"], "+.3f"),
                               _num(t["t"], ".2f"), _num(t["p"], ".2g")] for t in comp["ttests"]]))
     return tables + diagnostics_tables(comp)
 
@@ -267,7 +271,8 @@ def diagnostics_tables(comp: dict) -> list[Table]:
         x = d[b]
         return "n/a (no sequences)" if x is None else f"{x['mean']:.2f} ± {x['sd']:.2f}"
 
-    for t in (_per_bench_table("Truncation: share of responses that hit the token budget without EOS", trunc, trunc_cell),
+    for t in (_per_bench_table("Truncation: share of responses that hit the token budget without EOS", trunc,
+                               trunc_cell),
               _per_bench_table(f"Distinct problems solved (pass@n > 0: at least one of n = {', '.join(sorted(ns))} "
                                "samples correct)", solved, solved_cell),
               _per_bench_table("Author switches per sequence in handoff runs (mean ± sd over sequences)", switches,
@@ -296,7 +301,8 @@ def to_markdown(tables: Sequence[Table]) -> str:
     parts = []
     for t in tables:
         parts += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.columns)) + " |",
-                  "|" + "|".join("---" for _ in t.columns) + "|", *["| " + " | ".join(map(esc, r)) + " |" for r in t.rows], ""]
+                  "|" + "|".join("---" for _ in t.columns) + "|",
+                  *["| " + " | ".join(map(esc, r)) + " |" for r in t.rows], ""]
     return "\n".join(parts)
 
 
