@@ -115,7 +115,7 @@ run() {
   tail -3 "$OUT/$name.log"
 }
 
-run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/test_decoding_reference.py \
+run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/unit/decoding/test_decoding_reference.py \
     tests/test_decoder_speed_paths.py
 run bf16_consistency python scripts/bf16_check.py "$MODEL" "$SDEV" "$JDEV"
 run bench_decode tandem bench decode --senior "$MODEL" --device "$SDEV" --junior-device "$JDEV" --dtype bfloat16 \
@@ -169,7 +169,7 @@ else
   echo "== DeepSpeed not installed: the ZeRO-3 check is skipped (pip install -e \".[sharded]\")"
 fi
 if python -c "import vllm" >/dev/null 2>&1; then
-  run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/test_vllm_engine.py tests/test_vllm_train.py
+  run vllm_engine_tests python -m pytest -q -p no:cacheprovider -m vllm tests/distributed/test_vllm_engine.py tests/distributed/test_vllm_train.py
   run vllm_bench_decode tandem bench decode --engine vllm --senior "$MODEL" "${BENCH_EXTRA[@]}" --json
   run vllm_eval_handoff tandem eval handoff --engine vllm --senior "$MODEL" --junior "$MODEL" --benchmarks math500 "${VLLM_EVAL[@]}" \
       --out "$OUT/vllm_eval"
