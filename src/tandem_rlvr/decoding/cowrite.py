@@ -15,7 +15,7 @@ cannot be handed to another tokenizer (``Segment.can_close``; ``xtandem`` then k
 Re-tokenising a segment is ``tokenizer.encode(text)``, verified byte for byte against the
 segment (``Vocab.encode``); a tokenizer whose encoding of a piece does not give back that piece's
 bytes falls back to one single-byte token per byte, which byte-level BPE always has. So the
-senior's ids decode to exactly the co-written text, always (``tests/test_xtandem.py`` checks it on
+senior's ids decode to exactly the co-written text, always (``tests/unit/decoding/test_xtandem.py`` checks it on
 hostile texts against a plain reference).
 
 Only byte-level BPE tokenizers (GPT-2, Qwen, Llama 3, SmolLM) qualify: their decoding of a

@@ -14,7 +14,7 @@ know which engine produced a run.
   top-k/top-p). The raw mode would normalise over both halves and come out ln 2 low.
 - Sampling uses vLLM's own seeded sampler (per-request ``seed``): a fixed seed reproduces
   a sample, but sampled tokens differ from the transformers decoder's (its inverse-CDF
-  draws); greedy decoding is token-for-token equal (tests/test_vllm_engine.py).
+  draws); greedy decoding is token-for-token equal (tests/distributed/test_vllm_engine.py).
 
 A junior pool (``junior``: a list of directories, same tokenizer) is one tandem engine whose model holds
 every junior (``vllm_model``); ``generate(prompts, seeds, juniors=[index per row])`` names each request's

@@ -15,7 +15,7 @@ helper), registered with vLLM's weight-transfer factories by name in our
 ``vllm.general_plugins`` hook (``vllm_plugin``), so the server's worker finds it. It is what lets
 the CPU tests check the whole path; on GPU use ``nccl``. ``push_stream`` sends a trainer's stream of
 tensors through either backend as one update, bucket by bucket. This is the one module that touches
-vLLM's weight-transfer surface (guarded by tests/test_vllm_server_train.py).
+vLLM's weight-transfer surface (guarded by tests/distributed/test_vllm_server_train.py).
 
 Security: vLLM's development endpoints carry no authentication (not even ``--api-key``):
 a server with ``--weight-sync`` should listen on loopback or a private network only.

@@ -9,7 +9,7 @@ fields are fixed by the method; a config that sets one otherwise is refused nami
 One path: ``tandem train`` builds its ``TandemGRPOConfig`` from its ``TrainConfig`` (``from_train_config``),
 and ``TandemGRPOTrainer`` turns a user's ``TandemGRPOConfig`` into the ``TrainConfig`` it records and runs
 (``train_keys``): the GRPOConfig fields that no key sets travel in the ``trl`` key. Both ways are one
-mapping (``SAME``, ``IN_UPDATES``, ``_batch_keys``), and ``tests/test_api.py`` checks the round trip.
+mapping (``SAME``, ``IN_UPDATES``, ``_batch_keys``), and ``tests/unit/api/test_api.py`` checks the round trip.
 """
 
 from __future__ import annotations

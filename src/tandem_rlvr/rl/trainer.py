@@ -26,7 +26,7 @@ Optimiser, scheduler, gradient accumulation, distributed wrapping, logging backe
 checkpointing and resume all stay TRL's / transformers'.
 
 Everything of TRL's (and transformers' Trainer's) private surface this project touches is in
-this module and listed in ``PRIVATE_SURFACE``; ``tests/test_trl_surface.py`` fails naming
+this module and listed in ``PRIVATE_SURFACE``; ``tests/unit/rl/test_trl_surface.py`` fails naming
 the missing piece when a TRL release moves one.
 """
 

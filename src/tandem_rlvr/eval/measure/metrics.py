@@ -2,7 +2,7 @@
 
 What: every number of the evaluation battery that is not a model forward (those live in
 ``eval/measure/legibility.py``) is computed here from plain arrays, so each can be checked against
-an independent reference (``tests/test_metrics.py``: brute-force k-subsets, the analytic SE
+an independent reference (``tests/unit/eval/test_metrics.py``: brute-force k-subsets, the analytic SE
 of a mean, scipy on the same arrays).
 
 - pass@k: the unbiased estimator of Chen et al. (2021): for a problem with n samples of

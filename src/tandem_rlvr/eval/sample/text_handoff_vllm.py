@@ -18,8 +18,8 @@ with its own ``max_tokens`` (the chain's cap), its own ``seed`` (the turn seed,
 Log-probs are vLLM's processed ones (after temperature, ``engines.vllm_engine``; on the tandem
 engine the writer's), the same quantity the hf decoder records.
 
-Greedy turns equal the hf path's token for token (tests/test_text_handoff_vllm.py, and for a pool
-tests/test_vllm_pool.py); sampled turns differ from hf's (vLLM's seeded sampler is not our
+Greedy turns equal the hf path's token for token (tests/distributed/test_text_handoff_vllm.py, and for a pool
+tests/distributed/test_vllm_pool.py); sampled turns differ from hf's (vLLM's seeded sampler is not our
 inverse-CDF draw) but a fixed seed reproduces them, so a resumed run writes the same rows.
 
 Why one engine for a pool: N + 1 engines would each hold a KV cache and a share of the device
