@@ -116,7 +116,7 @@ run() {
 }
 
 run reference_fp32 env TANDEM_TEST_DEVICE=$SDEV python -m pytest -q -p no:cacheprovider tests/unit/decoding/test_decoding_reference.py \
-    tests/test_decoder_speed_paths.py
+    tests/unit/decoding/test_decoder_speed_paths.py
 run bf16_consistency python scripts/bf16_check.py "$MODEL" "$SDEV" "$JDEV"
 run bench_decode tandem bench decode --senior "$MODEL" --device "$SDEV" --junior-device "$JDEV" --dtype bfloat16 \
     "${BENCH_EXTRA[@]}" --json

@@ -6,9 +6,6 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-# files of other sessions that still import a test module, with the names they take (until they move to the
-# train_inputs fixture and helpers.train.train_cfg, and to helpers.report.write_sampling_run)
-STILL_IMPORTING = {"test_paper_training.py": "test_train", "test_measure_registry.py": "test_report"}
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -26,7 +23,7 @@ def test_no_test_module_imports_another():
     found = {}
     for path in sorted(TESTS.rglob("*.py")):
         hits = _imported_modules(path) & test_modules
-        if hits and STILL_IMPORTING.get(path.name) not in hits:
+        if hits:
             found[str(path.relative_to(TESTS))] = sorted(hits)
     assert found == {}, f"test modules imported by others (what they share belongs in conftest.py or helpers/): {found}"
 

@@ -2,7 +2,7 @@
 
 A method is one ``MethodKind`` row in ``REGISTRY``; code above this module asks the row
 (``kind.junior_in_rollout``, ``kind.reference``), never compares method names (a scan test guards
-it: tests/test_methods.py). The row is declarative so that settings can read it without importing
+it: tests/unit/rl/test_methods.py). The row is declarative so that settings can read it without importing
 ``rl/`` or TRL; its loss is named by ``loss``, a ``module:function`` (imported when a trainer is
 built, as ``EngineKind.opener`` is) or the function itself. The function is a pure map from a
 typed batch to ``(loss, metrics)`` (``rl.losses.PolicyBatch``, ``rl.methods``).

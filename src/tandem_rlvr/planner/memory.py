@@ -72,7 +72,7 @@ GPU_MARGIN_GIB = 3.0  # CUDA context + allocator slack kept free on a GPU
 # five fp32 tile-sized tensors (scaled logits, z, log p, p, the gradient), two of the three
 # temporaries of the gradient's update (indicator as float, 1[target] - p, their product; each
 # is freed once the next is made) and the boolean target mask: 7.25 fp32 tiles.
-# tests/test_paper_training.py measures it on TRL's own function.
+# tests/unit/rl/test_paper_training.py measures it on TRL's own function.
 CPU_FALLBACK_TILES = 7.25
 
 

@@ -7,5 +7,5 @@
 - ``study.py`` (with ``study_stats.py``): ``tandem study drift``, the multi-seed drift-world study;
 - ``cli/__init__.py``: their subcommands of the one ``tandem`` entry point.
 
-Nothing below this package imports it (``tests/test_import_graph.py``).
+Nothing below this package imports it (``tests/unit/test_import_graph.py``).
 """

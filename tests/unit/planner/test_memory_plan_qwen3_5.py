@@ -88,7 +88,7 @@ def test_decoder_runs_a_hybrid_qwen3_5_body_like_the_reference():
 
 
 def _graph_saved_bytes(config, kinds, rows, tokens):
-    from graph_saved import graph_saved_bytes
+    from reference.graph_saved import graph_saved_bytes
 
     return graph_saved_bytes(config, kinds, rows, tokens)
 

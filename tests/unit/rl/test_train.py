@@ -426,12 +426,3 @@ def test_kl_monitor_is_the_k3_sum_over_senior_tokens_from_a_plain_forward(tok):
     assert tot == pytest.approx(want, rel=1e-4)
     assert lp_n == len(comps[0]) + len(comps[1]) and lp_tot == pytest.approx(want_lp, rel=1e-4)
 
-
-# tests/test_paper_training.py (claimed by another session) imports these two names from here; they go when it
-# takes the ``train_inputs`` fixture of tests/conftest.py and ``helpers.train.train_cfg`` instead
-_cfg = train_cfg
-
-
-@pytest.fixture(scope="module")
-def setup(train_inputs):
-    return train_inputs

@@ -23,7 +23,7 @@ The rules (docs/architecture.md, "Floors"; DESIGN.md's layout):
   ``fn`` is a function of ``cli/``, and no call from ``cli/`` into the library passes the namespace
   (``namespace_leaks``; ``cli/`` turns flags into settings objects first).
 
-Run: ``python -m pytest -q tests/test_import_graph.py`` (or ``python tests/test_import_graph.py``,
+Run: ``python -m pytest -q tests/unit/test_import_graph.py`` (or ``python tests/unit/test_import_graph.py``,
 which prints every violation and the count of arrows back up). Each finder is tested on a
 synthetic package below, so a broken finder cannot pass silently.
 """
@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = "tandem_rlvr"
-SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
+SRC = Path(__file__).resolve().parents[2] / "src" / PACKAGE
 # Entry points and recipes sit on top: no module below them may import them.
 TOP = ("tandem_rlvr.cli", "tandem_rlvr.recipes", "tandem_rlvr.study", "tandem_rlvr.demo", "tandem_rlvr.__main__")
 

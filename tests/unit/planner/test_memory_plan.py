@@ -149,7 +149,7 @@ def test_lora_activation_profile_counts_what_autograd_saves_with_the_base_frozen
     its per-layer and outside-the-layers bytes equal a walk of the autograd graph of a PEFT model (one and
     two layers), and they differ from full fine-tuning's, which the plan counted for LoRA before."""
     import torch
-    from graph_saved import graph_saved_bytes
+    from reference.graph_saved import graph_saved_bytes
     from transformers import Qwen3Config
 
     from tandem_rlvr.planner.shapes import LoraSpec, activation_profile
@@ -171,11 +171,11 @@ def test_lora_activation_profile_counts_what_autograd_saves_with_the_base_frozen
 
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_lora_plan_saves_the_trained_layers_activations_and_works_on_full_fine_tunings(tmp_path, checkpointing):
-    """A LoRA plan's update items from the graph walks of tests/graph_saved.py, at a width no profile saw:
+    """A LoRA plan's update items from the graph walks of tests/reference/graph_saved.py, at a width no profile saw:
     the forward saves what PEFT's layer saves (under checkpointing, the embedding's output requires grad,
     as transformers makes it), while the backward's working set is full fine-tuning's layer, twice without
     checkpointing, once beside the recomputed LoRA layer with it. Tokens: 4 rows x (16 + 48)."""
-    from graph_saved import graph_saved_bytes
+    from reference.graph_saved import graph_saved_bytes
     from transformers import Qwen3Config
 
     from tandem_rlvr.planner.memory import plan

@@ -14,7 +14,7 @@ from tandem_rlvr.config import TrainConfig
 from tandem_rlvr.config.shardings import PLAN_NAMES, REGISTRY, ShardingKind, register_sharding
 from tandem_rlvr.errors import TandemError
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
+SRC = Path(__file__).resolve().parents[3] / "src" / "tandem_rlvr"
 
 
 def _patterns():

@@ -12,11 +12,11 @@ from tandem_rlvr.errors import TandemError
 from tandem_rlvr.rl.assemble import build_run
 from tandem_rlvr.rl.train import train
 
-from test_train import _cfg, setup  # noqa: F401  (setup is the shared module fixture)
+from helpers.train import train_cfg
 
 
-def test_paper_training_defaults_reach_trl(setup, tmp_path):  # noqa: F811
-    run = build_run(_cfg(setup, tmp_path), print_fn=lambda *_: None)
+def test_paper_training_defaults_reach_trl(train_inputs, tmp_path):
+    run = build_run(train_cfg(train_inputs, tmp_path), print_fn=lambda *_: None)
     args = run.trainer.args
     assert args.weight_decay == 0.01 and args.delta == 3.0 and args.gradient_checkpointing
     paper = load_train_config("qwen3-4b-deepscaler", None, {})
@@ -27,8 +27,8 @@ def test_paper_training_defaults_reach_trl(setup, tmp_path):  # noqa: F811
     assert paper.loop.updates(paper.loop.eval_every) == 40 and paper.loop.updates(paper.loop.save_every) == 40  # test_freq 20 x 2
 
 
-def test_step_unit_rollout_counts_rollout_batches(setup, tmp_path):  # noqa: F811
-    cfg = _cfg(setup, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, step_unit="rollout", max_steps=1,
+def test_step_unit_rollout_counts_rollout_batches(train_inputs, tmp_path):
+    cfg = train_cfg(train_inputs, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, step_unit="rollout", max_steps=1,
                save_every=1, eval_every=1)
     run = build_run(cfg, print_fn=lambda *_: None)
     assert run.trainer.args.max_steps == 2 and run.trainer.args.save_steps == 2  # 1 rollout batch = 2 updates
@@ -43,15 +43,15 @@ def test_step_unit_rollout_counts_rollout_batches(setup, tmp_path):  # noqa: F81
     assert val == [0, 2]  # before training, then after each rollout batch (eval_every 1 rollout step)
 
 
-def test_save_every_must_be_whole_rollout_batches(setup, tmp_path):  # noqa: F811
+def test_save_every_must_be_whole_rollout_batches(train_inputs, tmp_path):
     with pytest.raises(TandemError, match="save_every"):
-        _cfg(setup, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, save_every=3)
-    _cfg(setup, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, save_every=3, step_unit="rollout")
+        train_cfg(train_inputs, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, save_every=3)
+    train_cfg(train_inputs, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, save_every=3, step_unit="rollout")
 
 
-def test_validation_solo_samples_the_senior_alone(setup, tmp_path):  # noqa: F811
-    method = build_run(_cfg(setup, tmp_path / "m", output_dir=str(tmp_path / "m")), print_fn=lambda *_: None)
-    solo = build_run(_cfg(setup, tmp_path / "s", output_dir=str(tmp_path / "s"), validation="solo"),
+def test_validation_solo_samples_the_senior_alone(train_inputs, tmp_path):
+    method = build_run(train_cfg(train_inputs, tmp_path / "m", output_dir=str(tmp_path / "m")), print_fn=lambda *_: None)
+    solo = build_run(train_cfg(train_inputs, tmp_path / "s", output_dir=str(tmp_path / "s"), validation="solo"),
                      print_fn=lambda *_: None)
     m, s = (r.rollout.engine.schedule(r.validation.spec) for r in (method, solo))  # what the engine decodes
     assert m.name == "word" and m.uses_junior
@@ -71,9 +71,9 @@ def test_bad_training_settings_are_one_line_errors(bad):
         load_train_config(None, None, bad)
 
 
-def test_training_set_smaller_than_a_rollout_batch_is_refused(setup, tmp_path):  # noqa: F811
+def test_training_set_smaller_than_a_rollout_batch_is_refused(train_inputs, tmp_path):
     with pytest.raises(TandemError, match="fewer than one rollout batch"):
-        build_run(_cfg(setup, tmp_path, limit=5, val_size=4, prompts_per_step=2), print_fn=lambda *_: None)
+        build_run(train_cfg(train_inputs, tmp_path, limit=5, val_size=4, prompts_per_step=2), print_fn=lambda *_: None)
 
 
 # ---------------------------------------------------------------- the memory plan's arithmetic
@@ -81,16 +81,16 @@ def _items(p, device=None):
     return {i.name.split(" (")[0]: i.nbytes for i in p.items if device is None or i.device == device}
 
 
-def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(setup, tmp_path):  # noqa: F811
+def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(train_inputs, tmp_path):
     from tandem_rlvr.planner.memory import plan
 
-    cfg = _cfg(setup, tmp_path, dtype="bfloat16", rollout_batch_rows=3, prompts_per_step=2, group_size=4)
+    cfg = train_cfg(train_inputs, tmp_path, dtype="bfloat16", rollout_batch_rows=3, prompts_per_step=2, group_size=4)
     p = plan(cfg)
     items = _items(p)
     # the fixture's model: vocab V, hidden 32, intermediate 64, 1 layer, 4 heads of 8, 2 KV heads, untied
     from transformers import AutoConfig
 
-    c = AutoConfig.from_pretrained(setup[1])
+    c = AutoConfig.from_pretrained(train_inputs[1])
     V, h, i = c.vocab_size, 32, 64
     layer = 2 * h + h * 32 + 2 * h * 16 + 32 * h + 3 * h * i + 2 * 8  # norms, q, k and v, o, MLP, q/k norms
     P = 2 * V * h + layer + h  # embedding, head, the layer, final norm

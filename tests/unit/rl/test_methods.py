@@ -32,7 +32,7 @@ from helpers.loss import check_loss_and_grads, prepared, trainer_loss_and_grads
 from reference.grpo_loss import teacher_forced_logps
 
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tandem_rlvr"
+SRC = Path(__file__).resolve().parents[3] / "src" / "tandem_rlvr"
 
 
 def _trl_loss_and_grads(trainer, batch):
