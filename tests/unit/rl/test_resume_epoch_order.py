@@ -34,6 +34,17 @@ def test_a_fresh_sampler_set_to_epoch_e_gives_the_order_the_uninterrupted_sample
     assert [again.set_epoch(e) or list(again) for e in range(4)] == uninterrupted
 
 
+def test_an_iteration_no_set_epoch_reached_takes_its_epoch_from_epoch_of_and_set_epoch_comes_first():
+    """A multi-process run resumed mid-epoch wraps the sampler deeper than accelerate forwards set_epoch."""
+    data = list(range(10))
+    uninterrupted = _orders(RepeatSampler(data, mini_repeat_count=1, batch_size=2, seed=3), 3)
+    fresh = epoch_aware(RepeatSampler(data, mini_repeat_count=1, batch_size=2, seed=3), epoch_of=lambda: 2)
+    assert list(fresh) == uninterrupted[2]
+    fresh.set_epoch(1)
+    assert list(fresh) == uninterrupted[1]  # set_epoch named this iteration's epoch
+    assert list(fresh) == uninterrupted[2]  # and only this one's
+
+
 def test_an_unseeded_shuffling_sampler_is_left_as_it_is():
     s = RepeatSampler(list(range(4)), mini_repeat_count=1, seed=None)
     assert type(epoch_aware(s)) is RepeatSampler
