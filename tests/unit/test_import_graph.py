@@ -374,7 +374,8 @@ def unresolved_imports(src: Path = SRC) -> list[tuple[str, int, str]]:
                     continue
                 for a in node.names:
                     known = defined[base]
-                    if a.name != "*" and f"{base}.{a.name}" not in modules and known is not None and a.name not in known:
+                    if (a.name != "*" and f"{base}.{a.name}" not in modules and known is not None
+                            and a.name not in known):
                         bad.append((module, node.lineno, f"{base}.{a.name}"))
             elif isinstance(node, ast.Import):
                 bad += [(module, node.lineno, a.name) for a in node.names
@@ -481,6 +482,12 @@ def test_only_the_cli_parses_arguments():
                                                                             "tandem_rlvr.world.build"]
 
 
+def _is_namespace(x: ast.expr, ns: str) -> bool:
+    """``x`` is the name ``ns``, ``*ns`` or ``vars(ns)``: the parsed flags passed on."""
+    return (isinstance(x, ast.Name) and x.id == ns) or (isinstance(x, ast.Starred) and _is_namespace(x.value, ns)) or (
+        isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id == "vars"
+        and any(_is_namespace(a, ns) for a in x.args))
+
 
 def namespace_leaks(src: Path = SRC) -> list[tuple[str, int, str]]:
     """(cli module, line, what) of every place the parsed flags reach the library: a ``set_defaults(fn=X)``
@@ -518,7 +525,8 @@ def namespace_leaks(src: Path = SRC) -> list[tuple[str, int, str]]:
                         holders.add((id(kw.value), 0))
                     else:
                         leaks.append((m, node.lineno, f"fn={ast.unparse(kw.value)} is not a function of cli/"))
-    funcs = {id(f): (m, f) for m, t in trees.items() for f in ast.walk(t) if isinstance(f, (ast.FunctionDef, ast.Lambda))}
+    funcs = {id(f): (m, f) for m, t in trees.items() for f in ast.walk(t)
+             if isinstance(f, (ast.FunctionDef, ast.Lambda))}
     done: set[tuple[int, int]] = set()
     while holders - done:
         fid, i = next(iter(holders - done))
@@ -528,12 +536,9 @@ def namespace_leaks(src: Path = SRC) -> list[tuple[str, int, str]]:
         if i >= len(params):
             continue
         ns = params[i]
-        is_ns = lambda x: (isinstance(x, ast.Name) and x.id == ns) or (  # noqa: E731
-            isinstance(x, ast.Starred) and is_ns(x.value)) or (
-            isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id == "vars" and any(map(is_ns, x.args)))
         for call in (n for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
-            passed = [j for j, x in enumerate(call.args) if is_ns(x)]
-            passed_kw = [k for k in call.keywords if is_ns(k.value)]
+            passed = [j for j, x in enumerate(call.args) if _is_namespace(x, ns)]
+            passed_kw = [k for k in call.keywords if _is_namespace(k.value, ns)]
             if call.func.id in cli_funcs[m]:
                 holders.update((id(cli_funcs[m][call.func.id]), j) for j in passed)
             elif (passed or passed_kw) and call.func.id in library[m]:

@@ -120,8 +120,9 @@ def test_lora_under_zero3_partitions_the_bf16_base_and_adapters_and_the_fp32_sta
     """The same adapters (57,344 per layer and unit of rank, r = 8, 36 layers) over 2 processes under
     ZeRO-3: the frozen base as bf16 partitions (2 B, / 2; loaded under zero.Init), PEFT's adapters as fp32
     partitions (4 B, / 2; DeepSpeed casts no parameter of a zero.Init model), the optimiser's fp32 masters
-    and two moments (12 B) and fp32 gradients (4 B) for the adapters alone, / 2; the merged stream forms one layer's W + (alpha / r) B A at a time: its largest matrix
-    (9,728 x 2,560) gathered in bf16 and summed in fp32, beside the bucket."""
+    and two moments (12 B) and fp32 gradients (4 B) for the adapters alone, / 2; the merged stream forms one
+    layer's W + (alpha / r) B A at a time: its largest matrix (9,728 x 2,560) gathered in bf16 and summed in
+    fp32, beside the bucket."""
     from tandem_rlvr.planner.memory import Layout, plan
 
     adapters = 8 * 36 * 57_344

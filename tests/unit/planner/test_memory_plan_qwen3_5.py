@@ -81,7 +81,7 @@ def test_decoder_runs_a_hybrid_qwen3_5_body_like_the_reference():
     prompts, seeds = [[5, 6, 7, 8], [9, 10], [11, 12, 13]], [1, 2, 3]  # uneven: left padding
     out = TandemDecoder(senior, junior, make_schedule("token", None, p=0.5, K=4, vocab_size=97), sampling,
                         eos_ids=[96], pad_id=0).generate(prompts, seeds)
-    for b, (prompt, seed) in enumerate(zip(prompts, seeds)):
+    for b, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
         tokens, flags, _ = reference_generate(senior, junior, "token", sampling, prompt, seed, [96], set(), p=0.5,
                                               K=4, surfaces=None)
         assert out.row_tokens(b) == tokens and out.row_mask(b) == [int(f) for f in flags]

@@ -24,12 +24,13 @@ def test_paper_training_defaults_reach_trl(train_inputs, tmp_path):
     assert (paper.models.master_dtype, paper.models.dtype, paper.loop.step_unit) == ("float32", "bfloat16", "rollout")
     # 16 prompts x 8 rollouts in mini-batches of 8 prompts: 64 rows per update, 1 row per micro-batch
     assert paper.loop.micro_batch_rows == 1 and paper.loop.updates_per_batch == 2
-    assert paper.loop.updates(paper.loop.eval_every) == 40 and paper.loop.updates(paper.loop.save_every) == 40  # test_freq 20 x 2
+    # test_freq 20 x 2
+    assert paper.loop.updates(paper.loop.eval_every) == 40 and paper.loop.updates(paper.loop.save_every) == 40
 
 
 def test_step_unit_rollout_counts_rollout_batches(train_inputs, tmp_path):
-    cfg = train_cfg(train_inputs, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, step_unit="rollout", max_steps=1,
-               save_every=1, eval_every=1)
+    cfg = train_cfg(train_inputs, tmp_path, prompts_per_step=4, prompts_per_minibatch=2, step_unit="rollout",
+                    max_steps=1, save_every=1, eval_every=1)
     run = build_run(cfg, print_fn=lambda *_: None)
     assert run.trainer.args.max_steps == 2 and run.trainer.args.save_steps == 2  # 1 rollout batch = 2 updates
     run.close()
@@ -50,7 +51,8 @@ def test_save_every_must_be_whole_rollout_batches(train_inputs, tmp_path):
 
 
 def test_validation_solo_samples_the_senior_alone(train_inputs, tmp_path):
-    method = build_run(train_cfg(train_inputs, tmp_path / "m", output_dir=str(tmp_path / "m")), print_fn=lambda *_: None)
+    method = build_run(train_cfg(train_inputs, tmp_path / "m", output_dir=str(tmp_path / "m")),
+                       print_fn=lambda *_: None)
     solo = build_run(train_cfg(train_inputs, tmp_path / "s", output_dir=str(tmp_path / "s"), validation="solo"),
                      print_fn=lambda *_: None)
     m, s = (r.rollout.engine.schedule(r.validation.spec) for r in (method, solo))  # what the engine decodes
@@ -116,8 +118,9 @@ def test_memory_plan_counts_weights_moments_and_kv_caches_by_hand(train_inputs, 
     from tandem_rlvr.rl.grpo_config import micro_batching
 
     head = micro_batching(cfg, 1)[0] * (seq - 1)
-    assert items["log-prob head: temporaries of TRL's torch fallback"] + items["log-prob head: TRL's tile and the hidden states' fp32 gradient"] == \
-        pytest.approx(min(head, 4096) * min(V, 32768) * (7.25 * 4 + 2) + head * h * 4)
+    head_items = (items["log-prob head: temporaries of TRL's torch fallback"]
+                  + items["log-prob head: TRL's tile and the hidden states' fp32 gradient"])
+    assert head_items == pytest.approx(min(head, 4096) * min(V, 32768) * (7.25 * 4 + 2) + head * h * 4)
     assert items["log-prob head: fp32 accumulator of the head's gradient"] == V * h * 4
 
 
