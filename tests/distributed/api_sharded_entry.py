@@ -1,4 +1,4 @@
-"""A user's TandemGRPOTrainer script, run by tests/test_api_sharded.py under torchrun with the variables an
+"""A user's TandemGRPOTrainer script, run by tests/distributed/test_api_sharded.py under torchrun with the variables an
 ``accelerate launch --config_file`` of ``distributed_type: FSDP``, ``fsdp_version: 2`` exports: it trains one
 update, then writes each process's share of every senior parameter to ``OUT/rank-R.json``."""
 

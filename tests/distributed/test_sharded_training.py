@@ -2,7 +2,7 @@
 torchrun against one.
 
 Every run here really shards: each process reports the share of every parameter it holds
-(``tests/sharded_entry.py``), and the tests assert it is 1/2 (accelerate would otherwise run DDP
+(``tests/distributed/sharded_entry.py``), and the tests assert it is 1/2 (accelerate would otherwise run DDP
 on a CPU machine without a word, and the equalities below would test nothing; under ZeRO-3 the
 parameters below DeepSpeed's persistence threshold, 10 x hidden elements, stay whole). Models: random
 two-layer Qwen3s of ``conftest.make_model`` (every dimension even, so FSDP2's row shards split
@@ -15,7 +15,7 @@ the second moment, which magnifies rounding on near-zero gradients: measured 7.8
 LoRA under FSDP2 and under ZeRO-3 (PEFT adapters on the sharded senior) is checked the same way, and against the
 initial senior on disk (only the adapters may change) and the merged weights worked out by hand.
 
-Run: ``python -m pytest -m slow tests/test_sharded_training.py``.
+Run: ``python -m pytest -m slow tests/distributed/test_sharded_training.py``.
 """
 
 import json

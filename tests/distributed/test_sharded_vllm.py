@@ -9,7 +9,7 @@
 Each run asserts that every process holds half of every parameter (FSDP2's shards; ZeRO-3's
 partitions, but for vectors under DeepSpeed's persistence threshold; accelerate alone would run
 DDP on CPU), that the losses and step metrics at steps 1 and 2 are the one-process run's (rel
-5e-5: these models are four times as wide as tests/test_sharded_training.py's, and step 2's
+5e-5: these models are four times as wide as tests/distributed/test_sharded_training.py's, and step 2's
 grad norm came out 1.1e-5 apart on vllm, the layouts' rounding of step 1's update; losses 4.5e-7), that
 the final weights agree within 1e-5 but for under 1% of them and within 2 x lr x updates = 4e-2
 everywhere (AdamW at lr 1e-2 moves a weight by about 1e-2 a step whatever its gradient's size, so
@@ -19,7 +19,7 @@ apart; in session 13 zero3 on vllm-server 0.47% and 1.1e-2, one weight, past the
 the engine's senior after a sync equals, bit for bit, what the engine holds once fed the senior
 gathered with plain ``DTensor.full_tensor()`` (ZeRO-3: the optimiser's fp32 masters) and then cast:
 in the engine's dtype (float32 on CPU) after the run's own sync, and in bf16 after a bf16 push
-(``tests/sharded_entry.py``). And a 2-process run killed after ``checkpoint-2`` and re-run resumes
+(``tests/distributed/sharded_entry.py``). And a 2-process run killed after ``checkpoint-2`` and re-run resumes
 there and ends with the uninterrupted 1-process run's updates at steps 1-4 (rel 1e-4: step 4's grad
 norm, 0.022, came out 4.4e-5 / 5.6e-5 apart under fsdp2 / zero3 on vllm, 7.6e-5 / 5.4e-5 on
 vllm-server; losses 4.5e-7) and
@@ -141,7 +141,7 @@ def _each_engine_holds_the_gathered_senior(records) -> None:
 
 def _two_nodes_on_server(world, server, tmp_path, run: Path, *flags) -> list[dict]:
     """A 2-update run of the trainer as two one-process nodes with rollouts from ``server``; each rank's
-    record (tests/sharded_entry.py), after checking that the run's pushes moved the server's senior
+    record (tests/distributed/sharded_entry.py), after checking that the run's pushes moved the server's senior
     (float32, then a bf16 push) and that the server then holds exactly what it holds once fed the
     entry's reference (``OUT/reference.safetensors``) cast to each dtype."""
     d0 = server_digest(server)
@@ -211,7 +211,7 @@ def test_two_nodes_zero3_lora_on_a_server_push_the_merged_senior(world, server, 
     """ZeRO-3 + LoRA with rollouts from the server, the trainer as two one-process nodes: each node gathers
     every layer's W, A and B, the main one pushes W + (alpha / r) B A, so after the run the server holds
     exactly what it holds once fed the merged senior worked out by hand from the senior on disk and
-    final/'s adapter (tests/sharded_entry.py), in float32 and after a bf16 push. That ZeRO-3 + LoRA trains
+    final/'s adapter (tests/distributed/sharded_entry.py), in float32 and after a bf16 push. That ZeRO-3 + LoRA trains
     like one process is the vllm test above's; what this adds is the merged stream's way to a server."""
     records = _two_nodes_on_server(world, server, tmp_path, tmp_path / "two", "--sharding", "zero3", *LORA)
     assert_lora_partitioned(records, HIDDEN, 2 * 2 * 7)
@@ -223,7 +223,7 @@ def test_two_nodes_zero3_lora_on_a_server_push_the_merged_senior(world, server, 
 
 
 # Kill and resume: each engine once and each sharding once (pairwise, not the full product: issue 32's CI
-# time). Both shardings are killed and resumed on hf too (tests/test_sharded_training.py), and the restore
+# time). Both shardings are killed and resumed on hf too (tests/distributed/test_sharded_training.py), and the restore
 # path a resumed run takes does not depend on the engine; what does (the engine fed the restored senior
 # before its first rollout) is checked on each engine here.
 def test_two_process_fsdp2_on_vllm_killed_and_resumed_trains_like_one_process_and_each_engine_holds_the_gathered_senior(

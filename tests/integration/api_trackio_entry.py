@@ -1,5 +1,5 @@
 """A user's TandemGRPOTrainer script reporting to trackio (offline, $TRACKIO_DIR) with log_completions, run by
-tests/test_api_trackio.py; with ``read`` it prints what trackio stored for the run as JSON."""
+tests/integration/test_api_trackio.py; with ``read`` it prints what trackio stored for the run as JSON."""
 
 import json
 import sys

@@ -1,6 +1,6 @@
 """`tandem demo --quick` runs the whole pipeline end to end and writes its outputs.
 
-Slow (minutes): run with ``python -m pytest -m slow tests/test_demo.py``.
+Slow (minutes): run with ``python -m pytest -m slow tests/integration/test_demo.py``.
 """
 
 import json

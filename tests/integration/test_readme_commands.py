@@ -7,7 +7,7 @@ on the line). Each must exit 0 and leave the files or print the output the READM
 contract promise. Commands that need vLLM are left to ``pytest -m vllm``; none here needs the hub
 or a GPU. The built-in worlds ship built; ``tandem world build`` runs with ``--steps 4``.
 
-Slow (minutes): ``python -m pytest -q -p no:cacheprovider -m slow tests/test_readme_commands.py``.
+Slow (minutes): ``python -m pytest -q -p no:cacheprovider -m slow tests/integration/test_readme_commands.py``.
 """
 
 from __future__ import annotations

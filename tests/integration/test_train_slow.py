@@ -1,6 +1,6 @@
 """Slow training checks on the real tiny world (built once into the user cache if missing).
 
-Run with ``python -m pytest -m slow tests/test_train_slow.py``.
+Run with ``python -m pytest -m slow tests/integration/test_train_slow.py``.
 """
 
 import json

@@ -6,7 +6,7 @@
 - ``check_served_juniors`` accepts a server holding the run's juniors in the run's order (by fingerprint
   when the paths differ), refuses another order, another junior or another count in one line naming the
   server and the differing juniors, refuses a pool on a server without a report and lets one junior through
-  with a warning there. The real server is exercised in tests/test_vllm_serve_pool.py.
+  with a warning there. The real server is exercised in tests/distributed/test_vllm_serve_pool.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``tandem study pool``: its arms and their juniors, the held-out paired tests, the settings check.
 
 The quick study end to end, with a re-run that trains, samples and rewrites nothing, is tested as the
-README's ``tandem study pool`` command in ``tests/test_readme_commands.py`` (slow; one run serves both).
+README's ``tandem study pool`` command in ``tests/integration/test_readme_commands.py`` (slow; one run serves both).
 """
 
 import numpy as np

@@ -7,8 +7,8 @@ response, the gold, the paper's own score and a hand label (1 iff the boxed valu
 gold value; see each row's note). Print the before/after agreement table quoted in
 docs/verifier_and_data.md with::
 
-    python tests/test_grader_real_outputs.py            # this checkout's graders (ours and --grader paper)
-    PYTHONPATH=/path/to/old/src python tests/test_grader_real_outputs.py   # another version's
+    python tests/unit/rewards/test_grader_real_outputs.py            # this checkout's graders (ours and --grader paper)
+    PYTHONPATH=/path/to/old/src python tests/unit/rewards/test_grader_real_outputs.py   # another version's
 """
 
 from __future__ import annotations

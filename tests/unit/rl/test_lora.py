@@ -156,7 +156,7 @@ def test_resumed_lora_run_equals_the_uninterrupted_one(train_inputs, lora_run, t
 
 def test_lora_r_0_is_full_fine_tuning_bit_for_bit(train_inputs, tmp_path, varied_reward):
     finals = []
-    # LoRA settings beside r = 0 are refused (tests/test_config_models.py), so r = 0 is given alone
+    # LoRA settings beside r = 0 are refused (tests/unit/config/test_config_models.py), so r = 0 is given alone
     for name, extra in (("plain", {}), ("r0", {"lora_r": 0})):
         cfg = train_cfg(train_inputs, tmp_path / name, lr=5e-2, max_steps=2, **extra)
         run = build_run(cfg, print_fn=lambda *_: None)

@@ -4,7 +4,7 @@ scaling of alpha, r / alpha or 1 cannot pass.
 
 One process: a gloo group of one rank and FSDP2 over a one-device CPU mesh, so every weight is a
 DTensor and the stream goes through the sharded merge the multi-process runs use (their own checks
-are the slow 2-process runs of ``tests/test_sharded_training.py``). Expected values: the weights read
+are the slow 2-process runs of ``tests/distributed/test_sharded_training.py``). Expected values: the weights read
 before sharding and combined in plain torch, with the scale worked out by hand (alpha 12, r 4: 3).
 """
 

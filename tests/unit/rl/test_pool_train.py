@@ -315,7 +315,8 @@ def test_a_colocated_vllm_engine_is_sized_for_every_junior_of_the_pool(setup):
     (["--junior", "JUNIOR,OTHER", "--method", "klreg"], "needs --method tandem"),
     (["--junior", "JUNIOR,OTHER", "--best-by-junior", "nobody"], "best_by_junior: junior 'nobody' is not in the pool"),
     (["--junior", "JUNIOR,OTHER", "--junior-device", "cpu,cpu,cpu"], "one device for all juniors or one per junior"),
-    # a pool may mix tokenizers (tests/test_xtandem_pool.py), but not on a schedule that cannot hand off between them
+    # a pool may mix tokenizers (tests/unit/engines/test_xtandem_pool.py), but not on a schedule that cannot hand
+    # off between them
     (["--junior", "JUNIOR,tiny-xjunior", "--schedule", "word-atomic"], "junior tiny-xjunior of the pool has another "
                                                                           "tokenizer than the senior: schedule"),
     (["--junior", "JUNIOR,ROOT/missing"], "missing"),

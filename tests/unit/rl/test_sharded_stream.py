@@ -1,5 +1,5 @@
 """The weight stream of ``rl.weight_stream`` on one process (the sharded, multi-process runs are in
-``tests/test_sharded_training.py``): buckets, the streamed HF save, the hf consumer, the choices."""
+``tests/distributed/test_sharded_training.py``): buckets, the streamed HF save, the hf consumer, the choices."""
 
 import json
 
@@ -153,7 +153,7 @@ def test_a_sharded_run_outside_a_distributed_launch_is_refused(tmp_path, monkeyp
 
 
 def test_a_tied_head_is_pushed_under_both_names_gathered_once_and_saved_once(tok, tmp_path):
-    """vLLM's reload needs the tied head by name (tests/test_engine_seam.py); the push repeats the
+    """vLLM's reload needs the tied head by name (tests/unit/engines/test_engine_seam.py); the push repeats the
     embedding's gathered tensor for it, counting its bytes once; the save writes it once."""
     tied = make_model(len(tok), 0, hidden=32, layers=1)
     tied.config.tie_word_embeddings = True

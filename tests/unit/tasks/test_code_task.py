@@ -1,7 +1,7 @@
 """The code task: extraction, program assembly per benchmark, verdicts and reasons, shipped data.
 
 Reference solutions must pass in our sandbox (a fast subset here; every one in
-``tests/test_shipped_code_solutions.py``, slow),
+``tests/unit/world/test_shipped_code_solutions.py``, slow),
 and a one-token mutation of each, chosen by hand so that it changes a tested output, must fail.
 """
 

@@ -8,7 +8,8 @@ run, built twice to the same bytes, a finished build re-run doing nothing and a 
 nothing. (A ``WorldConfig.for_tests()`` world cannot serve: its accuracy is 0 at every point, so no
 level is reachable; the shipped tiny world has a base to calibrate against and needs no build.)
 
-Run: ``python -m pytest -q -p no:cacheprovider tests/test_skill_juniors.py`` (add ``-m slow`` for the builds).
+Run: ``python -m pytest -q -p no:cacheprovider tests/unit/world/test_skill_juniors.py`` (add ``-m slow`` for the
+builds).
 """
 
 from __future__ import annotations
