@@ -27,6 +27,7 @@ Why not TRL's ``AsyncGRPOTrainer``: docs/overlap.md.
 
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import TandemError
+
+SWITCH_INTERVAL_S = 0.0005  # the interpreter's thread switch interval while rollouts overlap training
 
 
 @dataclass
@@ -56,6 +59,11 @@ class Overlap:
         self.started: dict[int, Started] = {}  # consuming update -> its batch, in start order
         self.engine_version = None  # the update whose weights the engine holds, as the worker last pushed them
         rollout.sync.before_push = self.drain  # validation's push waits for the started batches
+        # The worker thread's Python (a server's request and response handling, the authorship replay) shares the
+        # interpreter lock with training, which holds it between its many small kernels: at the default 5 ms
+        # switch interval each of a batch's requests can wait that long to be sent or read
+        self.switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.switch_interval, SWITCH_INTERVAL_S))
 
     def drain(self) -> None:
         """Wait until every started batch is decoded (they stay to be taken)."""
@@ -66,6 +74,7 @@ class Overlap:
         """Stop the worker (a started batch finishes first; no new one starts)."""
         self.worker.shutdown(wait=True, cancel_futures=True)
         self.started.clear()
+        sys.setswitchinterval(self.switch_interval)
 
     def _decode(self, planned, snapshot, version: int, senior_id: int):
         """On the worker: push the snapshot (k >= 2, when the engine is behind), then decode."""

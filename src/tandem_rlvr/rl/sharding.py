@@ -22,7 +22,7 @@ Either way the transformers Trainer builds accelerate's ``FullyShardedDataParall
 accelerate keeps FSDP off on a CPU machine (it becomes plain DDP without a word); FSDP2 itself
 runs on CPU with gloo, so ``force_on_cpu`` switches accelerate's state to FSDP there (through
 ``rl/accelerate_state.py``, the one module that touches accelerate's private state;
-``tests/test_sharded_training.py`` asserts that every rank then holds 1/N of each sharded parameter).
+``tests/distributed/test_sharded_training.py`` asserts that every rank then holds 1/N of each sharded parameter).
 The junior is never sharded.
 """
 

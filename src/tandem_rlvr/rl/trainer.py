@@ -144,7 +144,9 @@ class TandemGRPOTrainer(GRPOTrainer):
         draws what the uninterrupted run drew (``rl.epoch_sampler``)."""
         from .epoch_sampler import epoch_aware
 
-        return epoch_aware(super()._get_train_sampler(dataset))
+        # epoch_of: a sampler that set_epoch does not reach (several processes: three wrappers deep) takes the
+        # epoch from the trainer's state, which a resume restores before the data loader starts
+        return epoch_aware(super()._get_train_sampler(dataset), epoch_of=lambda: int(self.state.epoch or 0))
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """transformers' batches of one update; an overlapped run reads the epoch's iterator through a
