@@ -70,9 +70,15 @@ def run_training(run, cfg: TrainConfig, print_fn=print, extra: dict | None = Non
                 warnings.filterwarnings("ignore", category=FutureWarning)
                 trainer.train(resume_from_checkpoint=ckpt)
         steps = trainer.state.global_step
+        best = run.validation.best
         summary = {"method": cfg.method, "steps": steps, "rollout_steps": loop.rollout_steps(steps),
-                   "best": run.validation.best, "processes": trainer.accelerator.num_processes,
+                   "best": best, "processes": trainer.accelerator.num_processes,
                    "wall_total_s": run.runlog.total, "output_dir": str(out.resolve()), **invocation()}
+        if best.get("step") == 0 and steps > 0:  # no trained step validated above the base: best/ is the base
+            summary["best_is_untrained"] = True
+            if trainer.accelerator.is_main_process:
+                print_fn(f"{loop.output_dir}: no trained step validated above step 0 ({best['accuracy']:.3f}), so "
+                         "best/ holds the untrained senior; final/ holds the trained one")
         # every process: sharded weights are gathered
         _save_final(trainer, run.prep.pair.tokenizer, out, model_card(cfg, steps, extra), cfg.models.precision.compute,
                     cfg.models.sync_bucket_mb << 20, cfg.models.save_merged)

@@ -426,3 +426,16 @@ def test_kl_monitor_is_the_k3_sum_over_senior_tokens_from_a_plain_forward(tok):
     assert tot == pytest.approx(want, rel=1e-4)
     assert lp_n == len(comps[0]) + len(comps[1]) and lp_tot == pytest.approx(want_lp, rel=1e-4)
 
+
+
+def test_a_run_whose_best_is_step_0_says_best_holds_the_untrained_senior(train_inputs, tmp_path):
+    # random one-layer models answer no validation problem: accuracy 0 at every step, and a later step must
+    # score strictly higher to become best, so best/ stays the step-0 senior
+    lines = []
+    summary = train(train_cfg(train_inputs, tmp_path, max_steps=2, eval_every=1, save_every=2), print_fn=lines.append)
+    assert summary["best"] == {"accuracy": 0.0, "step": 0} and summary["best_is_untrained"] is True
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["best_is_untrained"] is True
+    assert any("best/ holds the untrained senior" in str(line) for line in lines)
+    # without validation there is no best at all, and nothing to say
+    other = train(train_cfg(train_inputs, tmp_path / "b", max_steps=1, eval_every=0), print_fn=lambda *_: None)
+    assert "best_is_untrained" not in other
