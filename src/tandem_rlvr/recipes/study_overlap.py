@@ -109,15 +109,21 @@ def run_overlap_study(out: str | Path, settings: OverlapStudySettings, print_fn=
     if not cfg.loop.eval_every:
         raise TandemError(f"preset {settings.preset} validates never (eval_every 0); the study compares validation")
     out = Path(out)
+    k = settings.max_staleness
+
+    def missing(seeds):
+        return [(arm, s) for s in seeds for arm in (0, k) if not (_run_dir(out, arm, s) / "summary.json").is_file()]
+
+    if missing(settings.seeds):
+        require_vllm()  # before anything is written
     out.mkdir(parents=True, exist_ok=True)
     seeds = record_settings(out, settings, "an overlap study")
-    k = settings.max_staleness
     runs = [(arm, s) for s in seeds for arm in (0, k)]
-    todo = [(arm, s) for arm, s in runs if not (_run_dir(out, arm, s) / "summary.json").is_file()]
+    todo = missing(seeds)
     steps = settings.steps or cfg.loop.rollout_steps(cfg.loop.max_updates)
     every = max(1, cfg.loop.updates(cfg.loop.eval_every) // cfg.loop.updates_per_batch)  # in rollout steps
     if todo:
-        require_vllm()
+        require_vllm()  # a seed recorded earlier may still be missing its runs
         allowed = sorted(os.sched_getaffinity(0))
         if len(allowed) < 2:
             raise TandemError(f"the study needs two cores this process may run on (allowed: {allowed})")
