@@ -16,12 +16,12 @@ other settings is refused (``study_stats.record_settings``).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TandemError
 from ..io import atomic_write
+from .study_stats import mean_se
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,14 @@ def _figures(run: Path, updates_per_batch: int) -> dict:
             "final_step": val[-1]["step"], "step_s": split(run / "log.jsonl", updates_per_batch, 2)["step_s"]}
 
 
-def _mean_se(xs: list[float]) -> dict:
-    m = sum(xs) / len(xs)
-    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs)) if len(xs) > 1 else None
-    return {"mean": m, "se": se, "n": len(xs)}
-
-
 def summarize(figures: dict[tuple[int, int], dict], seeds: list[int], k: int) -> dict:
     """Per arm mean / se over seeds; paired differences (overlapped - synchronous) over seeds; the verdict."""
     res = {"seeds": seeds, "max_staleness": k, "arms": {}, "paired": {}}
     for arm in (0, k):
-        res["arms"][f"staleness{arm}"] = {key: _mean_se([figures[(arm, s)][key] for s in seeds])
+        res["arms"][f"staleness{arm}"] = {key: mean_se([figures[(arm, s)][key] for s in seeds])
                                           for key in ("final", "best", "first_reward", "late_reward", "step_s")}
     for key in ("final", "best", "late_reward"):
-        d = _mean_se([figures[(k, s)][key] - figures[(0, s)][key] for s in seeds])
+        d = mean_se([figures[(k, s)][key] - figures[(0, s)][key] for s in seeds])
         d["within_noise"] = None if d["se"] is None else abs(d["mean"]) <= 2 * d["se"] or d["mean"] == 0
         res["paired"][key] = d
     return res

@@ -78,7 +78,7 @@ def senior_stats(d: Path, juniors: list[str]) -> tuple[dict, dict]:
     return stats, per
 
 
-def _mean_se(xs: list[float]) -> dict:
+def mean_se(xs: list[float]) -> dict:
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     if not xs:
         return {"mean": None, "se": None, "n": 0}
@@ -124,7 +124,7 @@ def collect(out: Path, seeds: list[int], variants: list[str], juniors: list[str]
 def reduce(per_seed: dict[str, list[dict]]) -> dict[str, dict]:
     """{variant: {statistic: mean, SE and count over seeds}} for every numeric statistic."""
     keys = sorted({k for rows in per_seed.values() for r in rows for k, v in r.items() if isinstance(v, (int, float))})
-    return {v: {k: _mean_se([r.get(k) for r in rows]) for k in keys} for v, rows in per_seed.items()}
+    return {v: {k: mean_se([r.get(k) for r in rows]) for k in keys} for v, rows in per_seed.items()}
 
 
 def _seed_average(vecs: list[dict]) -> dict:
