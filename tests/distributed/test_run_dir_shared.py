@@ -13,11 +13,7 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sharded_helpers import free_port
 
 
 def _take(rank: int, world: int, port: int, dirs: list, out: str) -> None:
@@ -41,7 +37,7 @@ def _take(rank: int, world: int, port: int, dirs: list, out: str) -> None:
 
 
 def _launch(tmp_path, dirs: list) -> list[str]:
-    mp.spawn(_take, args=(len(dirs), _port(), [str(d) for d in dirs], str(tmp_path)), nprocs=len(dirs), join=True)
+    mp.spawn(_take, args=(len(dirs), free_port(), [str(d) for d in dirs], str(tmp_path)), nprocs=len(dirs), join=True)
     return [(tmp_path / f"rank{r}.txt").read_text() for r in range(len(dirs))]
 
 
@@ -84,7 +80,7 @@ def test_a_run_directory_the_main_process_cannot_lock_is_one_line_on_every_proce
 def test_two_torchrun_nodes_without_a_shared_run_directory_exit_2_before_training(tmp_path):
     """The issue's case: two one-process "nodes" on a loopback rendezvous, each given `--output-dir run` in
     its own working directory (as two machines without a shared filesystem would see one path)."""
-    port, src = _port(), str(Path(__file__).parents[2] / "src")
+    port, src = free_port(), str(Path(__file__).parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     cwds = [tmp_path / "node0", tmp_path / "node1"]
     procs = []

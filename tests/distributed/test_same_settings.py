@@ -4,7 +4,6 @@ two gloo processes started with different --lr both refuse, naming lr and both v
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +13,7 @@ import torch.multiprocessing as mp
 
 from tandem_rlvr.rl.same_settings import describe, differing
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sharded_helpers import free_port
 
 
 def _rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
@@ -42,7 +37,7 @@ def _rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
 
 
 def _launch(tmp_path, lrs: list) -> list[str]:
-    mp.spawn(_rank, args=(len(lrs), _port(), lrs, str(tmp_path)), nprocs=len(lrs), join=True)
+    mp.spawn(_rank, args=(len(lrs), free_port(), lrs, str(tmp_path)), nprocs=len(lrs), join=True)
     return [(tmp_path / f"rank{r}.txt").read_text() for r in range(len(lrs))]
 
 
@@ -78,7 +73,7 @@ def _train_rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
 
 
 def test_a_launch_whose_nodes_differ_in_lr_is_refused_on_every_rank_before_the_run_directory_is_written(tmp_path):
-    mp.spawn(_train_rank, args=(2, _port(), [1e-4, 1e-2], str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_train_rank, args=(2, free_port(), [1e-4, 1e-2], str(tmp_path)), nprocs=2, join=True)
     for r in range(2):
         line = (tmp_path / f"rank{r}.txt").read_text()
         assert line.startswith("the processes of this launch were started with different settings: lr differ"), line
@@ -103,7 +98,7 @@ def test_alike_settings_differ_nowhere(same):
 @pytest.mark.slow
 def test_two_torchrun_nodes_with_different_lr_exit_2_with_the_line_above_the_launchers_banner(tmp_path):
     """The issue's case: two one-process "nodes" on a loopback rendezvous, node 1 with --lr 1e-2."""
-    port, src = _port(), str(Path(__file__).parents[2] / "src")
+    port, src = free_port(), str(Path(__file__).parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
                                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),

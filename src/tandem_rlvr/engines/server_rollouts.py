@@ -59,7 +59,8 @@ def _local_address_towards(url: str) -> str:
         return s.getsockname()[0]
 
 
-def _free_port(address: str) -> int:
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on ``address`` now (the OS picks it)."""
     with socket.socket() as s:
         s.bind((address, 0))
         return s.getsockname()[1]
@@ -136,7 +137,7 @@ class ServerRollouts:
         r.raise_for_status()
         world = 1 + int(r.json()["world_size"])
         address = _local_address_towards(self.settings.url)
-        port = _free_port(address)
+        port = free_port(address)
         if device.type == "cuda":
             from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo as Info
         else:

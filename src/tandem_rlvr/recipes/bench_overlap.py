@@ -29,14 +29,6 @@ from pathlib import Path
 from ..errors import TandemError
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _pinned(core: int):
     return lambda: os.sched_setaffinity(0, {core})
 
@@ -51,7 +43,9 @@ def serve_pinned(senior: str, junior: str, core: int, log: Path, timeout_s: floa
     """``tandem serve`` pinned to ``core``; (process, URL) once it answers."""
     from ..engines.serve import healthy
 
-    port = _free_port()
+    from ..engines.server_rollouts import free_port
+
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "tandem_rlvr.cli", "serve", senior, "--junior", junior,
