@@ -181,7 +181,9 @@ def context_limit(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
-COMPACT = 0.25  # default: drop finished rows once a quarter of the batch has finished (docs/results.md)
+# default: drop finished rows once a quarter of the batch has finished (the fastest threshold measured:
+# docs/architecture.md, "Measured: decoding speed")
+COMPACT = 0.25
 
 
 def rollout_from_rows(tokens: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
@@ -223,8 +225,9 @@ class TandemDecoder:
     ``parallel``: run the two bodies in two threads. None (default): when a body is on a GPU
     (two devices, or kernel launches overlapping); on a CPU the bodies run one after the other,
     each with all of torch's intra-op threads (measured faster than two threads with half the
-    threads each: the GIL serialises the two loops' Python work, docs/results.md). True on a
-    CPU splits the intra-op threads between the bodies (N // 2 each: the same cores as solo).
+    threads each: the GIL serialises the two loops' Python work; docs/architecture.md, "Measured:
+    decoding speed"). True on a CPU splits the intra-op threads between the bodies (N // 2 each:
+    the same cores as solo).
     ``stop``: a boundary (``boundary.ParagraphBoundary``) whose hit ends a row, the token kept
     (finished stays False, as at the cap): the turns of the text-level handoff (``eval.sample.text_handoff``).
     """

@@ -16,7 +16,7 @@ layer; a row still catching up waits (its own step counter, which indexes its co
 does not move, so a row's tokens do not depend on ``chunk`` or on the other rows). ``chunk`` 1 (the
 default) keeps every forward one column wide (the lean step where the model has one) at the price
 of a wait per handed-off id; None feeds a whole segment in one forward, padding the other rows
-(measured in docs/results.md). Rows that owe a model nothing get masked columns in its cache, so a
+(measured in docs/cross_tokenizer.md). Rows that owe a model nothing get masked columns in its cache, so a
 cache holds holes; positions stay each row's real ones. Bookkeeping is per row in Python (bytes,
 segments, re-tokenisation at a handoff): a cost the same-tokenizer decoder does not pay.
 

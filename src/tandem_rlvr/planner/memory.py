@@ -24,7 +24,7 @@ What is counted (bytes; P parameters of the senior, N tokens of a micro-batch = 
   fine-tuning, the tiny world's Qwen3 15%).
   The backward pass's working set (the gradients of one layer's tensors while it runs) is
   taken as one layer's activations with checkpointing and two without: a rule read off the
-  CPU measurements of ``scripts/memory_check.py`` (docs/results.md), not derived.
+  CPU measurements of ``scripts/memory_check.py`` (docs/scale.md, "The plan against measured peaks"), not derived.
 - rollouts (engine hf): the decoder's pre-allocated KV caches, rows x (prompt + response) x
   layers x 2 x kv_heads x head_dim x dtype per model (the senior's on the rollout device, the
   junior's on its own), the senior's compute-dtype copy when the masters are fp32, and the
@@ -235,7 +235,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
         if lay.lora_r else None
     prof = activation_profile(s_cfg, act_dtype, compute, lora)  # what the forward saves (LoRA: as it trains)
     # The backward's working set is the gradients of a layer's activations, whose shapes do not depend on
-    # which weights train: full fine-tuning's layer, under LoRA too (measured: docs/results.md, "LoRA activations").
+    # which weights train: full fine-tuning's layer, under LoRA too (measured: docs/scale.md, "LoRA activations").
     work = activation_profile(s_cfg, act_dtype, compute) if lora else prof
     tokens = micro * seq
     # The backward pass holds the update's shared items throughout, and at any moment either the

@@ -74,6 +74,6 @@ def zero3(p, dev: str, lay, S, master: torch.dtype, compute: torch.dtype, traine
         p.add(dev, "update", "gathered: current + prefetched layers and the largest module (embedding or output layer)",
               2 * S.layer_params * bc + S.vocab * S.hidden * 2 * bc)
     else:  # traced on DeepSpeed's cpu accelerator: every parameter stays gathered from its forward until its
-        # backward re-partitions it (docs/results.md, "ZeRO-3 + LoRA on SmolLM2"), whatever the reuse distance
+        # backward re-partitions it (docs/scale.md, "The plan against measured peaks"), whatever the reuse distance
         p.add(dev, "update", "gathered: the whole model from forward to backward (DeepSpeed's cpu accelerator)",
               S.params * bc + (trained * bm if lay.lora_r else 0))

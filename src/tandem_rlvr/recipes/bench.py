@@ -4,7 +4,7 @@ Equal budgets: every decoder runs under the same number of intra-op threads N (`
 default torch's current count), i.e. on the same cores, and the JSON says how each used
 them (``budget``). On a CPU every decoder runs one body at a time with N threads (our tandem
 decoder can split them between its two bodies in two threads, ``parallel=True``; measured
-slower, docs/results.md). Solo
+slower, docs/architecture.md, "Measured: decoding speed"). Solo
 is also timed at every count below N and the fastest is reported beside it
 (``solo_best_*``): on small models extra intra-op threads can slow a single body down, and
 a ratio against a handicapped solo would flatter tandem.

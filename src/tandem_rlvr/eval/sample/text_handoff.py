@@ -24,7 +24,7 @@ turn i of a chain samples with ``row_seed(chain seed, i)`` and its coin (bernoul
 Why: the two models never share a KV cache or an id, so the junior may have another
 tokenizer and chat template (the paper's out-of-family juniors); the in-stream decoder
 (``--protocol stream``) needs one vocabulary and keeps text after a break inside the same
-token with the outgoing author. Differences, measured: docs/results.md.
+token with the outgoing author. Differences, measured: docs/evaluation.md, "Measured: handoff protocols".
 
 How: the chain bookkeeping here is shared by both engines; only a model's ``turns`` differs
 (``TurnEngine``). ``--engine hf``: one ``TandemDecoder`` per model with the solo schedule and
