@@ -3,7 +3,7 @@
 Every random choice in decoding (the authorship coin, the sampled token) is a pure function
 of the row's seed, the step and a stream id. A rollout is therefore reproducible from its
 seed alone, independent of which other rows share its batch, of the batch order, of the
-device, and of a resumed training run (issue: coins derive from (seed, step, prompt,
+device, and of a resumed training run (training derives the row seed from (seed, step, prompt,
 sample)). The mixer is a 32-bit avalanche hash evaluated in int64 arithmetic with
 multipliers below 2**31, so no product overflows on any backend.
 """

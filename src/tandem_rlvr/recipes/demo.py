@@ -20,8 +20,8 @@ Two worlds (``--world``):
    p = 0.5, K = 32) and KL-Reg (beta = 1e-3 to the junior).
 3. Evaluate the base, each senior's final checkpoint in the drift world (drift is what
    training does to the senior, every method is measured after the same steps, and Tandem's
-   validation, with the junior, is no yardstick for GRPO's, alone; before issue 26 it peaked
-   at step 0, the base itself, in every run; ``summary.md`` and the report say which checkpoint,
+   validation, with the junior, is no yardstick for GRPO's, alone, and where a run's validation
+   peaks at step 0 its "best" is the base itself; ``summary.md`` and the report say which checkpoint,
    with each run's best step) or its validation-best one in the tiny world, and, in the drift
    world, the junior alone: solo pass@k and
    paragraph round-robin handoff pass@k with the junior, on held-out test problems, the

@@ -1,4 +1,4 @@
-"""The junior-pool study (issue 36, docs/pool_study.md): does a senior trained with a pool of
+"""The junior-pool study (docs/pool_study.md): does a senior trained with a pool of
 juniors hand off better to a junior it never trained with, and at what cost to its solo accuracy?
 
     tandem study pool --seeds 0,1,2 --out runs/pool-study

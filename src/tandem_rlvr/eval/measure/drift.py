@@ -59,7 +59,7 @@ GRID_POINTS = 101
 # |log-ratio| > 1 of the survival summary) and smoothing pulls it by at most log(6/5) = 0.18
 # nats; at 1-2 emissions the SE is 0.7-1 nats and the sign of a "drift" is noise. Under
 # add-one smoothing a token nobody emitted gets r_ref = log((N_jun + V) / (N_ref + V)) > 0 from
-# the totals alone, which is how unemitted tokens used to fill the over-emitted set.
+# the totals alone, so without this minimum unemitted tokens would fill the over-emitted set.
 MIN_REF_COUNT = 5
 MIN_RECOVERY_TOKENS = 10  # fewer qualifying tokens: the recovery share and Spearman rho are not defined
 
