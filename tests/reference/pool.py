@@ -1,6 +1,6 @@
 """A junior pool's draw and the independent check of a pool evaluation's rows (the pool tests on vLLM and on a
 served pool): ``draw`` recomputes the pool's seeded junior from sha256 of a row seed; each greedy ``word`` row
-is what the reference decoder (``decoding.reference``: one row, full prefix every step, its own sampler and
+is what the reference decoder (``reference.decoder``: one row, full prefix every step, its own sampler and
 boundary set) writes with the junior its seed draws, the models loaded here by transformers."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import numpy as np
 import torch
 
-from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_generate
+from reference.decoder import reference_boundary_ids, reference_generate
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.models import eos_ids
 from tandem_rlvr.prompting import encode_prompt, plain_prompt

@@ -5,7 +5,7 @@ client's replay against (one row, the whole prefix recomputed per token, the ref
 import torch
 
 from tandem_rlvr.decoding import rng
-from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_sample
+from reference.decoder import reference_boundary_ids, reference_sample
 from tandem_rlvr.decoding.schedule import REGISTRY
 
 

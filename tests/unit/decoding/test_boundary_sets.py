@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from tandem_rlvr.decoding.reference import reference_boundary_ids
+from reference.decoder import reference_boundary_ids
 from tandem_rlvr.decoding.boundary import ParagraphBoundary, boundary_mask
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tandem_rlvr.decoding.lean import LeanBody
-from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_generate, reference_surfaces
+from reference.decoder import reference_boundary_ids, reference_generate, reference_surfaces
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import make_schedule
 from tandem_rlvr.decoding.tandem import ModelRunner, TandemDecoder, left_pad

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tandem_rlvr.decoding.reference import reference_generate, reference_surfaces
+from reference.decoder import reference_generate, reference_surfaces
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import REGISTRY, BernoulliRedraw, make_schedule
 from tandem_rlvr.decoding.tandem import TandemDecoder

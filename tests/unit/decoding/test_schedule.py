@@ -111,7 +111,7 @@ def test_paragraph_break_written_as_two_newline_tokens_fires_once(tok):
 @pytest.mark.parametrize("name", ["paragraph-roundrobin", "paragraph-bernoulli"])
 def test_paragraph_automaton_equals_text_rule_on_random_streams(tok, name):
     """The vectorised automaton against the reference decoder's character-level rule."""
-    from tandem_rlvr.decoding.reference import _coin, _ends_paragraph
+    from reference.decoder import _coin, _ends_paragraph
     from tandem_rlvr.decoding.boundary import token_surfaces
 
     surfaces = token_surfaces(tok)

@@ -18,7 +18,7 @@ import torch
 
 from tandem_rlvr import plugins
 from tandem_rlvr.config import EvalConfig
-from tandem_rlvr.decoding.reference import reference_generate
+from reference.decoder import reference_generate
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.schedule import REGISTRY, SCHEDULES, Rule, ScheduleKind, make_schedule, replay
 from tandem_rlvr.decoding.tandem import TandemDecoder

@@ -17,7 +17,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from tandem_rlvr.decoding import rng
 from tandem_rlvr.decoding.cowrite import JUNIOR, SENIOR, CoWritten, Segment, Vocab
-from tandem_rlvr.decoding.reference import reference_boundary_ids, reference_logprob, reference_sample
+from reference.decoder import reference_boundary_ids, reference_logprob, reference_sample
 from tandem_rlvr.decoding.sampling import SamplingParams
 from tandem_rlvr.decoding.xtandem import CrossTandemDecoder, XJunior
 from tandem_rlvr.models import eos_ids, load_model, load_tokenizer

@@ -156,7 +156,7 @@ def test_client_mask_from_token_ids_equals_the_reference_decoders(tok, pair, nam
     from reference.schedules import boundary_ids
 
     from tandem_rlvr.client import senior_mask
-    from tandem_rlvr.decoding.reference import reference_generate, reference_surfaces
+    from reference.decoder import reference_generate, reference_surfaces
     from tandem_rlvr.decoding.sampling import SamplingParams
 
     sp = SamplingParams(temperature=1.0, max_new_tokens=30)

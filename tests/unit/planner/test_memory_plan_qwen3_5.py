@@ -63,7 +63,7 @@ def test_decoder_runs_a_hybrid_qwen3_5_body_like_the_reference():
     own forward, with its linear-attention cache layers; tokens and authors equal the reference."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tandem_rlvr.decoding.reference import reference_generate
+    from reference.decoder import reference_generate
     from tandem_rlvr.decoding.sampling import SamplingParams
     from tandem_rlvr.decoding.schedule import make_schedule
     from tandem_rlvr.decoding.tandem import ModelRunner, TandemDecoder

@@ -8,8 +8,8 @@ boundary sets are re-implemented too, plainly and in float64, so the reference s
 the fast decoder but the rule's few words, the counter-based uniforms of ``rng`` and the
 ``SamplingParams`` container; agreement token for
 token then checks the fast sampler, the boundary tables, the caches, padding, position ids,
-row selection of output layers and the vectorised schedules. Used by the tests and by
-``scripts/gpu_check.sh``.
+row selection of output layers and the vectorised schedules. Used by the tests only (``scripts/gpu_check.sh``
+runs some of them); it lives under ``tests/reference/`` as ``reference.decoder``.
 
 Sampling convention shared with the fast decoder (``sampling.py``): temperature, then top-k
 (every token tied with the k-th logit is kept), then top-p (a token is dropped when the mass of
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from . import rng
-from .sampling import SamplingParams
+from tandem_rlvr.decoding import rng
+from tandem_rlvr.decoding.sampling import SamplingParams
 
 
 def reference_sample(logits: torch.Tensor, u: float, sampling: SamplingParams) -> int:
@@ -96,7 +96,7 @@ def _ends_paragraph(before: str, surface: str) -> bool:
 
 def reference_rule(schedule: str):
     """The ``Rule`` of registered schedule ``schedule``: the plain terms this decoder re-implements."""
-    from .schedule import schedule_kind
+    from tandem_rlvr.decoding.schedule import schedule_kind
 
     rule = schedule_kind(schedule).rule
     if rule is None:
