@@ -76,7 +76,7 @@ def main(out: Path, argv: list[str]) -> None:
         seen["trained"] = True
 
     train_mod._save_final = saved
-    # quiet but for the resume line, which tests/sharded_helpers.kill_resume_and_compare looks for
+    # quiet but for the resume line, which tests/helpers/sharded.py's kill_resume_and_compare looks for
     summary = train_mod.train(cfg, print_fn=lambda msg, *_: print(msg) if "resuming from" in str(msg) else None)
     run = seen["run"]
     trainer = run.trainer

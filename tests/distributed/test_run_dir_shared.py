@@ -6,39 +6,26 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
 
-from sharded_helpers import free_port
+from helpers.gloo import launcher_errors, loopback_nodes, spawn_ranks
 
 
-def _take(rank: int, world: int, port: int, dirs: list, out: str) -> None:
+def _take(rank: int, dirs: list) -> str:
     import torch.distributed as dist
 
-    from tandem_rlvr.errors import TandemError
     from tandem_rlvr.rl.run_start import RunStart
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        start = RunStart.take(dirs[rank], rank == 0)
-        said = "ok " + " ".join(sorted(p.name for p in start.out.iterdir()))
-        dist.barrier()  # rank 0's listing is taken before the others leave
-        start.close()
-    except TandemError as e:
-        said = str(e)
-    with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
-        f.write(said)
-    if dist.is_initialized():  # a refusal closes the group itself
-        dist.destroy_process_group()
+    start = RunStart.take(dirs[rank], rank == 0)
+    said = "ok " + " ".join(sorted(p.name for p in start.out.iterdir()))
+    dist.barrier()  # rank 0's listing is taken before the others leave
+    start.close()
+    return said
 
 
 def _launch(tmp_path, dirs: list) -> list[str]:
-    mp.spawn(_take, args=(len(dirs), free_port(), [str(d) for d in dirs], str(tmp_path)), nprocs=len(dirs), join=True)
-    return [(tmp_path / f"rank{r}.txt").read_text() for r in range(len(dirs))]
+    return spawn_ranks(_take, len(dirs), ([str(d) for d in dirs],), tmp_path)
 
 
 def test_processes_given_different_run_directories_all_refuse_naming_each_directory(tmp_path):
@@ -80,23 +67,14 @@ def test_a_run_directory_the_main_process_cannot_lock_is_one_line_on_every_proce
 def test_two_torchrun_nodes_without_a_shared_run_directory_exit_2_before_training(tmp_path):
     """The issue's case: two one-process "nodes" on a loopback rendezvous, each given `--output-dir run` in
     its own working directory (as two machines without a shared filesystem would see one path)."""
-    port, src = free_port(), str(Path(__file__).parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     cwds = [tmp_path / "node0", tmp_path / "node1"]
-    procs = []
-    for r, cwd in enumerate(cwds):
+    for cwd in cwds:
         cwd.mkdir()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
-             "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
-             "-m", "tandem_rlvr.cli", "train", "--preset", "tiny", "--senior-device", "cpu", "--max-steps", "2",
-             "--output-dir", "run"], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
-    for p in procs:
-        err = p.communicate(timeout=300)[1].splitlines()
-        assert p.returncode != 0
+    train = ["train", "--preset", "tiny", "--senior-device", "cpu", "--max-steps", "2", "--output-dir", "run"]
+    for p in loopback_nodes([train, train], cwds):
+        err = launcher_errors(p)  # exit status 2, the CLI's error status, not a crash at exit
         first = [line for line in err if line.startswith("tandem: error: ")]
         assert first and "the run directory is not shared by all nodes" in first[0], err
         assert f"writes {cwds[0] / 'run'}, which rank 1 cannot see" in first[0]
         assert f"has {cwds[1] / 'run'})" in first[0]
-        assert "exitcode  : 2 " in "\n".join(err)  # the CLI's error status, not a crash at exit
     assert not (cwds[0] / "run").exists() and not (cwds[1] / "run").exists()

@@ -3,42 +3,23 @@ two gloo processes started with different --lr both refuse, naming lr and both v
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-import torch.multiprocessing as mp
 
 from tandem_rlvr.rl.same_settings import describe, differing
 
-from sharded_helpers import free_port
+from helpers.gloo import launcher_errors, loopback_nodes, spawn_ranks
 
 
-def _rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
-    import torch.distributed as dist
-
+def _check(rank: int, lrs: list, out: str) -> str:
     from tandem_rlvr.config import load_train_config
-    from tandem_rlvr.errors import TandemError
     from tandem_rlvr.rl.same_settings import check
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    cfg = load_train_config("tiny", None, {"lr": lrs[rank], "output_dir": f"{out}/run-{rank}"})  # dirs may differ
-    try:
-        check(cfg)
-        said = "ok"
-    except TandemError as e:
-        said = str(e)
-    with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
-        f.write(said)
-    if dist.is_initialized():  # a refusal closes the group itself
-        dist.destroy_process_group()
+    check(load_train_config("tiny", None, {"lr": lrs[rank], "output_dir": f"{out}/run-{rank}"}))  # dirs may differ
+    return "ok"
 
 
 def _launch(tmp_path, lrs: list) -> list[str]:
-    mp.spawn(_rank, args=(len(lrs), free_port(), lrs, str(tmp_path)), nprocs=len(lrs), join=True)
-    return [(tmp_path / f"rank{r}.txt").read_text() for r in range(len(lrs))]
+    return spawn_ranks(_check, len(lrs), (lrs, str(tmp_path)), tmp_path)
 
 
 def test_two_processes_with_different_lr_both_refuse_naming_lr_and_both_values(tmp_path):
@@ -54,28 +35,18 @@ def test_two_processes_with_the_same_settings_pass(tmp_path):
     assert _launch(tmp_path, [1e-4, 1e-4]) == ["ok", "ok"]
 
 
-def _train_rank(rank: int, world: int, port: int, lrs: list, out: str) -> None:
+def _build(rank: int, lrs: list, out: str) -> str:
     """One process of a torchrun-like launch of ``build_run`` (the launcher's environment, gloo)."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     from tandem_rlvr.config import load_train_config
-    from tandem_rlvr.errors import TandemError
     from tandem_rlvr.rl.assemble import build_run
 
     cfg = load_train_config("tiny", None, {"lr": lrs[rank], "senior_device": "cpu", "output_dir": f"{out}/run"})
-    try:
-        build_run(cfg, print_fn=lambda *_: None).close()
-        said = "trained"
-    except TandemError as e:
-        said = str(e)
-    with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
-        f.write(said)
+    build_run(cfg, print_fn=lambda *_: None).close()
+    return "trained"
 
 
 def test_a_launch_whose_nodes_differ_in_lr_is_refused_on_every_rank_before_the_run_directory_is_written(tmp_path):
-    mp.spawn(_train_rank, args=(2, free_port(), [1e-4, 1e-2], str(tmp_path)), nprocs=2, join=True)
-    for r in range(2):
-        line = (tmp_path / f"rank{r}.txt").read_text()
+    for line in spawn_ranks(_build, 2, ([1e-4, 1e-2], str(tmp_path)), tmp_path, group=False):
         assert line.startswith("the processes of this launch were started with different settings: lr differ"), line
     assert not (tmp_path / "run" / "config.json").exists()
 
@@ -98,20 +69,12 @@ def test_alike_settings_differ_nowhere(same):
 @pytest.mark.slow
 def test_two_torchrun_nodes_with_different_lr_exit_2_with_the_line_above_the_launchers_banner(tmp_path):
     """The issue's case: two one-process "nodes" on a loopback rendezvous, node 1 with --lr 1e-2."""
-    port, src = free_port(), str(Path(__file__).parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": src, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
-                               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
-                               "-m", "tandem_rlvr.cli", "train", "--preset", "tiny", "--senior-device", "cpu",
-                               "--lr", lr, "--output-dir", str(tmp_path / "run")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-             for r, lr in ((0, "1e-4"), (1, "1e-2"))]
+    procs = loopback_nodes([["train", "--preset", "tiny", "--senior-device", "cpu", "--lr", lr, "--output-dir",
+                             str(tmp_path / "run")] for lr in ("1e-4", "1e-2")])
     for p in procs:
-        err = p.communicate(timeout=300)[1].splitlines()
-        assert p.returncode != 0
+        err = launcher_errors(p)  # exit status 2, the CLI's error status, not a crash at exit
         first = [i for i, line in enumerate(err) if line.startswith("tandem: error: ")]
         banner = [i for i, line in enumerate(err) if "ChildFailedError" in line]
         assert first and banner and first[0] < banner[0], err  # the line, then the launcher's report
         assert "different settings: lr differ" in err[first[0]] and "rank 1 has 0.01" in err[first[0]]
-        assert "exitcode  : 2 " in "\n".join(err)  # the CLI's error status, not a crash at exit
     assert not (tmp_path / "run" / "config.json").exists()

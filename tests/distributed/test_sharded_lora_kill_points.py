@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sharded_helpers import child_env, run_ok, signal_all, torchrun, update_rows
+from helpers.sharded import child_env, run_ok, signal_all, torchrun, update_rows
 
 pytestmark = pytest.mark.slow
 STEPS = 12

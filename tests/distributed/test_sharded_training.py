@@ -27,9 +27,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tandem_rlvr.engines.server_rollouts import free_port
+
 from conftest import save_training_inputs
-from sharded_helpers import (ENTRY, REWARD, assert_lora_partitioned, assert_partitioned, assert_same_updates,
-                             assert_sharded, free_port, kill_resume_and_compare, max_diff, rank_records, run_ok,
+from helpers.sharded import (ENTRY, REWARD, assert_lora_partitioned, assert_partitioned, assert_same_updates,
+                             assert_sharded, kill_resume_and_compare, max_diff, rank_records, run_ok,
                              signal_all, start_nodes, stop_nodes, torchrun, train_flags, update_rows, wait_for)
 
 pytestmark = pytest.mark.slow

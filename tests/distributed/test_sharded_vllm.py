@@ -45,8 +45,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tandem_rlvr.engines.server_rollouts import free_port
+
 from helpers.serve import push_weights, server_digest
-from sharded_helpers import (ENTRY, REWARD, assert_lora_partitioned, assert_same_updates, assert_split, free_port,
+from helpers.sharded import (ENTRY, REWARD, assert_lora_partitioned, assert_same_updates, assert_split,
                              kill_resume_and_compare, max_diff, rank_records, run_ok, start_nodes, stop_nodes, torchrun,
                              train_flags, update_rows, wait_for)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import time
 import torch
 
 from tandem_rlvr.engines.serve import healthy
+from tandem_rlvr.engines.server_rollouts import free_port
 
 
 class WeightDigest:
@@ -60,12 +60,6 @@ def push_weights(url: str, senior, weights) -> None:
         eng.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _stop(proc: subprocess.Popen) -> None:
     for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
         if proc.poll() is not None:
@@ -85,7 +79,7 @@ def running_server(args: list[str], log_path, env: dict | None = None):
     """Yield the URL of ``tandem serve ARGS --port FREE`` once it answers /health (``env``: the
     server's environment, default ours)."""
     for _ in range(START_TRIES):
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         with open(log_path, "w") as f:
             proc = subprocess.Popen([sys.executable, "-m", "tandem_rlvr.cli", "serve", *args, "--port", str(port)],

@@ -1,4 +1,4 @@
-"""What the sharded-training tests share (``test_sharded_training.py``, ``test_sharded_vllm.py``):
+"""What the sharded-training tests share (``test_sharded_training.py``, ``test_sharded_vllm.py``, the kill tests):
 the training flags of a tiny run, torchrun launches (one machine, or two one-process "nodes" on a
 loopback rendezvous), reading what the runs and ``sharded_entry.py`` wrote, the checks that a run
 really sharded (FSDP2) or partitioned (ZeRO-3) the senior, and the kill-and-resume comparison."""
@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-ENTRY = str(Path(__file__).resolve().parent / "distributed" / "sharded_entry.py")
+from helpers.gloo import node_cmd
+
+ENTRY = str(Path(__file__).resolve().parents[1] / "distributed" / "sharded_entry.py")
 METRICS = ("loss", "reward/mean", "senior/token_share", "response/mean_length", "kl/junior", "grad_norm")
 REWARD = '''import time
 
@@ -159,19 +161,10 @@ def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *ex
     return None if ranks is None else rank_records(ranks)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_nodes(port, logs: Path, *args):
     """Two one-process "nodes" of one torchrun job meeting at a loopback rendezvous (the multi-node recipe)."""
-    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
-                              "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), *args],
-                             stdout=subprocess.DEVNULL, stderr=open(logs / f"node{r}.err", "w"), env=child_env())
+    return [subprocess.Popen(node_cmd(r, port, *args), stdout=subprocess.DEVNULL,
+                             stderr=open(logs / f"node{r}.err", "w"), env=child_env())
             for r in (0, 1)]
 
 
