@@ -9,9 +9,9 @@
 
 Instructions: ``paper`` (the default) is the paper's released code exactly: the problem, one
 space, ``Solve the following math problem step by step. Put your final answer inside
-\\boxed{}, like \\boxed{42} or \\boxed{\\frac{1}{2}}.``. ``reason-step`` is the wording this
-project used before (the problem, a blank line, the common "Please reason step by step ..."
-instruction of math evaluation harnesses); ``none`` sends the problem alone.
+\\boxed{}, like \\boxed{42} or \\boxed{\\frac{1}{2}}.``. ``reason-step`` is the common wording of
+math evaluation harnesses (the problem, a blank line, "Please reason step by step ..."), which
+runs recorded without an instruction used; ``none`` sends the problem alone.
 """
 
 from __future__ import annotations
