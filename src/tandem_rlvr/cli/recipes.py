@@ -28,7 +28,7 @@ def cmd_demo(a) -> None:
 STUDY_FLAGS = {
     "drift": {"seeds", "juniors", "steps", "limit", "n", "checkpoint", "quick"},
     "pool": {"seeds", "steps", "limit", "n", "checkpoint", "quick", "mid_steps"},
-    "overlap": {"seeds", "steps", "preset", "max_staleness"},
+    "overlap": {"seeds", "steps", "preset", "max_staleness", "method"},
     "elegance": {"steps", "n", "quick", "problems", "judge", "senior", "junior", "preset", "coef", "judge_template",
                  "judge_parser", "judge_max_tokens", "test_size", "max_tokens"},
 }
@@ -69,7 +69,7 @@ def cmd_study(a) -> None:
         if not seeds:
             raise TandemError("--seeds must name some seeds")
         run_overlap_study(a.out, OverlapStudySettings(seeds=seeds, preset=a.preset, steps=a.steps,
-                                                      max_staleness=a.max_staleness))
+                                                      max_staleness=a.max_staleness, method=a.method))
         return
     if a.study == "pool":
         from ..recipes.study_pool import run_pool_study
@@ -172,6 +172,9 @@ def register_study(sub) -> None:
                    "on the shipped world (mechanics only: seconds of training)")
     p.add_argument("--max-staleness", action=_Given, type=COUNT, default=1,
                    help="study overlap: the overlapped arm's max_staleness (default 1)")
+    p.add_argument("--method", action=_Given, default=None,
+                   help="study overlap: the training method of both arms (default: the preset's; "
+                   "registered: config/methods.py)")
     p.add_argument("--mid-steps", action=_Given, type=COUNT, default=10,
                    help="study pool: GRPO steps of the intermediate-checkpoint junior (default 10)")
     e = p.add_argument_group("study elegance")

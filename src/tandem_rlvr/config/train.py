@@ -161,6 +161,18 @@ class TrainConfig:
         """The schedule validation samples with: the method's rollout schedule, or the senior alone."""
         return "senior" if self.data.validation == "solo" else self.rollout_schedule
 
+    def unread_keys(self) -> dict[str, str]:
+        """The rollout keys this run never reads, each with the reason: ``schedule``, ``p`` and ``K`` under a method
+        whose rollouts one model writes alone, ``p`` or ``K`` under a schedule that has no use for it
+        (``ScheduleKind.knobs``). ``load_train_config`` refuses them when the user set them."""
+        from ..decoding.schedule import schedule_kind
+
+        if self.method_kind.rollout != "schedule":
+            why = f"method {self.method} rolls out with the {self.rollout_schedule} alone"
+            return {k: why for k in ("schedule", "p", "K")}
+        knobs = schedule_kind(self.rollout.schedule).knobs
+        return {k: f"schedule {self.rollout.schedule} does not read it" for k in ("p", "K") if k not in knobs}
+
     @property
     def length_ceiling_tokens(self) -> int:
         """Tokens at which the length term's penalty is full."""

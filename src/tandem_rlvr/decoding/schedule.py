@@ -11,7 +11,7 @@ boundary set), draws coins (a server request then needs a seed), can be replayed
 (the vLLM engines and servers), writes paragraph turns under the text protocol, and hands off
 between two tokenizers. Built-in rows are written as a ``Rule`` (who writes first, what fires, what
 happens then), from which the schedule object and every capability follow, and which the slow
-reference decoder (``decoding.reference``) re-implements on its own; a contributor's schedule may
+reference decoder (``tests/reference/decoder.py``) re-implements on its own; a contributor's schedule may
 instead bring its own ``Schedule`` subclass (``build``) and state its capabilities.
 
 - ``senior`` / ``junior``: one model writes everything (vanilla GRPO = ``senior``).
@@ -304,6 +304,13 @@ class Rule:
         return {"flip": "alternate", "redraw": "coin"}.get(self.then)
 
     @property
+    def knobs(self) -> tuple[str, ...]:
+        """The run's knobs the built schedule reads: ``p`` (its coins) and ``K`` (the backstop, or the chunk size
+        when the rule fixes none)."""
+        return tuple(k for k, reads in (("p", self.first == "coin"),
+                                         ("K", self.backstop or (self.then == "count" and self.K is None))) if reads)
+
+    @property
     def cross_tokenizers(self) -> bool:
         """A redraw at a stateless set each model resolves from its own tokenizer (``decoding.xtandem``)."""
         return self.then == "redraw" and self.fires in TOKEN_SETS and not self.atomic
@@ -370,6 +377,11 @@ class ScheduleKind:
         if self.cross_tokenizers and self.rule is None:
             raise TandemError(f"schedule {self.name!r}: cross_tokenizers needs a rule (the cross-tokenizer decoder "
                               "runs rules)")
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """The run's knobs (``p``, ``K``) this schedule reads: its rule's, or both for a row built by a function."""
+        return ("p", "K") if self.rule is None else self.rule.knobs
 
     def make(self, tokenizer, p: float, K: int, vocab_size: int | None) -> Schedule:
         if self.rule is not None:

@@ -350,6 +350,64 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
     return p
 
 
+def floor(cfg, num_processes: int = 1) -> dict[str, tuple[float, str]]:
+    """Per device of this machine, (bytes, what): a floor of what one process of the run holds at once, from the
+    models' configs alone (no layer is profiled, so it costs milliseconds): the in-process engine's rollout batch
+    KV caches, which the decoder allocates whole before its first token (the senior's, and the junior's where
+    the schedule has one, on their devices), or the update's layer inputs, which even gradient checkpointing
+    keeps (micro-batch tokens x layers x hidden, in the compute dtype). The larger of the two per device; the
+    whole plan (``plan``) adds weights, moments and the measured activations to it."""
+    from ..rl.grpo_config import micro_batching
+
+    d0 = _plan_device(cfg.models.senior_device, False)
+    _, compute, _ = cfg.models.dtypes_on("cuda" if d0.startswith("cuda") else "cpu")
+    S = Shape.of(model_config(cfg.models.senior))
+    seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
+    micro, _ = micro_batching(cfg, num_processes)
+    out = {d0: (float(micro * seq * S.layers * S.hidden * _bytes(compute)),
+                f"the update's layer inputs, {micro} rows x {seq} tokens x {S.layers} layers")}
+    if _kind(cfg).remote or _kind(cfg).vllm_settings:  # the engine's KV cache is bounded by its own setting
+        return out
+    rows = cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // num_processes
+    droll = (_plan_device(cfg.models.rollout_device, False) if cfg.models.rollout_device and _kind(cfg).rollout_device
+             else d0)
+    cache = {droll: float(rows * seq * S.kv_bytes_per_token(compute))}
+    if cfg.rollout_schedule != "senior":
+        for _, dev, J in _juniors(cfg, False, d0, S):
+            cache[dev] = cache.get(dev, 0.0) + rows * seq * J.kv_bytes_per_token(compute)
+    for dev, nbytes in cache.items():
+        if nbytes > out.get(dev, (0.0, ""))[0]:
+            out[dev] = (nbytes, f"the rollout batch's KV caches, {rows} rows x {seq} tokens")
+    return out
+
+
+def device_bytes(device: str) -> float | None:
+    """Physical memory of a device of this machine (CPU: RAM; a CUDA device: its total), None when unknown."""
+    import os
+
+    if device == "cpu":
+        try:
+            return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = int(device.partition(":")[2] or 0)
+        if index < torch.cuda.device_count():
+            return float(torch.cuda.get_device_properties(index).total_memory)
+    return None
+
+
+def refuse_beyond_machine(cfg, num_processes: int = 1) -> None:
+    """A TandemError when ``floor`` alone exceeds a device's physical memory: a run that would be killed for
+    memory (or fail to allocate) is refused before any model loads, naming the knobs that size it."""
+    for dev, (need, what) in floor(cfg, num_processes).items():
+        have = device_bytes(dev)
+        if have is not None and need > have:
+            raise TandemError(f"{what} alone need {need / GiB:,.1f} GiB on {dev}, more than its {have / GiB:,.1f} "
+                              "GiB: lower group_size, prompts_per_step or max_new_tokens (or micro_batch_rows, "
+                              "rollout_batch_rows); `tandem train --dry-run` prints the whole memory plan")
+
+
 def _juniors(cfg, gpu: bool, d0: str, S: Shape) -> list[tuple[str, str, Shape]]:
     """(label, planned device, shape) of every junior of the run's pool (self-pairing: the senior's shape)."""
     m = cfg.models

@@ -1,6 +1,6 @@
 """Does an overlapped run learn like a synchronous one? ``tandem study overlap --seeds 0,1,2 --out DIR``.
 
-Per seed, the preset trains twice through one rollout server (``tandem serve --weight-sync``, pinned to one core;
+Per seed, the preset (with ``method`` instead of the preset's, when given) trains twice through one rollout server (``tandem serve --weight-sync``, pinned to one core;
 the trainer to another, as ``recipes.bench_overlap``): ``max_staleness`` 0 and ``max_staleness`` K, otherwise
 the same settings. Each run's own validation (the preset's ``val_size`` problems, at its ``eval_every`` cadence and
 at the end) gives its final and best accuracy, its log the training reward of the first and last 10 rollout steps
@@ -30,6 +30,7 @@ class OverlapStudySettings:
     preset: str = "tiny"
     steps: int | None = None  # rollout steps per run (None: the preset's max_steps)
     max_staleness: int = 1
+    method: str | None = None  # the training method of both arms (None: the preset's)
 
 
 def _run_dir(out: Path, k: int, seed: int) -> Path:
@@ -100,6 +101,10 @@ def run_overlap_study(out: str | Path, settings: OverlapStudySettings, print_fn=
     if settings.max_staleness < 1:
         raise TandemError(f"--max-staleness must be >= 1 (the overlapped arm), got {settings.max_staleness}")
     cfg = load_train_config(settings.preset)
+    if settings.method is not None:
+        from ..config.methods import method_kind
+
+        method_kind(settings.method)  # an unknown name: one line, before anything is written
     if not cfg.loop.eval_every:
         raise TandemError(f"preset {settings.preset} validates never (eval_every 0); the study compares validation")
     out = Path(out)
@@ -128,7 +133,8 @@ def run_overlap_study(out: str | Path, settings: OverlapStudySettings, print_fn=
             for arm, s in todo:
                 print_fn(f"seed {s}, max_staleness {arm}")
                 train_pinned(settings.preset, url, arm, steps, allowed[1], _run_dir(out, arm, s), print_fn,
-                       extra=["--seed", str(s), "--eval-every", str(every)])
+                       extra=["--seed", str(s), "--eval-every", str(every)]
+                       + (["--method", settings.method] if settings.method else []))
         finally:
             stop_server(proc)
     per = cfg.loop.updates_per_batch

@@ -122,13 +122,13 @@ def recorded_names(old: dict) -> dict:
 
 def check_run_dir(cfg: TrainConfig, extra: dict | None = None) -> int:
     """The step of the last checkpoint to resume from (0 = fresh); a TandemError if the directory
-    holds another run's config. ``extra``: config.json entries beyond the config's (the Python API's
+    holds another run's config (keys the run never reads, ``TrainConfig.unread_keys``, do not count). ``extra``: config.json entries beyond the config's (the Python API's
     dataset fingerprint and reward functions), which must match too."""
     out = output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # before any model loads or world builds
     stored = {**stored_config(cfg), **(extra or {})}
     check_models(out / "config.json", stored)
     refuse_other_config(out / "config.json", stored, "use another --output-dir", defaults=legacy_defaults(),
-                        ignore=(*NOT_IDENTITY, FINGERPRINTS), canonical=recorded_names)
+                        ignore=(*NOT_IDENTITY, FINGERPRINTS, *cfg.unread_keys()), canonical=recorded_names)
     steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
              and (p / "trainer_state.json").exists()]
     return max(steps, default=0)
