@@ -1,11 +1,12 @@
 """Every `tandem` command of README.md's Usage block, run as written (issue 26).
 
 The commands are read from the README itself (so an edited README is what gets tested), run in
-README order in one working directory, each through the CLI in a subprocess, with small settings
-appended where a flag for them exists (later flags win in argparse; the README's own values stay
-on the line). Each must exit 0 and leave the files or print the output the README and the public
-contract promise. Commands that need vLLM are left to ``pytest -m vllm``; none here needs the hub
-or a GPU. The built-in worlds ship built; ``tandem world build`` runs with ``--steps 4``.
+README order in one working directory, each through the CLI's ``main(argv)`` in this process (what the
+``tandem`` entry point calls, with ``sys.argv`` set to the command: a fresh interpreter per command cost
+its imports, ~4 s, each time), with small settings appended where a flag for them exists (later flags win
+in argparse; the README's own values stay on the line). Each must exit 0 and leave the files or print the
+output the README and the public contract promise. Commands that need vLLM are left to ``pytest -m vllm``;
+none here needs the hub or a GPU. The built-in worlds ship built; ``tandem world build`` runs with ``--steps 4``.
 
 Slow (minutes): ``python -m pytest -q -p no:cacheprovider -m slow tests/integration/test_readme_commands.py``.
 """
@@ -15,11 +16,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow
 
@@ -73,12 +74,23 @@ def workdir(tmp_path_factory):
     return d
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def _run(argv: list[str], cwd: Path, capsys, monkeypatch):
+    """``tandem ARGV`` (plus its small settings) run in ``cwd`` in this process; what it printed (``.out``,
+    ``.err``). The process-wide state a command sets (torch's thread count) is put back after it."""
+    from tandem_rlvr.cli import main
+
     quick = next((q for k, q in QUICK.items() if tuple(argv[: len(k)]) == k), [])
     argv = [("runs/tiny-tandem/best" if a == "DIR" else a) for a in argv] + quick  # DIR: a model directory
-    res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", *argv], cwd=cwd, capture_output=True, text=True,
-                         timeout=1800)
-    assert res.returncode == 0, f"tandem {' '.join(argv)}\n{res.stderr[-3000:]}"
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", ["tandem", *argv])  # what a run records as its command line
+    capsys.readouterr()
+    threads = torch.get_num_threads()
+    try:
+        rc = main(argv)
+    finally:
+        torch.set_num_threads(threads)
+    res = capsys.readouterr()
+    assert rc == 0, f"tandem {' '.join(argv)}\n{res.err[-3000:]}"
     return res
 
 
@@ -117,13 +129,13 @@ def _check_study_reruns_as_a_no_op(argv: list[str], out: Path, monkeypatch) -> N
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=_id)
-def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
-    res = _run(argv, workdir)
+def test_readme_command_runs_as_written(argv, workdir, capsys, monkeypatch):
+    res = _run(argv, workdir, capsys, monkeypatch)
     flag = dict(zip(argv, argv[1:], strict=False))
     if argv[0] == "generate":
-        assert "senior share:" in res.stdout and f"schedule={flag['--schedule']}" in res.stdout
+        assert "senior share:" in res.out and f"schedule={flag['--schedule']}" in res.out
     elif argv[0] == "train" and "--dry-run" in argv:
-        cfg, _ = json.JSONDecoder().raw_decode(res.stdout)  # the resolved config first (a memory plan may follow)
+        cfg, _ = json.JSONDecoder().raw_decode(res.out)  # the resolved config first (a memory plan may follow)
         assert cfg["method"] == "grpo" and cfg["lr"] == 1e-4  # the YAML file's values
     elif argv[0] == "train":
         out = workdir / flag["--output-dir"]
@@ -146,22 +158,22 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
         record = json.loads((workdir / argv[2] / "regrade.json").read_text())
         assert record["grader"] and set(record["benchmarks"]) == {"tiny"}
     elif argv[:2] == ["eval", "replay"]:
-        assert "traces agree with the schedule" in res.stdout
+        assert "traces agree with the schedule" in res.out
     elif argv[0] == "eval":
         benchmarks = flag["--benchmarks"].split(",")
         per = 4 if benchmarks == ["tiny"] else 4 * len(benchmarks)  # --limit 4 per benchmark
         _check_eval(workdir / flag["--out"], int(flag["--n"]), per)
     elif argv[:2] == ["bench", "decode"]:
-        res_json = json.loads(res.stdout)
+        res_json = json.loads(res.out)
         assert {"solo_tok_s", "tandem_tok_s", "naive_tandem_tok_s", "hf_generate_tok_s", "bound"} <= set(res_json)
         assert all(res_json[k] > 0 for k in ("solo_tok_s", "tandem_tok_s", "bound"))
     elif argv[:2] == ["bench", "train"]:
-        assert "tandem step / GRPO step:" in res.stdout
+        assert "tandem step / GRPO step:" in res.out
     elif argv[:2] == ["world", "build"]:
-        world = json.loads(res.stdout)
+        world = json.loads(res.out)
         assert Path(world["senior"], "config.json").is_file() and Path(world["junior"], "config.json").is_file()
     elif argv[:2] == ["world", "ls"]:  # every shipped world listed, with its folder
-        shipped = [line.split() for line in res.stdout.splitlines() if line.startswith("shipped")]
+        shipped = [line.split() for line in res.out.splitlines() if line.startswith("shipped")]
         assert [row[1] for row in shipped] == ["tiny", "tiny-drift", "tiny-code"]
         assert all(Path(row[-1], "world.json").is_file() for row in shipped)
     elif argv[:2] == ["study", "pool"]:
@@ -174,8 +186,9 @@ def test_readme_command_runs_as_written(argv, workdir, monkeypatch):
         assert rows and "junior" not in rows[0]  # handoff to the held-out junior alone: a one-junior run
         assert "," in json.loads((out / "seed0/runs/pool-no-mid/config.json").read_text())["junior"]  # a pool of two
         before = {f: f.stat().st_mtime_ns for f in out.rglob("*") if f.is_file()}
-        again = _run(argv, workdir)  # a finished study re-run is a no-op: nothing trained, sampled or rewritten
-        assert "is complete" in again.stdout
+        # a finished study re-run is a no-op: nothing trained, sampled or rewritten
+        again = _run(argv, workdir, capsys, monkeypatch)
+        assert "is complete" in again.out
         assert {f: f.stat().st_mtime_ns for f in out.rglob("*") if f.is_file()} == before
     elif argv[:2] == ["study", "drift"]:
         out = workdir / flag["--out"]
