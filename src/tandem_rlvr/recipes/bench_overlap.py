@@ -10,8 +10,8 @@ decode time is ``wall/generate_s``. The first ``warmup`` rollout steps of each r
 
 The bound: overlapping can hide at most the shorter of rollout and training, so from the synchronous run's own
 split (rollout = its wait, train = the rest, push included) the overlapped step is at best max(rollout, train)
-and the ratio overlapped / synchronous at best max(rollout, train) / (rollout + train). The issue's target is a
-measured ratio within 1.15x of that bound.
+and the ratio overlapped / synchronous at best max(rollout, train) / (rollout + train). The target is a
+measured ratio within 1.15x of that bound (docs/overlap.md, "Measured").
 
 Needs vLLM (the ``vllm`` extra, or the CI's vLLM environment) and two CPU cores this process may run on.
 """

@@ -122,8 +122,9 @@ def recorded_names(old: dict) -> dict:
 
 def check_run_dir(cfg: TrainConfig, extra: dict | None = None) -> int:
     """The step of the last checkpoint to resume from (0 = fresh); a TandemError if the directory
-    holds another run's config (keys the run never reads, ``TrainConfig.unread_keys``, do not count). ``extra``: config.json entries beyond the config's (the Python API's
-    dataset fingerprint and reward functions), which must match too."""
+    holds another run's config (keys the run never reads, ``TrainConfig.unread_keys``, do not count).
+    ``extra``: config.json entries beyond the config's (the Python API's dataset fingerprint and reward
+    functions), which must match too."""
     out = output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # before any model loads or world builds
     stored = {**stored_config(cfg), **(extra or {})}
     check_models(out / "config.json", stored)

@@ -10,8 +10,8 @@ Either way the transformers Trainer builds accelerate's ``FullyShardedDataParall
 
 - mixed precision is ``MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=float32)`` over fp32
   master shards, with no autocast. accelerate's own ``bf16`` policy reduces gradients in bf16 (at
-  lr 1e-6 the precision failure of issue 22), and autocast over fp32 shards keeps a full-size bf16
-  copy of every matrix on every rank between forward and backward;
+  lr 1e-6 bf16 rounds most AdamW updates away: ``tests/unit/rl/test_precision.py``), and autocast over
+  fp32 shards keeps a full-size bf16 copy of every matrix on every rank between forward and backward;
 - activation checkpointing is FSDP's (``gradient_checkpointing`` maps onto it), which avoids the
   extra all-gather transformers' own checkpointing costs under FSDP;
 - checkpoints are ``SHARDED_STATE_DICT`` (each rank writes its own shard of weights and AdamW

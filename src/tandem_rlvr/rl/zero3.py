@@ -11,7 +11,8 @@ config of ``ds_settings``, which fixes:
 - stage 3 with fp32 master partitions: under bf16 compute (the run's ``dtype``) DeepSpeed's bf16
   mode keeps the module's parameters as bf16 partitions and the optimiser's fp32 master partitions;
 - ``communication_data_type: fp32``: DeepSpeed's default under bf16 reduce-scatters gradients in
-  bf16, at lr 1e-6 the precision failure of issue 22 (the same reason FSDP2 uses its own policy);
+  bf16, where at lr 1e-6 most updates round away (``tests/unit/rl/test_precision.py``; the same reason FSDP2 uses
+  its own policy);
 - ``stage3_gather_16bit_weights_on_model_save: false``: no process gathers a whole state dict;
   saves stream bucket by bucket (``rl.weight_stream.save_streamed``) and the Trainer's checkpoint is
   DeepSpeed's own (each rank writes its partitions of weights and AdamW moments);

@@ -185,7 +185,8 @@ def test_the_readme_commands_in_the_fixture_are_the_readmes_own():
                           "prompts_per_step": 16, "prompts_per_minibatch": 8, "save_every": 2, "eval_every": 1,
                           "judge_parser": "yes-no"}),
     ("train_tiny_judge", {"reward_terms": "correct,judge:0.5", "judge": "http://127.0.0.1:8", "judge_mode": "add",
-                          "junior_token_weight": 0.25, "loss_normalizer": "senior_tokens", "schedule": "chunk", "K": 16})])
+                          "junior_token_weight": 0.25, "loss_normalizer": "senior_tokens", "schedule": "chunk",
+                          "K": 16})])
 def test_a_training_run_directory_written_before_resumes(name, keys, tmp_path):
     from tandem_rlvr.rl.run_identity import check_run_dir
 

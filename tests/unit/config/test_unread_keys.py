@@ -1,8 +1,6 @@
 """A knob the run never reads is refused when the user sets it (flags or a config file), never silently dropped;
 a preset's knob is left alone; a recorded run whose unread knob differs is still the same run."""
 
-import shutil
-from pathlib import Path
 
 import pytest
 
