@@ -1,13 +1,13 @@
 """Does an overlapped run learn like a synchronous one? ``tandem study overlap --seeds 0,1,2 --out DIR``.
 
-Per seed, the preset (with ``method`` instead of the preset's, when given) trains twice through one rollout
-server (``tandem serve --weight-sync``, pinned to one core; the trainer to another, as ``recipes.bench_overlap``): ``max_staleness`` 0 and ``max_staleness`` K, otherwise
-the same settings. Each run's own validation (the preset's ``val_size`` problems, at its ``eval_every`` cadence and
-at the end) gives its final and best accuracy, its log the training reward of the first and last 10 rollout steps
-(validation on a small world can move less than the reward does); the study reports per arm the mean and
-standard error over seeds,
-the seed-paired difference overlapped - synchronous with its standard error, and each arm's mean rollout-step
-wall-clock. "Within noise" means the paired difference is within two of its standard errors of zero.
+Per seed, the preset (with ``method`` instead of the preset's, when given) trains twice through one rollout server
+(``tandem serve --weight-sync``, pinned to one core; the trainer to another, as ``recipes.bench_overlap``):
+``max_staleness`` 0 and ``max_staleness`` K, otherwise the same settings. Each run's own validation (the preset's
+``val_size`` problems, at its ``eval_every`` cadence and at the end) gives its final and best accuracy, its log the
+training reward of the first and last 10 rollout steps (validation on a small world can move less than the reward
+does); the study reports per arm the mean and standard error over seeds, the seed-paired difference overlapped -
+synchronous with its standard error, and each arm's mean rollout-step wall-clock. "Within noise" means the paired
+difference is within two of its standard errors of zero.
 
 Reruns resume: a finished run is not trained again (its directory's ``summary.json``), and a study directory of
 other settings is refused (``study_stats.record_settings``).
