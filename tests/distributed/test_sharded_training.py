@@ -156,34 +156,29 @@ def test_two_process_fsdp2_killed_and_resumed_gives_the_one_process_losses_metri
     assert (run / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()  # FSDP's per-rank shards beside the HF weights
 
 
-def test_rollout_copy_is_the_gathered_senior_in_bf16_and_gradients_reduce_in_fp32(world, tmp_path):
-    run, out = tmp_path / "bf16", tmp_path / "ranks"
-    out.mkdir()
-    run_ok(torchrun(ENTRY, str(out), *train_flags(world, run, 2, "--sharding", "fsdp2", "--dtype", "bfloat16")))
-    ranks = rank_records(out)
+def test_an_accelerate_fsdp_launch_in_bf16_shards_reduces_in_fp32_decodes_the_gathered_senior_and_keeps_the_klreg_junior_whole(  # noqa: E501
+        world, tmp_path):
+    """What ``accelerate launch --config_file`` exports for ``distributed_type: FSDP``, ``fsdp_version: 2``,
+    ``mixed_precision: bf16`` (no --sharding flag), a bf16 KL-Reg run (one run answers both, as the ZeRO-3
+    launch below does): bf16 shards over fp32 masters, gradients reduced in fp32, every process's rollout copy
+    the gathered senior bit for bit (cast on the shard, then gathered), best/ and final/ loadable in the compute
+    dtype; and KL-Reg's reference (ours is the junior) kept whole and frozen, where TRL would shard it in place
+    (``prepare_fsdp``)."""
+    run, ranks = _entry(world, tmp_path / "klreg", ["--method", "klreg", "--dtype", "bfloat16"],
+                        ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", ACCELERATE_MIXED_PRECISION="bf16")
     assert_sharded(ranks)
+    assert json.loads((run / "config.json").read_text())["sharding"] == "fsdp2"
     assert all(r["copy_equal"] for r in ranks)  # bit for bit: cast on the shard, then gathered
     assert all(r["mixed_precision"] == {"param": "torch.bfloat16", "reduce": "torch.float32"} for r in ranks)
     assert all(r["master_dtype"] == "torch.float32" for r in ranks)
+    for r in ranks:
+        assert set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"]
+    assert update_rows(run)[2]["kl/beta_term"] > 0  # the junior was the reference of a real KL term
     from transformers import AutoModelForCausalLM
 
     for name in ("best", "final"):  # loadable, in the compute dtype
         m = AutoModelForCausalLM.from_pretrained(run / name)
         assert next(m.parameters()).dtype == torch.bfloat16
-
-
-def test_an_accelerate_fsdp_launch_shards_reduces_in_fp32_and_keeps_the_klreg_junior_whole(world, tmp_path):
-    """What ``accelerate launch --config_file`` exports for ``distributed_type: FSDP``, ``fsdp_version: 2``,
-    ``mixed_precision: bf16`` (no --sharding flag); TRL would shard KL-Reg's reference in place
-    (``prepare_fsdp``): ours is the junior, kept whole and frozen."""
-    run, ranks = _entry(world, tmp_path / "klreg", ["--method", "klreg", "--eval-every", "0"],
-                        ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", ACCELERATE_MIXED_PRECISION="bf16")
-    assert_sharded(ranks)
-    assert json.loads((run / "config.json").read_text())["sharding"] == "fsdp2"
-    assert all(r["mixed_precision"]["reduce"] == "torch.float32" for r in ranks)
-    for r in ranks:
-        assert set(r["junior_fractions"].values()) == {1.0} and r["junior_unchanged"]
-    assert update_rows(run)[2]["kl/beta_term"] > 0  # the junior was the reference of a real KL term
 
 
 def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
