@@ -13,13 +13,25 @@ import pytest
 
 @pytest.mark.slow  # runs the pipeline thrice, on the shipped worlds: minutes
 @pytest.mark.parametrize("world", [None, "tiny", "code"])
-def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, world):
+def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, capsys, world):
+    """``tandem demo --quick`` through the CLI's ``main`` in this process (as the entry point calls it, with
+    ``sys.argv`` the command's: a fresh interpreter would only add its imports); torch's thread count, which
+    the demo fixes at 1, is put back after."""
+    import torch
+
+    from tandem_rlvr.cli import main
+
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("TANDEM_THREADS", raising=False)  # the demo's own fixed count, 1
     out = tmp_path / "demo"
-    res = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "demo", "--quick", "--out", str(out)]
-                         + (["--world", world] if world else []), capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-2000:]
+    argv = ["demo", "--quick", "--out", str(out)] + (["--world", world] if world else [])
+    monkeypatch.setattr(sys, "argv", ["tandem", *argv])  # what each run records as its command line
+    threads = torch.get_num_threads()
+    try:
+        rc = main(argv)
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0, capsys.readouterr().err[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     drift = world is None  # the default world is the drift world, with its weak junior
     code = world == "code"  # the code world: its junior is the world's half-way checkpoint
@@ -56,7 +68,6 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
     # provenance shows the shipped base's files by their fingerprint
     assert model_fingerprint(str(shipped_world(summary["world_name"]).base)) in html[html.index('id="provenance"'):]
     assert not (tmp_path / "cache" / "worlds").exists()  # nothing built
-    argv = ["demo", "--quick", "--out", str(out)] + (["--world", world] if world else [])
     for rec in (json.loads((out / "eval" / "grpo" / "solo" / "sources.json").read_text()),
                 json.loads((out / "eval" / "grpo" / "legibility" / "legibility.json").read_text())["config"],
                 json.loads((out / "runs" / "tandem" / "summary.json").read_text())):
@@ -69,8 +80,6 @@ def test_quick_demo_writes_curves_summary_and_eval_dirs(tmp_path, monkeypatch, w
     ckpt = "final checkpoint" if drift else "validation-best checkpoint"
     assert ckpt in (out / "summary.md").read_text() and ckpt in html
     assert html.index('id="headline"') < html.index("<figure>")
-    import torch
-
     assert summary["threads"] == 1 or torch.cuda.is_available()  # CPU runs: the fixed count, whatever the load
     tandem_log = [json.loads(x) for x in (out / "runs" / "tandem" / "log.jsonl").read_text().splitlines()]
     shares = [r["senior/token_share"] for r in tandem_log if "senior/token_share" in r]
