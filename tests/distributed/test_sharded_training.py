@@ -20,7 +20,6 @@ Run: ``python -m pytest -m slow tests/distributed/test_sharded_training.py``.
 
 import json
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,8 @@ from tandem_rlvr.engines.server_rollouts import free_port
 from conftest import save_training_inputs
 from helpers.sharded import (ENTRY, REWARD, assert_lora_partitioned, assert_partitioned, assert_same_updates,
                              assert_sharded, kill_resume_and_compare, max_diff, rank_records, run_ok,
-                             signal_all, start_nodes, stop_nodes, torchrun, train_flags, update_rows, wait_for)
+                             signal_all, start_nodes, stop_nodes, torchrun, train_flags, train_here, update_rows,
+                             wait_for)
 
 pytestmark = pytest.mark.slow
 HIDDEN = 32  # conftest.save_training_inputs' default width
@@ -50,7 +50,7 @@ def world(tmp_path_factory, tok):
 def baseline(world):
     """One process, no sharding, four updates (checkpoints at 2 and 4)."""
     out = world / "one"
-    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, out, 4)])
+    train_here(*train_flags(world, out, 4))
     return out
 
 
@@ -67,9 +67,10 @@ LORA = ("--lora-r", "4", "--lora-alpha", "8", "--save-merged", "true")  # scalin
 
 @pytest.fixture(scope="module")
 def lora_one(world):
-    """One process, no sharding, LoRA, two updates."""
+    """One process, no sharding, LoRA, four updates (checkpoints at 2 and 4; the learning rate is constant, so
+    its first two updates and checkpoint-2's adapter are a two-update run's)."""
     out = world / "lora-one"
-    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, out, 2, *LORA)])
+    train_here(*train_flags(world, out, 4, *LORA))
     return out
 
 
@@ -81,11 +82,11 @@ def test_two_process_fsdp2_lora_trains_like_one_process_and_only_the_adapters_ch
     run, ranks = _entry(world, tmp_path / "lora", ["--sharding", "fsdp2", *LORA])
     assert_sharded(ranks)
     assert any(".lora_A." in n for n in ranks[0]["fractions"])  # the adapters are shards too
-    _lora_like_one_process(world, lora_one, run, ranks)
+    _lora_like_one_process(world, lora_one, run, ranks, one_save="checkpoint-2")  # the adapter after update 2
 
 
 def test_two_process_zero3_lora_killed_and_resumed_trains_like_one_process_and_only_the_adapters_change(
-        world, tmp_path):
+        world, lora_one, tmp_path):
     """PEFT adapters on a ZeRO-3-partitioned senior, a 2-process run of 4 updates killed once checkpoint-2
     is complete and re-run (one run answers both questions, issue 32's CI time): it resumes from
     DeepSpeed's partitions of the adapters' masters and moments; every base matrix is split in halves
@@ -94,24 +95,23 @@ def test_two_process_zero3_lora_killed_and_resumed_trains_like_one_process_and_o
     1-process LoRA run's updates 1-4 and final adapter, the base unchanged bit for bit, every rollout copy
     the gathered base + (alpha / r) B A by hand, final/merged that sum from final/'s adapter; and the
     checkpoint is DeepSpeed's partitions."""
-    one = tmp_path / "lora-one-4"
-    run_ok([sys.executable, "-m", "tandem_rlvr.cli", "train", *train_flags(world, one, 4, *LORA)])
     run = tmp_path / "z3lora"
-    ranks = kill_resume_and_compare(world, one, run, "zero3", *LORA, file="adapter_model.safetensors",
+    ranks = kill_resume_and_compare(world, lora_one, run, "zero3", *LORA, file="adapter_model.safetensors",
                                     ranks=tmp_path / "ranks")
     assert_lora_partitioned(ranks, HIDDEN, 2 * 2 * 7)  # A and B of the seven linear layers of both decoder layers
     # the resumed run's copy syncs: the restored senior, update 3, update 4 (as a 2-update run's: first, 1, 2);
     # checkpoint-2's merged/ may be the killed run's unfinished work, so the saves checked are the resumed run's
-    _lora_like_one_process(world, one, run, ranks, saves=("checkpoint-4", "best"))
+    _lora_like_one_process(world, lora_one, run, ranks, saves=("checkpoint-4", "best"))
     assert sorted(p.name for p in (run / "checkpoint-2" / "global_step2").glob("zero_pp_rank_*_optim_states.pt")) == \
         ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
 
 
-def _lora_like_one_process(world, one, run, ranks, saves=("checkpoint-2", "best")):
+def _lora_like_one_process(world, one, run, ranks, one_save="final", saves=("checkpoint-2", "best")):
+    """``run``'s updates 1-2 are the one-process LoRA run ``one``'s and its final/ adapter is ``one/one_save``'s."""
     assert [r["summary"]["processes"] for r in ranks] == [2, 2]
     assert_same_updates(update_rows(one), update_rows(run), (1, 2))
     adapter = load_file(run / "final" / "adapter_model.safetensors")
-    assert max_diff(load_file(one / "final" / "adapter_model.safetensors"), adapter) < 1e-4
+    assert max_diff(load_file(one / one_save / "adapter_model.safetensors"), adapter) < 1e-4
     assert all(r["base_unchanged"] and r["copy_equal"] for r in ranks)
     assert all(r["copy_syncs"] == 3 for r in ranks)
     base = load_file(world / "senior" / "model.safetensors")

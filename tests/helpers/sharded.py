@@ -51,6 +51,23 @@ def run_ok(cmd, **env) -> str:
     return res.stdout
 
 
+def train_here(*argv: str) -> None:
+    """``tandem train ARGV`` through the CLI's ``main`` in this process, on one thread (what ``child_env`` gives a
+    launched run, so a one-process reference sums as the processes it is compared with do); torch's thread count
+    is put back after. A one-process run needs no fresh interpreter, only the launches do."""
+    import torch
+
+    from tandem_rlvr.cli import main
+
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TANDEM_THREADS", "1")
+        try:
+            assert main(["train", *argv]) == 0, "tandem train failed (its error is above)"
+        finally:
+            torch.set_num_threads(threads)
+
+
 def signal_all(pid: int, sig) -> None:
     """``sig`` to a torchrun agent and every worker under it (torchrun starts each worker in a
     session of its own, so signalling the agent's process group would miss them)."""
