@@ -139,6 +139,13 @@ def _killed_two_processes_like_one(world, baseline, tmp_path, sharding: str) -> 
     decoded with a copy refreshed by gathering; (run dir, the resumed run's rank reports)."""
     run = tmp_path / sharding
     ranks = kill_resume_and_compare(world, baseline, run, sharding, ranks=tmp_path / "ranks")
+    _resumed_like_one_process(baseline, run, ranks)
+    return run, ranks
+
+
+def _resumed_like_one_process(baseline, run, ranks) -> None:
+    """A resumed 2-process run against the 1-process baseline: its checkpoint-2 HF weights, written before the
+    kill, are the baseline's masters at step 2, and every process decoded with a copy refreshed by gathering."""
     assert [r["summary"]["processes"] for r in ranks] == [2, 2]
     # checkpoint-2's HF weights (gathered, compute dtype = fp32 on CPU), written before the kill
     masters = load_file(baseline / "checkpoint-2" / "model.safetensors")
@@ -146,14 +153,6 @@ def _killed_two_processes_like_one(world, baseline, tmp_path, sharding: str) -> 
     # the resumed run's syncs: the restored senior before rollout 3, the update-3 senior before
     # rollout 4, the update-4 senior before step 4's validation
     assert all(r["copy_equal"] for r in ranks) and all(r["copy_syncs"] == 3 for r in ranks)
-    return run, ranks
-
-
-def test_two_process_fsdp2_killed_and_resumed_gives_the_one_process_losses_metrics_and_weights(world, baseline,
-                                                                                               tmp_path):
-    run, ranks = _killed_two_processes_like_one(world, baseline, tmp_path, "fsdp2")
-    assert_sharded(ranks)
-    assert (run / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()  # FSDP's per-rank shards beside the HF weights
 
 
 def test_an_accelerate_fsdp_launch_in_bf16_shards_reduces_in_fp32_decodes_the_gathered_senior_and_keeps_the_klreg_junior_whole(  # noqa: E501
@@ -181,28 +180,41 @@ def test_an_accelerate_fsdp_launch_in_bf16_shards_reduces_in_fp32_decodes_the_ga
         assert next(m.parameters()).dtype == torch.bfloat16
 
 
-def test_two_nodes_on_loopback_shard_and_train_like_one_process(world, baseline, tmp_path):
-    run, out = tmp_path / "nodes", tmp_path / "ranks"
-    out.mkdir()
-    nodes = start_nodes(free_port(), tmp_path, ENTRY, str(out), *train_flags(world, run, 2, "--sharding", "fsdp2"))
-    for r, node in enumerate(nodes):
-        assert node.wait(timeout=1800) == 0, (tmp_path / f"node{r}.err").read_text()[-3000:]
-    ranks = rank_records(out)
-    assert_sharded(ranks)
-    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2))
-
-
-def test_a_stopped_node_is_an_error_for_the_other_after_the_timeout_not_a_hang(world, tmp_path):
-    run = tmp_path / "lost"
-    nodes = start_nodes(free_port(), tmp_path, "-m", "tandem_rlvr.cli", "train",
-                        *train_flags(world, run, 40, "--sharding", "fsdp2", "--dist-timeout-s", "20"))
+def test_two_fsdp2_nodes_on_loopback_one_stopped_error_after_the_timeout_and_the_rerun_resumes_to_the_one_process_run(  # noqa: E501
+        world, baseline, tmp_path):
+    """One FSDP2 run of 4 updates on two one-process "nodes" meeting at a loopback rendezvous (the multi-node
+    recipe) answers three questions (CI time). Node 1 is stopped (SIGSTOP) once checkpoint-2 is complete: node 0,
+    waiting in a collective, ends in an error after the run's --dist-timeout-s (20 s; the default, 1800 s, would
+    outlast the wait), not a hang, and writes no summary. The same command again on both nodes resumes at
+    checkpoint-2 (``_resumed_like_one_process``: the baseline's updates 1-4 and final/, checkpoint-2's HF weights
+    the baseline's masters at step 2, every rollout copy refreshed by gathering), so two nodes shard (half of
+    every parameter per process) and train like one process, and FSDP's per-rank shards lie beside the HF
+    weights."""
+    run, ranks = tmp_path / "fsdp2", tmp_path / "ranks"
+    ranks.mkdir()
+    args = (ENTRY, str(ranks), *train_flags(world, run, 4, "--sharding", "fsdp2", "--dist-timeout-s", "20"))
+    (tmp_path / "stopped").mkdir()
+    nodes = start_nodes(free_port(), tmp_path / "stopped", *args)
     try:
-        wait_for(run / "checkpoint-2" / "model.safetensors", nodes)
+        wait_for(run / "checkpoint-2" / "model.safetensors", nodes)  # written last, once every rank saved
         signal_all(nodes[1].pid, signal.SIGSTOP)  # node 1 stops answering; node 0 waits in a collective
-        assert nodes[0].wait(timeout=900) != 0  # the default timeout (1800 s) would outlast this wait
+        assert nodes[0].wait(timeout=900) != 0
         assert not (run / "summary.json").exists()
     finally:
         stop_nodes(nodes)
+    (tmp_path / "rerun").mkdir()
+    nodes = start_nodes(free_port(), tmp_path / "rerun", *args)
+    for r, node in enumerate(nodes):
+        assert node.wait(timeout=1800) == 0, (tmp_path / "rerun" / f"node{r}.err").read_text()[-3000:]
+    assert "resuming from checkpoint-2" in (tmp_path / "rerun" / "node0.out").read_text()
+    assert_same_updates(update_rows(baseline), update_rows(run), (1, 2, 3, 4))
+    final = [load_file(r / "final" / "model.safetensors") for r in (baseline, run)]
+    assert max_diff(*final) < 1e-4
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    ranks = rank_records(ranks)
+    _resumed_like_one_process(baseline, run, ranks)
+    assert_sharded(ranks)
+    assert (run / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()  # FSDP's per-rank shards beside the HF weights
 
 
 def test_two_process_zero3_killed_and_resumed_loads_into_partitions_and_gives_the_one_process_losses_metrics_and_weights(  # noqa: E501

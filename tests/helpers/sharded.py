@@ -179,8 +179,9 @@ def kill_resume_and_compare(world, baseline: Path, run: Path, sharding: str, *ex
 
 
 def start_nodes(port, logs: Path, *args):
-    """Two one-process "nodes" of one torchrun job meeting at a loopback rendezvous (the multi-node recipe)."""
-    return [subprocess.Popen(node_cmd(r, port, *args), stdout=subprocess.DEVNULL,
+    """Two one-process "nodes" of one torchrun job meeting at a loopback rendezvous (the multi-node recipe);
+    node r's output in ``logs/node{r}.out`` and ``.err``."""
+    return [subprocess.Popen(node_cmd(r, port, *args), stdout=open(logs / f"node{r}.out", "w"),
                              stderr=open(logs / f"node{r}.err", "w"), env=child_env())
             for r in (0, 1)]
 
