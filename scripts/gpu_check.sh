@@ -33,7 +33,7 @@
 # 16 zero3_lora_2_steps (with DeepSpeed): a 2-step LoRA run (r 8, bf16, --save-merged) of the tiny preset under
 #    --sharding zero3 on NPROC processes (torchrun): DeepSpeed's bf16 mode on a GPU (adapters as bf16 partitions
 #    over fp32 masters, merged stream layer by layer), peak GPU memory printed; the CPU tests run it in fp32 only
-# 17 overlap_step_time (NEEDS the main session's `max_staleness` key, issue 50; not run on a GPU yet): the tiny
+# 17 overlap_step_time (rehearsed with GPU_CHECK_CPU=1; not yet run on a GPU): the tiny
 #    preset for 8 updates, synchronous (--max-staleness 0) and overlapped (--max-staleness 1), rollouts by the hf
 #    decoder on a device of their own (2 GPUs: senior cuda:0, rollouts and junior cuda:1; 1 GPU: the senior trains
 #    on the CPU, rollouts and junior on cuda:0); prints each run's mean step time after the first two, its split
@@ -130,7 +130,7 @@ GIB=$(python -c "import torch; print(torch.cuda.get_device_properties(0).total_m
 run fsdp2_plan_9b tandem train --preset qwen3.5-9b-2b --dry-run --plan-gpu-gib "$GIB" --plan-processes "$NPROC" \
     --plan-sharding fsdp2
 CHECKS=(reference_fp32 bf16_consistency bench_decode train_2_steps paper_layout fsdp2_memory fsdp2_plan_9b)
-# 17: overlap (needs `--max-staleness`, the main session's key of issue 50): skipped with a line until it exists
+# 17: overlap (docs/overlap.md): an install whose tandem train has no --max-staleness skips it with a line
 OVL_DEV=(--senior-device cpu --rollout-device "$SDEV" --junior-device "$SDEV")
 [ "$NGPU" -ge 2 ] && OVL_DEV=(--senior-device cuda:0 --rollout-device cuda:1 --junior-device cuda:1)
 [ "${GPU_CHECK_CPU:-0}" = 1 ] && OVL_DEV=(--senior-device cpu --rollout-device cpu:1 --junior-device cpu)
@@ -152,11 +152,11 @@ roll = sync["wall/generate_s"] or sync["wall/rollout_wait_s"]
 train = sync["wall/step_s"] - roll
 bound = max(roll, train) / sync["wall/step_s"] if roll and sync["wall/step_s"] else float("nan")
 print(f"overlap: step time overlapped / synchronous {over['wall/step_s'] / sync['wall/step_s']:.3f}, bound {bound:.3f}"
-      " (max(rollout, train) / (rollout + train) of the synchronous split; issue 50 asks within 1.15x of it)")
+      " (max(rollout, train) / (rollout + train) of the synchronous split; the target is within 1.15x of it)")
 PY
   CHECKS+=(overlap_k0 overlap_k1 overlap_step_time)
 else
-  echo "== tandem train has no --max-staleness yet: the overlap check is skipped (issue 50)"
+  echo "== tandem train has no --max-staleness yet: the overlap check is skipped (docs/overlap.md)"
 fi
 if python -c "import deepspeed" >/dev/null 2>&1; then
   run zero3_memory python scripts/memory_check.py --zero3 --nproc "$NPROC" "${SHARD_ARCH[@]}" --out "$OUT/zero3_memory.json"
