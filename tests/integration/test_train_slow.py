@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from helpers.sharded import child_env, train_here
+
 pytestmark = pytest.mark.slow
 
 ARGS = ["--preset", "tiny", "--limit", "200", "--val-size", "8", "--max-new-tokens", "64"]
@@ -24,15 +26,12 @@ def _log(run):
 
 def test_two_process_gloo_run_matches_one_process_first_step_loss(tmp_path):
     common = ARGS + ["--max-steps", "1", "--eval-every", "0", "--save-every", "1"]
-    one = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "train", *common, "--output-dir",
-                          str(tmp_path / "p1")],
-                         capture_output=True, text=True, timeout=900)
-    assert one.returncode == 0, one.stderr[-2000:]
+    train_here(*common, "--output-dir", str(tmp_path / "p1"))  # one process: this one, no fresh interpreter
     # On a CPU machine `accelerate launch --cpu --num_processes 2` starts ONE process (its
     # multi-CPU launch needs MPI); torchrun starts two, which accelerate joins with gloo.
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           "-m", "tandem_rlvr.cli", "train", *common, "--output-dir", str(tmp_path / "p2")],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=900, env=child_env())  # one thread each, too
     assert two.returncode == 0, two.stderr[-2000:]
     assert json.loads((tmp_path / "p2" / "summary.json").read_text())["processes"] == 2
     a, b = _log(tmp_path / "p1")[0], _log(tmp_path / "p2")[0]
@@ -55,7 +54,7 @@ def test_sigkill_then_rerun_resumes_without_losing_steps_in_the_uninterrupted_ru
     ends with every update and every validation logged exactly once, the wall clock carried on, and (the run
     resumed in its second epoch, rl/epoch_sampler.py) updates 7 and 8 on the uninterrupted run's prompts,
     so with its losses."""
-    env = {**os.environ, "TANDEM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # one thread each: the same sums
+    env = child_env()  # one thread each: the same sums
     whole, run = tmp_path / "whole", tmp_path / "run"
     subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "train", *KILLED, "--output-dir", str(whole)],
                    check=True, capture_output=True, env=env, timeout=900)
