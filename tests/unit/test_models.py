@@ -263,10 +263,10 @@ def test_missing_gguf_file_is_named(tmp_path):
 
 # --------------------------------------------------------------------------- the real model (cached fetch)
 @pytest.mark.slow
-def test_smol_loads_with_chat_template_and_boundary_marker():
+def test_smol_loads_with_chat_template_and_boundary_marker(monkeypatch):
     from tandem_rlvr.fetch import fetched_dir
 
-    os.environ.pop("TANDEM_CACHE", None)
+    monkeypatch.delenv("TANDEM_CACHE", raising=False)  # the user's cache, where a fetch lands
     if not (fetched_dir("smol") / "model" / "config.json").exists():
         pytest.skip("smol not fetched (tandem models fetch smol)")
     pair = load_pair("smol", None, "cpu")
@@ -277,14 +277,14 @@ def test_smol_loads_with_chat_template_and_boundary_marker():
 
 
 @pytest.mark.slow
-def test_smol_blank_line_of_two_newline_tokens_is_a_paragraph_break():
+def test_smol_blank_line_of_two_newline_tokens_is_a_paragraph_break(monkeypatch):
     import torch
 
     from tandem_rlvr.decoding.schedule import make_schedule
     from tandem_rlvr.fetch import fetched_dir
     from tandem_rlvr.models import load_tokenizer
 
-    os.environ.pop("TANDEM_CACHE", None)
+    monkeypatch.delenv("TANDEM_CACHE", raising=False)  # the user's cache, where a fetch lands
     if not (fetched_dir("smol") / "model" / "config.json").exists():
         pytest.skip("smol not fetched (tandem models fetch smol)")
     tok = load_tokenizer("smol")
