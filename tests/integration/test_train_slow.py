@@ -46,7 +46,7 @@ def _losses(run) -> dict[int, float]:
 
 # 40 problems, 8 for validation: checkpoint-6 lies in the run's second epoch
 KILLED = ["--preset", "tiny", "--senior-device", "cpu", "--limit", "40", "--val-size", "8", "--max-new-tokens", "64",
-          "--max-steps", "8", "--save-every", "2", "--eval-every", "2"]
+          "--max-steps", "8", "--save-every", "2"]
 
 
 def test_sigkill_then_rerun_resumes_without_losing_steps_in_the_uninterrupted_runs_epoch_order(tmp_path):
@@ -56,11 +56,11 @@ def test_sigkill_then_rerun_resumes_without_losing_steps_in_the_uninterrupted_ru
     so with its losses."""
     env = child_env()  # one thread each: the same sums
     whole, run = tmp_path / "whole", tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "train", *KILLED, "--output-dir", str(whole)],
-                   check=True, capture_output=True, env=env, timeout=900)
+    # the uninterrupted run, here (no kill) and without validation: validation draws from no stream training uses
+    train_here(*KILLED, "--eval-every", "0", "--output-dir", str(whole))
     state = json.loads((whole / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6 and state["epoch"] > 1  # checkpoint-6 lies in the second epoch
-    cmd = [sys.executable, "-m", "tandem_rlvr.cli", "train", *KILLED, "--output-dir", str(run)]
+    cmd = [sys.executable, "-m", "tandem_rlvr.cli", "train", *KILLED, "--eval-every", "2", "--output-dir", str(run)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.time() + 600
     while not (run / "checkpoint-6" / "trainer_state.json").exists():
