@@ -59,7 +59,7 @@ from ..config.shardings import PLAN_NAMES, plan_kind
 from ..errors import TandemError
 from ..models import model_config
 from ..rl.lora import adapter_weights_per_rank, check_lora
-from .shapes import LoraSpec, Shape, activation_profile
+from .shapes import LoraSpec, Shape, _layer_types, activation_profile
 from .shapes import dtype_bytes as _bytes
 
 GiB = 1 << 30
@@ -351,33 +351,43 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
 
 
 def floor(cfg, num_processes: int = 1) -> dict[str, tuple[float, str]]:
-    """Per device of this machine, (bytes, what): a floor of what one process of the run holds at once, from the
-    models' configs alone (no layer is profiled, so it costs milliseconds): the in-process engine's rollout batch
-    KV caches, which the decoder allocates whole before its first token (the senior's, and the junior's where
-    the schedule has one, on their devices), or the update's layer inputs, which even gradient checkpointing
-    keeps (micro-batch tokens x layers x hidden, in the compute dtype). The larger of the two per device; the
-    whole plan (``plan``) adds weights, moments and the measured activations to it."""
+    """Per device of this machine, (bytes, what): what one process of the run allocates at once whatever its data,
+    from the models' configs alone (no layer is profiled, so it costs milliseconds). Either the in-process engine's
+    rollout batch KV caches, which the decoder allocates whole at the prefill for prompt + max_new_tokens positions
+    (``decoding.kvcache``; counted here for a one-token prompt, full-attention layers only: the senior's, and the
+    junior's where the schedule has one, on their devices), or the update's layer inputs, which even gradient
+    checkpointing keeps (counted for one prompt and one response token per row: micro-batch rows x 2 x layers x
+    hidden, in the compute dtype). The larger of the two per device; the whole plan (``plan``) counts the real
+    lengths, weights, moments and the measured activations."""
     from ..rl.grpo_config import micro_batching
 
     d0 = _plan_device(cfg.models.senior_device, False)
     _, compute, _ = cfg.models.dtypes_on("cuda" if d0.startswith("cuda") else "cpu")
-    S = Shape.of(model_config(cfg.models.senior))
-    seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
+    s_cfg = model_config(cfg.models.senior)
+    S = Shape.of(s_cfg)
     micro, _ = micro_batching(cfg, num_processes)
-    out = {d0: (float(micro * seq * S.layers * S.hidden * _bytes(compute)),
-                f"the update's layer inputs, {micro} rows x {seq} tokens x {S.layers} layers")}
+    out = {d0: (float(micro * 2 * S.layers * S.hidden * _bytes(compute)),
+                f"the update's layer inputs ({micro} rows x {S.layers} layers, 2 tokens a row at the least)")}
     if _kind(cfg).remote or _kind(cfg).vllm_settings:  # the engine's KV cache is bounded by its own setting
         return out
     rows = cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // num_processes
+    capacity = 1 + cfg.rollout.max_new_tokens
     droll = (_plan_device(cfg.models.rollout_device, False) if cfg.models.rollout_device and _kind(cfg).rollout_device
              else d0)
-    cache = {droll: float(rows * seq * S.kv_bytes_per_token(compute))}
+
+    def cache(config, shape: Shape) -> float:
+        full = _layer_types(config).count("full_attention")  # the layers the decoder pre-allocates
+        return float(rows * capacity * full * 2 * shape.kv_heads * shape.head_dim * _bytes(compute))
+
+    caches = {droll: cache(s_cfg, S)}
     if cfg.rollout_schedule != "senior":
-        for _, dev, J in _juniors(cfg, False, d0, S):
-            cache[dev] = cache.get(dev, 0.0) + rows * seq * J.kv_bytes_per_token(compute)
-    for dev, nbytes in cache.items():
+        names = cfg.models.pool.names if cfg.models.junior else (cfg.models.senior,)
+        for (_, dev, _), name in zip(_juniors(cfg, False, d0, S), names, strict=True):
+            j_cfg = model_config(name)
+            caches[dev] = caches.get(dev, 0.0) + cache(j_cfg, Shape.of(j_cfg))
+    for dev, nbytes in caches.items():
         if nbytes > out.get(dev, (0.0, ""))[0]:
-            out[dev] = (nbytes, f"the rollout batch's KV caches, {rows} rows x {seq} tokens")
+            out[dev] = (nbytes, f"the rollout batch's KV caches ({rows} rows x {capacity} positions at the least)")
     return out
 
 
@@ -398,8 +408,9 @@ def device_bytes(device: str) -> float | None:
 
 
 def refuse_beyond_machine(cfg, num_processes: int = 1) -> None:
-    """A TandemError when ``floor`` alone exceeds a device's physical memory: a run that would be killed for
-    memory (or fail to allocate) is refused before any model loads, naming the knobs that size it."""
+    """A TandemError when ``floor`` alone exceeds a device's physical memory: a run that cannot fit is refused
+    before any model loads (not killed for memory or failing an allocation mid-run), naming the knobs that size
+    it."""
     for dev, (need, what) in floor(cfg, num_processes).items():
         have = device_bytes(dev)
         if have is not None and need > have:

@@ -19,32 +19,33 @@ def _widths():
 
 def test_the_floor_is_the_rollout_batchs_kv_caches_of_senior_and_junior_on_one_cpu():
     layers, kv, head_dim, _ = _widths()
-    cfg = load_train_config("tiny")  # 8 prompts x 8 rollouts, 128 + 96 tokens, fp32 on CPU, self-paired
-    per_model = 8 * 8 * (128 + 96) * layers * 2 * kv * head_dim * 4
+    # 8 prompts x 8 rollouts, a one-token prompt + 96 new tokens at the least, fp32 on CPU, self-paired
+    cfg = load_train_config("tiny")
+    per_model = 8 * 8 * (1 + 96) * layers * 2 * kv * head_dim * 4
     need, what = floor(cfg)["cpu"]
-    assert need == 2 * per_model and "KV caches, 64 rows x 224 tokens" in what
+    assert need == 2 * per_model and "KV caches (64 rows x 97 positions" in what
 
 
 def test_without_a_junior_in_the_rollout_the_floor_counts_the_seniors_cache_or_the_layer_inputs():
     layers, kv, head_dim, hidden = _widths()
     cfg = load_train_config("tiny", None, {"method": "grpo"})
-    cache = 64 * 224 * layers * 2 * kv * head_dim * 4
-    inputs = 64 * 224 * layers * hidden * 4  # one mini-batch of 8 prompts x 8 rollouts per micro-batch
+    cache = 64 * 97 * layers * 2 * kv * head_dim * 4
+    inputs = 64 * 2 * layers * hidden * 4  # one mini-batch of 8 prompts x 8 rollouts, 2 tokens a row at the least
     assert floor(cfg)["cpu"][0] == max(cache, inputs)
 
 
 def test_with_small_decode_batches_the_update_sets_the_floor_and_shrinks_with_processes():
     layers, _, _, hidden = _widths()
     cfg = load_train_config("tiny", None, {"group_size": 1024, "rollout_batch_rows": 2})
-    assert floor(cfg)["cpu"][0] == 8 * 1024 * 224 * layers * hidden * 4
-    assert floor(cfg, num_processes=2)["cpu"][0] == 4 * 1024 * 224 * layers * hidden * 4
+    assert floor(cfg)["cpu"][0] == 8 * 1024 * 2 * layers * hidden * 4
+    assert floor(cfg, num_processes=2)["cpu"][0] == 4 * 1024 * 2 * layers * hidden * 4
 
 
 def test_a_server_engine_floors_only_the_update():
     layers, _, _, hidden = _widths()
     cfg = load_train_config("tiny", None, {"engine": "vllm-server", "server": "http://127.0.0.1:1"})
     need, what = floor(cfg)["cpu"]
-    assert need == 64 * 224 * layers * hidden * 4 and "layer inputs" in what
+    assert need == 64 * 2 * layers * hidden * 4 and "layer inputs" in what
 
 
 def test_a_group_bigger_than_the_machine_is_one_line_before_anything_is_written(tmp_path, capsys):
@@ -53,7 +54,8 @@ def test_a_group_bigger_than_the_machine_is_one_line_before_anything_is_written(
     out = tmp_path / "run"
     assert main(["train", "--preset", "tiny", "--group-size", "100000000", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("tandem: error: the rollout batch's KV caches, 800000000 rows")
+    assert len(err) == 1
+    assert err[0].startswith("tandem: error: the rollout batch's KV caches (800000000 rows x 97 positions")
     assert "GiB on cpu, more than its" in err[0] and "group_size" in err[0]
     assert not out.exists()
 
