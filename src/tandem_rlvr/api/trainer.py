@@ -51,6 +51,7 @@ class TandemGRPOTrainer(_Trainer):
 
     def __init__(self, model, junior=None, reward_funcs=None, args=None, train_dataset=None, eval_dataset=None,
                  processing_class=None, peft_config=None, callbacks=None, **kwargs):
+        from ..planner.memory import check_fits_machine
         from ..rl.assemble import build_run
         from ..rl.sharding import from_launcher
         from .settings import run_settings
@@ -61,6 +62,7 @@ class TandemGRPOTrainer(_Trainer):
             model, junior, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config)
         self._cfg = from_launcher(cfg)  # an accelerate FSDP or DeepSpeed launch's layout, as tandem train reads it
         self._user_args = args
+        check_fits_machine(self._cfg)  # a batch bigger than the machine is one line, before any weights move
         self._run = build_run(self._cfg, print, given, make_trainer=self._become_trainer, stored=self._extra)
         for cb in callbacks or []:
             self.add_callback(cb)

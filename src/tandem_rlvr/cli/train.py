@@ -95,6 +95,9 @@ def cmd_train(a):
         print(dry_run_report(cfg, lay, gib))
         print(disk_plan(cfg, gpu=gib is not None))
         return
+    from ..planner.memory import check_fits_machine
+
+    check_fits_machine(cfg)  # a batch bigger than the machine is one line, not a process killed for memory
     configure_cpu_threads()
     summary = train(cfg)
     print(json.dumps(summary, indent=2))

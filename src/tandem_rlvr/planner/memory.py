@@ -59,7 +59,7 @@ from ..config.shardings import PLAN_NAMES, plan_kind
 from ..errors import TandemError
 from ..models import model_config
 from ..rl.lora import adapter_weights_per_rank, check_lora
-from .shapes import LoraSpec, Shape, _layer_types, activation_profile
+from .shapes import LoraSpec, Shape, layer_types, activation_profile
 from .shapes import dtype_bytes as _bytes
 
 GiB = 1 << 30
@@ -376,7 +376,7 @@ def floor(cfg, num_processes: int = 1) -> dict[str, tuple[float, str]]:
              else d0)
 
     def cache(config, shape: Shape) -> float:
-        full = _layer_types(config).count("full_attention")  # the layers the decoder pre-allocates
+        full = layer_types(config).count("full_attention")  # the layers the decoder pre-allocates
         return float(rows * capacity * full * 2 * shape.kv_heads * shape.head_dim * _bytes(compute))
 
     caches = {droll: cache(s_cfg, S)}
@@ -417,6 +417,21 @@ def refuse_beyond_machine(cfg, num_processes: int = 1) -> None:
             raise TandemError(f"{what} alone need {need / GiB:,.1f} GiB on {dev}, more than its {have / GiB:,.1f} "
                               "GiB: lower group_size, prompts_per_step or max_new_tokens (or micro_batch_rows, "
                               "rollout_batch_rows); `tandem train --dry-run` prints the whole memory plan")
+
+
+def check_fits_machine(cfg) -> None:
+    """``refuse_beyond_machine`` for this process (``$WORLD_SIZE`` processes), where every model's config is here
+    to read (a built-in name or a local directory; a hub id is checked by its load). ``tandem train`` and
+    ``TandemGRPOTrainer`` call it before any model loads."""
+    import os
+    from pathlib import Path
+
+    from ..models import NAMED_MODELS
+
+    m = cfg.models
+    names = (m.senior, *(m.pool.names if m.junior else ()))
+    if all(isinstance(n, str) and (n in NAMED_MODELS or Path(n).expanduser().is_dir()) for n in names):
+        refuse_beyond_machine(cfg, int(os.environ.get("WORLD_SIZE", "1") or 1))
 
 
 def _juniors(cfg, gpu: bool, d0: str, S: Shape) -> list[tuple[str, str, Shape]]:

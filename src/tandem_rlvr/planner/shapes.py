@@ -34,7 +34,7 @@ _SHAPES: dict = {}
 _PROFILES: dict = {}
 
 
-def _layer_types(config) -> list[str]:
+def layer_types(config) -> list[str]:
     return list(getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers)
 
 
@@ -76,7 +76,7 @@ class Shape:
         layers = model.get_decoder().layers
         per_layer = [sum(p.numel() for p in layer.parameters()) for layer in layers]
         lora = sum(m.in_features + m.out_features for m in layers.modules() if isinstance(m, torch.nn.Linear))
-        types = _layer_types(config)
+        types = layer_types(config)
         linear = types.count("linear_attention")
         state = 0
         if linear:  # gated delta net: a (value heads, key dim, value dim) fp32 state and a causal-conv window
@@ -203,7 +203,7 @@ def _profile(config, master: torch.dtype, compute: torch.dtype, lora: LoraSpec |
     # the seven coefficients are determined (heads and head dim vary apart: q = heads x head dim)
     widths = [(64, 4, 2, 16, 160), (96, 4, 2, 16, 160), (64, 8, 2, 16, 160), (64, 4, 4, 16, 160), (64, 4, 2, 16, 320),
               (64, 4, 2, 32, 160), (64, 8, 4, 32, 224), (128, 8, 4, 16, 224), (96, 6, 2, 24, 192)]
-    types = Counter(_layer_types(config))
+    types = Counter(layer_types(config))
     if len(types) > 1 or "linear_attention" in types:
         return _hybrid_profile(config, types, master, compute, lora)
     rows, tokens = 2, 32

@@ -84,18 +84,6 @@ def _check_launch(cfg: TrainConfig) -> None:
     backends.require(cfg)  # one line naming what to install
 
 
-def _check_memory_floor(cfg: TrainConfig) -> None:
-    """``planner.memory.refuse_beyond_machine`` for this process, where every model's config is here to read
-    (a built-in name or a local directory; a hub id is checked by its load)."""
-    from ..models import NAMED_MODELS
-    from ..planner.memory import refuse_beyond_machine
-
-    m = cfg.models
-    names = (m.senior, *(m.pool.names if m.junior else ()))
-    if all(isinstance(n, str) and (n in NAMED_MODELS or Path(n).expanduser().is_dir()) for n in names):
-        refuse_beyond_machine(cfg, int(os.environ.get("WORLD_SIZE", "1") or 1))
-
-
 def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, stored: dict | None = None) -> Run:
     """Validate everything, then create the run directory and the trainer (nothing trained yet).
 
@@ -112,7 +100,6 @@ def build_run(cfg: TrainConfig, print_fn=print, given=None, make_trainer=None, s
     _check_launch(cfg)
     check_lora_targets(cfg)  # from the senior's config alone, before its weights load
     check_server_juniors(cfg)  # a server's juniors are the run's, before any model loads
-    _check_memory_floor(cfg)  # a batch bigger than the machine is refused, not killed for memory mid-run
     on_cpu = resolve_device(cfg.models.senior_device).type == "cpu"
     # cpu=True: under torchrun on a CPU machine, accelerate only joins the launcher's processes
     # (gloo) when told the run is on CPU; without it every process trains alone.

@@ -68,3 +68,18 @@ def test_a_run_that_fits_is_not_refused(monkeypatch):
     monkeypatch.setattr(memory, "device_bytes", lambda d: floor(cfg)["cpu"][0] - 1)  # one byte short
     with pytest.raises(TandemError, match="more than its"):
         memory.refuse_beyond_machine(cfg)
+
+
+def test_the_python_api_refuses_a_group_bigger_than_the_machine_before_building_the_run(tmp_path):
+    import datasets
+
+    from tandem_rlvr import TandemGRPOConfig, TandemGRPOTrainer
+
+    rows = 1 << 26  # one prompt's group per step: 67M rollouts x 17 positions x 1 KiB a token x 2 models = 2,176 GiB
+    args = TandemGRPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, num_generations=rows,
+                            per_device_train_batch_size=rows, max_completion_length=16, max_steps=1, junior="tiny")
+    train = datasets.Dataset.from_list([{"prompt": "1 + 1 =", "answer": "2"}] * 2)
+    with pytest.raises(TandemError, match=rf"KV caches \({rows} rows x 17 positions at the least\) alone need 2,176"):
+        TandemGRPOTrainer("tiny", reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], args=args,
+                          train_dataset=train)
+    assert not (tmp_path / "run").exists()
