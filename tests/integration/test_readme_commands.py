@@ -1,4 +1,4 @@
-"""Every `tandem` command of README.md's Usage block, run as written (issue 26).
+"""Every `tandem` command of README.md's Usage block, run as written.
 
 The commands are read from the README itself (so an edited README is what gets tested), run in
 README order in one working directory, each through the CLI's ``main(argv)`` in this process (what the

@@ -1,7 +1,7 @@
 """The drift world: style axis, shorthand solutions, style classifier, cache keys, study.
 
 Quick (a few seconds); the quick study itself runs (and reruns) in tests/integration/test_readme_commands.py.
-The drift world's numbers are in docs/results.md ("Drift study"); here only mechanics are checked.
+The drift world's numbers are in docs/drift_world.md ("The study", "Measured"); here only mechanics are checked.
 """
 
 from __future__ import annotations
