@@ -421,13 +421,15 @@ def refuse_beyond_machine(cfg, num_processes: int = 1) -> None:
 
 def check_fits_machine(cfg) -> None:
     """``refuse_beyond_machine`` for this process (``$WORLD_SIZE`` processes), where every model's config is here
-    to read (a built-in name or a local directory; a hub id is checked by its load). ``tandem train`` and
-    ``TandemGRPOTrainer`` call it before any model loads."""
+    to read (a built-in name or a local directory; a hub id is checked by its load), once the output directory's
+    name is checked. ``tandem train`` and ``TandemGRPOTrainer`` call it before any model loads."""
     import os
     from pathlib import Path
 
     from ..models import NAMED_MODELS
+    from ..outdir import output_dir
 
+    output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # a bad directory is said before a model resolves
     m = cfg.models
     names = (m.senior, *(m.pool.names if m.junior else ()))
     if all(isinstance(n, str) and (n in NAMED_MODELS or Path(n).expanduser().is_dir()) for n in names):
