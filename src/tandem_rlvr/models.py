@@ -154,6 +154,12 @@ def resolve_model_path(spec: str) -> str:
     return spec
 
 
+def readable_here(specs) -> bool:
+    """Whether every model spec is a built-in name or a local directory: what a check before any download may read
+    (a hub id is checked by its load)."""
+    return all(isinstance(s, str) and (s in NAMED_MODELS or Path(s).expanduser().is_dir()) for s in specs)
+
+
 def model_config(spec: str):
     """The transformers config of a model spec, without its weights (the memory plan, LoRA's target check).
     A hub id with a config shipped in ``presets/models`` uses that one (the presets can be planned without

@@ -109,13 +109,11 @@ def tokenizer_refusals(cfg) -> None:
     ``--dry-run`` too, where every model of the run is a built-in name or a directory here. A hub id is not
     fetched for a plan (the plan reads the configs shipped in presets/models), so its run is checked when it
     starts."""
-    from pathlib import Path
-
-    from ..models import NAMED_MODELS
+    from ..models import readable_here
     from ..rl.xjunior import checked_tokenizers
 
     m = cfg.models
-    if m.junior and all(n in NAMED_MODELS or Path(n).expanduser().is_dir() for n in (m.senior, *m.pool.names)):
+    if m.junior and readable_here((m.senior, *m.pool.names)):
         checked_tokenizers(cfg)
 
 

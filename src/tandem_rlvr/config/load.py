@@ -158,7 +158,8 @@ def load_train_config(preset: str | None = None, file: str | None = None, overri
             data[f.name] = None  # "none" on the command line means None for optional keys
         data[f.name] = _typed(f, data[f.name])
     cfg = TrainConfig.from_keys(**data)
-    given = {**({k: file for k in extra} if file else {}), **{k: "flags" for k in overrides or {} if k in data}}
+    given = {**({k: file for k in extra} if file else {}),
+             **{k: "flags" for k, v in (overrides or {}).items() if v is not None}}
     for key, why in cfg.unread_keys().items():
         if key in given:  # a preset's knob a user's schedule does not read is left alone; a user's own is refused
             where = f"--{key.replace('_', '-')}" if given[key] == "flags" else f"{key} in {given[key]}"

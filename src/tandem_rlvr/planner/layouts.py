@@ -26,7 +26,7 @@ import torch
 from ..config.shardings import PLAN_NAMES
 from ..errors import TandemError
 from ..models import model_config
-from .memory import GPU_MARGIN_GIB, HOST, OFFLOADS, VALIDATION_ROWS, GiB, Layout, Plan, count, plan
+from .memory import GPU_MARGIN_GIB, HOST, OFFLOADS, VALIDATION_ROWS, GiB, Layout, Plan, count, plan, rollout_rows
 from .shapes import Shape
 
 VLLM_OVERHEAD_GIB = 2.0  # vLLM's activations, sampler and CUDA graphs beside weights and KV cache (assumed)
@@ -67,7 +67,7 @@ def vllm_need(cfg, processes: int) -> float:
     S = Shape.of(model_config(cfg.models.senior))
     juniors = [Shape.of(model_config(n)) for n in cfg.models.pool.names] if cfg.models.junior else [S]
     both = cfg.method_kind.junior_in_rollout
-    rows = cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // processes
+    rows = rollout_rows(cfg, processes)
     seq = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
     weights = (S.params + (sum(J.params for J in juniors) if both else 0)) * 2
     caches = rows * (seq * S.kv_bytes_per_token(_bf16()) + S.state_bytes_per_row)

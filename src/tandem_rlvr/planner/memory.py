@@ -119,6 +119,18 @@ def _plan_device(spec: str | None, gpu: bool) -> str:
     return spec
 
 
+def _rollout_device(cfg, gpu: bool, d0: str) -> str:
+    """Where the in-process engine decodes: the run's ``rollout_device`` where its engine has one, else ``d0``."""
+    if cfg.models.rollout_device and _kind(cfg).rollout_device:
+        return _plan_device(cfg.models.rollout_device, gpu)
+    return d0
+
+
+def rollout_rows(cfg, processes: int) -> int:
+    """Rows one process decodes at once in a rollout step: ``rollout_batch_rows``, or its whole share of the batch."""
+    return cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // processes
+
+
 SHARDINGS = PLAN_NAMES.keys()  # the plan's names of the backends (config/shardings.py): ddp is none
 OFFLOADS = ("none", "optimizer", "all")
 HOST = "host"  # CPU RAM of the training process (offloaded shards)
@@ -203,8 +215,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
 
     gpu = gpu_gib is not None
     d0 = _plan_device(cfg.models.senior_device, gpu)
-    droll = (_plan_device(cfg.models.rollout_device, gpu) if cfg.models.rollout_device and _kind(cfg).rollout_device
-             else d0)
+    droll = _rollout_device(cfg, gpu, d0)
     on_gpu = d0.startswith("cuda")
     _, compute, master = cfg.models.dtypes_on("cuda" if on_gpu else "cpu")
     mixed = master != compute
@@ -296,7 +307,7 @@ def plan(cfg, num_processes: int = 1, gpu_gib: float | None = None, layout: Layo
                   f"KL monitor: teacher-forced junior forward ({kl_tokens} tokens, fp32 logit chunk)", kl_bytes(Jd))
 
     # rollouts and validation
-    phases = [("rollout", cfg.rollout.rollout_batch_rows or batch_rows, cfg.rollout_schedule)]
+    phases = [("rollout", rollout_rows(cfg, num_processes), cfg.rollout_schedule)]
     if cfg.loop.eval_every:
         phases.append(("validation",
                        min(cfg.rollout.rollout_batch_rows or VALIDATION_ROWS, cfg.data.val_size * cfg.loop.eval_n),
@@ -370,21 +381,19 @@ def floor(cfg, num_processes: int = 1) -> dict[str, tuple[float, str]]:
                 f"the update's layer inputs ({micro} rows x {S.layers} layers, 2 tokens a row at the least)")}
     if _kind(cfg).remote or _kind(cfg).vllm_settings:  # the engine's KV cache is bounded by its own setting
         return out
-    rows = cfg.rollout.rollout_batch_rows or cfg.loop.prompts_per_step * cfg.rollout.group_size // num_processes
-    capacity = 1 + cfg.rollout.max_new_tokens
-    droll = (_plan_device(cfg.models.rollout_device, False) if cfg.models.rollout_device and _kind(cfg).rollout_device
-             else d0)
+    rows, capacity = rollout_rows(cfg, num_processes), 1 + cfg.rollout.max_new_tokens
 
-    def cache(config, shape: Shape) -> float:
+    def cache(config) -> float:
         full = layer_types(config).count("full_attention")  # the layers the decoder pre-allocates
+        shape = Shape.of(config)
         return float(rows * capacity * full * 2 * shape.kv_heads * shape.head_dim * _bytes(compute))
 
-    caches = {droll: cache(s_cfg, S)}
+    caches = {_rollout_device(cfg, False, d0): cache(s_cfg)}
     if cfg.rollout_schedule != "senior":
-        names = cfg.models.pool.names if cfg.models.junior else (cfg.models.senior,)
-        for (_, dev, _), name in zip(_juniors(cfg, False, d0, S), names, strict=True):
-            j_cfg = model_config(name)
-            caches[dev] = caches.get(dev, 0.0) + cache(j_cfg, Shape.of(j_cfg))
+        m = cfg.models  # each junior's config read once (self-pairing: the senior's), on its device
+        for dev, name in zip(m.junior_devices, m.pool.names, strict=True) if m.junior else [(m.junior_device, None)]:
+            dev = _plan_device(dev, False) if dev else d0
+            caches[dev] = caches.get(dev, 0.0) + cache(s_cfg if name is None else model_config(name))
     for dev, nbytes in caches.items():
         if nbytes > out.get(dev, (0.0, ""))[0]:
             out[dev] = (nbytes, f"the rollout batch's KV caches ({rows} rows x {capacity} positions at the least)")
@@ -424,15 +433,13 @@ def check_fits_machine(cfg) -> None:
     to read (a built-in name or a local directory; a hub id is checked by its load), once the output directory's
     name is checked. ``tandem train`` and ``TandemGRPOTrainer`` call it before any model loads."""
     import os
-    from pathlib import Path
 
-    from ..models import NAMED_MODELS
+    from ..models import readable_here
     from ..outdir import output_dir
 
     output_dir(cfg.loop.output_dir, "--output-dir", create=False)  # a bad directory is said before a model resolves
     m = cfg.models
-    names = (m.senior, *(m.pool.names if m.junior else ()))
-    if all(isinstance(n, str) and (n in NAMED_MODELS or Path(n).expanduser().is_dir()) for n in names):
+    if readable_here((m.senior, *(m.pool.names if m.junior else ()))):
         refuse_beyond_machine(cfg, int(os.environ.get("WORLD_SIZE", "1") or 1))
 
 
