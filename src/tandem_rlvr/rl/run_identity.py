@@ -23,6 +23,7 @@ from ..config import RewardsPart, TrainConfig
 from ..errors import TandemError
 from ..io import read_json
 from ..outdir import abs_spec, output_dir, refuse_other_config
+from .checkpoint_files import latest
 
 # config.json keys that are not the run's identity: where it lives, where its server is, transport sizes
 NOT_IDENTITY = ("output_dir", "server", "sync_bucket_mb", "dist_timeout_s")
@@ -130,9 +131,8 @@ def check_run_dir(cfg: TrainConfig, extra: dict | None = None) -> int:
     check_models(out / "config.json", stored)
     refuse_other_config(out / "config.json", stored, "use another --output-dir", defaults=legacy_defaults(),
                         ignore=(*NOT_IDENTITY, FINGERPRINTS, *cfg.unread_keys()), canonical=recorded_names)
-    steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
-             and (p / "trainer_state.json").exists()]
-    return max(steps, default=0)
+    ckpt = latest(out)
+    return int(ckpt.name.split("-", 1)[1]) if ckpt else 0
 
 
 def completed(cfg: TrainConfig, extra: dict | None = None) -> dict | None:
