@@ -139,21 +139,11 @@ if tandem train --help 2>/dev/null | grep -q -- --max-staleness; then
     run "overlap_k$k" tandem train --preset tiny --engine hf "${OVL_DEV[@]}" --dtype float32 --max-staleness "$k" \
         --max-steps 8 --eval-every 0 --save-every 100 --output-dir "$OUT/train_overlap_k$k"
   done
-  run overlap_step_time python - "$OUT/train_overlap_k0/log.jsonl" "$OUT/train_overlap_k1/log.jsonl" <<'PY'
-import json, sys
-def split(path):  # mean seconds per update after the first two (start-up, first prefetch), and the step's parts
-    rows = [r for r in map(json.loads, open(path)) if isinstance(r.get("wall/step_s"), (int, float))][2:]
-    mean = lambda k: sum(r.get(k) or 0.0 for r in rows) / max(len(rows), 1)
-    return {k: mean(k) for k in ("wall/step_s", "wall/rollout_wait_s", "wall/generate_s", "wall/weight_sync_s")}
-sync, over = split(sys.argv[1]), split(sys.argv[2])
-for name, s in (("synchronous", sync), ("overlapped", over)):
-    print(name + ": " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()))
-roll = sync["wall/generate_s"] or sync["wall/rollout_wait_s"]
-train = sync["wall/step_s"] - roll
-bound = max(roll, train) / sync["wall/step_s"] if roll and sync["wall/step_s"] else float("nan")
-print(f"overlap: step time overlapped / synchronous {over['wall/step_s'] / sync['wall/step_s']:.3f}, bound {bound:.3f}"
-      " (max(rollout, train) / (rollout + train) of the synchronous split; the target is within 1.15x of it)")
-PY
+  # the benchmark's own split and bound (tandem bench overlap): mean per update after the first two (start-up,
+  # first prefetch); the tiny preset makes one update per rollout step
+  run overlap_step_time python -c "import sys; from tandem_rlvr.recipes.bench_overlap import compare, report
+from pathlib import Path
+print(report(compare(Path(sys.argv[1]), Path(sys.argv[2]), 1, 2)))" "$OUT/train_overlap_k0/log.jsonl" "$OUT/train_overlap_k1/log.jsonl"
   CHECKS+=(overlap_k0 overlap_k1 overlap_step_time)
 else
   echo "== tandem train has no --max-staleness yet: the overlap check is skipped (docs/overlap.md)"
@@ -210,7 +200,7 @@ PY
 grep -h "predicted" "$OUT/paper_layout.log" 2>/dev/null | grep -v "^ " | sed 's/^/paper layout: /'
 grep -h "FSDP2 x" "$OUT/fsdp2_memory.log" 2>/dev/null | sed 's/^/sharded: /'
 grep -h "ZeRO-3 x" "$OUT/zero3_memory.log" 2>/dev/null | sed 's/^/sharded: /'
-grep -h "^overlap: " "$OUT/overlap_step_time.log" 2>/dev/null
+grep -h "^overlapped / synchronous step" "$OUT/overlap_step_time.log" 2>/dev/null | sed "s/^/overlap: /"
 echo "needs more GPUs than one machine's check runs (docs/scale.md), for a user to run:"
 [ "$NPROC" -ge 2 ] || echo "  python scripts/memory_check.py --fsdp2 --nproc 2 --arch Qwen/Qwen3-0.6B   # 2 GPUs: per-rank peaks, sync"
 echo "  python scripts/memory_check.py --fsdp2 --nproc 8 --arch Qwen/Qwen3-4B-Instruct-2507   # 8 GPUs"

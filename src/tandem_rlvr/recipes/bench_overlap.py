@@ -151,18 +151,23 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
         train_pinned(preset, url, k, steps, cores[1], root / "overlap", print_fn, extra)
     finally:
         stop_server(proc)
-    per = cfg.loop.updates_per_batch
-    sync, over = split(root / "sync" / "log.jsonl", per, warmup), split(root / "overlap" / "log.jsonl", per, warmup)
-    rollout, train = sync["wait_s"], sync["step_s"] - sync["wait_s"]
-    bound = max(rollout, train) / (rollout + train)
-    ratio = over["step_s"] / sync["step_s"]
     res = {"preset": preset, "max_staleness": k, "max_new_tokens": max_new_tokens or cfg.rollout.max_new_tokens,
            "cores": {"server": cores[0], "trainer": cores[1]},
-           "synchronous": sync, "overlapped": over, "ratio": ratio, "bound": bound, "ratio_over_bound": ratio / bound,
+           **compare(root / "sync" / "log.jsonl", root / "overlap" / "log.jsonl", cfg.loop.updates_per_batch, warmup),
            "runs": str(root) if keep else None}
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
     return res
+
+
+def compare(sync_log: Path, over_log: Path, updates_per_batch: int, warmup: int) -> dict:
+    """Both runs' splits (``split``), the ratio overlapped / synchronous step and its bound max(rollout, train) /
+    (rollout + train) from the synchronous run's own split (rollout: its wait for rollouts; train: the rest)."""
+    sync, over = split(sync_log, updates_per_batch, warmup), split(over_log, updates_per_batch, warmup)
+    rollout, train = sync["wait_s"], sync["step_s"] - sync["wait_s"]
+    bound = max(rollout, train) / (rollout + train)
+    ratio = over["step_s"] / sync["step_s"]
+    return {"synchronous": sync, "overlapped": over, "ratio": ratio, "bound": bound, "ratio_over_bound": ratio / bound}
 
 
 def report(res: dict) -> str:

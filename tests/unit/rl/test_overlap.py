@@ -319,6 +319,25 @@ def test_the_benchmark_splits_each_rollout_step_into_wait_push_train_from_its_ge
         split(tmp_path / "log.jsonl", updates_per_batch=2, warmup=3)
 
 
+def test_the_benchmarks_ratio_and_bound_come_from_the_synchronous_runs_own_split(tmp_path):
+    import json
+
+    from tandem_rlvr.recipes.bench_overlap import compare, report
+
+    def log(name, step_s, wait_s):  # 3 rollout steps of one update each; the first is the warm-up
+        rows = [{"step": i, "loss": 0.1, "wall/step_s": step_s if i > 1 else 9.0, "wall/rollout_wait_s": wait_s,
+                 "wall/weight_sync_s": 0.0, "wall/generate_s": 1.2, "overlap/staleness": float(name == "over")}
+                for i in (1, 2, 3)]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return tmp_path / name
+
+    got = compare(log("sync", 2.0, 1.2), log("over", 1.4, 0.6), updates_per_batch=1, warmup=1)
+    # synchronous: rollout (its wait) 1.2 s, train 0.8 s: bound max(1.2, 0.8) / 2.0 = 0.6; ratio 1.4 / 2.0 = 0.7
+    assert got["bound"] == pytest.approx(0.6) and got["ratio"] == pytest.approx(0.7)
+    assert got["ratio_over_bound"] == pytest.approx(0.7 / 0.6)
+    assert "ratio / bound 1.17, target <= 1.15" in report(got)
+
+
 def test_the_overlap_study_pairs_arms_by_seed_and_calls_within_two_standard_errors_noise():
     import math
 
