@@ -6,8 +6,13 @@ verdict is a function of the inputs hashed by ``data_key``, so a run with ``$TAN
 folder kept between runs on one machine; ``.ci/run`` sets ``~/.cache/tandem-rlvr-ci``) skips it when a
 passing run left a stamp of the same key there. Without the variable (a developer's run) it always runs.
 
-The key is the SHA-256 of, each file as its path and its bytes, in sorted order (so a file added,
-removed or renamed changes it too):
+The key is the SHA-256 of, each file as its path and its content, in sorted order (so a file added,
+removed or renamed changes it too). A Python file's content is its syntax tree without docstrings
+(``ast.dump`` of the parsed module, the first string statement of each module, class and function
+dropped; comments, blank lines and wrapping are not in the tree), so an edit that leaves the code as
+it was (a docstring or a comment reworded, a line re-wrapped) keeps the key and a passing verdict,
+and any edit of the code changes it. A file that reads ``__doc__`` (as a name or an attribute: its
+docstrings are behaviour) and every other file is keyed on its bytes. The inputs:
 
 - every file of the packages the grading runs: ``tandem_rlvr/sandbox/`` (the launcher, the judge and
   the server that run inside the sandbox), ``tandem_rlvr/tasks/`` (the code task and its loaders) and
@@ -62,12 +67,30 @@ def covered_files(src: Path = SRC) -> list[Path]:
     return sorted(set(files))
 
 
+def keyed_content(path: Path) -> bytes:
+    """What the key hashes of one file: a Python file's syntax tree without docstrings, unless its code reads
+    ``__doc__``; any other file's bytes (the module docstring says why)."""
+    data = path.read_bytes()
+    if path.suffix != ".py":
+        return data
+    tree = ast.parse(data, filename=str(path))
+    if any(isinstance(n, ast.Name) and n.id == "__doc__" or isinstance(n, ast.Attribute) and n.attr == "__doc__"
+           for n in ast.walk(tree)):
+        return data
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) and \
+                isinstance(node.body[0].value.value, str):
+            node.body = node.body[1:]
+    return b"ast\0" + ast.dump(tree).encode()
+
+
 def data_key(src: Path = SRC, test_file: Path = Path(__file__)) -> str:
     """Hex SHA-256 of everything the slow check's verdict depends on (the module docstring lists it)."""
     h = hashlib.sha256()
     for rel in covered_files(src):
-        h.update(str(rel).encode() + b"\0" + (src / rel).read_bytes() + b"\0")
-    h.update(b"test\0" + test_file.read_bytes() + b"\0")
+        h.update(str(rel).encode() + b"\0" + keyed_content(src / rel) + b"\0")
+    h.update(b"test\0" + keyed_content(test_file) + b"\0")
     program_python = sandbox_python()
     program_version = subprocess.run([program_python, "-I", "-c", "import sys; print(sys.version)"],
                                      capture_output=True, text=True, check=True).stdout
@@ -114,18 +137,61 @@ def test_the_key_changes_with_each_kind_of_input_it_covers(tmp_path):
     test_copy = tmp_path / "test.py"
     shutil.copyfile(__file__, test_copy)
     before = data_key(src, test_copy)
-    assert before == data_key(src, test_copy)  # a function of the bytes, not of the path or the time
-    for rel in ("tandem_rlvr/sandbox/_launch.py", "tandem_rlvr/data/files/code/mbpp.jsonl", "tandem_rlvr/errors.py"):
+    assert before == data_key(src, test_copy)  # a function of the content, not of the path or the time
+    for rel, edit in (("tandem_rlvr/sandbox/_launch.py", b"\nINSIDE_ID = 1001\n"),  # code
+                      ("tandem_rlvr/data/files/code/mbpp.jsonl", b"\n"),  # data: its bytes
+                      ("tandem_rlvr/errors.py", b"\nassert True\n")):
         f = src / rel
         body = f.read_bytes()
-        f.write_bytes(body + b"\n")
+        f.write_bytes(body + edit)
         assert data_key(src, test_copy) != before, rel
         f.write_bytes(body)
+    prompting = src / "tandem_rlvr/prompting.py"  # a docstring reworded and a comment added: the same code
+    body = prompting.read_text()
+    first = ast.get_docstring(ast.parse(body)).splitlines()[0]
+    prompting.write_text(body.replace(first, "Reworded: " + first, 1) + "# a comment\n")
+    assert "Reworded: " in prompting.read_text() and data_key(src, test_copy) == before
+    prompting.write_text(body)
     (src / "tandem_rlvr/sandbox/new_helper.py").write_text("")  # a file added to a covered package
     assert data_key(src, test_copy) != before
     (src / "tandem_rlvr/sandbox/new_helper.py").unlink()
-    test_copy.write_text(test_copy.read_text() + "\n")
+    test_copy.write_text(test_copy.read_text() + "\nX = 1\n")
     assert data_key(src, test_copy) != before
+
+
+def test_a_docstring_or_comment_edit_keeps_the_key_and_a_code_edit_changes_it(tmp_path):
+    """The syntax-tree key, worked on a small module: docstrings of the module, a class and a function
+    reworded, a comment and blank lines added, a call re-wrapped give the tree of the original; a changed
+    constant, a string statement after the first, or any edit of a module that reads ``__doc__`` do not."""
+    original = 'X = 1\n\n\nclass A:\n    def f(self):\n        return g(1, 2)\n'
+    documented = ('"""Module."""\n# a comment\nX = 1  # one\n\n\nclass A:\n    """A class."""\n\n'
+                  '    def f(self):\n        """A method,\n        two lines."""\n        return g(1,\n'
+                  '                 2)\n')
+    changed = original.replace("X = 1", "X = 2")
+    code_string = original.replace("X = 1\n", 'X = 1\n"not the first statement: kept"\n')
+    f = tmp_path / "m.py"
+    keys = {}
+    for name, text in (("original", original), ("documented", documented), ("changed", changed),
+                       ("code_string", code_string)):
+        f.write_text(text)
+        keys[name] = keyed_content(f)
+    assert keys["documented"] == keys["original"]
+    assert len({keys["original"], keys["changed"], keys["code_string"]}) == 3
+    reader = 'import argparse\n\nap = argparse.ArgumentParser(description=__doc__)\n'
+    f.write_text(reader)
+    plain = keyed_content(f)
+    f.write_text('"""What it does."""\n' + reader)
+    assert keyed_content(f) != plain == reader.encode()  # keyed on its bytes
+    (tmp_path / "d.jsonl").write_text('{"a": 1}\n')
+    assert keyed_content(tmp_path / "d.jsonl") == b'{"a": 1}\n'
+
+
+def test_the_shipped_sources_key_on_their_trees_but_for_the_one_that_reads_its_docstring():
+    """Every Python file of the key parses, and the one whose code reads ``__doc__`` (the reward worker's
+    argparse description) is keyed on its bytes: a rewording there reruns the check."""
+    on_bytes = [str(rel) for rel in covered_files() if rel.suffix == ".py"
+                and not keyed_content(SRC / rel).startswith(b"ast\0")]
+    assert on_bytes == ["tandem_rlvr/rewards/_worker.py"]
 
 
 def _imports(code: str) -> set[str]:
