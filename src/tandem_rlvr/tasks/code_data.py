@@ -24,6 +24,8 @@ APPS's statement); ``solution`` the reference program; ``gold`` how a response i
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import logging
 import re
@@ -128,14 +130,21 @@ def _rows(raw, benchmark: str, source: str, limit: int | None) -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=8)
+def _tiny_code_rows(split: str | None, limit: int | None) -> list[dict]:
+    """The code world's rows of ``split``, drawn once per process (a whole split takes ~0.3 s to draw: a
+    demo asks for each split a few times); ``load_code`` hands out copies."""
+    from ..world.code import code_rows
+
+    return code_rows(split, limit)
+
+
 def load_code(spec: str, limit: int | None = None, split: str | None = None) -> list[dict]:
     """Task rows of a shipped code benchmark, a local file or a hub id (module docstring)."""
     if limit is not None and limit < 0:
         raise TandemError(f"limit must be >= 0, got {limit}")
-    if spec == "tiny-code":  # the code world's problems (world/code.py), generated
-        from ..world.code import code_rows
-
-        return code_rows(split, limit)
+    if spec == "tiny-code":  # the code world's problems (world/code.py), generated once per process
+        return copy.deepcopy(_tiny_code_rows(split, limit))
     if spec in CODE_BENCHMARKS:
         path = CODE_DIR / CODE_BENCHMARKS[spec]
         return _rows(_read_file(path), spec, str(path), limit)

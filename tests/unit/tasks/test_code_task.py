@@ -227,3 +227,27 @@ def test_a_stdin_program_that_meets_a_limit_on_one_input_is_stopped_there_and_a_
             g.details["tests"]) == (0.0, reason, n_runs, fraction, 4)
     if n_runs == 2:
         assert g.details["error"] == f"{reason} on input 2"
+
+
+def test_the_code_worlds_rows_are_drawn_once_per_split_and_handed_out_as_copies(monkeypatch):
+    """``load_code("tiny-code")`` draws a split once per process (``world.code.code_rows``, counted here) and
+    gives each caller rows of its own: one caller's edit does not reach the next."""
+    import tandem_rlvr.tasks.code_data as code_data
+    import tandem_rlvr.world.code as code_world
+
+    drawn = []
+    real = code_world.code_rows
+    monkeypatch.setattr(code_world, "code_rows",
+                        lambda split, limit: drawn.append((split, limit)) or real(split, limit))
+    code_data._tiny_code_rows.cache_clear()
+    try:
+        first = load_code("tiny-code", 5, "val")
+        first[0]["gold"]["tests"].append("assert False")
+        first[0]["question"] = "edited"
+        again = load_code("tiny-code", 5, "val")
+        assert drawn == [("val", 5)]
+        assert again == real("val", 5) and again[0]["question"] != "edited"
+        load_code("tiny-code", 5, "test")
+        assert drawn == [("val", 5), ("test", 5)]
+    finally:
+        code_data._tiny_code_rows.cache_clear()  # later tests draw with the real function
