@@ -2,9 +2,12 @@
 each time: during an update, while a checkpoint is being written, right after a checkpoint is complete.
 Each re-run resumes from the last complete checkpoint, and the last one ends with the requested number of
 updates, a log.jsonl holding every update exactly once, and (every update) the losses, KL to the junior and
-gradient norms of an uninterrupted 2-process run (the resume checkpoint must hold the adapter: PEFT found none of
+gradient norms of an uninterrupted run (the resume checkpoint must hold the adapter: PEFT found none of
 its tensors under FSDP's activation-checkpoint wrapper until ``rl/peft_checkpoint.py``, and a resumed run
 trained on from the initial adapter; its KL to the junior was 0 at the first update after the resume).
+The uninterrupted run is one process, in this test's process (``train_here``: no launch to pay for): two
+FSDP2 processes train as one within the tolerance used here (``test_sharded_training.py``; measured equal
+within it at every update of this run), so the killed 2-process run must match it.
 
 The run is the built-in tiny preset on 40 problems with the ``correct`` reward term, whose problems repeat
 across batches from the fourth update on (the case that made ``rewards.terms.Grades`` raise KeyError on a
@@ -20,16 +23,20 @@ from pathlib import Path
 
 import pytest
 
-from helpers.sharded import child_env, run_ok, signal_all, torchrun, update_rows
+from helpers.sharded import child_env, run_ok, signal_all, torchrun, train_here, update_rows
 
 pytestmark = pytest.mark.slow
 STEPS = 10  # checkpoints at 4 and 8; the last two updates resumed in the second epoch (5 updates an epoch)
 
 
+def _train(out: Path) -> list[str]:
+    """``tandem train``'s flags of the run (the 2-process launch adds ``--sharding fsdp2``)."""
+    return ["--preset", "tiny", "--senior-device", "cpu", "--lora-r", "4", "--limit", "40", "--val-size", "8",
+            "--max-steps", str(STEPS), "--eval-every", "4", "--save-every", "4", "--output-dir", str(out)]
+
+
 def _flags(out: Path) -> list[str]:
-    return ["-m", "tandem_rlvr.cli", "train", "--preset", "tiny", "--senior-device", "cpu", "--sharding", "fsdp2",
-            "--lora-r", "4", "--limit", "40", "--val-size", "8", "--max-steps", str(STEPS), "--eval-every", "4",
-            "--save-every", "4", "--output-dir", str(out)]
+    return ["-m", "tandem_rlvr.cli", "train", "--sharding", "fsdp2", *_train(out)]
 
 
 def _logged_steps(run: Path) -> list[int]:
@@ -61,7 +68,7 @@ def _complete(run: Path, step: int) -> bool:
 
 def test_fsdp2_lora_killed_during_an_update_during_a_save_and_after_a_save_resumes_to_every_update_once(tmp_path):
     whole = tmp_path / "whole"
-    run_ok(torchrun(*_flags(whole)))
+    train_here(*_train(whole))  # uninterrupted, one process (module docstring)
     run = tmp_path / "killed"
     # 1. during update 6 (update 5 logged, checkpoint-4 complete): the re-run resumes from checkpoint-4
     _kill_when(run, lambda r: len(_logged_steps(r)) >= 5 if (r / "log.jsonl").exists() else False,
