@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 from .flags import COUNT, FRACTION, engine_flags, number, model_flags, pair_from_args, vllm_settings
 from ..engines.base import DEFAULT_ENGINE, LOCAL_ENGINES, engine_help, engine_kind
@@ -284,8 +285,13 @@ def cmd_bench_overlap(a):
             cores = tuple(int(x) for x in a.cores.split(","))
         except ValueError:
             raise TandemError(f"--cores must be two comma-separated core numbers, got {a.cores!r}") from None
+    try:
+        serve_args = shlex.split(a.serve_args)
+    except ValueError as e:
+        raise TandemError(f"--serve-args {a.serve_args!r}: {e}") from None
     res = bench_overlap(a.preset, steps=a.steps, k=a.max_staleness, warmup=a.warmup, cores=cores, keep=a.keep,
-                        max_new_tokens=a.max_new_tokens, print_fn=(lambda *_: None) if a.json else print)
+                        max_new_tokens=a.max_new_tokens, repeats=a.repeats, serve_args=serve_args,
+                        print_fn=(lambda *_: None) if a.json else print)
     print(json.dumps(res) if a.json else report(res))
 
 
@@ -348,6 +354,10 @@ def register_bench(sub, parser_class) -> None:
     bo.add_argument("--keep", default=None, help="a folder to keep both runs and the server's log in")
     bo.add_argument("--max-new-tokens", type=COUNT, default=None, help="the rollouts' length cap (default: the "
                     "preset's)")
+    bo.add_argument("--repeats", type=COUNT, default=1, help="pairs of runs, alternating synchronous and overlapped "
+                    "(figures: the mean over each arm's runs; every pair's ratio / bound is printed too)")
+    bo.add_argument("--serve-args", default="", help="more flags for the server's tandem serve, one string "
+                    "(e.g. --serve-args='--max-num-seqs 16'; vLLM's flags pass through)")
     bo.add_argument("--json", action="store_true", help="print one JSON object")
     bo.set_defaults(fn=cmd_bench_overlap)
 

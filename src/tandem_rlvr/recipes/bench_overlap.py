@@ -6,7 +6,16 @@ threads bound there), then trains the preset twice through it (``--engine vllm-s
 core with one intra-op thread: ``--max-staleness 0``, then ``--max-staleness K``. Each run's log splits every
 rollout step into the time the trainer waited for rollouts (``wall/rollout_wait_s``), the weight push
 (``wall/weight_sync_s``) and the rest (training: the step's wall-clock minus the other two); the server's own
-decode time is ``wall/generate_s``. The first ``warmup`` rollout steps of each run are left out.
+decode time is ``wall/generate_s``. The first ``warmup`` rollout steps of each run are left out. With
+``repeats`` R > 1 the two runs alternate R times (synchronous, overlapped, synchronous, ...), so a drift of the
+machine's speed weighs on both arms alike; each figure is then the mean over an arm's runs, and every pair's own
+ratio / bound is reported too.
+
+The server's side of each run (Linux): the CPU seconds its processes spent (``/proc``, its process group) and the
+engine steps vLLM made (``vllm:iteration_tokens_total`` on its ``/metrics``). Per rollout step, against the decode's
+wall-clock, they say why a decode took longer: more engine steps (requests that reached the server spread out, so
+fewer rows per step), more CPU per engine step (the cores' shared caches and memory bandwidth busy with training
+beside it), or CPU time below the wall-clock (the server waited: for requests, or for its core).
 
 The bound: overlapping can hide at most the shorter of rollout and training, so from the synchronous run's own
 split (rollout = its wait, train = the rest, push included) the overlapped step is at best max(rollout, train)
@@ -39,8 +48,9 @@ def _env(core: int) -> dict:
             "PYTHONUNBUFFERED": "1"}
 
 
-def serve_pinned(senior: str, junior: str, core: int, log: Path, timeout_s: float = 600.0):
-    """``tandem serve`` pinned to ``core``; (process, URL) once it answers."""
+def serve_pinned(senior: str, junior: str, core: int, log: Path, timeout_s: float = 600.0, extra=()):
+    """``tandem serve`` pinned to ``core``; (process, URL) once it answers. ``extra``: more of its flags (vLLM's
+    pass through)."""
     from ..engines.serve import healthy
 
     from ..engines.server_rollouts import free_port
@@ -49,7 +59,7 @@ def serve_pinned(senior: str, junior: str, core: int, log: Path, timeout_s: floa
     url = f"http://127.0.0.1:{port}"
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "tandem_rlvr.cli", "serve", senior, "--junior", junior,
-                                 "--weight-sync", "--port", str(port)], stdout=f, stderr=subprocess.STDOUT,
+                                 "--weight-sync", "--port", str(port), *extra], stdout=f, stderr=subprocess.STDOUT,
                                 env=_env(core), preexec_fn=_pinned(core), start_new_session=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -92,9 +102,53 @@ def train_pinned(preset: str, url: str, k: int, steps: int, core: int, out: Path
         raise TandemError(f"the max_staleness {k} run failed ({proc.returncode}):\n{''.join(tail)}")
 
 
+def server_cpu_s(pgid: int) -> float | None:
+    """CPU seconds (user + system) spent so far by the live processes of process group ``pgid`` (a server started
+    with ``start_new_session``); None where ``/proc`` is not there to read."""
+    root = Path("/proc")
+    if not root.is_dir():
+        return None
+    ticks = 0
+    for d in root.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[2]) == pgid:  # after the name: state, ppid, pgrp, ..., utime (12th), stime (13th)
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def engine_steps(metrics_text: str) -> float | None:
+    """The engine steps a vLLM server has made (the count of its ``vllm:iteration_tokens_total`` histogram, summed
+    over its label sets), from its ``/metrics`` text; None when the metric is absent."""
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:iteration_tokens_total_count"):
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def server_counters(proc, url: str) -> dict:
+    """The server's CPU seconds and engine steps now (``None`` for one it does not report)."""
+    import requests
+
+    try:
+        r = requests.get(f"{url}/metrics", timeout=30)
+        steps = engine_steps(r.text) if r.ok else None
+    except OSError:
+        steps = None
+    return {"cpu_s": server_cpu_s(proc.pid), "engine_steps": steps}
+
+
 def split(log_path: Path, updates_per_batch: int, warmup: int) -> dict:
     """Mean seconds per rollout step after ``warmup`` of them: step (the updates' wall-clock summed), wait,
-    push, train (the rest) and the server's decode (``generate``), and the staleness seen."""
+    push, train (the rest) and the server's decode (``generate``), and the staleness seen; ``all_rollout_steps``
+    and ``all_generate_s``: the run's rollout steps and their decode seconds, warm-up included (what the server's
+    counters cover)."""
     from ..rl.callbacks import read_log
 
     rows = [r for r in read_log(log_path) if "loss" in r]
@@ -116,20 +170,44 @@ def split(log_path: Path, updates_per_batch: int, warmup: int) -> dict:
            "push_s": mean("wall/weight_sync_s"), "generate_s": mean("wall/generate_s"),
            "staleness": max(s["overlap/staleness"] for s in timed)}
     out["train_s"] = out["step_s"] - out["wait_s"] - out["push_s"]
+    out["all_rollout_steps"] = len(steps)
+    out["all_generate_s"] = sum(s["wall/generate_s"] for s in steps.values())
     return out
 
 
+def with_server(arm: dict, before: dict, after: dict) -> dict:
+    """``arm`` (a ``split``) with the server's counters over its run, per rollout step of the whole run: CPU seconds
+    (``server_cpu_s``), engine steps, CPU milliseconds per engine step, and the decode's wall-clock for comparison
+    (``decode_s``); the counters a server does not report are left out."""
+    n = arm["all_rollout_steps"]
+    arm = {**arm, "server": {"decode_s": arm["all_generate_s"] / n}}
+    cpu = None if before["cpu_s"] is None or after["cpu_s"] is None else after["cpu_s"] - before["cpu_s"]
+    steps = (None if before["engine_steps"] is None or after["engine_steps"] is None
+             else after["engine_steps"] - before["engine_steps"])
+    if cpu is not None:
+        arm["server"]["cpu_s"] = cpu / n
+    if steps:
+        arm["server"]["engine_steps"] = steps / n
+        if cpu is not None:
+            arm["server"]["cpu_ms_per_engine_step"] = 1000 * cpu / steps
+    return arm
+
+
 def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int = 2, cores: tuple | None = None,
-                  keep: str | None = None, max_new_tokens: int | None = None, print_fn=print) -> dict:
+                  keep: str | None = None, max_new_tokens: int | None = None, repeats: int = 1,
+                  serve_args=(), print_fn=print) -> dict:
     """Both runs and their split (module docstring); ``cores``: (server's, trainer's), default the first two this
     process may use; ``keep``: a folder for the runs and the server log (default: a temporary one, removed);
-    ``max_new_tokens``: the rollouts' length cap (default the preset's)."""
+    ``max_new_tokens``: the rollouts' length cap (default the preset's); ``repeats``: pairs of runs, alternating;
+    ``serve_args``: more flags of the server's ``tandem serve``."""
     from ..config import load_train_config
     from ..engines.vllm_engine import require_vllm
 
     require_vllm()
     if steps <= warmup:
         raise TandemError(f"--steps ({steps}) must exceed the {warmup} warm-up rollout steps")
+    if repeats < 1:
+        raise TandemError(f"--repeats must be >= 1, got {repeats}")
     allowed = sorted(os.sched_getaffinity(0))
     cores = tuple(cores) if cores else tuple(allowed[:2])
     if len(cores) != 2 or cores[0] == cores[1] or not set(cores) <= set(allowed):
@@ -139,21 +217,28 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
     senior, junior = cfg.models.senior, cfg.models.junior_spec
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="tandem-bench-overlap-"))
     root.mkdir(parents=True, exist_ok=True)
-    for d in ("sync", "overlap"):
+    names = [(f"sync{sfx}", f"overlap{sfx}") for sfx in ([""] if repeats == 1 else range(1, repeats + 1))]
+    for d in [n for pair in names for n in pair]:
         if (root / d).exists():
             shutil.rmtree(root / d)
     print_fn(f"server on core {cores[0]}, trainer on core {cores[1]} (one thread each); preset {preset}, "
-             f"{steps} rollout steps per run, the first {warmup} not timed")
-    proc, url = serve_pinned(senior, junior, cores[0], root / "server.log")
+             f"{steps} rollout steps per run, the first {warmup} not timed"
+             + (f"; {repeats} pairs of runs, alternating" if repeats > 1 else ""))
+    proc, url = serve_pinned(senior, junior, cores[0], root / "server.log", extra=serve_args)
     extra = [] if max_new_tokens is None else ["--max-new-tokens", str(max_new_tokens)]
+    counters = {}
     try:
-        train_pinned(preset, url, 0, steps, cores[1], root / "sync", print_fn, extra)
-        train_pinned(preset, url, k, steps, cores[1], root / "overlap", print_fn, extra)
+        for pair in names:
+            for arm, name in zip((0, k), pair, strict=True):
+                before = server_counters(proc, url)
+                train_pinned(preset, url, arm, steps, cores[1], root / name, print_fn, extra)
+                counters[name] = (before, server_counters(proc, url))
     finally:
         stop_server(proc)
+    logs = [(root / a / "log.jsonl", root / b / "log.jsonl") for a, b in names]
     res = {"preset": preset, "max_staleness": k, "max_new_tokens": max_new_tokens or cfg.rollout.max_new_tokens,
-           "cores": {"server": cores[0], "trainer": cores[1]},
-           **compare(root / "sync" / "log.jsonl", root / "overlap" / "log.jsonl", cfg.loop.updates_per_batch, warmup),
+           "cores": {"server": cores[0], "trainer": cores[1]}, "repeats": repeats, "serve_args": list(serve_args),
+           **compare_runs(logs, cfg.loop.updates_per_batch, warmup, [(counters[a], counters[b]) for a, b in names]),
            "runs": str(root) if keep else None}
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
@@ -163,11 +248,50 @@ def bench_overlap(preset: str = "tiny", steps: int = 12, k: int = 1, warmup: int
 def compare(sync_log: Path, over_log: Path, updates_per_batch: int, warmup: int) -> dict:
     """Both runs' splits (``split``), the ratio overlapped / synchronous step and its bound max(rollout, train) /
     (rollout + train) from the synchronous run's own split (rollout: its wait for rollouts; train: the rest)."""
-    sync, over = split(sync_log, updates_per_batch, warmup), split(over_log, updates_per_batch, warmup)
+    return _ratio(split(sync_log, updates_per_batch, warmup), split(over_log, updates_per_batch, warmup))
+
+
+def _ratio(sync: dict, over: dict) -> dict:
     rollout, train = sync["wait_s"], sync["step_s"] - sync["wait_s"]
     bound = max(rollout, train) / (rollout + train)
     ratio = over["step_s"] / sync["step_s"]
     return {"synchronous": sync, "overlapped": over, "ratio": ratio, "bound": bound, "ratio_over_bound": ratio / bound}
+
+
+def _mean_arm(arms: list[dict]) -> dict:
+    """The arm's figures averaged over its runs (each a mean per rollout step over the same number of steps); the
+    staleness is the largest seen; a figure some run lacks is left out (never a mean over the runs that have it)."""
+    out = {}
+    for key, v in arms[0].items():
+        if not all(key in a for a in arms):
+            continue
+        if key == "staleness":
+            out[key] = max(a[key] for a in arms)
+        elif isinstance(v, dict):
+            out[key] = _mean_arm([a[key] for a in arms])
+        else:
+            out[key] = sum(a[key] for a in arms) / len(arms)
+    return out
+
+
+def compare_runs(logs: list[tuple[Path, Path]], updates_per_batch: int, warmup: int,
+                 counters: list | None = None) -> dict:
+    """``compare`` over R pairs of runs ((synchronous log, overlapped log), ...): each arm's figures are the mean
+    over its R runs, the ratio and bound come from those means, and ``pairs`` holds every pair's own ratio / bound.
+    ``counters``: per pair, the server's counters around each run ((before, after) of the synchronous run, then of
+    the overlapped one; ``server_counters``), added per arm (``with_server``)."""
+    arms = {"synchronous": [], "overlapped": []}
+    pairs = []
+    for i, (sync_log, over_log) in enumerate(logs):
+        sync, over = split(sync_log, updates_per_batch, warmup), split(over_log, updates_per_batch, warmup)
+        if counters is not None:
+            (s0, s1), (o0, o1) = counters[i]
+            sync, over = with_server(sync, s0, s1), with_server(over, o0, o1)
+        arms["synchronous"].append(sync)
+        arms["overlapped"].append(over)
+        pairs.append(_ratio(sync, over)["ratio_over_bound"])
+    res = _ratio(_mean_arm(arms["synchronous"]), _mean_arm(arms["overlapped"]))
+    return {**res, "pairs": pairs}
 
 
 def report(res: dict) -> str:
@@ -178,6 +302,18 @@ def report(res: dict) -> str:
         r = res[name]
         lines.append(f"{name:24s} {r['step_s']:7.3f} {r['wait_s']:7.3f} {r['push_s']:7.3f} {r['train_s']:7.3f} "
                      f"{r['generate_s']:7.3f} {r['staleness']:9.0f}")
+    if any(res[name].get("server") for name in ("synchronous", "overlapped")):
+        lines.append(f"{'server, per rollout step':24s} {'decode':>7s} {'CPU':>7s} {'engine steps':>12s} "
+                     f"{'CPU ms per engine step':>22s}")
+        for name in ("synchronous", "overlapped"):
+            sv = res[name].get("server", {})
+            cells = [f"{sv[key]:{fmt}}" if key in sv else "-" for key, fmt in
+                     (("decode_s", "7.3f"), ("cpu_s", "7.3f"), ("engine_steps", "12.1f"),
+                      ("cpu_ms_per_engine_step", "22.2f"))]
+            lines.append(f"{name:24s} {cells[0]:>7s} {cells[1]:>7s} {cells[2]:>12s} {cells[3]:>22s}")
     lines.append(f"overlapped / synchronous step: {res['ratio']:.3f} (bound max(rollout, train) / (rollout + train) "
                  f"= {res['bound']:.3f}; ratio / bound {res['ratio_over_bound']:.2f}, target <= 1.15)")
+    if len(res.get("pairs", ())) > 1:
+        lines.append(f"ratio / bound of each pair, in run order: {', '.join(f'{x:.2f}' for x in res['pairs'])} "
+                     f"(the line above: from the means over {len(res['pairs'])} runs per arm)")
     return "\n".join(lines)

@@ -358,3 +358,78 @@ def test_the_overlap_study_pairs_arms_by_seed_and_calls_within_two_standard_erro
     assert res["arms"]["staleness0"]["final"]["mean"] == pytest.approx(0.6)
     far = summarize({**figures, (1, 0): fig(0.60), (1, 1): fig(0.70), (1, 2): fig(0.81)}, [0, 1, 2], 1)
     assert far["paired"]["final"]["within_noise"] is False  # +0.10, +0.10, +0.11: far outside two standard errors
+
+
+def test_the_benchmark_reads_vllm_engine_steps_summed_over_label_sets_and_none_when_absent():
+    from tandem_rlvr.recipes.bench_overlap import engine_steps
+
+    text = ("# HELP vllm:iteration_tokens_total Histogram of tokens per engine step.\n"
+            'vllm:iteration_tokens_total_bucket{engine="0",le="1.0"} 3.0\n'
+            'vllm:iteration_tokens_total_count{engine="0",model_name="m"} 187.0\n'
+            'vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 4700.0\n'
+            'vllm:iteration_tokens_total_count{engine="1",model_name="m"} 13.0\n'
+            'vllm:prompt_tokens_total{engine="0"} 99.0\n')
+    assert engine_steps(text) == 200.0  # 187 + 13: the counts only, not the sum or the buckets
+    assert engine_steps('vllm:prompt_tokens_total{engine="0"} 99.0\n') is None
+
+
+def test_the_benchmark_counts_the_cpu_seconds_of_the_servers_whole_process_group(tmp_path):
+    import subprocess
+    import sys
+
+    from tandem_rlvr.recipes.bench_overlap import server_cpu_s
+
+    # a group of two processes: each burns ~0.3 s of CPU, reports its own CPU time, then waits to be read
+    code = ("import time, sys\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+            "print(time.process_time(), flush=True)\nsys.stdin.read()\n")
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys\n"
+                               f"c = subprocess.Popen([sys.executable, '-c', {code!r}], stdin=subprocess.PIPE)\n"
+                               + code + "c.stdin.close(); c.wait()\n"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        own = float(parent.stdout.readline())  # the parent's; the child's line goes to the same pipe
+        own += float(parent.stdout.readline())
+        got = server_cpu_s(parent.pid)
+    finally:
+        parent.stdin.close()
+        parent.wait(timeout=30)
+    assert got == pytest.approx(own, abs=0.3)  # interpreter start-up (~0.05 s each) and the clock's ticks
+    assert got >= 0.6 - 0.05
+    assert server_cpu_s(2 ** 22 + 7) == 0.0  # no such group: nothing counted
+
+
+def test_the_benchmark_with_repeats_averages_each_arm_and_reports_every_pairs_ratio(tmp_path):
+    import json
+
+    from tandem_rlvr.recipes.bench_overlap import compare_runs, report
+
+    def log(name, step_s, wait_s, gen_s):  # 3 rollout steps of one update each; the first is the warm-up
+        rows = [{"step": i, "loss": 0.1, "wall/step_s": step_s if i > 1 else 9.0, "wall/rollout_wait_s": wait_s,
+                 "wall/weight_sync_s": 0.0, "wall/generate_s": gen_s, "overlap/staleness": float("over" in name)}
+                for i in (1, 2, 3)]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return tmp_path / name
+
+    logs = [(log("sync1", 2.0, 1.2, 1.2), log("over1", 1.4, 0.6, 1.2)),
+            (log("sync2", 3.0, 1.8, 1.8), log("over2", 1.5, 0.2, 1.6))]
+    counters = [(({"cpu_s": 10.0, "engine_steps": 100.0}, {"cpu_s": 13.0, "engine_steps": 400.0}),
+                 ({"cpu_s": 13.0, "engine_steps": 400.0}, {"cpu_s": 16.6, "engine_steps": 700.0})),
+                (({"cpu_s": None, "engine_steps": None}, {"cpu_s": None, "engine_steps": None}),
+                 ({"cpu_s": 20.0, "engine_steps": 0.0}, {"cpu_s": 23.0, "engine_steps": 300.0}))]
+    got = compare_runs(logs, updates_per_batch=1, warmup=1, counters=counters)
+    # pair 1: bound 1.2 / 2.0 = 0.6, ratio 0.7; pair 2: rollout 1.8, train 1.2: bound 0.6, ratio 0.5
+    assert got["pairs"] == pytest.approx([0.7 / 0.6, 0.5 / 0.6])
+    # the means: synchronous step 2.5, wait 1.5 (bound 1.5 / 2.5 = 0.6); overlapped step 1.45: ratio 0.58
+    assert got["synchronous"]["step_s"] == pytest.approx(2.5) and got["bound"] == pytest.approx(0.6)
+    assert got["ratio"] == pytest.approx(1.45 / 2.5)
+    # the server per rollout step of the whole run (3 steps): run over1 3.6 s of CPU and 300 engine steps
+    over1 = compare_runs(logs[:1], 1, 1, counters[:1])["overlapped"]["server"]
+    assert over1["cpu_s"] == pytest.approx(1.2) and over1["engine_steps"] == pytest.approx(100.0)
+    assert over1["cpu_ms_per_engine_step"] == pytest.approx(12.0) and over1["decode_s"] == pytest.approx(1.2)
+    # a counter one run lacks is not averaged over the runs that have it
+    assert "cpu_s" not in got["synchronous"]["server"]
+    assert got["overlapped"]["server"]["cpu_s"] == pytest.approx((1.2 + 1.0) / 2)
+    text = report(got)
+    assert "ratio / bound of each pair, in run order: 1.17, 0.83" in text
+    assert "CPU ms per engine step" in text
