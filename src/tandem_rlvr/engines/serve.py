@@ -13,7 +13,7 @@ It runs ``python -m vllm.entrypoints.openai.api_server`` (the module form: vllm-
 - ``--logprobs-mode processed_logprobs`` (a token's log-prob is its author's; the raw mode
   normalises over both output layers), ``--generation-config vllm`` (the request's sampling
   settings, not the checkpoint's defaults), the dtype ``--dtype`` resolves to;
-- on CPU: eager mode, one process for the model (``uni`` executor), a 1 GiB KV cache unless
+- on CPU: eager mode, the model in the engine's own process (``uni`` executor, ``uni_env``), a 1 GiB KV cache unless
   ``--kv-cache-gib`` says otherwise, and whole-prompt prefill (vLLM 0.32 on CPU crashes on a
   seeded request whose prefill is chunked; see ``vllm_engine``).
 
@@ -106,6 +106,20 @@ def server_argv(senior_path: str, junior_path: str | list[str], senior_archs: li
     return argv + list(extra)
 
 
+def uni_env(argv: list[str]) -> dict:
+    """What the server's environment needs for the ``uni`` executor that ``argv`` asks for to be the one it gets.
+
+    vLLM 0.32's CPU platform turns ``uni`` into ``mp`` (a worker process beside the engine's) unless
+    ``VLLM_ENABLE_V1_MULTIPROCESSING`` is 0. With ``mp`` the engine and its one worker hand every engine step over
+    shared memory, and each side busy-waits (``sched_yield``) for the other for a second after each read: on the
+    cores the server is given, the waiting process takes turns with the computing one during a decode, and keeps a
+    core busy for up to a second after it (measured: 0.7 s of CPU while a trainer's update ran beside an idle
+    server; docs/overlap.md). With ``uni`` the model runs in the engine's process, which the OpenAI server still
+    starts apart from itself (that switch is read only by the offline engine), so the API stays responsive."""
+    i = argv.index("--distributed-executor-backend") if "--distributed-executor-backend" in argv else -1
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if i >= 0 and argv[i + 1] == "uni" else {}
+
+
 def example_request(url: str, model: str, api_key: str | None) -> str:
     """A curl command for a word-schedule tandem completion, and the coloured form."""
     body = {"model": model, "prompt": "Mia has 7 shells. She finds 5 more.", "max_tokens": 48, "seed": 3,
@@ -171,7 +185,8 @@ def run_server(cfg: ServeSettings) -> None:
                        dtype=dtype, on_cpu=on_cpu, kv_cache_gib=cfg.kv_cache_gib, extra=list(cfg.vllm_args),
                        weight_sync=sync)
     env = dict(os.environ, **{POOL_SIZE_ENV: str(len(juniors)),  # the server refuses a junior index it lacks
-                              REPORT_ENV: json.dumps(pool_report(specs, juniors))})  # what GET /v1/tandem/pool answers
+                              REPORT_ENV: json.dumps(pool_report(specs, juniors))},  # what GET /v1/tandem/pool answers
+               **uni_env(argv))
     if cfg.api_key:  # the key the report's endpoint checks, as vLLM checks --api-key (served_pool)
         env[KEY_ENV] = cfg.api_key
     if sync:

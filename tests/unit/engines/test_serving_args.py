@@ -169,3 +169,17 @@ def test_client_mask_from_token_ids_equals_the_reference_decoders(tok, pair, nam
         assert senior_mask(tok, toks, name, 0.5, K, seed) == [bool(f) for f in flags]
         switches += sum(x != y for x, y in zip(flags, flags[1:], strict=False))
     assert switches > 0, "no handoff in the samples; the check is vacuous"
+
+
+def test_a_cpu_server_keeps_the_uni_executor_it_asks_for_and_others_get_nothing():
+    from tandem_rlvr.engines.serve import server_argv, uni_env
+
+    def argv(on_cpu, extra=()):
+        return server_argv("/m/s", "/m/j", [], host="127.0.0.1", port=1, api_key=None, dtype="float32",
+                           on_cpu=on_cpu, kv_cache_gib=None, extra=list(extra))
+
+    # vLLM's CPU platform swaps uni for mp unless its multiprocessing switch is 0
+    assert uni_env(argv(True)) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert uni_env(argv(True, ["--tensor-parallel-size", "2"])) == {}  # the user's layout: vLLM's own choice
+    assert uni_env(argv(True, ["--distributed-executor-backend", "mp"])) == {}
+    assert uni_env(argv(False)) == {}  # on GPUs tandem serve sets no executor
