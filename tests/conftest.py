@@ -147,6 +147,16 @@ def shared_server(tmp_path_factory, tok):
     server.close()
 
 
+def pytest_configure(config):
+    """The test process computes on one torch thread. torch's default (a thread per core) oversubscribes a
+    machine the tests share: two xdist workers, CI's three sessions side by side, anything else running; and
+    OpenMP threads spin while they wait for a core, so a loaded machine ran the same tests up to thirty times
+    slower (``tests/unit/decoding`` under ``-n 2``: 13 s on one thread, 121-391 s on the default at load 2-4;
+    docs/contributing.md, "CI"). On an idle machine one thread costs these tiny models little (12.6 s
+    against 11.5 s serially). A process a test starts picks its own count, as it would anyway."""
+    torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that kill the shared server run after every other test, so it starts once a session."""
     items.sort(key=lambda item: item.get_closest_marker("kills_shared_server") is not None)
