@@ -52,6 +52,8 @@ class Rollout:
                  temperature-scaled distribution (0 after the end).
     lengths:     (B,) int64 tokens per row, EOS included.
     finished:    (B,) bool, the row emitted EOS (False = stopped at max tokens).
+    client_cpu_s: an engine that decodes elsewhere (a server): the CPU seconds this process's threads spent
+                 on the batch (sending the requests, reading the answers, replaying the authors); None otherwise.
     """
 
     tokens: torch.Tensor
@@ -59,6 +61,7 @@ class Rollout:
     logprobs: torch.Tensor
     lengths: torch.Tensor
     finished: torch.Tensor
+    client_cpu_s: float | None = None
 
     @property
     def response_mask(self) -> torch.Tensor:

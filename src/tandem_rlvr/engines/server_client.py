@@ -17,6 +17,7 @@ machine (the server's checkpoint path, or ``--server-tokenizer``).
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
@@ -104,10 +105,12 @@ class ServerDecoder:
             raise TandemError(f"prompt of {len(prompt)} tokens does not fit the served model's context of "
                               f"{self.context} tokens")
         args = TandemArgs(self.schedule.name, self.p, self.K, seed, junior)
+        t0 = time.thread_time()
         try:
-            return request(self.client, self.model, prompt, args, max_tokens=max_tokens, temperature=s.temperature,
+            comp = request(self.client, self.model, prompt, args, max_tokens=max_tokens, temperature=s.temperature,
                            top_p=s.top_p, top_k=s.top_k, stop_token_ids=None if self.ignore_eos else self.eos_ids,
                            ignore_eos=self.ignore_eos)
+            return comp, time.thread_time() - t0
         except openai.APIStatusError as e:
             raise TandemError(f"{self.settings.url}: HTTP {e.status_code}: {_message(e)}") from None
         except openai.APIError as e:  # connection errors and timeouts, after the retries
@@ -120,15 +123,20 @@ class ServerDecoder:
         served pool's junior index per row (None: the first; the server refuses one it does not hold)."""
         from ..decoding.tandem import engine_batch_seeds, rollout_from_rows
 
+        t0 = time.thread_time()
         seeds = engine_batch_seeds(prompts, seeds)
         juniors = [0] * len(prompts) if juniors is None or self.schedule.name == "senior" else [int(j) for j in juniors]
         with ThreadPoolExecutor(max_workers=min(self.settings.concurrency, len(prompts))) as pool:
-            comps = list(pool.map(self._one, [list(p) for p in prompts], seeds.tolist(), juniors))
+            answered = list(pool.map(self._one, [list(p) for p in prompts], seeds.tolist(), juniors))
+        comps = [c for c, _ in answered]
         toks = [c.token_ids for c in comps]
         masks = replay(self.schedule, seeds, toks)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
-        return rollout_from_rows(toks, masks, [c.logprobs for c in comps], [c.finish_reason == "stop" for c in comps],
+        roll = rollout_from_rows(toks, masks, [c.logprobs for c in comps], [c.finish_reason == "stop" for c in comps],
                                  pad)
+        # the client's CPU: each request's thread, and this one's (seeds, the replay, the tensors)
+        roll.client_cpu_s = sum(cpu for _, cpu in answered) + time.thread_time() - t0
+        return roll
 
 
 def _message(e) -> str:

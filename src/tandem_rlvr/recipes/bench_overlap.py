@@ -146,7 +146,8 @@ def server_counters(proc, url: str) -> dict:
 
 def split(log_path: Path, updates_per_batch: int, warmup: int) -> dict:
     """Mean seconds per rollout step after ``warmup`` of them: step (the updates' wall-clock summed), wait,
-    push, train (the rest) and the server's decode (``generate``), and the staleness seen; ``all_rollout_steps``
+    push, train (the rest), the server's decode (``generate``) and the client's CPU seconds in the trainer's
+    process (``client_cpu_s``, where logged), and the staleness seen; ``all_rollout_steps``
     and ``all_generate_s``: the run's rollout steps and their decode seconds, warm-up included (what the server's
     counters cover)."""
     from ..rl.callbacks import read_log
@@ -156,7 +157,8 @@ def split(log_path: Path, updates_per_batch: int, warmup: int) -> dict:
     for r in rows:
         s = steps.setdefault((r["step"] - 1) // updates_per_batch, {"step": 0.0})
         s["step"] += r["wall/step_s"]
-        for key in ("wall/rollout_wait_s", "wall/weight_sync_s", "wall/generate_s", "overlap/staleness"):
+        for key in ("wall/rollout_wait_s", "wall/weight_sync_s", "wall/generate_s", "overlap/staleness",
+                    "cpu/rollout_client_s"):
             if key in r:
                 s[key] = r[key]
     timed = [s for i, s in sorted(steps.items()) if i >= warmup]
@@ -170,6 +172,8 @@ def split(log_path: Path, updates_per_batch: int, warmup: int) -> dict:
            "push_s": mean("wall/weight_sync_s"), "generate_s": mean("wall/generate_s"),
            "staleness": max(s["overlap/staleness"] for s in timed)}
     out["train_s"] = out["step_s"] - out["wait_s"] - out["push_s"]
+    if all("cpu/rollout_client_s" in s for s in timed):  # a server's rollouts: the trainer's share of the decode
+        out["client_cpu_s"] = mean("cpu/rollout_client_s")
     out["all_rollout_steps"] = len(steps)
     out["all_generate_s"] = sum(s["wall/generate_s"] for s in steps.values())
     return out
@@ -311,6 +315,10 @@ def report(res: dict) -> str:
                      (("decode_s", "7.3f"), ("cpu_s", "7.3f"), ("engine_steps", "12.1f"),
                       ("cpu_ms_per_engine_step", "22.2f"))]
             lines.append(f"{name:24s} {cells[0]:>7s} {cells[1]:>7s} {cells[2]:>12s} {cells[3]:>22s}")
+    if all("client_cpu_s" in res[name] for name in ("synchronous", "overlapped")):
+        lines.append("the client's CPU in the trainer's process per rollout step (requests, answers, authorship "
+                     f"replay): {res['synchronous']['client_cpu_s']:.3f} s synchronous, "
+                     f"{res['overlapped']['client_cpu_s']:.3f} s overlapped")
     lines.append(f"overlapped / synchronous step: {res['ratio']:.3f} (bound max(rollout, train) / (rollout + train) "
                  f"= {res['bound']:.3f}; ratio / bound {res['ratio_over_bound']:.2f}, target <= 1.15)")
     if len(res.get("pairs", ())) > 1:
