@@ -50,7 +50,7 @@ from tandem_rlvr.engines.server_rollouts import free_port
 from helpers.serve import push_weights, server_digest
 from helpers.sharded import (ENTRY, REWARD, assert_lora_partitioned, assert_same_updates, assert_split,
                              kill_resume_and_compare, max_diff, rank_records, run_ok, start_nodes, stop_nodes, torchrun,
-                             train_flags, update_rows, wait_for)
+                             train_flags, train_here, update_rows, wait_for)
 
 pytestmark = pytest.mark.vllm
 
@@ -84,8 +84,12 @@ def on_vllm(world):
 
 @pytest.fixture(scope="module")
 def on_server(world, server):
-    """One process on engine vllm-server, four updates (checkpoints at 2 and 4)."""
-    return _one_process(world, world / "one-server", "--engine", "vllm-server", "--server", server)
+    """One process on engine vllm-server, four updates (checkpoints at 2 and 4), in the test's process: a client
+    of the server needs no fresh interpreter (engine vllm does: it sets VLLM_ENABLE_V1_MULTIPROCESSING for
+    the whole process)."""
+    out = world / "one-server"
+    train_here(*train_flags(world, out, 4, "--engine", "vllm-server", "--server", server))
+    return out
 
 
 def _one_process(world, out, *extra):
