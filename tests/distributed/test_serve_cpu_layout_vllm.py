@@ -38,9 +38,16 @@ def _cpu_s(procs) -> float:
 
 
 def test_a_cpu_server_has_an_engine_process_and_no_worker_process_beside_it(shared_server):
-    titles = [" ".join(p.cmdline()) for p in _server_tree(shared_server.url())]
+    import os
+
+    tree = _server_tree(shared_server.url())
+    titles = [" ".join(p.cmdline()) for p in tree]
     assert any("VLLM::EngineCore" in t for t in titles), titles  # the API stays apart from the model
     assert not any("VLLM::Worker" in t for t in titles), titles
+    # the model's threads: what vLLM's worker process had, every core the server may use but one (read from the
+    # OpenAI server's environment, which its engine process inherits: the engine's own is overwritten by its title)
+    want = os.environ.get("OMP_NUM_THREADS") or str(max(1, len(os.sched_getaffinity(0)) - 1))
+    assert tree[0].environ().get("OMP_NUM_THREADS") == want
 
 
 def test_a_cpu_server_burns_no_cpu_in_the_second_after_a_decode(shared_server):

@@ -106,18 +106,30 @@ def server_argv(senior_path: str, junior_path: str | list[str], senior_archs: li
     return argv + list(extra)
 
 
-def uni_env(argv: list[str]) -> dict:
+def uni_env(argv: list[str], environ=None, cores: int | None = None) -> dict:
     """What the server's environment needs for the ``uni`` executor that ``argv`` asks for to be the one it gets.
 
     vLLM 0.32's CPU platform turns ``uni`` into ``mp`` (a worker process beside the engine's) unless
     ``VLLM_ENABLE_V1_MULTIPROCESSING`` is 0. With ``mp`` the engine and its one worker hand every engine step over
     shared memory, and each side busy-waits (``sched_yield``) for the other for a second after each read: on the
     cores the server is given, the waiting process takes turns with the computing one during a decode, and keeps a
-    core busy for up to a second after it (measured: 0.7 s of CPU while a trainer's update ran beside an idle
-    server; docs/overlap.md). With ``uni`` the model runs in the engine's process, which the OpenAI server still
-    starts apart from itself (that switch is read only by the offline engine), so the API stays responsive."""
+    core busy for up to a second after it (0.98 s of CPU in the second after a decode; docs/serving.md). With
+    ``uni`` the model runs in the engine's process, which the OpenAI server still starts apart from itself (that
+    switch is read only by the offline engine), so the API stays responsive.
+
+    The model's threads stay what ``mp`` gave its worker: one core of those this process may run on (``cores``,
+    default its affinity) is left to the API server and the scheduler, so ``OMP_NUM_THREADS`` is the rest (at
+    least 1), unless ``environ`` (default ``os.environ``) sets it. ``mp`` also bound the worker's threads to
+    cores (``VLLM_CPU_OMP_THREADS_BIND``), which ``uni`` does not read: pin the server (``taskset``) instead."""
+    environ = os.environ if environ is None else environ
     i = argv.index("--distributed-executor-backend") if "--distributed-executor-backend" in argv else -1
-    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if i >= 0 and argv[i + 1] == "uni" else {}
+    if i < 0 or argv[i + 1] != "uni":
+        return {}
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if "OMP_NUM_THREADS" not in environ:
+        cores = len(os.sched_getaffinity(0)) if cores is None else cores
+        env["OMP_NUM_THREADS"] = str(max(1, cores - 1))
+    return env
 
 
 def example_request(url: str, model: str, api_key: str | None) -> str:

@@ -178,8 +178,11 @@ def test_a_cpu_server_keeps_the_uni_executor_it_asks_for_and_others_get_nothing(
         return server_argv("/m/s", "/m/j", [], host="127.0.0.1", port=1, api_key=None, dtype="float32",
                            on_cpu=on_cpu, kv_cache_gib=None, extra=list(extra))
 
-    # vLLM's CPU platform swaps uni for mp unless its multiprocessing switch is 0
-    assert uni_env(argv(True)) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    assert uni_env(argv(True, ["--tensor-parallel-size", "2"])) == {}  # the user's layout: vLLM's own choice
-    assert uni_env(argv(True, ["--distributed-executor-backend", "mp"])) == {}
-    assert uni_env(argv(False)) == {}  # on GPUs tandem serve sets no executor
+    # vLLM's CPU platform swaps uni for mp unless its multiprocessing switch is 0; the model's threads are what mp
+    # gave its worker: the cores but one (left to the API server and the scheduler), at least one
+    assert uni_env(argv(True), environ={}, cores=8) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "7"}
+    assert uni_env(argv(True), environ={}, cores=1)["OMP_NUM_THREADS"] == "1"
+    assert uni_env(argv(True), environ={"OMP_NUM_THREADS": "3"}, cores=8) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert uni_env(argv(True, ["--tensor-parallel-size", "2"]), environ={}) == {}  # the user's layout: vLLM's
+    assert uni_env(argv(True, ["--distributed-executor-backend", "mp"]), environ={}) == {}
+    assert uni_env(argv(False), environ={}) == {}  # on GPUs tandem serve sets no executor
