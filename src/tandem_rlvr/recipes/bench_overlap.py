@@ -181,7 +181,7 @@ def split(log_path: Path, updates_per_batch: int, warmup: int) -> dict:
 
 def with_server(arm: dict, before: dict, after: dict) -> dict:
     """``arm`` (a ``split``) with the server's counters over its run, per rollout step of the whole run: CPU seconds
-    (``server_cpu_s``), engine steps, CPU milliseconds per engine step, and the decode's wall-clock for comparison
+    (``cpu_s``), engine steps, CPU milliseconds per engine step, and the decode's wall-clock for comparison
     (``decode_s``); the counters a server does not report are left out."""
     n = arm["all_rollout_steps"]
     arm = {**arm, "server": {"decode_s": arm["all_generate_s"] / n}}
