@@ -122,8 +122,7 @@ def uni_env(argv: list[str], environ=None, cores: int | None = None) -> dict:
     least 1), unless ``environ`` (default ``os.environ``) sets it. ``mp`` also bound the worker's threads to
     cores (``VLLM_CPU_OMP_THREADS_BIND``), which ``uni`` does not read: pin the server (``taskset``) instead."""
     environ = os.environ if environ is None else environ
-    i = argv.index("--distributed-executor-backend") if "--distributed-executor-backend" in argv else -1
-    if i < 0 or argv[i + 1] != "uni":
+    if _flag_value(argv, "--distributed-executor-backend") != "uni":
         return {}
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     if "OMP_NUM_THREADS" not in environ:

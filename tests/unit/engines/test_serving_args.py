@@ -185,4 +185,7 @@ def test_a_cpu_server_keeps_the_uni_executor_it_asks_for_and_others_get_nothing(
     assert uni_env(argv(True), environ={"OMP_NUM_THREADS": "3"}, cores=8) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     assert uni_env(argv(True, ["--tensor-parallel-size", "2"]), environ={}) == {}  # the user's layout: vLLM's
     assert uni_env(argv(True, ["--distributed-executor-backend", "mp"]), environ={}) == {}
+    # the user's own uni, either spelling, gets the switch too
+    assert uni_env(argv(True, ["--distributed-executor-backend=uni"]), environ={"OMP_NUM_THREADS": "2"}) == \
+        {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     assert uni_env(argv(False), environ={}) == {}  # on GPUs tandem serve sets no executor
