@@ -338,6 +338,32 @@ def test_the_benchmarks_ratio_and_bound_come_from_the_synchronous_runs_own_split
     assert "ratio / bound 1.17, target <= 1.15" in report(got)
 
 
+def test_the_benchmarks_serial_bound_keeps_the_push_outside_the_overlap_and_splits_the_rest_of_the_gap(tmp_path):
+    import json
+
+    from tandem_rlvr.recipes.bench_overlap import compare, report
+
+    def log(name, step_s, wait_s, push_s, gen_s):  # 3 rollout steps of one update each; the first is the warm-up
+        rows = [{"step": i, "loss": 0.1, "wall/step_s": step_s if i > 1 else 9.0, "wall/rollout_wait_s": wait_s,
+                 "wall/weight_sync_s": push_s, "wall/generate_s": gen_s, "overlap/staleness": float(name == "over")}
+                for i in (1, 2, 3)]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return tmp_path / name
+
+    got = compare(log("sync", 2.0, 1.2, 0.1, 1.2), log("over", 1.4, 0.5, 0.1, 1.25), updates_per_batch=1, warmup=1)
+    # synchronous: rollout 1.2, push 0.1, train 0.7. The bound hides the push: max(1.2, 0.8) / 2.0 = 0.6;
+    # with the push serial: (0.1 + max(1.2, 0.7)) / 2.0 = 0.65. Ratio 1.4 / 2.0 = 0.7
+    assert got["bound"] == pytest.approx(0.6) and got["serial_bound"] == pytest.approx(0.65)
+    assert got["ratio_over_serial_bound"] == pytest.approx(0.7 / 0.65)
+    # overlapped: train 1.4 - 0.5 - 0.1 = 0.8 (0.8 / 0.7 of the synchronous one), decode 1.25 / 1.2;
+    # its step over push + max(decode, train): 1.4 / (0.1 + 1.25)
+    assert got["corun"]["decode"] == pytest.approx(1.25 / 1.2) and got["corun"]["train"] == pytest.approx(0.8 / 0.7)
+    assert got["schedule"] == pytest.approx(1.4 / 1.35)
+    text = report(got)
+    assert "(push + max(rollout, train)) / step = 0.650: ratio / bound 1.08" in text
+    assert "decode 1.04x, training 1.14x" in text and "max(its decode, its training)) 1.04" in text
+
+
 def test_the_overlap_study_pairs_arms_by_seed_and_calls_within_two_standard_errors_noise():
     import math
 
@@ -431,5 +457,5 @@ def test_the_benchmark_with_repeats_averages_each_arm_and_reports_every_pairs_ra
     assert "cpu_s" not in got["synchronous"]["server"]
     assert got["overlapped"]["server"]["cpu_s"] == pytest.approx((1.2 + 1.0) / 2)
     text = report(got)
-    assert "ratio / bound of each pair, in run order: 1.17, 0.83" in text
+    assert "ratio / bound of each pair, in run order: 1.17, 0.83; with the push serial: 1.17, 0.83" in text
     assert "CPU ms per engine step" in text
