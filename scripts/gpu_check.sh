@@ -38,7 +38,8 @@
 #    decoder on a device of their own (2 GPUs: senior cuda:0, rollouts and junior cuda:1; 1 GPU: the senior trains
 #    on the CPU, rollouts and junior on cuda:0); prints each run's mean step time after the first two, its split
 #    (wall/rollout_wait_s, wall/generate_s, wall/weight_sync_s) and the ratio overlapped / synchronous beside its
-#    bound max(rollout, train) / (rollout + train) from the synchronous run's own split
+#    bound max(rollout, train) / (rollout + train) from the synchronous run's own split, and beside the bound with
+#    the weight push serial, (push + max(rollout, train)) / step (docs/overlap.md, "Measured")
 # and prints one summary table, then the sharded checks that need more GPUs than this machine has
 # (for a user to run). Exit status is non-zero if any step fails.
 # GPU_CHECK_STEPS="paper_layout train_2_steps" runs only the named steps (default: all).
