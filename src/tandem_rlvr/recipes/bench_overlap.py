@@ -19,10 +19,10 @@ beside it), or CPU time below the wall-clock (the server waited: for requests, o
 
 The bound: overlapping can hide at most the shorter of rollout and training, so from the synchronous run's own
 split (rollout = its wait, train = the rest, push included) the overlapped step is at best max(rollout, train)
-and the ratio overlapped / synchronous at best max(rollout, train) / (rollout + train). The target is a
-measured ratio within 1.15x of that bound (docs/overlap.md, "Measured"). The push itself hides behind nothing
-(the server pauses through it, the trainer sends it, and the next batch may not start before it), so the
-benchmark also prints the bound with the push serial, (push + max(rollout, train)) / step, and splits the rest
+and the ratio overlapped / synchronous at best max(rollout, train) / (rollout + train). The push itself hides
+behind nothing (the server pauses through it, the trainer sends it, and the next batch may not start before it),
+so the benchmark also prints the bound with the push serial, (push + max(rollout, train)) / step, against which
+the target is judged: a measured ratio within 1.15x of it (docs/overlap.md, "Measured"). It splits the rest
 of the gap: how much slower each side ran beside the other, and the overlapped step over push + max(its own
 decode, its own training) (the schedule's loss). Before the pairs, a short synchronous run warms the server up
 (its first forwards are slow), so its counters in the first pair are not skewed.
@@ -281,10 +281,10 @@ def _ratio(sync: dict, over: dict) -> dict:
     serial = (push + max(rollout, train)) / step
     ratio = over["step_s"] / sync["step_s"]
     res = {"synchronous": sync, "overlapped": over, "ratio": ratio, "bound": bound, "ratio_over_bound": ratio / bound,
-           "serial_bound": serial, "ratio_over_serial_bound": ratio / serial,
-           "schedule": over["step_s"] / (over["push_s"] + max(over["generate_s"], over["train_s"]))}
-    if sync["generate_s"] > 0 and sync["train_s"] > 0:
+           "serial_bound": serial, "ratio_over_serial_bound": ratio / serial}
+    if sync["generate_s"] > 0 and sync["train_s"] > 0:  # a log without decode times says nothing of these
         res["corun"] = {"decode": over["generate_s"] / sync["generate_s"], "train": over["train_s"] / sync["train_s"]}
+        res["schedule"] = over["step_s"] / (over["push_s"] + max(over["generate_s"], over["train_s"]))
     return res
 
 
@@ -348,9 +348,10 @@ def report(res: dict) -> str:
                      f"replay): {res['synchronous']['client_cpu_s']:.3f} s synchronous, "
                      f"{res['overlapped']['client_cpu_s']:.3f} s overlapped")
     lines.append(f"overlapped / synchronous step: {res['ratio']:.3f} (bound max(rollout, train) / (rollout + train) "
-                 f"= {res['bound']:.3f}; ratio / bound {res['ratio_over_bound']:.2f}, target <= 1.15)")
+                 f"= {res['bound']:.3f}, the push counted as training; ratio / bound {res['ratio_over_bound']:.2f})")
     lines.append(f"with the weight push serial, (push + max(rollout, train)) / step = {res['serial_bound']:.3f}: "
-                 f"ratio / bound {res['ratio_over_serial_bound']:.2f}")
+                 f"ratio / bound {res['ratio_over_serial_bound']:.2f}, target <= 1.15 (a push hides behind nothing: "
+                 "docs/overlap.md, \"Measured\")")
     if len(res.get("pairs", ())) > 1:
         lines.append(f"ratio / bound of each pair, in run order: {', '.join(f'{x:.2f}' for x in res['pairs'])}; "
                      f"with the push serial: {', '.join(f'{x:.2f}' for x in res['serial_pairs'])} "

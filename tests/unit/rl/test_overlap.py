@@ -335,7 +335,8 @@ def test_the_benchmarks_ratio_and_bound_come_from_the_synchronous_runs_own_split
     # synchronous: rollout (its wait) 1.2 s, train 0.8 s: bound max(1.2, 0.8) / 2.0 = 0.6; ratio 1.4 / 2.0 = 0.7
     assert got["bound"] == pytest.approx(0.6) and got["ratio"] == pytest.approx(0.7)
     assert got["ratio_over_bound"] == pytest.approx(0.7 / 0.6)
-    assert "ratio / bound 1.17, target <= 1.15" in report(got)
+    assert "ratio / bound 1.17)" in report(got)
+    assert "(push + max(rollout, train)) / step = 0.600: ratio / bound 1.17, target <= 1.15" in report(got)
 
 
 def test_the_benchmarks_serial_bound_keeps_the_push_outside_the_overlap_and_splits_the_rest_of_the_gap(tmp_path):
