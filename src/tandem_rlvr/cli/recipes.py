@@ -348,7 +348,8 @@ def register_bench(sub, parser_class) -> None:
                          "rollout server and the trainer on one core each (needs vLLM)")
     bo.add_argument("--preset", default="tiny")
     bo.add_argument("--steps", type=COUNT, default=12, help="rollout steps per run")
-    bo.add_argument("--warmup", type=number(int, 0), default=2, help="first rollout steps of each run not timed")
+    bo.add_argument("--warmup", type=number(int, 0), default=2, help="first rollout steps of each run not timed; "
+                    "also the length of the server's warm-up run before the pairs (at least 1)")
     bo.add_argument("--max-staleness", type=COUNT, default=1, help="the overlapped run's max_staleness")
     bo.add_argument("--cores", default=None, help="SERVER,TRAINER core numbers (default: the first two allowed)")
     bo.add_argument("--keep", default=None, help="a folder to keep both runs and the server's log in")
