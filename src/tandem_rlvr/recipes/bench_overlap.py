@@ -274,16 +274,14 @@ def _ratio(sync: dict, over: dict) -> dict:
     And what the overlapped run's own figures say of the gap: ``schedule``, its step over push + max(its decode,
     its training) (1.0: the schedule loses nothing beyond the push; the rest of the gap is each side running
     slower beside the other), and ``corun``, its decode and its training over the synchronous run's."""
-    rollout, push = sync["wait_s"], sync["push_s"]
-    train = sync["step_s"] - rollout - push
-    step = rollout + push + train
+    rollout, push, train, step = sync["wait_s"], sync["push_s"], sync["train_s"], sync["step_s"]
     bound = max(rollout, train + push) / step
     serial = (push + max(rollout, train)) / step
-    ratio = over["step_s"] / sync["step_s"]
+    ratio = over["step_s"] / step
     res = {"synchronous": sync, "overlapped": over, "ratio": ratio, "bound": bound, "ratio_over_bound": ratio / bound,
            "serial_bound": serial, "ratio_over_serial_bound": ratio / serial}
-    if sync["generate_s"] > 0 and sync["train_s"] > 0:  # a log without decode times says nothing of these
-        res["corun"] = {"decode": over["generate_s"] / sync["generate_s"], "train": over["train_s"] / sync["train_s"]}
+    if sync["generate_s"] > 0 and train > 0:  # a log without decode times says nothing of these
+        res["corun"] = {"decode": over["generate_s"] / sync["generate_s"], "train": over["train_s"] / train}
         res["schedule"] = over["step_s"] / (over["push_s"] + max(over["generate_s"], over["train_s"]))
     return res
 
