@@ -201,7 +201,9 @@ class TandemRollout:
             switches = gather_object(switches)
             kl = tuple(map(sum, zip(*kls, strict=True)))  # each process's kl: the same 4 sums
         share = torch.tensor(share, dtype=torch.float64)
-        if roll.client_cpu_s is not None:  # a server decoded it: this process's share of the work
+        # a server decoded it: this process's share of the work (read leniently: an ENGINES plug-in's own
+        # rollout class need not carry the field)
+        if getattr(roll, "client_cpu_s", None) is not None:
             timing = {**timing, "cpu/rollout_client_s": roll.client_cpu_s}
         metrics = {**timing, "overlap/staleness": float((step - version) // cfg.loop.updates_per_batch),
                    "senior/token_share": float(share.mean()), "senior/token_share_sd": float(share.std(unbiased=False)),
